@@ -1,0 +1,70 @@
+"""A trio-native reconciler engine for Kubernetes-style controllers.
+
+Start with :class:`Manager` and :class:`Controller`: a controller runs a reconciler for keys
+(:class:`ObjectRef`) taken from its :class:`WorkQueue`; triggers come from sources; every run
+has its own cancel scope and a typed :class:`CancelCause` when the engine cancels it; events
+go through a non-blocking :class:`EventRecorder` to sinks.
+
+The Kubernetes adapter lives in :mod:`engine.kube`, test helpers in :mod:`engine.testing`.
+"""
+
+from ._controller import Controller as Controller
+from ._controller import Reconciler as Reconciler
+from ._controller import SupersedePolicy as SupersedePolicy
+from ._deps import DependencyIndex as DependencyIndex
+from ._errors import EngineError as EngineError
+from ._errors import ManagerStateError as ManagerStateError
+from ._errors import QueueShutDown as QueueShutDown
+from ._events import Event as Event
+from ._events import EventCorrelator as EventCorrelator
+from ._events import EventRecorder as EventRecorder
+from ._events import EventSink as EventSink
+from ._events import EventType as EventType
+from ._events import ObjectEvents as ObjectEvents
+from ._manager import Manager as Manager
+from ._manager import ShutdownReport as ShutdownReport
+from ._observer import RunLog as RunLog
+from ._observer import RunObserver as RunObserver
+from ._observer import RunRecord as RunRecord
+from ._outcome import CancelCause as CancelCause
+from ._outcome import DependencyNotReady as DependencyNotReady
+from ._outcome import Outcome as Outcome
+from ._outcome import OutcomeKind as OutcomeKind
+from ._outcome import Result as Result
+from ._outcome import TerminalError as TerminalError
+from ._ratelimit import ExponentialBackoffLimiter as ExponentialBackoffLimiter
+from ._ratelimit import MaxOfLimiter as MaxOfLimiter
+from ._ratelimit import RateLimiter as RateLimiter
+from ._ratelimit import TokenBucketLimiter as TokenBucketLimiter
+from ._ratelimit import default_rate_limiter as default_rate_limiter
+from ._refs import ObjectRef as ObjectRef
+from ._refs import Trigger as Trigger
+from ._run import Run as Run
+from ._run import RunContext as RunContext
+from ._sinks import LogSink as LogSink
+from ._sinks import MemorySink as MemorySink
+from ._sinks import WebhookDeliveryError as WebhookDeliveryError
+from ._sinks import WebhookSink as WebhookSink
+from ._sources import ChannelSource as ChannelSource
+from ._sources import Change as Change
+from ._sources import MappedSource as MappedSource
+from ._sources import Source as Source
+from ._sources import TimerSource as TimerSource
+from ._workqueue import QueueObserver as QueueObserver
+from ._workqueue import WorkQueue as WorkQueue
+from ._workqueue import WorkQueueStatistics as WorkQueueStatistics
+
+__version__ = "0.1.0.dev0"
+
+
+def _fix_module() -> None:
+    for name, value in list(globals().items()):
+        if not name.startswith("_") and getattr(value, "__module__", "").startswith("engine._"):
+            try:
+                value.__module__ = "engine"
+            except (AttributeError, TypeError):
+                pass
+
+
+_fix_module()
+del _fix_module

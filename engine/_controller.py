@@ -1,0 +1,363 @@
+"""A controller: a reconciler, its work queue, its workers and its supersede policy."""
+
+from __future__ import annotations
+
+import enum
+import inspect
+import logging
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, Protocol, Union
+
+import trio
+
+from ._errors import ManagerStateError, QueueShutDown
+from ._events import EventRecorder
+from ._outcome import (
+    CAUSE_OUTCOME,
+    CancelCause,
+    DependencyNotReady,
+    Outcome,
+    OutcomeKind,
+    Result,
+    TerminalError,
+)
+from ._ratelimit import RateLimiter
+from ._refs import ObjectRef, Trigger
+from ._run import Run, RunContext
+from ._workqueue import QueueObserver, WorkQueue
+
+if TYPE_CHECKING:
+    from ._manager import Manager
+    from ._observer import RunObserver
+
+__all__ = ["Controller", "SupersedePolicy", "Reconciler", "ReconcileFunction"]
+
+logger = logging.getLogger("engine.controller")
+
+
+class SupersedePolicy(enum.Enum):
+    """What a newer trigger does to a run of the same key that is in progress.
+
+    In every policy the key is marked dirty and runs again after the current run.
+    """
+
+    CANCEL_RUN = "cancel_run"
+    """Cancel the whole run at once (the default)."""
+    INTERRUPTIBLE = "interruptible"
+    """Cancel only while the run is inside ``ctx.interruptible()`` (as Flux cancels health checks)."""
+    NEVER = "never"
+    """Never cancel; only mark the key dirty."""
+
+
+class Reconciler(Protocol):
+    async def reconcile(self, ctx: RunContext) -> Result | None: ...
+
+
+ReconcileFunction = Callable[[RunContext], Awaitable[Union[Result, None]]]
+
+
+class Controller:
+    """Runs a reconciler for keys, at most one run per key at a time.
+
+    ``reconciler`` is an object with ``async def reconcile(self, ctx)`` or such a function. It
+    returns ``None`` or a :class:`Result`, or raises: :class:`DependencyNotReady` (woken when a
+    dependency is ready), :class:`TerminalError` (no retry), any other exception (a failure,
+    retried through ``rate_limiter``). ``timeout`` bounds each run; a run past it ends as
+    ``DEADLINE``, a failure.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        reconciler: Reconciler | ReconcileFunction,
+        *,
+        max_concurrent: int = 1,
+        timeout: float | None = None,
+        rate_limiter: RateLimiter | None = None,
+        supersede: SupersedePolicy = SupersedePolicy.CANCEL_RUN,
+        queue_observer: QueueObserver | None = None,
+    ) -> None:
+        if not name:
+            raise ValueError("a controller needs a name")
+        if max_concurrent < 1:
+            raise ValueError("max_concurrent must be >= 1")
+        if timeout is not None and timeout <= 0:
+            raise ValueError("timeout must be > 0")
+        reconcile = getattr(reconciler, "reconcile", reconciler)
+        if not callable(reconcile):
+            raise TypeError("reconciler must be an async function or have an async reconcile(ctx) method")
+        if not (inspect.iscoroutinefunction(reconcile) or inspect.iscoroutinefunction(
+            getattr(reconcile, "__call__", None)
+        )):
+            raise TypeError("reconciler must be async: define it with 'async def'")
+        self.name = name
+        self.reconciler = reconciler
+        self._reconcile: ReconcileFunction = reconcile
+        self.max_concurrent = max_concurrent
+        self.timeout = timeout
+        self.supersede = supersede
+        self.queue: WorkQueue[ObjectRef] = WorkQueue(
+            rate_limiter=rate_limiter, observer=queue_observer, name=name
+        )
+        self._sequence = 0
+        self._runs_started = 0
+        self._latest: dict[ObjectRef, Trigger] = {}
+        self._running: dict[ObjectRef, Run] = {}
+        self._manager: Manager | None = None
+        self._observers: list[RunObserver] = []
+        self._stopping = False
+        self.outcomes: dict[OutcomeKind, int] = dict.fromkeys(OutcomeKind, 0)
+
+    def __repr__(self) -> str:
+        return f"<Controller {self.name!r} workers={self.max_concurrent} supersede={self.supersede.value}>"
+
+    # -- triggering --------------------------------------------------------------------------
+
+    def next_sequence(self) -> int:
+        """Allocate the sequence number of one observed change.
+
+        Sources that deliver one observation as several triggers (an update mapped from both
+        the old and the new object) allocate it once and pass it as ``sequence=`` to each.
+        """
+        self._sequence += 1
+        return self._sequence
+
+    def trigger(
+        self,
+        ref: ObjectRef,
+        *,
+        reason: str = "",
+        revision: str | None = None,
+        sequence: int | None = None,
+    ) -> Trigger | None:
+        """Enqueue ``ref`` and, per the supersede policy, supersede its run in progress.
+
+        One synchronous step, no checkpoint: the key is marked dirty (or queued) first, and a
+        run is cancelled only if that succeeded, so a cancel without a matching enqueue cannot
+        happen. A run is superseded only by a trigger observed after the run's own trigger
+        (``sequence`` greater than the run's), so one change delivered twice never cancels
+        the run it started. Returns the trigger, or ``None`` once the controller is stopping.
+        """
+        seq = self.next_sequence() if sequence is None else sequence
+        trig = Trigger(ref=ref, sequence=seq, reason=reason, revision=revision, observed_at=trio.current_time())
+        if not self.queue.add(ref):
+            return None
+        latest = self._latest.get(ref)
+        if latest is None or seq >= latest.sequence:
+            self._latest[ref] = trig
+        run = self._running.get(ref)
+        superseded = None
+        if run is not None and run.trigger.sequence < seq:
+            policy = self.supersede
+            why = f"superseded by trigger #{seq}" + (f" ({reason})" if reason else "")
+            if policy is SupersedePolicy.CANCEL_RUN:
+                run.cancel(CancelCause.SUPERSEDED, why)
+                superseded = run
+            elif policy is SupersedePolicy.INTERRUPTIBLE:
+                run.supersede_pending = why
+                if run.interruptible_depth:
+                    run.cancel(CancelCause.SUPERSEDED, why)
+                    superseded = run
+        for observer in self._observers:
+            observer.on_trigger(self, trig, superseded)
+        return trig
+
+    # -- introspection -----------------------------------------------------------------------
+
+    @property
+    def running(self) -> dict[ObjectRef, Run]:
+        """Runs in progress, by key (a copy)."""
+        return dict(self._running)
+
+    @property
+    def active_workers(self) -> int:
+        return len(self._running)
+
+    # -- wiring (used by Manager) ------------------------------------------------------------
+
+    def _bind(self, manager: Manager) -> None:
+        if self._manager is not None and self._manager is not manager:
+            raise ManagerStateError(f"controller {self.name!r} already belongs to another manager")
+        self._manager = manager
+        self._observers = manager._observers
+
+    def _recorder(self) -> EventRecorder:
+        if self._manager is None:
+            raise ManagerStateError(f"controller {self.name!r} is not part of a manager")
+        return self._manager.events
+
+    def _stop_intake(self) -> None:
+        self._stopping = True
+        self.queue.shutdown()
+
+    def _cancel_runs(self, cause: CancelCause, reason: str, *, force: bool = False) -> int:
+        runs = list(self._running.values())
+        for run in runs:
+            if force:
+                run.force_cancel(cause, reason)
+            else:
+                run.cancel(cause, reason)
+        return len(runs)
+
+    async def _drained(self) -> None:
+        await self.queue.drain()
+
+    async def _serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Run the queue's timer and ``max_concurrent`` workers until the queue is shut down."""
+        if self._manager is None:
+            raise ManagerStateError(f"controller {self.name!r} must be added to a manager to run")
+        async with trio.open_nursery() as nursery:
+            await nursery.start(self.queue.run)
+            for i in range(self.max_concurrent):
+                nursery.start_soon(self._worker, name=f"{self.name}-worker-{i}")
+            task_status.started()
+
+    # -- running -----------------------------------------------------------------------------
+
+    async def _worker(self) -> None:
+        queue = self.queue
+        while True:
+            try:
+                key = await queue.get()
+            except QueueShutDown:
+                return
+            try:
+                if not self._stopping:
+                    await self._process(key)
+            finally:
+                queue.done(key)
+
+    async def _process(self, key: ObjectRef) -> None:
+        now = trio.current_time()
+        trig = self._latest.pop(key, None)
+        if trig is None:
+            trig = Trigger(ref=key, sequence=self._sequence, reason="requeue", observed_at=now)
+        self._runs_started += 1
+        run = Run(
+            id=f"{self.name}-{self._runs_started}",
+            controller=self.name,
+            key=key,
+            trigger=trig,
+            attempt=self.queue.num_requeues(key) + 1,
+            started_at=now,
+            scope=trio.CancelScope(),
+        )
+        self._running[key] = run
+        manager = self._manager
+        assert manager is not None
+        manager.dependencies.clear(self, key)
+        for observer in self._observers:
+            observer.on_run_started(self, run)
+        try:
+            outcome = await self._execute(run)
+        finally:
+            del self._running[key]
+        run.outcome = outcome
+        run.finished_at = trio.current_time()
+        self._settle(run, outcome)
+        for observer in self._observers:
+            observer.on_run_finished(self, run, outcome)
+
+    async def _execute(self, run: Run) -> Outcome:
+        ctx = RunContext(self, run)
+        scope = run.scope
+        if self.timeout is not None:
+            scope.deadline = run.started_at + self.timeout
+        error: BaseException | None = None
+        result: Result | None = None
+        try:
+            with scope:
+                result = await self._reconcile(ctx)
+        except Exception as exc:
+            error = exc
+        cause = run.cause
+        if cause is not None and (scope.cancelled_caught or error is not None):
+            if error is not None:
+                logger.debug("run %s raised after it was cancelled (%s): %r", run.id, cause.value, error)
+            return Outcome(CAUSE_OUTCOME[cause], reason=run.cancel_reason)
+        if scope.cancelled_caught:
+            run.cause = CancelCause.DEADLINE
+            run.cancel_reason = f"run exceeded the controller timeout of {self.timeout}s"
+            return Outcome(OutcomeKind.DEADLINE, error=TimeoutError(run.cancel_reason), reason=run.cancel_reason)
+        if error is not None:
+            leaf = _single_leaf(error)
+            if isinstance(leaf, DependencyNotReady):
+                return Outcome(
+                    OutcomeKind.DEPENDENCY_NOT_READY,
+                    requeue_after=leaf.retry_after,
+                    error=leaf,
+                    dependencies=leaf.refs,
+                )
+            if isinstance(leaf, TerminalError):
+                return Outcome(OutcomeKind.TERMINAL, error=leaf)
+            return Outcome(OutcomeKind.FAILED, error=error)
+        if result is None or result.requeue_after is None:
+            if result is not None and not isinstance(result, Result):
+                return Outcome(
+                    OutcomeKind.FAILED,
+                    error=TypeError(f"reconciler returned {type(result).__name__}, expected Result or None"),
+                )
+            return Outcome(OutcomeKind.SUCCEEDED)
+        return Outcome(OutcomeKind.REQUEUE_AFTER, requeue_after=result.requeue_after)
+
+    def _settle(self, run: Run, outcome: Outcome) -> None:
+        key = run.key
+        queue = self.queue
+        kind = outcome.kind
+        self.outcomes[kind] += 1
+        if kind is OutcomeKind.SUCCEEDED:
+            queue.forget(key)
+        elif kind is OutcomeKind.REQUEUE_AFTER:
+            queue.forget(key)
+            queue.add_after(key, outcome.requeue_after or 0.0)
+        elif kind is OutcomeKind.FAILED or kind is OutcomeKind.DEADLINE:
+            queue.add_rate_limited(key)
+            summary = _summary(outcome.error)
+            if kind is OutcomeKind.FAILED:
+                logger.error(
+                    "reconciler error", exc_info=outcome.error,
+                    extra={"controller": self.name, "object": str(key), "reconcileID": run.id},
+                )
+                self._recorder().warning(key, "ReconcileFailed", summary, controller=self.name, run_id=run.id)
+            else:
+                logger.error(
+                    "reconcile deadline exceeded: %s", summary,
+                    extra={"controller": self.name, "object": str(key), "reconcileID": run.id},
+                )
+                self._recorder().warning(
+                    key, "ReconcileDeadlineExceeded", summary, controller=self.name, run_id=run.id
+                )
+        elif kind is OutcomeKind.TERMINAL:
+            queue.forget(key)
+            logger.error(
+                "terminal reconciler error: %s", _summary(outcome.error),
+                extra={"controller": self.name, "object": str(key), "reconcileID": run.id},
+            )
+            self._recorder().warning(
+                key, "ReconcileTerminalError", _summary(outcome.error), controller=self.name, run_id=run.id
+            )
+        elif kind is OutcomeKind.DEPENDENCY_NOT_READY:
+            queue.forget(key)
+            assert self._manager is not None
+            self._manager.dependencies.wait(self, key, outcome.dependencies)
+            queue.add_after(key, outcome.requeue_after or 0.0)
+        else:
+            logger.debug(
+                "run %s ended: %s (%s)", run.id, kind.value, outcome.reason,
+                extra={"controller": self.name, "object": str(key), "reconcileID": run.id},
+            )
+
+
+def _single_leaf(error: BaseException) -> BaseException:
+    while isinstance(error, BaseExceptionGroup) and len(error.exceptions) == 1:
+        error = error.exceptions[0]
+    return error
+
+
+def _summary(error: BaseException | None) -> str:
+    if error is None:
+        return "unknown error"
+    text = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
+    return text if len(text) <= 500 else text[:497] + "..."
+
+

@@ -1,0 +1,309 @@
+"""The manager: owns the nursery tree, runs controllers and services, shuts down gracefully.
+
+::
+
+    Manager.run()
+     ├─ services nursery     closed last: event recorder and sinks, user services
+     └─ controllers nursery  closed first
+         ├─ sources          cancelled first: no new triggers
+         └─ per controller   queue timer + workers; each run in its own cancel scope
+
+Shutdown: stop sources and stop handing out keys (synchronously, in :meth:`Manager.stop`),
+wait up to ``grace_period`` for running runs, cancel the rest with cause ``SHUTDOWN``, run the
+shutdown hooks (a leader lease is released here), flush event sinks within
+``event_flush_timeout``, return. Keys still queued or delayed are dropped: the next start
+re-lists everything. A second signal (or :meth:`Manager.force_stop`) cancels at once.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import signal
+import threading
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import attrs
+import trio
+
+from ._controller import Controller
+from ._deps import DependencyIndex
+from ._errors import ManagerStateError
+from ._events import EventRecorder, EventSink
+from ._observer import RunObserver
+from ._outcome import CancelCause
+from ._refs import ObjectRef
+from ._sources import Source
+
+__all__ = ["Manager", "ShutdownReport"]
+
+logger = logging.getLogger("engine.manager")
+
+Service = Callable[..., Awaitable[Any]]
+ShutdownHook = Callable[[], Awaitable[None]]
+
+
+class _State(enum.Enum):
+    UNSTARTED = "unstarted"
+    RUNNING = "running"
+    STOPPING = "stopping"
+    STOPPED = "stopped"
+
+
+@attrs.frozen
+class ShutdownReport:
+    """How a :meth:`Manager.run` ended."""
+
+    reason: str
+    """Why the stop began (``"SIGTERM"``, the ``stop()`` reason...)."""
+    forced: bool
+    """True if a second signal or ``force_stop()`` cut the graceful shutdown short."""
+    drain_seconds: float
+    """Time from the stop to the last run ending."""
+    cancelled_runs: int
+    """Runs still running after the grace period, cancelled with cause ``SHUTDOWN``."""
+    events_flushed: bool
+    """Whether every sink delivered its queue within ``event_flush_timeout``."""
+
+
+class Manager:
+    """Runs controllers, sources and services under one nursery tree until stopped.
+
+    ``grace_period`` (default 30 s, controller-runtime's ``GracefulShutdownTimeout``) is how
+    long running runs get after a stop; ``event_flush_timeout`` how long sinks get to deliver
+    what is queued. With ``handle_signals`` (and when run in the main thread) the first
+    SIGTERM/SIGINT starts a graceful shutdown and the second cancels everything at once.
+    """
+
+    def __init__(
+        self,
+        *,
+        grace_period: float = 30.0,
+        event_flush_timeout: float = 5.0,
+        handle_signals: bool = True,
+        event_buffer_size: int = 1024,
+        name: str = "manager",
+    ) -> None:
+        if grace_period < 0:
+            raise ValueError("grace_period must be >= 0")
+        if event_flush_timeout < 0:
+            raise ValueError("event_flush_timeout must be >= 0")
+        self.name = name
+        self.grace_period = grace_period
+        self.event_flush_timeout = event_flush_timeout
+        self.handle_signals = handle_signals
+        self.events = EventRecorder(buffer_size=event_buffer_size)
+        self.dependencies = DependencyIndex()
+        self._controllers: list[Controller] = []
+        self._sources: list[Source] = []
+        self._services: list[Service] = []
+        self._shutdown_hooks: list[ShutdownHook] = []
+        self._observers: list[RunObserver] = []
+        self._state = _State.UNSTARTED
+        self._stop_event = trio.Event()
+        self._stop_reason = ""
+        self._stopped_at: float | None = None
+        self._forced = False
+        self._sources_scope = trio.CancelScope()
+        self._controllers_scope: trio.CancelScope | None = None
+        self._services_scope: trio.CancelScope | None = None
+        self._started = trio.Event()
+
+    def __repr__(self) -> str:
+        return f"<Manager {self.name!r} {self._state.value} controllers={[c.name for c in self._controllers]}>"
+
+    # -- assembling --------------------------------------------------------------------------
+
+    def _check_unstarted(self, what: str) -> None:
+        if self._state is not _State.UNSTARTED:
+            raise ManagerStateError(f"cannot add {what} to a manager that is {self._state.value}")
+
+    def add_controller(self, controller: Controller) -> Controller:
+        """Add a controller; returns it. Only before :meth:`run`."""
+        self._check_unstarted("a controller")
+        if any(c.name == controller.name for c in self._controllers):
+            raise ValueError(f"a controller named {controller.name!r} is already registered")
+        controller._bind(self)
+        self._controllers.append(controller)
+        return controller
+
+    def add_source(self, source: Source) -> None:
+        """Add a source, run in the sources nursery (stopped first at shutdown)."""
+        self._check_unstarted("a source")
+        self._sources.append(source)
+
+    def add_service(self, service: Service) -> None:
+        """Add a service ``async def service(*, task_status)`` run in the services nursery.
+
+        It is started with ``nursery.start`` (so it must call ``task_status.started()``) and
+        is cancelled after the event sinks were flushed.
+        """
+        self._check_unstarted("a service")
+        self._services.append(service)
+
+    def add_sink(self, sink: EventSink, *, buffer_size: int | None = None) -> None:
+        """Attach an event sink, drained by its own task in the services nursery."""
+        self._check_unstarted("an event sink")
+        self.events.add_sink(sink, buffer_size=buffer_size)
+
+    def add_observer(self, observer: RunObserver) -> None:
+        """Add a run observer (metrics, live stream, tests)."""
+        self._observers.append(observer)
+
+    def add_shutdown_hook(self, hook: ShutdownHook) -> None:
+        """Run ``await hook()`` after every run ended and before sinks are flushed."""
+        self._shutdown_hooks.append(hook)
+
+    @property
+    def controllers(self) -> list[Controller]:
+        return list(self._controllers)
+
+    def controller(self, name: str) -> Controller:
+        for c in self._controllers:
+            if c.name == name:
+                return c
+        raise KeyError(name)
+
+    @property
+    def started(self) -> bool:
+        """True once every controller and source started, until the stop began."""
+        return self._state is _State.RUNNING
+
+    @property
+    def stopping(self) -> bool:
+        return self._state in (_State.STOPPING, _State.STOPPED)
+
+    async def wait_started(self) -> None:
+        await self._started.wait()
+
+    # -- readiness ---------------------------------------------------------------------------
+
+    def mark_ready(self, ref: ObjectRef, *, revision: str | None = None) -> int:
+        """``ref`` became ready: trigger its dependents now. Synchronous; returns how many."""
+        return self.dependencies.mark_ready(ref, revision=revision)
+
+    # -- stopping ----------------------------------------------------------------------------
+
+    def stop(self, reason: str = "stop requested") -> None:
+        """Begin a graceful shutdown. Idempotent, synchronous, not a checkpoint.
+
+        Before it returns, sources are cancelled and no controller hands out another key, so
+        no run starts after the stop began.
+        """
+        if self._stop_event.is_set():
+            return
+        self._stop_reason = reason
+        self._stopped_at = trio.current_time()
+        logger.info("graceful shutdown started: %s", reason)
+        self._sources_scope.cancel(reason=f"manager stopping: {reason}")
+        for controller in self._controllers:
+            controller._stop_intake()
+        if self._state is _State.RUNNING:
+            self._state = _State.STOPPING
+        self._stop_event.set()
+
+    def force_stop(self, reason: str = "forced stop") -> None:
+        """Cancel everything at once: runs (with cause ``SHUTDOWN``, shields included), sinks,
+        services. Synchronous; :meth:`run` returns promptly afterwards."""
+        self.stop(reason)
+        self._forced = True
+        logger.warning("forced shutdown: %s", reason)
+        for controller in self._controllers:
+            controller._cancel_runs(CancelCause.SHUTDOWN, f"forced shutdown: {reason}", force=True)
+        if self._controllers_scope is not None:
+            self._controllers_scope.cancel(reason=f"forced shutdown: {reason}")
+        if self._services_scope is not None:
+            self._services_scope.cancel(reason=f"forced shutdown: {reason}")
+
+    async def _watch_signals(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+            task_status.started()
+            async for signum in signals:
+                name = signal.Signals(signum).name
+                if not self._stop_event.is_set():
+                    self.stop(name)
+                else:
+                    self.force_stop(f"second signal ({name})")
+
+    # -- running -----------------------------------------------------------------------------
+
+    async def _run_sources(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        started = False
+        with self._sources_scope:
+            async with trio.open_nursery() as nursery:
+                for source in self._sources:
+                    await nursery.start(source.run)
+                task_status.started()
+                started = True
+                await trio.sleep_forever()
+        if not started:
+            task_status.started()
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> ShutdownReport:
+        """Run until :meth:`stop`, a signal, or :meth:`force_stop`; then shut down gracefully.
+
+        ``task_status.started()`` is called once every controller and source is running.
+        Returns a :class:`ShutdownReport`. A manager runs once. If the surrounding scope is
+        cancelled, runs are cancelled with it (no grace period) and ``Cancelled`` propagates.
+        """
+        if self._state is not _State.UNSTARTED:
+            raise ManagerStateError("Manager.run() can only be called once")
+        self._state = _State.RUNNING
+        cancelled_runs = 0
+        drain_seconds = 0.0
+        flushed = False
+        async with trio.open_nursery() as services:
+            self._services_scope = services.cancel_scope
+            await services.start(self.events.run)
+            for service in self._services:
+                await services.start(service)
+            if self.handle_signals and threading.current_thread() is threading.main_thread():
+                await services.start(self._watch_signals)
+            async with trio.open_nursery() as controllers:
+                self._controllers_scope = controllers.cancel_scope
+                for controller in self._controllers:
+                    await controllers.start(controller._serve)
+                await controllers.start(self._run_sources)
+                if not self._stop_event.is_set():
+                    self._started.set()
+                    task_status.started()
+                await self._stop_event.wait()
+                with trio.move_on_after(self.grace_period):
+                    for controller in self._controllers:
+                        await controller._drained()
+                for controller in self._controllers:
+                    cancelled_runs += controller._cancel_runs(
+                        CancelCause.SHUTDOWN,
+                        f"graceful shutdown ({self._stop_reason}): grace period of {self.grace_period}s elapsed",
+                    )
+                if cancelled_runs:
+                    logger.warning("cancelled %d run(s) still running after the grace period", cancelled_runs)
+            assert self._stopped_at is not None
+            drain_seconds = trio.current_time() - self._stopped_at
+            for hook in self._shutdown_hooks:
+                try:
+                    await hook()
+                except Exception:
+                    logger.exception("shutdown hook failed")
+            self.events.close()
+            with trio.move_on_after(self.event_flush_timeout):
+                await self.events.wait_flushed()
+                flushed = True
+            if not flushed:
+                logger.warning("event sinks not flushed within %ss; dropping the rest", self.event_flush_timeout)
+            services.cancel_scope.cancel(reason="manager stopped")
+        self._state = _State.STOPPED
+        if not self._started.is_set():
+            task_status.started()
+        report = ShutdownReport(
+            reason=self._stop_reason,
+            forced=self._forced,
+            drain_seconds=drain_seconds,
+            cancelled_runs=cancelled_runs,
+            events_flushed=flushed and not self._forced,
+        )
+        logger.info(
+            "manager stopped", extra={"drain_seconds": round(drain_seconds, 3), "forced": self._forced}
+        )
+        return report

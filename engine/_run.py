@@ -1,0 +1,173 @@
+"""One reconcile of one key: its record (:class:`Run`) and what the reconciler sees (:class:`RunContext`)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING
+
+import attrs
+import trio
+
+from ._events import ObjectEvents
+from ._outcome import CancelCause, Outcome
+from ._refs import ObjectRef, Trigger
+
+if TYPE_CHECKING:
+    from ._controller import Controller
+
+__all__ = ["Run", "RunContext"]
+
+logger = logging.getLogger("engine.run")
+
+
+@attrs.define(eq=False)
+class Run:
+    """The engine's record of one reconcile: the cause of its cancellation is kept here.
+
+    The engine writes :attr:`cause` *before* it cancels :attr:`scope`, so how a run ended is
+    known from this record, never parsed from an exception message.
+    """
+
+    id: str
+    """Unique per process (``<controller>-<n>``): the ``reconcileID`` of logs."""
+    controller: str
+    key: ObjectRef
+    trigger: Trigger
+    """The newest trigger when the run started."""
+    attempt: int
+    """1 for a first attempt; n+1 after n rate-limited retries."""
+    started_at: float
+    """trio clock time the run started."""
+    scope: trio.CancelScope
+    cause: CancelCause | None = None
+    """Why the engine cancelled the run, or ``None``."""
+    cancel_reason: str | None = None
+    """The human reason given to ``CancelScope.cancel``."""
+    interruptible_depth: int = 0
+    supersede_pending: str | None = None
+    """Under the interruptible policy: the reason of a supersede waiting for an interruptible section."""
+    shields: set[trio.CancelScope] = attrs.field(factory=set)
+    outcome: Outcome | None = None
+    finished_at: float | None = None
+
+    def cancel(self, cause: CancelCause, reason: str) -> None:
+        """Record ``cause`` (the first one wins) and cancel the run's scope. Not a checkpoint."""
+        if self.cause is None:
+            self.cause = cause
+            self.cancel_reason = reason
+        self.scope.cancel(reason=reason)
+
+    def force_cancel(self, cause: CancelCause, reason: str) -> None:
+        """Cancel the run and every ``ctx.shield`` section in it."""
+        self.cancel(cause, reason)
+        for shield in list(self.shields):
+            shield.cancel(reason=reason)
+
+
+class RunContext:
+    """What a reconciler receives: the key, the trigger, events, logging and cancellation tools."""
+
+    __slots__ = ("_controller", "_run", "_events", "_log")
+
+    def __init__(self, controller: Controller, run: Run) -> None:
+        self._controller = controller
+        self._run = run
+        self._events: ObjectEvents | None = None
+        self._log: logging.LoggerAdapter[logging.Logger] | None = None
+
+    @property
+    def ref(self) -> ObjectRef:
+        """The key being reconciled."""
+        return self._run.key
+
+    @property
+    def trigger(self) -> Trigger:
+        """The newest trigger when this run started (many triggers collapse into one run)."""
+        return self._run.trigger
+
+    @property
+    def run_id(self) -> str:
+        return self._run.id
+
+    @property
+    def attempt(self) -> int:
+        """1 on a first attempt, n+1 after n failed attempts."""
+        return self._run.attempt
+
+    @property
+    def controller(self) -> str:
+        return self._controller.name
+
+    @property
+    def cancel_cause(self) -> CancelCause | None:
+        """Why the engine cancelled this run, if it did (for example to skip a failure status)."""
+        return self._run.cause
+
+    @property
+    def events(self) -> ObjectEvents:
+        """Emit events about this object: ``ctx.events.normal(reason, message)``. Never awaits."""
+        if self._events is None:
+            self._events = self._controller._recorder().for_object(
+                self._run.key, controller=self._controller.name, run_id=self._run.id
+            )
+        return self._events
+
+    @property
+    def log(self) -> logging.LoggerAdapter[logging.Logger]:
+        """A logger whose records carry ``controller``, ``object`` and ``reconcileID``."""
+        if self._log is None:
+            key = self._run.key
+            self._log = logging.LoggerAdapter(
+                logging.getLogger(f"engine.reconciler.{self._controller.name}"),
+                {
+                    "controller": self._controller.name,
+                    "object": str(key),
+                    "namespace": key.namespace,
+                    "name": key.name,
+                    "reconcileID": self._run.id,
+                },
+            )
+        return self._log
+
+    @contextmanager
+    def interruptible(self) -> Iterator[None]:
+        """Mark a section a newer trigger may cancel (for example a health-check wait).
+
+        Under the ``INTERRUPTIBLE`` supersede policy a newer trigger cancels the run only while
+        it is inside such a section (or when it enters one with a supersede pending); the run
+        then ends as ``SUPERSEDED`` and the key runs again. Under ``CANCEL_RUN`` the whole run
+        is cancellable anyway; under ``NEVER`` nothing is. Not a checkpoint.
+        """
+        run = self._run
+        run.interruptible_depth += 1
+        try:
+            if run.supersede_pending is not None:
+                run.cancel(CancelCause.SUPERSEDED, run.supersede_pending)
+            yield
+        finally:
+            run.interruptible_depth -= 1
+
+    @contextmanager
+    def shield(self, seconds: float) -> Iterator[trio.CancelScope]:
+        """Protect a final write (a status update) from the run's cancellation, for ``seconds``.
+
+        Inside the block, a supersede, shutdown or deadline cancellation waits; after
+        ``seconds`` the block is cancelled itself (check ``scope.cancelled_caught``) and the
+        pending cancellation resumes at the next checkpoint after it. A forced shutdown (a
+        second signal) cancels shielded blocks at once.
+        """
+        if seconds < 0:
+            raise ValueError("seconds must be >= 0")
+        run = self._run
+        with trio.CancelScope(shield=True, deadline=trio.current_time() + seconds) as scope:
+            run.shields.add(scope)
+            try:
+                yield scope
+            finally:
+                run.shields.discard(scope)
+
+    def __repr__(self) -> str:
+        return f"<RunContext {self._run.id} {self._run.key} attempt={self._run.attempt}>"
+

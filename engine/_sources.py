@@ -1,0 +1,137 @@
+"""Sources: where triggers come from (a channel, a timer, a mapping from other objects).
+
+Read-your-trigger: a source raises a trigger only after the state it announces is readable
+by the reconciler (for example, after a cache was updated). Every trigger goes through
+``Controller.trigger``, so a supersede is never separated from its enqueue.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Iterable
+from typing import Generic, Protocol, TypeVar
+
+import attrs
+import trio
+
+from ._controller import Controller
+from ._refs import ObjectRef
+
+__all__ = ["Source", "Change", "ChannelSource", "TimerSource", "MappedSource"]
+
+T = TypeVar("T")
+
+
+class Source(Protocol):
+    """Something the manager runs in its sources nursery, cancelled first at shutdown."""
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None: ...
+
+
+@attrs.frozen
+class Change:
+    """An item for :class:`ChannelSource`: a key plus why and at which revision."""
+
+    ref: ObjectRef
+    reason: str = "changed"
+    revision: str | None = None
+
+
+class ChannelSource:
+    """Triggers ``controller`` for every :class:`ObjectRef` or :class:`Change` received.
+
+    Send an item only once the state it announces is readable. Runs until the channel is
+    closed or the source is cancelled (at shutdown); if cancelled, unreceived items stay in the
+    channel.
+    """
+
+    def __init__(self, controller: Controller, receive: trio.MemoryReceiveChannel[ObjectRef | Change]) -> None:
+        self.controller = controller
+        self._receive = receive
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        task_status.started()
+        async for item in self._receive:
+            if isinstance(item, Change):
+                self.controller.trigger(item.ref, reason=item.reason, revision=item.revision)
+            else:
+                self.controller.trigger(item, reason="changed")
+
+
+class TimerSource:
+    """Periodic resync: every ``interval`` seconds (jittered by ``±jitter`` of it), triggers
+    every key ``keys()`` returns. Time is trio's clock. If cancelled, it just stops."""
+
+    def __init__(
+        self,
+        controller: Controller,
+        keys: Callable[[], Iterable[ObjectRef]],
+        *,
+        interval: float,
+        jitter: float = 0.1,
+        rng: random.Random | None = None,
+    ) -> None:
+        if interval <= 0:
+            raise ValueError("interval must be > 0")
+        if not 0 <= jitter < 1:
+            raise ValueError("jitter must be in [0, 1)")
+        self.controller = controller
+        self._keys = keys
+        self._interval = interval
+        self._jitter = jitter
+        self._rng = rng or random.Random()
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        task_status.started()
+        while True:
+            spread = self._interval * self._jitter
+            await trio.sleep(self._interval + self._rng.uniform(-spread, spread))
+            sequence = self.controller.next_sequence()
+            for ref in self._keys():
+                self.controller.trigger(ref, reason="resync", sequence=sequence)
+
+
+class MappedSource(Generic[T]):
+    """Maps an event on one object to keys of ``controller`` (for example dependents of a source).
+
+    Call :meth:`handle` from a watch handler (synchronous, after the cache holds the event's
+    object), or give ``receive`` to have :meth:`run` consume a channel of events. One event is
+    one observation: every key it maps to is triggered with one sequence number.
+    """
+
+    def __init__(
+        self,
+        controller: Controller,
+        mapper: Callable[[T], Iterable[ObjectRef]],
+        receive: trio.MemoryReceiveChannel[T] | None = None,
+        *,
+        reason: str = "mapped",
+    ) -> None:
+        self.controller = controller
+        self._mapper = mapper
+        self._receive = receive
+        self._reason = reason
+
+    def handle(self, event: T, *, revision: str | None = None) -> int:
+        """Trigger every key ``event`` maps to; returns how many. Synchronous, no checkpoint."""
+        return self.handle_many((event,), revision=revision)
+
+    def handle_many(self, events: Iterable[T], *, revision: str | None = None) -> int:
+        """Trigger the union of the keys several views of one change map to (old and new
+        object of an update), each once, with one sequence number."""
+        sequence = self.controller.next_sequence()
+        seen: set[ObjectRef] = set()
+        for event in events:
+            for ref in self._mapper(event):
+                if ref not in seen:
+                    seen.add(ref)
+                    self.controller.trigger(ref, reason=self._reason, revision=revision, sequence=sequence)
+        return len(seen)
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        task_status.started()
+        if self._receive is None:
+            await trio.sleep_forever()
+            return
+        async for event in self._receive:
+            self.handle(event)

@@ -1,0 +1,295 @@
+"""A work queue with client-go's semantics, built on a trio memory channel.
+
+Invariants:
+
+* a key is in the ready channel at most once (the *dirty* set says which keys are queued);
+* a key is handed to at most one worker at a time (the *processing* set);
+* ``add`` while a key is processing marks it dirty; ``done`` re-delivers it right away;
+* ready keys are handed out first in, first out.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Hashable
+from typing import Generic, Protocol, TypeVar
+
+import attrs
+import trio
+
+from ._errors import QueueShutDown
+from ._ratelimit import RateLimiter, default_rate_limiter
+
+__all__ = ["WorkQueue", "WorkQueueStatistics", "QueueObserver"]
+
+K = TypeVar("K", bound=Hashable)
+
+
+class QueueObserver(Protocol):
+    """Receives queue activity, for metrics. Every method is called synchronously."""
+
+    def on_add(self, key: Hashable) -> None:
+        """``key`` entered the ready channel."""
+
+    def on_get(self, key: Hashable, queued_for: float) -> None:
+        """``key`` was handed to a worker after waiting ``queued_for`` seconds."""
+
+    def on_done(self, key: Hashable, worked_for: float) -> None:
+        """A worker finished ``key`` after ``worked_for`` seconds."""
+
+    def on_retry(self, key: Hashable) -> None:
+        """``key`` was scheduled for a rate-limited retry."""
+
+
+@attrs.frozen
+class WorkQueueStatistics:
+    """A snapshot of a :class:`WorkQueue`."""
+
+    depth: int
+    """Keys in the ready channel, waiting for a worker."""
+    processing: int
+    """Keys handed to a worker and not yet ``done``."""
+    waiting: int
+    """Keys with a pending delay (``add_after`` or a rate-limited retry)."""
+    adds_total: int
+    """Keys that entered the ready channel since the queue was made."""
+    retries_total: int
+    """Rate-limited retries scheduled since the queue was made."""
+    shut_down: bool
+    """Whether :meth:`WorkQueue.shutdown` was called."""
+    longest_processing: float
+    """Seconds the longest-running key has been processing (0 when none)."""
+
+
+class WorkQueue(Generic[K]):
+    """Deduplicating, rate-limited, delaying work queue.
+
+    Keys become ready by :meth:`add` (now), :meth:`add_after` (later) or
+    :meth:`add_rate_limited` (after the rate limiter's delay). Workers call :meth:`get`, do the
+    work, and must call :meth:`done`.
+
+    Delays need the queue's timer task: run :meth:`run` in a nursery (``await
+    nursery.start(queue.run)``). Without it, immediate adds still work and delayed keys wait.
+
+    An immediate :meth:`add` pre-empts a pending delay for the same key: the key is delivered
+    now, and the run that happens in between *consumes* the delay (a key's pending delay is
+    dropped when the key is handed to a worker). So a periodic ``add_after`` is not run twice
+    when an event-driven run came first; the run that did happen schedules the next one.
+
+    ``add`` and ``get`` cost O(1); delays cost O(log n).
+    """
+
+    def __init__(
+        self,
+        *,
+        rate_limiter: RateLimiter | None = None,
+        observer: QueueObserver | None = None,
+        name: str = "",
+    ) -> None:
+        self.name = name
+        self._send, self._receive = trio.open_memory_channel[K](math.inf)
+        self._dirty: set[K] = set()
+        self._processing: dict[K, float] = {}
+        self._queued_at: dict[K, float] = {}
+        self._waiting: dict[K, float] = {}
+        self._heap: list[tuple[float, int, K]] = []
+        self._heap_seq = 0
+        self._limiter: RateLimiter = rate_limiter if rate_limiter is not None else default_rate_limiter()
+        self._observer = observer
+        self._shut = False
+        self._idle = trio.Event()
+        self._timer_scope: trio.CancelScope | None = None
+        self._sleep_scope: trio.CancelScope | None = None
+        self._adds_total = 0
+        self._retries_total = 0
+
+    # -- adding ------------------------------------------------------------------------------
+
+    def add(self, key: K) -> bool:
+        """Make ``key`` ready now, unless it already is.
+
+        If ``key`` is being processed it is marked dirty and re-delivered right after
+        :meth:`done`. Returns ``False`` (and does nothing) once the queue is shut down, else
+        ``True``. Not a checkpoint; never blocks.
+        """
+        if self._shut:
+            return False
+        if key in self._dirty:
+            return True
+        self._dirty.add(key)
+        if key in self._processing:
+            return True
+        self._enqueue(key)
+        return True
+
+    def _enqueue(self, key: K) -> None:
+        self._queued_at[key] = trio.current_time()
+        self._adds_total += 1
+        self._send.send_nowait(key)
+        if self._observer is not None:
+            self._observer.on_add(key)
+
+    def add_after(self, key: K, delay: float) -> bool:
+        """Make ``key`` ready after ``delay`` seconds (immediately if ``delay <= 0``).
+
+        If ``key`` already has a pending delay, the earlier deadline wins. The delay is consumed
+        if ``key`` is handed to a worker before it expires. Returns ``False`` once shut down.
+        Not a checkpoint.
+        """
+        if self._shut:
+            return False
+        if delay <= 0:
+            return self.add(key)
+        deadline = trio.current_time() + delay
+        current = self._waiting.get(key)
+        if current is not None and current <= deadline:
+            return True
+        self._waiting[key] = deadline
+        self._heap_seq += 1
+        heapq.heappush(self._heap, (deadline, self._heap_seq, key))
+        sleep_scope = self._sleep_scope
+        if sleep_scope is not None and deadline < sleep_scope.deadline:
+            sleep_scope.deadline = deadline
+        return True
+
+    def add_rate_limited(self, key: K) -> bool:
+        """Schedule a retry of ``key`` after the rate limiter's delay for it.
+
+        Each call counts one more failure for ``key`` (see :meth:`num_requeues`) until
+        :meth:`forget`. Returns ``False`` once shut down. Not a checkpoint.
+        """
+        if self._shut:
+            return False
+        self._retries_total += 1
+        if self._observer is not None:
+            self._observer.on_retry(key)
+        return self.add_after(key, self._limiter.when(key))
+
+    def forget(self, key: K) -> None:
+        """Reset ``key``'s failure count (call on success). Does not touch a pending delay."""
+        self._limiter.forget(key)
+
+    def num_requeues(self, key: K) -> int:
+        """How many rate-limited retries ``key`` had since it was last forgotten."""
+        return self._limiter.num_requeues(key)
+
+    # -- taking ------------------------------------------------------------------------------
+
+    async def get(self) -> K:
+        """Wait for a ready key and hand it to the caller, who must later call :meth:`done`.
+
+        Raises :class:`QueueShutDown` once the queue is shut down; keys still ready then are
+        dropped. If cancelled, no key is taken and the queue is unchanged.
+        """
+        if self._shut:
+            raise QueueShutDown(f"work queue {self.name!r} is shut down")
+        try:
+            key = await self._receive.receive()
+        except trio.EndOfChannel:
+            raise QueueShutDown(f"work queue {self.name!r} is shut down") from None
+        if self._shut:
+            raise QueueShutDown(f"work queue {self.name!r} is shut down")
+        now = trio.current_time()
+        self._dirty.discard(key)
+        self._processing[key] = now
+        self._waiting.pop(key, None)
+        queued_at = self._queued_at.pop(key, now)
+        if self._observer is not None:
+            self._observer.on_get(key, now - queued_at)
+        return key
+
+    def done(self, key: K) -> None:
+        """Mark ``key`` finished; if it was added meanwhile, it is ready again at once.
+
+        Calling ``done`` for a key that is not processing raises ``ValueError``. Not a
+        checkpoint.
+        """
+        try:
+            started = self._processing.pop(key)
+        except KeyError:
+            raise ValueError(f"done() called for {key!r}, which is not being processed") from None
+        if self._observer is not None:
+            self._observer.on_done(key, trio.current_time() - started)
+        if self._shut:
+            if not self._processing:
+                self._idle.set()
+            return
+        if key in self._dirty:
+            self._enqueue(key)
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def shutdown(self) -> None:
+        """Stop accepting and handing out keys. Idempotent; not a checkpoint.
+
+        Waiting and future :meth:`get` calls raise :class:`QueueShutDown`; keys that are ready
+        or delayed are dropped. Keys already handed out may still be :meth:`done`;
+        :meth:`drain` waits for them.
+        """
+        if self._shut:
+            return
+        self._shut = True
+        self._send.close()
+        self._dirty.clear()
+        self._waiting.clear()
+        self._heap.clear()
+        self._queued_at.clear()
+        if self._timer_scope is not None:
+            self._timer_scope.cancel(reason="work queue shut down")
+        if not self._processing:
+            self._idle.set()
+
+    @property
+    def shut_down(self) -> bool:
+        """Whether :meth:`shutdown` was called."""
+        return self._shut
+
+    async def drain(self) -> None:
+        """Wait until the queue is shut down and every handed-out key is ``done``.
+
+        If cancelled, nothing changes; call again to keep waiting.
+        """
+        await self._idle.wait()
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Run the timer that moves delayed keys to the ready channel, until :meth:`shutdown`.
+
+        If cancelled, delayed keys stay pending; they are delivered if the timer runs again.
+        """
+        with trio.CancelScope() as timer_scope:
+            self._timer_scope = timer_scope
+            if self._shut:
+                timer_scope.cancel()
+            task_status.started()
+            heap = self._heap
+            while True:
+                now = trio.current_time()
+                while heap and heap[0][0] <= now:
+                    deadline, _, key = heapq.heappop(heap)
+                    if self._waiting.get(key) == deadline:
+                        del self._waiting[key]
+                        self.add(key)
+                with trio.CancelScope(deadline=heap[0][0] if heap else math.inf) as sleep_scope:
+                    self._sleep_scope = sleep_scope
+                    await trio.sleep_forever()
+                self._sleep_scope = None
+        self._timer_scope = None
+
+    def __len__(self) -> int:
+        """Number of keys ready and waiting for a worker."""
+        return self._send.statistics().current_buffer_used if not self._shut else 0
+
+    def statistics(self) -> WorkQueueStatistics:
+        """A snapshot of the queue's state and counters."""
+        now = trio.current_time()
+        longest = now - min(self._processing.values()) if self._processing else 0.0
+        return WorkQueueStatistics(
+            depth=len(self),
+            processing=len(self._processing),
+            waiting=len(self._waiting),
+            adds_total=self._adds_total,
+            retries_total=self._retries_total,
+            shut_down=self._shut,
+            longest_processing=longest,
+        )

@@ -1,0 +1,1 @@
+"""What users need to test their reconcilers: an embedded Kubernetes-compatible API server."""
