@@ -250,8 +250,16 @@ class Controller:
             observer.on_run_started(self, run)
         try:
             outcome = await self._execute(run)
-        finally:
+        except trio.Cancelled:
+            # The controllers nursery itself is cancelled (a forced shutdown, or the caller of
+            # Manager.run was cancelled): record the run as shut down, then let it unwind.
             del self._running[key]
+            self._finish(run, Outcome(OutcomeKind.SHUTDOWN, reason=run.cancel_reason or "cancelled"))
+            raise
+        del self._running[key]
+        self._finish(run, outcome)
+
+    def _finish(self, run: Run, outcome: Outcome) -> None:
         run.outcome = outcome
         run.finished_at = trio.current_time()
         self._settle(run, outcome)

@@ -49,6 +49,8 @@ class Run:
     supersede_pending: str | None = None
     """Under the interruptible policy: the reason of a supersede waiting for an interruptible section."""
     shields: set[trio.CancelScope] = attrs.field(factory=set)
+    forced: bool = False
+    """Set by a forced shutdown: shields are cancelled, and new ones start cancelled."""
     outcome: Outcome | None = None
     finished_at: float | None = None
 
@@ -61,6 +63,7 @@ class Run:
 
     def force_cancel(self, cause: CancelCause, reason: str) -> None:
         """Cancel the run and every ``ctx.shield`` section in it."""
+        self.forced = True
         self.cancel(cause, reason)
         for shield in list(self.shields):
             shield.cancel(reason=reason)
@@ -162,6 +165,8 @@ class RunContext:
             raise ValueError("seconds must be >= 0")
         run = self._run
         with trio.CancelScope(shield=True, deadline=trio.current_time() + seconds) as scope:
+            if run.forced:
+                scope.cancel(reason=run.cancel_reason)
             run.shields.add(scope)
             try:
                 yield scope

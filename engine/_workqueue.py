@@ -176,6 +176,19 @@ class WorkQueue(Generic[K]):
 
     # -- taking ------------------------------------------------------------------------------
 
+    def get_nowait(self) -> K:
+        """Take a ready key without waiting, or raise ``trio.WouldBlock`` if there is none.
+
+        Raises :class:`QueueShutDown` once the queue is shut down. Not a checkpoint.
+        """
+        if self._shut:
+            raise QueueShutDown(f"work queue {self.name!r} is shut down")
+        try:
+            key = self._receive.receive_nowait()
+        except trio.EndOfChannel:
+            raise QueueShutDown(f"work queue {self.name!r} is shut down") from None
+        return self._take(key)
+
     async def get(self) -> K:
         """Wait for a ready key and hand it to the caller, who must later call :meth:`done`.
 
@@ -190,6 +203,9 @@ class WorkQueue(Generic[K]):
             raise QueueShutDown(f"work queue {self.name!r} is shut down") from None
         if self._shut:
             raise QueueShutDown(f"work queue {self.name!r} is shut down")
+        return self._take(key)
+
+    def _take(self, key: K) -> K:
         now = trio.current_time()
         self._dirty.discard(key)
         self._processing[key] = now
@@ -264,17 +280,21 @@ class WorkQueue(Generic[K]):
             task_status.started()
             heap = self._heap
             while True:
-                now = trio.current_time()
-                while heap and heap[0][0] <= now:
-                    deadline, _, key = heapq.heappop(heap)
-                    if self._waiting.get(key) == deadline:
-                        del self._waiting[key]
-                        self.add(key)
+                self._fire_due()
                 with trio.CancelScope(deadline=heap[0][0] if heap else math.inf) as sleep_scope:
                     self._sleep_scope = sleep_scope
                     await trio.sleep_forever()
                 self._sleep_scope = None
         self._timer_scope = None
+
+    def _fire_due(self) -> None:
+        heap = self._heap
+        now = trio.current_time()
+        while heap and heap[0][0] <= now:
+            deadline, _, key = heapq.heappop(heap)
+            if self._waiting.get(key) == deadline:
+                del self._waiting[key]
+                self.add(key)
 
     def __len__(self) -> int:
         """Number of keys ready and waiting for a worker."""

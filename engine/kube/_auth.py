@@ -314,9 +314,9 @@ class ExecAuth(httpx.Auth):
     async def run_plugin(self) -> ExecCredential:
         """Run the plugin with :func:`trio.run_process`, cache and return the credential.
 
-        Cancellation: if cancelled while the plugin runs, the process is killed (trio sends
-        SIGTERM, then SIGKILL after 5 seconds) and nothing is cached; the previous cached
-        credential, if any, is left as it was.
+        Cancellation: if cancelled while the plugin runs, the process is killed with SIGKILL
+        (as client-go does) and reaped before :exc:`trio.Cancelled` propagates; nothing is
+        cached and the previous cached credential, if any, is left as it was.
         """
         self._check_mode()
         try:
@@ -327,6 +327,7 @@ class ExecAuth(httpx.Auth):
                 capture_stdout=True,
                 capture_stderr=True,
                 check=False,
+                deliver_cancel=_kill,
             )
         except OSError as exc:
             raise self._not_found(exc) from None
@@ -396,6 +397,10 @@ class ExecAuth(httpx.Auth):
             self._refresh_after_401(credential)
             self._apply(request, await self.get_credential())
             yield request
+
+
+async def _kill(process: trio.Process) -> None:
+    process.kill()
 
 
 def _parse_exec_credential(stdout: bytes, api_version: str) -> ExecCredential | str:

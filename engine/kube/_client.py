@@ -31,7 +31,7 @@ import logging
 import math
 import random
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from types import TracebackType
 from typing import Any, Literal, Protocol
 
@@ -326,6 +326,7 @@ class Client:
         if self._state is not _State.UNOPENED:
             raise ClientStateError("a Client can be opened only once")
         kwargs = dict(self._config.httpx_client_kwargs())
+        await self._exec_client_certificate(kwargs)
         if self._transport is not None:
             for key in ("proxy", "verify", "cert", "mounts"):
                 kwargs.pop(key, None)
@@ -347,6 +348,15 @@ class Client:
         tb: TracebackType | None,
     ) -> None:
         await self.aclose()
+
+    async def _exec_client_certificate(self, kwargs: dict[str, Any]) -> None:
+        get_credential = getattr(kwargs.get("auth"), "get_credential", None)
+        ssl_context = getattr(self._config, "ssl_context", None)
+        if self._transport is not None or get_credential is None or ssl_context is None:
+            return
+        credential = await get_credential()
+        if getattr(credential, "client_certificate_data", None) is not None:
+            kwargs["verify"] = ssl_context(credential=credential)
 
     async def aclose(self) -> None:
         """Close the connection pool. Idempotent.
@@ -937,6 +947,15 @@ class WatchStream:
     ) -> None:
         await self.aclose()
 
+    async def _exec_client_certificate(self, kwargs: dict[str, Any]) -> None:
+        get_credential = getattr(kwargs.get("auth"), "get_credential", None)
+        ssl_context = getattr(self._config, "ssl_context", None)
+        if self._transport is not None or get_credential is None or ssl_context is None:
+            return
+        credential = await get_credential()
+        if getattr(credential, "client_certificate_data", None) is not None:
+            kwargs["verify"] = ssl_context(credential=credential)
+
     async def aclose(self) -> None:
         """Close the stream and its connection. Idempotent.
 
@@ -1068,6 +1087,3 @@ class WatchStream:
             return None
         return WatchEvent(type=event_type, object=obj)
 
-
-def _labels(items: Iterable[tuple[str, str]]) -> str:
-    return ",".join(f"{k}={v}" for k, v in items)

@@ -1,0 +1,10 @@
+"""``python -m engine``: the command line."""
+
+from __future__ import annotations
+
+import sys
+
+from ._cli import main
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

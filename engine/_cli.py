@@ -1,0 +1,29 @@
+"""The ``python -m engine`` command line: subcommands dispatch to their modules lazily."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+
+__all__ = ["main"]
+
+_COMMANDS = {
+    "demo": ("engine._demo", "Run the three failure scenarios of DESIGN.md in-process and print verdicts."),
+    "apiserver": ("engine.testing._cli", "Run the embedded Kubernetes-compatible API server on loopback."),
+}
+
+
+def main(argv: list[str]) -> int:
+    """Run a subcommand; returns the process exit code."""
+    parser = argparse.ArgumentParser(prog="python -m engine", description="trio reconciler engine")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, (_, help_text) in _COMMANDS.items():
+        sub.add_parser(name, help=help_text, add_help=False)
+    if not argv or argv[0] in ("-h", "--help"):
+        parser.print_help()
+        return 0 if argv else 2
+    command, rest = argv[0], argv[1:]
+    if command not in _COMMANDS:
+        parser.error(f"unknown command {command!r} (choose from {', '.join(_COMMANDS)})")
+    module = importlib.import_module(_COMMANDS[command][0])
+    return int(module.main(rest))

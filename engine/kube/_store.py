@@ -1,0 +1,150 @@
+"""The informer's cache: one writer (the informer), many readers, with indexes."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any
+
+__all__ = ["Store", "IndexFunc", "ObjectKey", "NAMESPACE_INDEX", "OWNER_INDEX", "object_key"]
+
+ObjectKey = tuple[str | None, str]
+"""``(namespace, name)``; the namespace is ``None`` for cluster-scoped objects."""
+
+IndexFunc = Callable[[Mapping[str, Any]], Iterable[str]]
+"""Maps an object to the index values it is filed under (none, one or several)."""
+
+NAMESPACE_INDEX = "namespace"
+"""Built-in index: objects by ``metadata.namespace`` (cluster-scoped objects are not filed)."""
+OWNER_INDEX = "owner"
+"""Built-in index: objects by the ``uid`` of each of their ``metadata.ownerReferences``."""
+
+
+def object_key(obj: Mapping[str, Any]) -> ObjectKey:
+    """The store key of an object: ``(metadata.namespace or None, metadata.name)``."""
+    meta = obj["metadata"]
+    return (meta.get("namespace") or None, meta["name"])
+
+
+def _by_namespace(obj: Mapping[str, Any]) -> Iterable[str]:
+    ns = obj["metadata"].get("namespace")
+    return (ns,) if ns else ()
+
+
+def _by_owner(obj: Mapping[str, Any]) -> Iterable[str]:
+    refs = obj["metadata"].get("ownerReferences")
+    if not isinstance(refs, list):
+        return ()
+    return [r["uid"] for r in refs if isinstance(r, Mapping) and isinstance(r.get("uid"), str)]
+
+
+class Store:
+    """A cache of objects of one resource type, kept current by an :class:`Informer`.
+
+    Reads are synchronous and never checkpoint; they see the informer's view, which **may be
+    stale**: it lags the API server by however long the watch takes to deliver. It is never
+    older than the last event an informer handler was called for, since the store is updated
+    before the handlers run. Returned objects are the cached ones, shared with every reader:
+    treat them as read-only (copy before changing).
+
+    Indexes file each object under the values an index function returns. ``namespace`` and
+    ``owner`` (owner reference uids) are built in; :meth:`add_index` adds more by name, at any
+    time. Only the informer writes, through the private ``_put``/``_remove`` methods.
+    """
+
+    def __init__(self) -> None:
+        self._objects: dict[ObjectKey, dict[str, Any]] = {}
+        self._index_funcs: dict[str, IndexFunc] = {}
+        self._indexes: dict[str, dict[str, set[ObjectKey]]] = {}
+        self._filed: dict[str, dict[ObjectKey, tuple[str, ...]]] = {}
+        self.add_index(NAMESPACE_INDEX, _by_namespace)
+        self.add_index(OWNER_INDEX, _by_owner)
+
+    def add_index(self, name: str, func: IndexFunc) -> None:
+        """Add the index ``name``, filing every cached and future object under ``func(obj)``.
+
+        Raises ``ValueError`` if an index of that name exists.
+        """
+        if name in self._index_funcs:
+            raise ValueError(f"index names must be unique, and {name!r} exists")
+        self._index_funcs[name] = func
+        self._indexes[name] = {}
+        self._filed[name] = {}
+        for key, obj in self._objects.items():
+            self._file(name, key, obj)
+
+    def get(self, namespace: str | None, name: str) -> dict[str, Any] | None:
+        """The cached object, or ``None``. Pass ``None`` as namespace for cluster-scoped objects."""
+        return self._objects.get((namespace or None, name))
+
+    def list(self) -> list[dict[str, Any]]:
+        """Every cached object, in no particular order."""
+        return list(self._objects.values())
+
+    def keys(self) -> list[ObjectKey]:
+        """The ``(namespace, name)`` key of every cached object."""
+        return list(self._objects)
+
+    def by_index(self, name: str, value: str) -> list[dict[str, Any]]:
+        """The cached objects that index ``name`` files under ``value``.
+
+        Raises ``KeyError`` for an unknown index.
+        """
+        if name not in self._indexes:
+            raise KeyError(f"no index named {name!r}; add it with add_index() first")
+        return [self._objects[key] for key in self._indexes[name].get(value, ())]
+
+    def index_values(self, name: str) -> list[str]:
+        """The values under which index ``name`` files at least one object."""
+        if name not in self._indexes:
+            raise KeyError(f"no index named {name!r}; add it with add_index() first")
+        return list(self._indexes[name])
+
+    def __len__(self) -> int:
+        return len(self._objects)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._objects
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        return iter(list(self._objects.values()))
+
+    def _file(self, index: str, key: ObjectKey, obj: Mapping[str, Any]) -> None:
+        values = tuple(dict.fromkeys(self._index_funcs[index](obj)))
+        buckets = self._indexes[index]
+        for value in values:
+            buckets.setdefault(value, set()).add(key)
+        if values:
+            self._filed[index][key] = values
+
+    def _unfile(self, index: str, key: ObjectKey) -> None:
+        values = self._filed[index].pop(key, ())
+        buckets = self._indexes[index]
+        for value in values:
+            bucket = buckets.get(value)
+            if bucket is not None:
+                bucket.discard(key)
+                if not bucket:
+                    del buckets[value]
+
+    def _put(self, obj: dict[str, Any]) -> dict[str, Any] | None:
+        key = object_key(obj)
+        new_values = {index: tuple(dict.fromkeys(f(obj))) for index, f in self._index_funcs.items()}
+        old = self._objects.get(key)
+        if old is not None:
+            for index in self._index_funcs:
+                self._unfile(index, key)
+        self._objects[key] = obj
+        for index, values in new_values.items():
+            buckets = self._indexes[index]
+            for value in values:
+                buckets.setdefault(value, set()).add(key)
+            if values:
+                self._filed[index][key] = values
+        return old
+
+    def _remove(self, key: ObjectKey) -> dict[str, Any] | None:
+        old = self._objects.pop(key, None)
+        if old is not None:
+            for index in self._index_funcs:
+                self._unfile(index, key)
+        return old

@@ -1,0 +1,176 @@
+"""Resource types the embedded server serves, and the discovery documents that describe them."""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+import attrs
+
+from ._errors import RequestRejected
+
+__all__ = ["ResourceType", "BUILTIN_TYPES", "resource_types_from_crd", "VERBS"]
+
+VERBS = ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]
+
+
+@attrs.frozen
+class ResourceType:
+    """One served ``group/version/plural``."""
+
+    group: str
+    """API group; ``""`` for the core group."""
+    version: str
+    """API version within the group, such as ``"v1"``."""
+    plural: str
+    """The resource name in URLs, such as ``"configmaps"``."""
+    singular: str
+    """Singular name, such as ``"configmap"``."""
+    kind: str
+    """Object kind, such as ``"ConfigMap"``."""
+    namespaced: bool
+    """Whether objects live in a namespace."""
+    short_names: tuple[str, ...] = ()
+    """Short names kubectl accepts (``cm``)."""
+    has_status: bool = False
+    """Whether a ``status`` subresource is served."""
+    categories: tuple[str, ...] = ()
+    """Categories such as ``all``."""
+    printer_columns: tuple[dict[str, Any], ...] = ()
+    """``additionalPrinterColumns`` of a custom resource (informational)."""
+
+    @property
+    def api_version(self) -> str:
+        """``group/version``, or just ``version`` for the core group."""
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    @property
+    def list_kind(self) -> str:
+        """Kind of a list of these objects."""
+        return f"{self.kind}List"
+
+    @property
+    def storage_key(self) -> tuple[str, str]:
+        """``(group, plural)``: objects are stored once whatever the version they are read in."""
+        return (self.group, self.plural)
+
+    def api_resources(self) -> list[dict[str, Any]]:
+        """Entries for an ``APIResourceList``: the resource and its subresources."""
+        digest = hashlib.sha256(f"{self.api_version}/{self.kind}".encode()).digest()
+        import base64
+
+        entry: dict[str, Any] = {
+            "name": self.plural,
+            "singularName": self.singular,
+            "namespaced": self.namespaced,
+            "kind": self.kind,
+            "verbs": list(VERBS),
+            "storageVersionHash": base64.b64encode(digest[:8]).decode(),
+        }
+        if self.short_names:
+            entry["shortNames"] = list(self.short_names)
+        if self.categories:
+            entry["categories"] = list(self.categories)
+        entries = [entry]
+        if self.has_status:
+            entries.append(
+                {
+                    "name": f"{self.plural}/status",
+                    "singularName": "",
+                    "namespaced": self.namespaced,
+                    "kind": self.kind,
+                    "verbs": ["get", "patch", "update"],
+                }
+            )
+        return entries
+
+
+BUILTIN_TYPES: tuple[ResourceType, ...] = (
+    ResourceType("", "v1", "namespaces", "namespace", "Namespace", False, ("ns",), True),
+    ResourceType("", "v1", "configmaps", "configmap", "ConfigMap", True, ("cm",)),
+    ResourceType("", "v1", "secrets", "secret", "Secret", True),
+    ResourceType("", "v1", "events", "event", "Event", True, ("ev",)),
+    ResourceType("coordination.k8s.io", "v1", "leases", "lease", "Lease", True),
+    ResourceType("events.k8s.io", "v1", "events", "event", "Event", True, ("ev",)),
+    ResourceType(
+        "apiextensions.k8s.io",
+        "v1",
+        "customresourcedefinitions",
+        "customresourcedefinition",
+        "CustomResourceDefinition",
+        False,
+        ("crd", "crds"),
+        True,
+    ),
+)
+
+
+def _crd_invalid(name: str, field: str, message: str) -> RequestRejected:
+    return RequestRejected(
+        422,
+        "Invalid",
+        f'CustomResourceDefinition.apiextensions.k8s.io "{name}" is invalid: {field}: {message}',
+        details={
+            "name": name,
+            "group": "apiextensions.k8s.io",
+            "kind": "CustomResourceDefinition",
+            "causes": [{"reason": "FieldValueInvalid", "message": message, "field": field}],
+        },
+    )
+
+
+def resource_types_from_crd(crd: dict[str, Any]) -> list[ResourceType]:
+    """The served resource types a CustomResourceDefinition declares, storage version first.
+
+    Raises :class:`RequestRejected` (422) when the definition breaks a rule the real server
+    enforces: name ``<plural>.<group>``, a group with a dot, a known scope, at least one served
+    version and exactly one storage version.
+    """
+    name = str(crd.get("metadata", {}).get("name", ""))
+    spec = crd.get("spec")
+    if not isinstance(spec, dict):
+        raise _crd_invalid(name, "spec", "Required value")
+    group = spec.get("group")
+    names = spec.get("names") or {}
+    plural = names.get("plural")
+    kind = names.get("kind")
+    if not isinstance(group, str) or "." not in group:
+        raise _crd_invalid(name, "spec.group", "should be a domain with at least one dot")
+    if not isinstance(plural, str) or not plural:
+        raise _crd_invalid(name, "spec.names.plural", "Required value")
+    if not isinstance(kind, str) or not kind:
+        raise _crd_invalid(name, "spec.names.kind", "Required value")
+    if name != f"{plural}.{group}":
+        raise _crd_invalid(name, "metadata.name", f'must be spec.names.plural+"."+spec.group')
+    scope = spec.get("scope")
+    if scope not in ("Namespaced", "Cluster"):
+        raise _crd_invalid(name, "spec.scope", 'Unsupported value: must be "Namespaced" or "Cluster"')
+    versions = spec.get("versions")
+    if not isinstance(versions, list) or not versions:
+        raise _crd_invalid(name, "spec.versions", "must have at least one version")
+    storage = [v for v in versions if isinstance(v, dict) and v.get("storage")]
+    if len(storage) != 1:
+        raise _crd_invalid(name, "spec.versions", "must have exactly one version marked as storage version")
+    ordered = storage + [v for v in versions if v is not storage[0]]
+    types = []
+    for version in ordered:
+        if not isinstance(version, dict) or not isinstance(version.get("name"), str):
+            raise _crd_invalid(name, "spec.versions[].name", "Required value")
+        if not version.get("served", False):
+            continue
+        subresources = version.get("subresources") or {}
+        types.append(
+            ResourceType(
+                group=group,
+                version=version["name"],
+                plural=plural,
+                singular=names.get("singular") or kind.lower(),
+                kind=kind,
+                namespaced=scope == "Namespaced",
+                short_names=tuple(names.get("shortNames") or ()),
+                has_status="status" in subresources,
+                categories=tuple(names.get("categories") or ()),
+                printer_columns=tuple(version.get("additionalPrinterColumns") or ()),
+            )
+        )
+    return types

@@ -1,0 +1,467 @@
+from __future__ import annotations
+
+import random
+
+import pytest
+import trio
+import trio.testing
+
+from engine import (
+    CancelCause,
+    Controller,
+    DependencyNotReady,
+    EventType,
+    Manager,
+    MemorySink,
+    ObjectRef,
+    OutcomeKind,
+    Result,
+    RunContext,
+    RunLog,
+    SupersedePolicy,
+    TerminalError,
+)
+
+from ._support import running
+
+A = ObjectRef("Bundle", "a", "ns")
+B = ObjectRef("Bundle", "b", "ns")
+
+
+def make(reconcile, **kwargs) -> tuple[Manager, Controller, RunLog, MemorySink]:  # type: ignore[no-untyped-def]
+    manager = Manager(handle_signals=False, grace_period=5)
+    sink = MemorySink()
+    manager.add_sink(sink)
+    log = RunLog()
+    manager.add_observer(log)
+    controller = manager.add_controller(Controller("test", reconcile, **kwargs))
+    return manager, controller, log, sink
+
+
+async def test_reconciler_must_be_async() -> None:
+    def sync_reconcile(ctx: RunContext) -> None:
+        pass
+
+    with pytest.raises(TypeError, match=r"^reconciler must be async: define it with 'async def'$"):
+        Controller("c", sync_reconcile)  # type: ignore[arg-type]
+
+
+async def test_reconciler_object_with_reconcile_method(autojump_clock: trio.testing.MockClock) -> None:
+    class R:
+        def __init__(self) -> None:
+            self.seen: list[ObjectRef] = []
+
+        async def reconcile(self, ctx: RunContext) -> None:
+            self.seen.append(ctx.ref)
+
+    r = R()
+    manager, controller, log, _ = make(r)
+    async with running(manager):
+        controller.trigger(A)
+        await trio.sleep(1)
+    assert r.seen == [A]
+    assert log.kinds() == [OutcomeKind.SUCCEEDED]
+
+
+async def test_many_triggers_during_a_run_collapse_into_one_rerun_with_the_newest(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    seen = []
+
+    async def reconcile(ctx: RunContext) -> None:
+        seen.append(ctx.trigger.revision)
+        await trio.sleep(10)
+
+    manager, controller, log, _ = make(reconcile, supersede=SupersedePolicy.NEVER)
+    async with running(manager):
+        controller.trigger(A, revision="1")
+        await trio.sleep(1)
+        for rev in range(2, 12):
+            controller.trigger(A, revision=str(rev))
+        await trio.sleep(30)
+    assert seen == ["1", "11"]
+    assert log.kinds() == [OutcomeKind.SUCCEEDED, OutcomeKind.SUCCEEDED]
+
+
+async def test_supersede_cancel_run_cancels_and_reruns_with_newest(autojump_clock: trio.testing.MockClock) -> None:
+    seen = []
+    causes = []
+
+    async def reconcile(ctx: RunContext) -> None:
+        seen.append(ctx.trigger.revision)
+        try:
+            await trio.sleep(10)
+        finally:
+            causes.append(ctx.cancel_cause)
+
+    manager, controller, log, sink = make(reconcile)
+    async with running(manager):
+        controller.trigger(A, revision="1")
+        await trio.sleep(1)
+        controller.trigger(A, revision="2")
+        controller.trigger(A, revision="3")
+        await trio.sleep(30)
+    assert seen == ["1", "3"]
+    assert causes == [CancelCause.SUPERSEDED, None]
+    assert log.kinds() == [OutcomeKind.SUPERSEDED, OutcomeKind.SUCCEEDED]
+    assert not [e for e in sink.events if e.type is EventType.WARNING], "a superseded run is not a failure"
+
+
+async def test_supersede_cancels_the_reconcilers_own_nurseries(autojump_clock: trio.testing.MockClock) -> None:
+    child_cancelled = trio.Event()
+
+    async def child() -> None:
+        try:
+            await trio.sleep_forever()
+        except trio.Cancelled:
+            child_cancelled.set()
+            raise
+
+    async def reconcile(ctx: RunContext) -> None:
+        if ctx.trigger.revision == "1":
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(child)
+                nursery.start_soon(child)
+
+    manager, controller, log, _ = make(reconcile)
+    async with running(manager):
+        controller.trigger(A, revision="1")
+        await trio.sleep(1)
+        controller.trigger(A, revision="2")
+        await trio.sleep(1)
+    assert child_cancelled.is_set()
+    assert log.kinds() == [OutcomeKind.SUPERSEDED, OutcomeKind.SUCCEEDED]
+
+
+async def test_supersede_interruptible_only_cancels_inside_interruptible(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    steps = []
+
+    async def reconcile(ctx: RunContext) -> None:
+        steps.append(("apply", ctx.trigger.revision))
+        await trio.sleep(5)
+        steps.append(("applied", ctx.trigger.revision))
+        with ctx.interruptible():
+            await trio.sleep(100)
+        steps.append(("healthy", ctx.trigger.revision))
+
+    manager, controller, log, _ = make(reconcile, supersede=SupersedePolicy.INTERRUPTIBLE)
+    async with running(manager):
+        controller.trigger(A, revision="1")
+        await trio.sleep(1)
+        controller.trigger(A, revision="2")  # during apply: not cancelled there
+        await trio.sleep(10)  # now inside the health check of revision 1?  no: pending supersede cancels at entry
+        await trio.sleep(200)
+        controller.trigger(A, revision="3")
+        await trio.sleep(50)  # revision 3 is in its health check
+        controller.trigger(A, revision="4")
+        await trio.sleep(200)
+    assert steps == [
+        ("apply", "1"), ("applied", "1"),
+        ("apply", "2"), ("applied", "2"), ("healthy", "2"),
+        ("apply", "3"), ("applied", "3"),
+        ("apply", "4"), ("applied", "4"), ("healthy", "4"),
+    ]
+    assert log.kinds() == [
+        OutcomeKind.SUPERSEDED, OutcomeKind.SUCCEEDED, OutcomeKind.SUPERSEDED, OutcomeKind.SUCCEEDED,
+    ]
+
+
+async def test_supersede_never_only_marks_dirty(autojump_clock: trio.testing.MockClock) -> None:
+    seen = []
+
+    async def reconcile(ctx: RunContext) -> None:
+        seen.append(ctx.trigger.revision)
+        with ctx.interruptible():
+            await trio.sleep(10)
+
+    manager, controller, log, _ = make(reconcile, supersede=SupersedePolicy.NEVER)
+    async with running(manager):
+        controller.trigger(A, revision="1")
+        await trio.sleep(1)
+        controller.trigger(A, revision="2")
+        await trio.sleep(30)
+    assert seen == ["1", "2"]
+    assert log.kinds() == [OutcomeKind.SUCCEEDED, OutcomeKind.SUCCEEDED]
+
+
+async def test_one_observation_delivered_twice_does_not_cancel_the_run_it_started(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Seed 1, structurally: an update handler maps the old and the new object (one
+    observation, two triggers) and a worker picks the key up between the two calls."""
+    seen = []
+
+    async def reconcile(ctx: RunContext) -> None:
+        seen.append((ctx.trigger.sequence, ctx.trigger.revision))
+        with ctx.interruptible():
+            await trio.sleep(10)
+
+    manager, controller, log, _ = make(reconcile, supersede=SupersedePolicy.INTERRUPTIBLE)
+    async with running(manager):
+        seq = controller.next_sequence()
+        controller.trigger(A, revision="new", sequence=seq)  # mapped from the old object
+        await trio.testing.wait_all_tasks_blocked()  # a worker picks the key up in between
+        assert A in controller.running
+        controller.trigger(A, revision="new", sequence=seq)  # mapped from the new object
+        await trio.sleep(60)
+    assert log.kinds()[0] is OutcomeKind.SUCCEEDED, "the duplicate must not cancel the run it started"
+    assert len(seen) >= 1 and seen[0] == (seq, "new")
+
+
+async def test_seed1_double_mapped_update_always_runs_again(autojump_clock: trio.testing.MockClock) -> None:
+    """Seed 1 reproduction: rapid revisions, each update mapped twice (old and new object),
+    with the worker picking the key up between the two calls, health checks interruptible.
+    After the last revision, the key must have run (to success) with the final revision."""
+    state = {"revision": "0"}
+    healthy_at: list[str] = []
+
+    async def reconcile(ctx: RunContext) -> None:
+        revision = state["revision"]
+        await trio.sleep(0.002)  # apply
+        with ctx.interruptible():
+            await trio.sleep(1.0)  # health check
+        healthy_at.append(revision)
+
+    manager, controller, log, _ = make(reconcile, supersede=SupersedePolicy.INTERRUPTIBLE)
+    async with running(manager):
+        for rev in range(1, 51):
+            state["revision"] = str(rev)  # the cache is updated first (read-your-trigger)
+            seq = controller.next_sequence()
+            controller.trigger(A, reason="old object", revision=str(rev), sequence=seq)
+            await trio.testing.wait_all_tasks_blocked()
+            controller.trigger(A, reason="new object", revision=str(rev), sequence=seq)
+            await trio.sleep(0.010)
+        await trio.sleep(30)
+    assert healthy_at and healthy_at[-1] == "50"
+    assert log.records[-1].kind is OutcomeKind.SUCCEEDED
+    assert log.records[-1].trigger.revision == "50"
+
+
+async def test_randomized_every_late_trigger_gets_a_run(autojump_clock: trio.testing.MockClock) -> None:
+    """Over many keys, triggers (some duplicated with one sequence) and completions: after
+    quiescence, every key whose newest trigger arrived after its last run started has run
+    again with that trigger."""
+    rng = random.Random(20261202)
+    keys = [ObjectRef("K", f"k{i}") for i in range(12)]
+    for policy in SupersedePolicy:
+        starts: dict[ObjectRef, list[tuple[float, int]]] = {k: [] for k in keys}
+
+        async def reconcile(ctx: RunContext) -> None:
+            starts[ctx.ref].append((trio.current_time(), ctx.trigger.sequence))
+            await trio.sleep(rng.choice([0, 0.001, 0.01, 0.05]))
+            with ctx.interruptible():
+                await trio.sleep(rng.choice([0, 0.01, 0.1]))
+            if rng.random() < 0.1:
+                raise RuntimeError("flaky")
+
+        manager, controller, log, _ = make(reconcile, supersede=policy, max_concurrent=3)
+        newest: dict[ObjectRef, tuple[float, int]] = {}
+        async with running(manager):
+            for _ in range(600):
+                key = rng.choice(keys)
+                seq = controller.next_sequence()
+                controller.trigger(key, sequence=seq)
+                newest[key] = (trio.current_time(), seq)
+                if rng.random() < 0.3:
+                    await trio.testing.wait_all_tasks_blocked()
+                    controller.trigger(key, sequence=seq)
+                await trio.sleep(rng.choice([0, 0, 0.001, 0.005, 0.02]))
+            await trio.sleep(2000)
+        for key, (at, seq) in newest.items():
+            assert starts[key], f"{key} never ran"
+            last_start, last_seq = starts[key][-1]
+            assert last_start >= at, f"{policy}: {key} newest trigger at {at} had no run after it"
+            assert last_seq >= seq
+
+
+async def test_failure_is_retried_with_backoff_and_emits_a_warning(autojump_clock: trio.testing.MockClock) -> None:
+    attempts = []
+
+    async def reconcile(ctx: RunContext) -> None:
+        attempts.append((ctx.attempt, trio.current_time()))
+        if ctx.attempt < 4:
+            raise RuntimeError("not yet")
+
+    manager, controller, log, sink = make(reconcile)
+    async with running(manager):
+        controller.trigger(A)
+        await trio.sleep(10)
+    assert [a for a, _ in attempts] == [1, 2, 3, 4]
+    gaps = [round(t2 - t1, 3) for (_, t1), (_, t2) in zip(attempts, attempts[1:])]
+    assert gaps == [0.005, 0.01, 0.02]
+    assert log.kinds() == [OutcomeKind.FAILED] * 3 + [OutcomeKind.SUCCEEDED]
+    assert controller.queue.num_requeues(A) == 0, "success resets the failure count"
+    await trio.sleep(0)
+    warnings = [e for e in sink.events if e.type is EventType.WARNING]
+    assert [e.reason for e in warnings] == ["ReconcileFailed"] * 3
+    assert warnings[0].message == "RuntimeError: not yet"
+
+
+async def test_a_raising_reconciler_does_not_take_down_others(autojump_clock: trio.testing.MockClock) -> None:
+    async def reconcile(ctx: RunContext) -> None:
+        if ctx.ref == A:
+            raise KeyError("boom")
+
+    manager, controller, log, _ = make(reconcile, max_concurrent=2)
+    async with running(manager):
+        controller.trigger(A)
+        controller.trigger(B)
+        await trio.sleep(1)
+        controller.trigger(B)
+        await trio.sleep(1)
+    assert log.kinds(B) == [OutcomeKind.SUCCEEDED, OutcomeKind.SUCCEEDED]
+    assert OutcomeKind.FAILED in log.kinds(A)
+
+
+async def test_deadline_is_a_failure(autojump_clock: trio.testing.MockClock) -> None:
+    async def reconcile(ctx: RunContext) -> None:
+        if ctx.attempt == 1:
+            await trio.sleep(100)
+
+    manager, controller, log, sink = make(reconcile, timeout=5)
+    async with running(manager):
+        controller.trigger(A)
+        await trio.sleep(20)
+    assert log.kinds() == [OutcomeKind.DEADLINE, OutcomeKind.SUCCEEDED]
+    deadline = log.records[0]
+    assert deadline.outcome.is_failure
+    assert deadline.finished_at - deadline.started_at == pytest.approx(5)
+    assert log.records[1].attempt == 2, "a deadline is retried through the rate limiter"
+    assert [e.reason for e in sink.events] == ["ReconcileDeadlineExceeded"]
+
+
+async def test_superseded_is_not_a_failure_but_deadline_is(autojump_clock: trio.testing.MockClock) -> None:
+    async def reconcile(ctx: RunContext) -> None:
+        await trio.sleep(10)
+
+    manager, controller, log, sink = make(reconcile, timeout=30)
+    async with running(manager):
+        controller.trigger(A)
+        await trio.sleep(1)
+        controller.trigger(A)
+        await trio.sleep(30)
+    assert [r.outcome.is_failure for r in log.records] == [False, False]
+    assert controller.outcomes[OutcomeKind.SUPERSEDED] == 1
+    assert sink.events == []
+
+
+async def test_terminal_error_is_not_retried(autojump_clock: trio.testing.MockClock) -> None:
+    async def reconcile(ctx: RunContext) -> None:
+        raise TerminalError("spec.replicas must be positive")
+
+    manager, controller, log, sink = make(reconcile)
+    async with running(manager):
+        controller.trigger(A)
+        await trio.sleep(100)
+    assert log.kinds() == [OutcomeKind.TERMINAL]
+    assert [(e.reason, e.message) for e in sink.events] == [
+        ("ReconcileTerminalError", "TerminalError: spec.replicas must be positive")
+    ]
+
+
+async def test_requeue_after(autojump_clock: trio.testing.MockClock) -> None:
+    times = []
+
+    async def reconcile(ctx: RunContext) -> Result:
+        times.append(trio.current_time())
+        return Result(requeue_after=60)
+
+    manager, controller, log, _ = make(reconcile)
+    async with running(manager):
+        controller.trigger(A)
+        await trio.sleep(200)
+    assert [round(t - times[0]) for t in times] == [0, 60, 120, 180]
+    assert set(log.kinds()) == {OutcomeKind.REQUEUE_AFTER}
+
+
+async def test_error_inside_reconciler_nursery_is_a_failure(autojump_clock: trio.testing.MockClock) -> None:
+    async def boom() -> None:
+        raise ValueError("child failed")
+
+    async def reconcile(ctx: RunContext) -> None:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(boom)
+
+    manager, controller, log, _ = make(reconcile)
+    async with running(manager):
+        controller.trigger(A)
+        await trio.sleep(0.001)
+    assert log.kinds()[0] is OutcomeKind.FAILED
+
+
+async def test_dependency_not_ready_inside_nursery_is_unwrapped(autojump_clock: trio.testing.MockClock) -> None:
+    async def reconcile(ctx: RunContext) -> None:
+        async with trio.open_nursery():
+            raise DependencyNotReady([B], retry_after=1000)
+
+    manager, controller, log, _ = make(reconcile)
+    async with running(manager):
+        controller.trigger(A)
+        await trio.sleep(1)
+    assert log.kinds() == [OutcomeKind.DEPENDENCY_NOT_READY]
+    assert log.records[0].outcome.dependencies == (B,)
+
+
+async def test_shield_lets_a_superseded_run_finish_its_status_write(autojump_clock: trio.testing.MockClock) -> None:
+    writes = []
+
+    async def reconcile(ctx: RunContext) -> None:
+        try:
+            await trio.sleep(10)
+        finally:
+            with ctx.shield(2) as scope:
+                await trio.sleep(1)  # the status write
+                writes.append(ctx.cancel_cause)
+            assert not scope.cancelled_caught
+
+    manager, controller, log, _ = make(reconcile)
+    async with running(manager):
+        controller.trigger(A)
+        await trio.sleep(1)
+        controller.trigger(A)
+        await trio.sleep(30)
+    assert writes == [CancelCause.SUPERSEDED, None]
+
+
+async def test_shield_is_bounded(autojump_clock: trio.testing.MockClock) -> None:
+    out = []
+
+    async def reconcile(ctx: RunContext) -> None:
+        try:
+            await trio.sleep(10)
+        finally:
+            with ctx.shield(2) as scope:
+                await trio.sleep(100)  # a write that hangs
+            out.append((scope.cancelled_caught, trio.current_time()))
+
+    manager, controller, log, _ = make(reconcile, supersede=SupersedePolicy.CANCEL_RUN)
+    async with running(manager):
+        controller.trigger(A)
+        await trio.sleep(1)
+        controller.trigger(A)
+        await trio.sleep(5)
+        assert out == [(True, pytest.approx(3))]
+        manager.stop()
+    assert log.kinds()[0] is OutcomeKind.SUPERSEDED
+
+
+async def test_trigger_after_stop_is_refused_and_cancels_nothing(autojump_clock: trio.testing.MockClock) -> None:
+    cancelled = []
+
+    async def reconcile(ctx: RunContext) -> None:
+        try:
+            await trio.sleep(3)
+        except trio.Cancelled:
+            cancelled.append(ctx.cancel_cause)
+            raise
+
+    manager, controller, log, _ = make(reconcile)
+    async with running(manager):
+        controller.trigger(A)
+        await trio.sleep(1)
+        manager.stop()
+        assert controller.trigger(A) is None
+    assert cancelled == []
+    assert log.kinds() == [OutcomeKind.SUCCEEDED]

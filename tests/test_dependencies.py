@@ -1,0 +1,116 @@
+from __future__ import annotations
+
+import trio
+import trio.testing
+
+from engine import (
+    Controller,
+    DependencyNotReady,
+    Manager,
+    ObjectRef,
+    OutcomeKind,
+    RunContext,
+    RunLog,
+    WebhookSink,
+)
+
+from ._support import running
+from ._webhook import WebhookReceiver
+
+A = ObjectRef("Bundle", "a", "ns")
+B = ObjectRef("Bundle", "b", "ns")
+
+
+async def test_seed3_dependent_starts_at_once_when_dependency_ready_despite_black_holed_webhook(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Seed 3: B depends on A; the notification endpoint accepts connections and never
+    answers; when A becomes ready, B starts within a small bound, and other keys' latency is
+    unaffected. Flux's synchronous recorder made B wait about 220 s here."""
+    receiver = WebhookReceiver()
+    receiver.mode = "blackhole"
+    ready: set[ObjectRef] = set()
+    started: dict[ObjectRef, list[float]] = {}
+
+    async with trio.open_nursery() as outer:
+        await outer.start(receiver.serve)
+        manager = Manager(handle_signals=False, event_flush_timeout=1)
+        manager.add_sink(WebhookSink(receiver.url, timeout=5, max_attempts=4))
+        log = RunLog()
+        manager.add_observer(log)
+
+        async def reconcile(ctx: RunContext) -> None:
+            started.setdefault(ctx.ref, []).append(trio.current_time())
+            ctx.events.normal("Progressing", f"reconciling {ctx.ref.name}")
+            if ctx.ref == B and A not in ready:
+                raise DependencyNotReady([A], retry_after=600)
+            if ctx.ref == A:
+                await trio.sleep(30)  # A's health check
+                ready.add(A)
+                ctx.events.normal("ReconciliationSucceeded", "A is ready")
+                ctx.events.warning("Noise", "a warning for the black hole")
+                manager.mark_ready(A)  # what the watch path does when A's Ready condition flips
+            else:
+                ctx.events.normal("ReconciliationSucceeded", f"{ctx.ref.name} is ready")
+
+        controller = manager.add_controller(Controller("bundles", reconcile, max_concurrent=4))
+        async with running(manager):
+            controller.trigger(A)
+            controller.trigger(B)
+            await trio.sleep(1)
+            assert manager.dependencies.waiting_on(A) == {B}
+            others = [ObjectRef("Bundle", f"o{i}", "ns") for i in range(10)]
+            t_others = trio.current_time()
+            for o in others:
+                controller.trigger(o)
+            await trio.sleep(60)
+            for o in others:
+                assert started[o][0] - t_others < 0.001, "other keys' latency is unaffected"
+        outer.cancel_scope.cancel()
+
+    a_ready_at = started[A][0] + 30
+    b_second_start = started[B][1]
+    assert b_second_start - a_ready_at < 0.001, f"B started {b_second_start - a_ready_at:.3f}s after A was ready"
+    assert log.kinds(B) == [OutcomeKind.DEPENDENCY_NOT_READY, OutcomeKind.SUCCEEDED]
+    assert receiver.connections >= 1, "the webhook really was being called (and black-holed)"
+    assert manager.dependencies.wakeups == 1
+
+
+async def test_dependency_fallback_retry(autojump_clock: trio.testing.MockClock) -> None:
+    times = []
+
+    async def reconcile(ctx: RunContext) -> None:
+        times.append(trio.current_time())
+        if len(times) < 3:
+            raise DependencyNotReady([A], retry_after=20)
+
+    manager = Manager(handle_signals=False)
+    controller = manager.add_controller(Controller("c", reconcile))
+    async with running(manager):
+        controller.trigger(B)
+        await trio.sleep(100)
+    assert [round(t - times[0]) for t in times] == [0, 20, 40]
+
+
+async def test_mark_ready_triggers_only_waiters_and_forgets_them(autojump_clock: trio.testing.MockClock) -> None:
+    C = ObjectRef("Bundle", "c", "ns")
+    runs = []
+
+    async def reconcile(ctx: RunContext) -> None:
+        runs.append(ctx.ref)
+        if len(runs) <= 2:
+            raise DependencyNotReady([A, C], retry_after=10_000)
+
+    manager = Manager(handle_signals=False)
+    controller = manager.add_controller(Controller("c", reconcile))
+    async with running(manager):
+        controller.trigger(B)
+        await trio.sleep(1)
+        assert manager.mark_ready(ObjectRef("Bundle", "unrelated", "ns")) == 0
+        assert manager.mark_ready(C) == 1
+        await trio.sleep(1)
+        assert manager.mark_ready(A) == 1, "B registered again on its second run"
+        await trio.sleep(1)
+        assert manager.mark_ready(A) == 0
+        assert manager.dependencies.waiting_on(C) == set()
+    assert runs == [B, B, B]

@@ -1,0 +1,131 @@
+from __future__ import annotations
+
+import trio
+import trio.testing
+
+from engine import Controller, Event, EventCorrelator, EventRecorder, EventType, Manager, MemorySink, ObjectRef, RunContext
+
+from ._support import running
+
+A = ObjectRef("Bundle", "a", "ns")
+
+
+class StuckSink:
+    name = "stuck"
+
+    def __init__(self) -> None:
+        self.attempts = 0
+
+    async def deliver(self, event: Event) -> None:
+        self.attempts += 1
+        await trio.sleep_forever()
+
+
+class BrokenSink:
+    name = "broken"
+
+    async def deliver(self, event: Event) -> None:
+        raise ConnectionError("endpoint down")
+
+
+async def test_emit_never_awaits_and_counts_drops_when_the_buffer_is_full() -> None:
+    recorder = EventRecorder(buffer_size=3)
+    with trio.testing.assert_no_checkpoints():
+        for i in range(10):
+            recorder.normal(A, "Progressing", f"step {i}")
+    assert recorder.drops() == {("*", "buffer_full"): 7}
+    assert recorder.statistics()["emitted"] == 10
+
+
+async def test_emit_never_raises_even_with_bad_input() -> None:
+    recorder = EventRecorder()
+    recorder.emit(A, EventType.NORMAL, "R", "m", metadata=42)  # type: ignore[arg-type]
+    assert recorder.drops() == {("*", "error"): 1}
+
+
+async def test_a_stuck_sink_delays_neither_other_sinks_nor_reconciles(autojump_clock: trio.testing.MockClock) -> None:
+    manager = Manager(handle_signals=False, event_flush_timeout=2)
+    stuck, memory = StuckSink(), MemorySink()
+    manager.add_sink(stuck, buffer_size=4)
+    manager.add_sink(memory)
+    manager.add_sink(BrokenSink())
+    finished = []
+
+    async def reconcile(ctx: RunContext) -> None:
+        for i in range(5):
+            ctx.events.normal("Progressing", f"{ctx.ref.name} step {i}")
+        finished.append(trio.current_time())
+
+    controller = manager.add_controller(Controller("c", reconcile))
+    async with running(manager):
+        start = trio.current_time()
+        for i in range(20):
+            controller.trigger(ObjectRef("K", f"o{i}"))
+        await trio.sleep(1)
+        assert len(finished) == 20 and max(finished) == start, "reconciles never waited on a sink"
+        assert len(memory.events) == 100
+    drops = manager.events.drops()
+    assert drops[("stuck", "queue_full")] == 100 - 1 - 4
+    assert drops[("stuck", "not_flushed")] == 4
+    assert manager.events.statistics()["sinks"]["broken"] == {"delivered": 0, "failed": 100}
+
+
+async def test_identical_events_are_counted(autojump_clock: trio.testing.MockClock) -> None:
+    correlator = EventCorrelator()
+    e = Event(involved=A, type=EventType.WARNING, reason="Failed", message="same")
+    out = [correlator.correlate(e) for _ in range(3)]
+    assert [o.count for o in out if o] == [1, 2, 3]
+
+
+async def test_similar_events_beyond_ten_are_combined(autojump_clock: trio.testing.MockClock) -> None:
+    correlator = EventCorrelator()
+    out = [correlator.correlate(Event(involved=A, type=EventType.NORMAL, reason="Progressing", message=f"m{i}"))
+           for i in range(12)]
+    messages = [o.message for o in out if o]
+    assert messages[:10] == [f"m{i}" for i in range(10)]
+    assert messages[10:] == ["(combined from similar events): m10", "(combined from similar events): m11"]
+
+
+async def test_spam_filter_burst_25_then_one_per_300s(autojump_clock: trio.testing.MockClock) -> None:
+    correlator = EventCorrelator()
+    e = Event(involved=A, type=EventType.NORMAL, reason="R", message="m")
+    assert sum(correlator.correlate(e) is not None for _ in range(40)) == 25
+    await trio.sleep(299)
+    assert correlator.correlate(e) is None
+    await trio.sleep(2)
+    assert correlator.correlate(e) is not None
+    other = Event(involved=ObjectRef("Bundle", "b", "ns"), type=EventType.NORMAL, reason="R", message="m")
+    assert correlator.correlate(other) is not None, "the limit is per object"
+
+
+async def test_spam_dropped_events_are_counted(autojump_clock: trio.testing.MockClock) -> None:
+    manager = Manager(handle_signals=False)
+    memory = MemorySink()
+    manager.add_sink(memory)
+    async with running(manager):
+        for i in range(30):
+            manager.events.warning(A, "Failed", f"attempt {i}")
+        await trio.sleep(1)
+    assert len(memory.events) == 25
+    assert manager.events.drops() == {("*", "spam"): 5}
+
+
+async def test_events_are_flushed_at_shutdown(autojump_clock: trio.testing.MockClock) -> None:
+    class SlowSink:
+        name = "slow"
+
+        def __init__(self) -> None:
+            self.got: list[Event] = []
+
+        async def deliver(self, event: Event) -> None:
+            await trio.sleep(0.1)
+            self.got.append(event)
+
+    manager = Manager(handle_signals=False, event_flush_timeout=5)
+    slow = SlowSink()
+    manager.add_sink(slow)
+    async with running(manager) as reports:
+        for i in range(10):
+            manager.events.normal(ObjectRef("K", f"o{i}"), "R", "m")
+    assert len(slow.got) == 10
+    assert reports[0].events_flushed
