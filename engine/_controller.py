@@ -14,6 +14,7 @@ from ._errors import ManagerStateError, QueueShutDown
 from ._events import EventRecorder
 from ._outcome import (
     CAUSE_OUTCOME,
+    SUCCEEDED,
     CancelCause,
     DependencyNotReady,
     Outcome,
@@ -106,6 +107,10 @@ class Controller:
         self._manager: Manager | None = None
         self._observers: list[RunObserver] = []
         self._stopping = False
+        self._live_workers = 0
+        self._finished_workers = 0
+        self.worker_failures = 0
+        """Workers that died on an unexpected (engine or observer) error."""
         self.outcomes: dict[OutcomeKind, int] = dict.fromkeys(OutcomeKind, 0)
 
     def __repr__(self) -> str:
@@ -171,7 +176,18 @@ class Controller:
 
     @property
     def active_workers(self) -> int:
+        """Workers running a reconcile right now."""
         return len(self._running)
+
+    @property
+    def live_workers(self) -> int:
+        """Worker tasks alive. Fewer than ``max_concurrent`` while serving means one died."""
+        return self._live_workers
+
+    @property
+    def healthy(self) -> bool:
+        """False once a worker died on an engine error (reconciler errors never kill workers)."""
+        return self.worker_failures == 0
 
     # -- wiring (used by Manager) ------------------------------------------------------------
 
@@ -215,11 +231,25 @@ class Controller:
     # -- running -----------------------------------------------------------------------------
 
     async def _worker(self) -> None:
+        self._live_workers += 1
+        try:
+            await self._work()
+        except Exception:
+            self.worker_failures += 1
+            logger.critical(
+                "controller worker died on an engine error; the process reports itself unhealthy",
+                exc_info=True, extra={"controller": self.name},
+            )
+        finally:
+            self._live_workers -= 1
+
+    async def _work(self) -> None:
         queue = self.queue
         while True:
             try:
                 key = await queue.get()
             except QueueShutDown:
+                self._finished_workers += 1
                 return
             try:
                 if not self._stopping:
@@ -228,7 +258,7 @@ class Controller:
                 queue.done(key)
 
     async def _process(self, key: ObjectRef) -> None:
-        now = trio.current_time()
+        now = self.queue.started_at(key)
         trig = self._latest.pop(key, None)
         if trig is None:
             trig = Trigger(ref=key, sequence=self._sequence, reason="requeue", observed_at=now)
@@ -305,7 +335,7 @@ class Controller:
                     OutcomeKind.FAILED,
                     error=TypeError(f"reconciler returned {type(result).__name__}, expected Result or None"),
                 )
-            return Outcome(OutcomeKind.SUCCEEDED)
+            return SUCCEEDED
         return Outcome(OutcomeKind.REQUEUE_AFTER, requeue_after=result.requeue_after)
 
     def _settle(self, run: Run, outcome: Outcome) -> None:

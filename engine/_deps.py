@@ -42,6 +42,8 @@ class DependencyIndex:
 
     def clear(self, controller: Controller, key: ObjectRef) -> None:
         """Forget what ``key`` waits on (its new run decides afresh)."""
+        if not self._waits_on:
+            return
         waiter = (controller, key)
         for ref in self._waits_on.pop(waiter, ()):
             waiters = self._waiters.get(ref)

@@ -93,6 +93,9 @@ class Outcome:
         return self.kind.is_failure
 
 
+SUCCEEDED = Outcome(OutcomeKind.SUCCEEDED)
+
+
 class TerminalError(EngineError):
     """Raise from a reconciler for an error that retrying cannot fix (no retry, Warning event)."""
 

@@ -107,14 +107,14 @@ class MaxOfLimiter:
         self._limiters = limiters
 
     def when(self, key: Hashable) -> float:
-        return max(limiter.when(key) for limiter in self._limiters)
+        return max([limiter.when(key) for limiter in self._limiters])
 
     def forget(self, key: Hashable) -> None:
         for limiter in self._limiters:
             limiter.forget(key)
 
     def num_requeues(self, key: Hashable) -> int:
-        return max(limiter.num_requeues(key) for limiter in self._limiters)
+        return max([limiter.num_requeues(key) for limiter in self._limiters])
 
 
 def default_rate_limiter() -> MaxOfLimiter:

@@ -10,7 +10,7 @@ import attrs
 __all__ = ["ObjectRef", "Trigger"]
 
 
-@attrs.frozen(order=True)
+@attrs.frozen(order=True, cache_hash=True)
 class ObjectRef:
     """The identity of one reconciled object: what a work queue key is.
 

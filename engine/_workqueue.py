@@ -97,12 +97,22 @@ class WorkQueue(Generic[K]):
         self._heap_seq = 0
         self._limiter: RateLimiter = rate_limiter if rate_limiter is not None else default_rate_limiter()
         self._observer = observer
+        self._failing: set[K] = set()
         self._shut = False
         self._idle = trio.Event()
         self._timer_scope: trio.CancelScope | None = None
         self._sleep_scope: trio.CancelScope | None = None
         self._adds_total = 0
         self._retries_total = 0
+
+    @property
+    def observer(self) -> QueueObserver | None:
+        """The queue's observer (metrics); settable, ``None`` for none."""
+        return self._observer
+
+    @observer.setter
+    def observer(self, observer: QueueObserver | None) -> None:
+        self._observer = observer
 
     # -- adding ------------------------------------------------------------------------------
 
@@ -124,10 +134,10 @@ class WorkQueue(Generic[K]):
         return True
 
     def _enqueue(self, key: K) -> None:
-        self._queued_at[key] = trio.current_time()
         self._adds_total += 1
         self._send.send_nowait(key)
         if self._observer is not None:
+            self._queued_at[key] = trio.current_time()
             self._observer.on_add(key)
 
     def add_after(self, key: K, delay: float) -> bool:
@@ -162,17 +172,20 @@ class WorkQueue(Generic[K]):
         if self._shut:
             return False
         self._retries_total += 1
+        self._failing.add(key)
         if self._observer is not None:
             self._observer.on_retry(key)
         return self.add_after(key, self._limiter.when(key))
 
     def forget(self, key: K) -> None:
         """Reset ``key``'s failure count (call on success). Does not touch a pending delay."""
-        self._limiter.forget(key)
+        if key in self._failing:
+            self._failing.discard(key)
+            self._limiter.forget(key)
 
     def num_requeues(self, key: K) -> int:
         """How many rate-limited retries ``key`` had since it was last forgotten."""
-        return self._limiter.num_requeues(key)
+        return self._limiter.num_requeues(key) if key in self._failing else 0
 
     # -- taking ------------------------------------------------------------------------------
 
@@ -209,11 +222,15 @@ class WorkQueue(Generic[K]):
         now = trio.current_time()
         self._dirty.discard(key)
         self._processing[key] = now
-        self._waiting.pop(key, None)
-        queued_at = self._queued_at.pop(key, now)
+        if self._waiting:
+            self._waiting.pop(key, None)
         if self._observer is not None:
-            self._observer.on_get(key, now - queued_at)
+            self._observer.on_get(key, now - self._queued_at.pop(key, now))
         return key
+
+    def started_at(self, key: K) -> float:
+        """trio clock time at which ``key`` was handed out; ``KeyError`` if not processing."""
+        return self._processing[key]
 
     def done(self, key: K) -> None:
         """Mark ``key`` finished; if it was added meanwhile, it is ready again at once.

@@ -14,7 +14,54 @@ from ._errors import ConfigError as ConfigError
 from ._errors import KubeError as KubeError
 
 # --- client, resources and API errors (engine.kube._client, engine.kube._errors) ---
+from ._client import Client as Client
+from ._client import ClientConfig as ClientConfig
+from ._client import ObjectList as ObjectList
+from ._client import PatchType as PatchType
+from ._client import RetryPolicy as RetryPolicy
+from ._client import Selector as Selector
+from ._client import WatchEvent as WatchEvent
+from ._client import WatchEventType as WatchEventType
+from ._client import WatchStream as WatchStream
+from ._client import error_from_status as error_from_status
+from ._errors import AlreadyExistsError as AlreadyExistsError
+from ._errors import ApiError as ApiError
+from ._errors import BadRequestError as BadRequestError
+from ._errors import ClientStateError as ClientStateError
+from ._errors import ConflictError as ConflictError
+from ._errors import ForbiddenError as ForbiddenError
+from ._errors import GoneError as GoneError
+from ._errors import InvalidError as InvalidError
+from ._errors import NotFoundError as NotFoundError
+from ._errors import ResourceNotFoundError as ResourceNotFoundError
+from ._errors import ResponseError as ResponseError
+from ._errors import ServerError as ServerError
+from ._errors import TooManyRequestsError as TooManyRequestsError
+from ._errors import TransportError as TransportError
+from ._errors import UnauthorizedError as UnauthorizedError
+from ._errors import WatchStalledError as WatchStalledError
+from ._resource import Resource as Resource
 
 # --- informers and stores (engine.kube._informer, engine.kube._store) ---
+from ._informer import Handler as Handler
+from ._informer import Informer as Informer
+from ._informer import InformerEvent as InformerEvent
+from ._informer import InformerStatistics as InformerStatistics
+from ._store import NAMESPACE_INDEX as NAMESPACE_INDEX
+from ._store import OWNER_INDEX as OWNER_INDEX
+from ._store import IndexFunc as IndexFunc
+from ._store import ObjectKey as ObjectKey
+from ._store import Store as Store
+from ._store import object_key as object_key
 
 # --- leases and events helpers (engine.kube._lease, engine.kube._events) ---
+from ._events import CORE_EVENTS_RESOURCE as CORE_EVENTS_RESOURCE
+from ._events import EVENTS_RESOURCE as EVENTS_RESOURCE
+from ._events import build_event as build_event
+from ._events import create_event as create_event
+from ._events import patch_event_series as patch_event_series
+from ._lease import LEASE_RESOURCE as LEASE_RESOURCE
+from ._lease import Lease as Lease
+from ._lease import create_lease as create_lease
+from ._lease import get_lease as get_lease
+from ._lease import update_lease as update_lease

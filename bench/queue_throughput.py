@@ -1,0 +1,100 @@
+"""No-op reconciles per second through the full engine, beside a bare trio channel hop.
+
+Run by hand:  python bench/queue_throughput.py [--count N] [--repeat R]
+
+For 1, 4 and 64 workers it measures, in one run and interleaved, (a) the floor: N items sent
+with ``send_nowait`` on a trio memory channel and received by the same number of tasks, and
+(b) the engine: N distinct keys triggered on a controller, each taken by a worker, run as a
+no-op reconcile in its own cancel scope, settled and marked done. It prints the best of R
+repetitions of each and the ratio engine/floor (the target is at most 3x).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import time
+
+import trio
+
+from engine import Controller, Manager, ObjectRef, RunContext
+
+
+async def floor(count: int, workers: int) -> float:
+    send, receive = trio.open_memory_channel[int](math.inf)
+    done = trio.Event()
+    left = [count]
+
+    async def worker() -> None:
+        async for _ in receive:
+            left[0] -= 1
+            if not left[0]:
+                done.set()
+
+    async with trio.open_nursery() as nursery:
+        for _ in range(workers):
+            nursery.start_soon(worker)
+        await trio.testing_wait()
+        start = time.perf_counter()
+        for i in range(count):
+            send.send_nowait(i)
+        await done.wait()
+        elapsed = time.perf_counter() - start
+        nursery.cancel_scope.cancel()
+    return elapsed
+
+
+async def engine(count: int, workers: int, observers: int = 0) -> float:
+    left = [count]
+    done = trio.Event()
+
+    async def reconcile(ctx: RunContext) -> None:
+        left[0] -= 1
+        if not left[0]:
+            done.set()
+
+    manager = Manager(handle_signals=False)
+    controller = manager.add_controller(Controller("bench", reconcile, max_concurrent=workers))
+    keys = [ObjectRef("Bench", f"k{i}", "ns") for i in range(count)]
+    async with trio.open_nursery() as nursery:
+        await nursery.start(manager.run)
+        await trio.testing_wait()
+        start = time.perf_counter()
+        trigger = controller.trigger
+        for key in keys:
+            trigger(key)
+        await done.wait()
+        elapsed = time.perf_counter() - start
+        manager.stop()
+    return elapsed
+
+
+async def _settle() -> None:
+    import trio.testing
+
+    await trio.testing.wait_all_tasks_blocked()
+
+
+trio.testing_wait = _settle  # type: ignore[attr-defined]
+
+
+async def main(count: int, repeat: int) -> None:
+    print(f"{count} no-op reconciles per measurement, best of {repeat}")
+    print(f"{'workers':>8} {'floor/s':>12} {'engine/s':>12} {'floor us':>9} {'engine us':>10} {'ratio':>6}")
+    for workers in (1, 4, 64):
+        f_best = e_best = math.inf
+        for _ in range(repeat):
+            f_best = min(f_best, await floor(count, workers))
+            e_best = min(e_best, await engine(count, workers))
+        print(
+            f"{workers:>8} {count / f_best:>12,.0f} {count / e_best:>12,.0f} "
+            f"{f_best / count * 1e6:>9.2f} {e_best / count * 1e6:>10.2f} {e_best / f_best:>6.2f}"
+        )
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--count", type=int, default=20_000)
+    parser.add_argument("--repeat", type=int, default=5)
+    args = parser.parse_args()
+    trio.run(main, args.count, args.repeat)

@@ -1,0 +1,173 @@
+"""An in-memory transport: httpx speaks real HTTP/1.1 bytes to the server over trio memory
+streams, through an httpcore connection pool, without sockets or threads."""
+
+from __future__ import annotations
+
+import contextlib
+import ssl
+import typing
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+
+import httpcore
+import httpx
+import trio
+import trio.testing
+
+__all__ = ["MemoryTransport", "MemoryBackend"]
+
+Connector = Callable[[trio.abc.Stream], None]
+
+
+@contextlib.contextmanager
+def _mapped(timeout_exc: type[Exception], error_exc: type[Exception], timeout: float | None) -> Iterator[None]:
+    try:
+        with trio.fail_after(timeout) if timeout is not None else contextlib.nullcontext():
+            yield
+    except trio.TooSlowError as exc:
+        raise timeout_exc(str(exc) or "timed out") from exc
+    except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+        raise error_exc(str(exc) or "the in-memory connection is closed") from exc
+
+
+class _MemoryStream(httpcore.AsyncNetworkStream):
+    def __init__(self, stream: trio.abc.Stream) -> None:
+        self._stream = stream
+
+    async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        with _mapped(httpcore.ReadTimeout, httpcore.ReadError, timeout):
+            return await self._stream.receive_some(max_bytes)
+
+    async def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        if not buffer:
+            return
+        with _mapped(httpcore.WriteTimeout, httpcore.WriteError, timeout):
+            await self._stream.send_all(buffer)
+
+    async def aclose(self) -> None:
+        await trio.aclose_forcefully(self._stream)
+
+    async def start_tls(
+        self, ssl_context: ssl.SSLContext, server_hostname: str | None = None, timeout: float | None = None
+    ) -> httpcore.AsyncNetworkStream:
+        raise httpcore.ConnectError("the in-memory transport speaks plain HTTP only")
+
+    def get_extra_info(self, info: str) -> typing.Any:
+        return None
+
+
+class MemoryBackend(httpcore.AsyncNetworkBackend):
+    """An httpcore network backend whose every connection is a fresh memory stream pair; the
+    server half is handed to ``connect``."""
+
+    def __init__(self, connect: Connector) -> None:
+        self._connect = connect
+
+    async def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,
+        local_address: str | None = None,
+        socket_options: typing.Iterable[typing.Any] | None = None,
+    ) -> httpcore.AsyncNetworkStream:
+        client, server = trio.testing.memory_stream_pair()
+        try:
+            self._connect(server)
+        except RuntimeError as exc:
+            raise httpcore.ConnectError(f"the embedded API server is not running: {exc}") from exc
+        await trio.lowlevel.checkpoint()
+        return _MemoryStream(client)
+
+    async def connect_unix_socket(
+        self, path: str, timeout: float | None = None, socket_options: typing.Iterable[typing.Any] | None = None
+    ) -> httpcore.AsyncNetworkStream:
+        raise httpcore.ConnectError("the in-memory transport has no unix sockets")
+
+    async def sleep(self, seconds: float) -> None:
+        await trio.sleep(seconds)
+
+
+_EXCEPTIONS: list[tuple[type[Exception], type[httpx.TransportError]]] = [
+    (httpcore.ConnectTimeout, httpx.ConnectTimeout),
+    (httpcore.ReadTimeout, httpx.ReadTimeout),
+    (httpcore.WriteTimeout, httpx.WriteTimeout),
+    (httpcore.PoolTimeout, httpx.PoolTimeout),
+    (httpcore.TimeoutException, httpx.TimeoutException),
+    (httpcore.ConnectError, httpx.ConnectError),
+    (httpcore.ReadError, httpx.ReadError),
+    (httpcore.WriteError, httpx.WriteError),
+    (httpcore.RemoteProtocolError, httpx.RemoteProtocolError),
+    (httpcore.LocalProtocolError, httpx.LocalProtocolError),
+    (httpcore.NetworkError, httpx.NetworkError),
+    (httpcore.ProtocolError, httpx.ProtocolError),
+]
+
+
+@contextlib.contextmanager
+def _map_exceptions() -> Iterator[None]:
+    try:
+        yield
+    except httpcore.UnsupportedProtocol as exc:
+        raise httpx.UnsupportedProtocol(str(exc)) from exc
+    except Exception as exc:
+        for source, target in _EXCEPTIONS:
+            if isinstance(exc, source):
+                raise target(str(exc)) from exc
+        raise
+
+
+class _ResponseStream(httpx.AsyncByteStream):
+    def __init__(self, stream: typing.AsyncIterable[bytes]) -> None:
+        self._stream = stream
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        with _map_exceptions():
+            async for chunk in self._stream:
+                yield chunk
+
+    async def aclose(self) -> None:
+        aclose = getattr(self._stream, "aclose", None)
+        if aclose is not None:
+            await aclose()
+
+
+class MemoryTransport(httpx.AsyncBaseTransport):
+    """An ``httpx.AsyncBaseTransport`` joined to one embedded server by memory streams.
+
+    Requests travel as HTTP/1.1 bytes over an ``httpcore.AsyncConnectionPool`` (keep-alive and
+    chunked encoding included); the URL's host and port are ignored and the scheme is always
+    plain HTTP. Timeouts use trio's clock, so the transport works under ``MockClock``.
+    Cancelling a request closes its connection; ``aclose()`` closes every connection.
+    """
+
+    def __init__(self, connect: Connector, *, max_connections: int | None = 100) -> None:
+        self._pool = httpcore.AsyncConnectionPool(
+            network_backend=MemoryBackend(connect), max_connections=max_connections
+        )
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        assert isinstance(request.stream, httpx.AsyncByteStream)
+        core_request = httpcore.Request(
+            method=request.method,
+            url=httpcore.URL(
+                scheme=b"http",
+                host=request.url.raw_host,
+                port=request.url.port,
+                target=request.url.raw_path,
+            ),
+            headers=request.headers.raw,
+            content=request.stream,
+            extensions=request.extensions,
+        )
+        with _map_exceptions():
+            response = await self._pool.handle_async_request(core_request)
+        assert isinstance(response.stream, typing.AsyncIterable)
+        return httpx.Response(
+            status_code=response.status,
+            headers=response.headers,
+            stream=_ResponseStream(response.stream),
+            extensions=response.extensions,
+        )
+
+    async def aclose(self) -> None:
+        await self._pool.aclose()

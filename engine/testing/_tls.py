@@ -1,0 +1,62 @@
+"""Certificates for TLS mode: a throw-away CA, a server certificate and a client certificate.
+
+``trustme`` is imported only here, so plain HTTP mode does not need it.
+"""
+
+from __future__ import annotations
+
+import ssl
+
+import attrs
+
+from ._errors import ApiServerError
+
+__all__ = ["TlsMaterial", "CLIENT_IDENTITY"]
+
+CLIENT_IDENTITY = "embedded-admin"
+
+
+@attrs.frozen
+class TlsMaterial:
+    """PEM bytes for the kubeconfig and the server's SSL context."""
+
+    ca_pem: bytes
+    """The CA certificate clients trust."""
+    client_cert_pem: bytes
+    """A client certificate whose common name is :data:`CLIENT_IDENTITY`."""
+    client_key_pem: bytes
+    """The client certificate's private key."""
+    server_context: ssl.SSLContext
+    """Server side: presents the server certificate, asks for (and verifies) a client certificate."""
+
+    @classmethod
+    def generate(cls, hosts: list[str]) -> TlsMaterial:
+        """A fresh CA with certificates for ``hosts`` and for the client."""
+        try:
+            import trustme
+        except ImportError:
+            raise ApiServerError("TLS mode needs the trustme package (pip install trustme)") from None
+        ca = trustme.CA(organization_name="engine.testing")
+        server = ca.issue_cert(*hosts)
+        client = ca.issue_cert(f"{CLIENT_IDENTITY}.client.invalid", common_name=CLIENT_IDENTITY)
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        server.configure_cert(context)
+        ca.configure_trust(context)
+        context.verify_mode = ssl.CERT_OPTIONAL
+        return cls(
+            ca_pem=ca.cert_pem.bytes(),
+            client_cert_pem=b"".join(p.bytes() for p in client.cert_chain_pems),
+            client_key_pem=client.private_key_pem.bytes(),
+            server_context=context,
+        )
+
+
+def common_name(peer: object) -> str | None:
+    """The subject common name of a certificate as ``SSLObject.getpeercert()`` returns it."""
+    if not isinstance(peer, dict):
+        return None
+    for rdn in peer.get("subject", ()):
+        for key, value in rdn:
+            if key == "commonName":
+                return str(value)
+    return None

@@ -1,0 +1,126 @@
+from __future__ import annotations
+
+import random
+
+import trio
+import trio.testing
+
+from engine import (
+    Change,
+    ChannelSource,
+    Controller,
+    Manager,
+    MappedSource,
+    ObjectRef,
+    OutcomeKind,
+    RunContext,
+    RunLog,
+    SupersedePolicy,
+    TimerSource,
+)
+
+from ._support import running
+
+SRC = ObjectRef("Source", "repo", "ns")
+BUNDLES = [ObjectRef("Bundle", f"b{i}", "ns") for i in range(3)]
+
+
+async def test_channel_source_triggers_with_reason_and_revision(autojump_clock: trio.testing.MockClock) -> None:
+    seen = []
+
+    async def reconcile(ctx: RunContext) -> None:
+        seen.append((ctx.ref, ctx.trigger.reason, ctx.trigger.revision))
+
+    manager = Manager(handle_signals=False)
+    controller = manager.add_controller(Controller("c", reconcile))
+    send, receive = trio.open_memory_channel[ObjectRef | Change](10)
+    manager.add_source(ChannelSource(controller, receive))
+    async with running(manager):
+        await send.send(Change(BUNDLES[0], reason="created", revision="r1"))
+        await send.send(BUNDLES[1])
+        await trio.sleep(1)
+    assert seen == [(BUNDLES[0], "created", "r1"), (BUNDLES[1], "changed", None)]
+
+
+async def test_sources_are_stopped_first_at_shutdown(autojump_clock: trio.testing.MockClock) -> None:
+    async def reconcile(ctx: RunContext) -> None:
+        await trio.sleep(5)
+
+    manager = Manager(handle_signals=False)
+    controller = manager.add_controller(Controller("c", reconcile))
+    send, receive = trio.open_memory_channel[ObjectRef | Change](10)
+    manager.add_source(ChannelSource(controller, receive))
+    async with running(manager):
+        await send.send(BUNDLES[0])
+        await trio.sleep(1)
+        manager.stop()
+        send.send_nowait(BUNDLES[1])
+    assert receive.statistics().current_buffer_used == 1, "the stopped source received nothing more"
+
+
+async def test_timer_source_resyncs_with_jitter(autojump_clock: trio.testing.MockClock) -> None:
+    times = []
+
+    async def reconcile(ctx: RunContext) -> None:
+        times.append(trio.current_time())
+
+    manager = Manager(handle_signals=False)
+    controller = manager.add_controller(Controller("c", reconcile))
+    manager.add_source(TimerSource(controller, lambda: [BUNDLES[0]], interval=60, jitter=0.1, rng=random.Random(1)))
+    async with running(manager):
+        await trio.sleep(60 * 10 + 1)
+    gaps = [b - a for a, b in zip(times, times[1:])]
+    assert 9 <= len(times) <= 11
+    assert all(54 <= g <= 66 for g in gaps)
+    assert len(set(round(g, 3) for g in gaps)) > 1, "resyncs are jittered"
+
+
+async def test_mapped_source_triggers_every_mapped_key_with_one_sequence(autojump_clock: trio.testing.MockClock) -> None:
+    async def reconcile(ctx: RunContext) -> None:
+        with ctx.interruptible():
+            await trio.sleep(10)
+
+    manager = Manager(handle_signals=False)
+    log = RunLog()
+    manager.add_observer(log)
+    controller = manager.add_controller(
+        Controller("bundles", reconcile, max_concurrent=3, supersede=SupersedePolicy.INTERRUPTIBLE)
+    )
+    index = {SRC: BUNDLES}
+    mapped: MappedSource[ObjectRef] = MappedSource(controller, lambda ref: index.get(ref, []), reason="source changed")
+    async with running(manager):
+        assert mapped.handle_many([SRC, SRC]) == 3
+        await trio.testing.wait_all_tasks_blocked()
+        assert set(controller.running) == set(BUNDLES)
+        mapped.handle(SRC, revision="r2")  # a new observation supersedes all three
+        await trio.sleep(30)
+    for b in BUNDLES:
+        assert log.kinds(b) == [OutcomeKind.SUPERSEDED, OutcomeKind.SUCCEEDED]
+        assert log.for_key(b)[-1].trigger.revision == "r2"
+
+
+async def test_read_your_trigger(autojump_clock: trio.testing.MockClock) -> None:
+    """A run never observes state older than the trigger that caused it: sources raise the
+    trigger only after the state is readable, and the run reads the state after it starts."""
+    cache: dict[ObjectRef, int] = {}
+    violations = []
+
+    async def reconcile(ctx: RunContext) -> None:
+        assert ctx.trigger.revision is not None
+        if cache[ctx.ref] < int(ctx.trigger.revision):
+            violations.append((ctx.ref, cache[ctx.ref], ctx.trigger.revision))
+        await trio.sleep(0.01)
+
+    manager = Manager(handle_signals=False)
+    controller = manager.add_controller(Controller("c", reconcile, max_concurrent=2))
+    send, receive = trio.open_memory_channel[ObjectRef | Change](100)
+    manager.add_source(ChannelSource(controller, receive))
+    rng = random.Random(7)
+    async with running(manager):
+        for version in range(1, 200):
+            ref = rng.choice(BUNDLES)
+            cache[ref] = version
+            await send.send(Change(ref, revision=str(version)))
+            await trio.sleep(rng.choice([0, 0.001, 0.02]))
+        await trio.sleep(5)
+    assert violations == []
