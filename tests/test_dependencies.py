@@ -8,7 +8,10 @@ from engine import (
     DependencyNotReady,
     Manager,
     ObjectRef,
+    Outcome,
     OutcomeKind,
+    Run,
+    RunObserver,
     RunContext,
     RunLog,
     WebhookSink,
@@ -49,10 +52,19 @@ async def test_seed3_dependent_starts_at_once_when_dependency_ready_despite_blac
                 ready.add(A)
                 ctx.events.normal("ReconciliationSucceeded", "A is ready")
                 ctx.events.warning("Noise", "a warning for the black hole")
-                manager.mark_ready(A)  # what the watch path does when A's Ready condition flips
             else:
                 ctx.events.normal("ReconciliationSucceeded", f"{ctx.ref.name} is ready")
 
+        class WatchPath(RunObserver):
+            """A's status turns Ready when its run ends; the watch path reports it ready."""
+
+            def on_run_finished(self, controller: Controller, run: Run, outcome: Outcome) -> None:
+                if run.key == A and outcome.kind is OutcomeKind.SUCCEEDED:
+                    ready_at.append(trio.current_time())
+                    manager.mark_ready(A)
+
+        ready_at: list[float] = []
+        manager.add_observer(WatchPath())
         controller = manager.add_controller(Controller("bundles", reconcile, max_concurrent=4))
         async with running(manager):
             controller.trigger(A)
@@ -69,6 +81,7 @@ async def test_seed3_dependent_starts_at_once_when_dependency_ready_despite_blac
         outer.cancel_scope.cancel()
 
     a_ready_at = started[A][0] + 30
+    assert ready_at == [a_ready_at], "A's run ended right after its health check"
     b_second_start = started[B][1]
     assert b_second_start - a_ready_at < 0.001, f"B started {b_second_start - a_ready_at:.3f}s after A was ready"
     assert log.kinds(B) == [OutcomeKind.DEPENDENCY_NOT_READY, OutcomeKind.SUCCEEDED]
