@@ -244,22 +244,53 @@ class Controller:
             self._live_workers -= 1
 
     async def _work(self) -> None:
-        queue = self.queue
-        while True:
-            try:
-                key = await queue.get()
-            except QueueShutDown:
-                self._finished_workers += 1
-                return
-            try:
-                if not self._stopping:
-                    await self._process(key)
-            finally:
-                queue.done(key)
+        """Take keys and run them until the queue shuts down.
 
-    async def _process(self, key: ObjectRef) -> None:
-        now = self.queue.started_at(key)
+        Each run is cancelled through a cancel scope no other run can see: a worker keeps one
+        scope for consecutive runs (entering a trio cancel scope costs more than the rest of a
+        no-op run) and replaces it as soon as it was cancelled or given a deadline. The engine
+        only cancels a run that is in progress (``Run.cancel`` is a no-op once it ended), so a
+        cancellation never reaches the next run of the same worker.
+        """
+        queue = self.queue
+        timeout = self.timeout
+        while True:
+            scope = trio.CancelScope()
+            run: Run | None = None
+            try:
+                with scope:
+                    while True:
+                        key = await queue.get()
+                        if self._stopping:
+                            queue.done(key)
+                            continue
+                        run = self._begin(key, scope)
+                        if timeout is not None:
+                            scope.deadline = run.started_at + timeout
+                        try:
+                            result = await self._reconcile(RunContext(self, run))
+                        except Exception as exc:
+                            outcome = self._error_outcome(run, scope, exc)
+                        else:
+                            outcome = self._result_outcome(result)
+                        self._end(run, outcome)
+                        run = None
+                        if timeout is not None or scope.cancel_called:
+                            break
+            except QueueShutDown:
+                return
+            except trio.Cancelled:
+                if run is not None:
+                    # The controllers nursery itself is cancelled (a forced shutdown, or the
+                    # caller of Manager.run was cancelled): record the run, then unwind.
+                    self._end(run, Outcome(OutcomeKind.SHUTDOWN, reason=run.cancel_reason or "cancelled"))
+                raise
+            if run is not None:
+                self._end(run, self._cancelled_outcome(run))
+
+    def _begin(self, key: ObjectRef, scope: trio.CancelScope) -> Run:
         trig = self._latest.pop(key, None)
+        now = self.queue.started_at(key)
         if trig is None:
             trig = Trigger(ref=key, sequence=self._sequence, reason="requeue", observed_at=now)
         self._runs_started += 1
@@ -270,7 +301,7 @@ class Controller:
             trigger=trig,
             attempt=self.queue.num_requeues(key) + 1,
             started_at=now,
-            scope=trio.CancelScope(),
+            scope=scope,
         )
         self._running[key] = run
         manager = self._manager
@@ -278,63 +309,54 @@ class Controller:
         manager.dependencies.clear(self, key)
         for observer in self._observers:
             observer.on_run_started(self, run)
-        try:
-            outcome = await self._execute(run)
-        except trio.Cancelled:
-            # The controllers nursery itself is cancelled (a forced shutdown, or the caller of
-            # Manager.run was cancelled): record the run as shut down, then let it unwind.
-            del self._running[key]
-            self._finish(run, Outcome(OutcomeKind.SHUTDOWN, reason=run.cancel_reason or "cancelled"))
-            raise
-        del self._running[key]
-        self._finish(run, outcome)
+        return run
 
-    def _finish(self, run: Run, outcome: Outcome) -> None:
+    def _end(self, run: Run, outcome: Outcome) -> None:
+        key = run.key
+        del self._running[key]
         run.outcome = outcome
         run.finished_at = trio.current_time()
-        self._settle(run, outcome)
-        for observer in self._observers:
-            observer.on_run_finished(self, run, outcome)
-
-    async def _execute(self, run: Run) -> Outcome:
-        ctx = RunContext(self, run)
-        scope = run.scope
-        if self.timeout is not None:
-            scope.deadline = run.started_at + self.timeout
-        error: BaseException | None = None
-        result: Result | None = None
         try:
-            with scope:
-                result = await self._reconcile(ctx)
-        except Exception as exc:
-            error = exc
+            self._settle(run, outcome)
+            for observer in self._observers:
+                observer.on_run_finished(self, run, outcome)
+        finally:
+            self.queue.done(key)
+
+    def _cancelled_outcome(self, run: Run) -> Outcome:
         cause = run.cause
-        if cause is not None and (scope.cancelled_caught or error is not None):
-            if error is not None:
-                logger.debug("run %s raised after it was cancelled (%s): %r", run.id, cause.value, error)
+        if cause is not None:
             return Outcome(CAUSE_OUTCOME[cause], reason=run.cancel_reason)
-        if scope.cancelled_caught:
-            run.cause = CancelCause.DEADLINE
-            run.cancel_reason = f"run exceeded the controller timeout of {self.timeout}s"
-            return Outcome(OutcomeKind.DEADLINE, error=TimeoutError(run.cancel_reason), reason=run.cancel_reason)
-        if error is not None:
-            leaf = _single_leaf(error)
-            if isinstance(leaf, DependencyNotReady):
-                return Outcome(
-                    OutcomeKind.DEPENDENCY_NOT_READY,
-                    requeue_after=leaf.retry_after,
-                    error=leaf,
-                    dependencies=leaf.refs,
-                )
-            if isinstance(leaf, TerminalError):
-                return Outcome(OutcomeKind.TERMINAL, error=leaf)
-            return Outcome(OutcomeKind.FAILED, error=error)
-        if result is None or result.requeue_after is None:
-            if result is not None and not isinstance(result, Result):
-                return Outcome(
-                    OutcomeKind.FAILED,
-                    error=TypeError(f"reconciler returned {type(result).__name__}, expected Result or None"),
-                )
+        run.cause = CancelCause.DEADLINE
+        run.cancel_reason = f"run exceeded the controller timeout of {self.timeout}s"
+        return Outcome(OutcomeKind.DEADLINE, error=TimeoutError(run.cancel_reason), reason=run.cancel_reason)
+
+    def _error_outcome(self, run: Run, scope: trio.CancelScope, error: Exception) -> Outcome:
+        if scope.cancel_called:
+            logger.debug("run %s raised after it was cancelled: %r", run.id, error)
+            return self._cancelled_outcome(run)
+        leaf = _single_leaf(error)
+        if isinstance(leaf, DependencyNotReady):
+            return Outcome(
+                OutcomeKind.DEPENDENCY_NOT_READY,
+                requeue_after=leaf.retry_after,
+                error=leaf,
+                dependencies=leaf.refs,
+            )
+        if isinstance(leaf, TerminalError):
+            return Outcome(OutcomeKind.TERMINAL, error=leaf)
+        return Outcome(OutcomeKind.FAILED, error=error)
+
+    @staticmethod
+    def _result_outcome(result: object) -> Outcome:
+        if result is None:
+            return SUCCEEDED
+        if not isinstance(result, Result):
+            return Outcome(
+                OutcomeKind.FAILED,
+                error=TypeError(f"reconciler returned {type(result).__name__}, expected Result or None"),
+            )
+        if result.requeue_after is None:
             return SUCCEEDED
         return Outcome(OutcomeKind.REQUEUE_AFTER, requeue_after=result.requeue_after)
 

@@ -55,7 +55,12 @@ class Run:
     finished_at: float | None = None
 
     def cancel(self, cause: CancelCause, reason: str) -> None:
-        """Record ``cause`` (the first one wins) and cancel the run's scope. Not a checkpoint."""
+        """Record ``cause`` (the first one wins) and cancel the run's scope. Not a checkpoint.
+
+        Does nothing once the run has ended.
+        """
+        if self.finished_at is not None:
+            return
         if self.cause is None:
             self.cause = cause
             self.cancel_reason = reason

@@ -289,7 +289,9 @@ class Client:
     ``config`` is an :class:`engine.kube.Config` (anything with ``namespace`` and
     ``httpx_client_kwargs()``). ``transport`` replaces the network transport (for example
     ``ApiServer.memory_transport()`` or an ``httpx.MockTransport``); with it, proxy and TLS
-    settings of the config are unused. ``timeout`` bounds each non-watch request. The client can
+    settings of the config are unused. ``timeout`` bounds each non-watch request;
+    ``field_manager`` is the default manager for server-side apply; ``user_agent`` names the
+    client to the server; ``rng`` drives retry jitter (seed it for reproducible tests). The client can
     be opened once; methods raise :class:`ClientStateError` outside ``async with``.
 
     Namespaces: for namespaced types, a ``namespace`` argument wins, then the object's
@@ -305,6 +307,7 @@ class Client:
         retry: RetryPolicy = RetryPolicy(),
         timeout: float = 30.0,
         field_manager: str = "trio-reconciler-engine",
+        user_agent: str = _USER_AGENT,
         rng: random.Random | None = None,
     ) -> None:
         self._config = config
@@ -312,6 +315,7 @@ class Client:
         self.retry = retry
         self._timeout = timeout
         self.field_manager = field_manager
+        self._user_agent = user_agent
         self._rng = rng or random.Random()
         self._state = _State.UNOPENED
         self._http: httpx.AsyncClient | None = None
@@ -333,7 +337,7 @@ class Client:
             kwargs["transport"] = self._transport
             kwargs["trust_env"] = False
         headers = dict(kwargs.pop("headers", None) or {})
-        headers.setdefault("User-Agent", _USER_AGENT)
+        headers.setdefault("User-Agent", self._user_agent)
         headers.setdefault("Accept", "application/json")
         self._http = httpx.AsyncClient(
             timeout=httpx.Timeout(self._timeout), headers=headers, **kwargs

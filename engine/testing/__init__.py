@@ -1,1 +1,35 @@
-"""What users need to test their reconcilers: an embedded Kubernetes-compatible API server."""
+"""What users need to test their reconcilers: an embedded Kubernetes-compatible API server.
+
+Start with :class:`ApiServer`::
+
+    async with ApiServer() as api:
+        async with httpx.AsyncClient(base_url=api.url) as client:
+            ...
+
+``ApiServer(listen=False)`` with :meth:`ApiServer.memory_transport` runs without sockets, so a
+whole system can run inside one trio run under ``MockClock``. ``api.faults`` injects failures.
+"""
+
+from ._errors import ApiServerError as ApiServerError
+from ._errors import RequestRejected as RequestRejected
+from ._faults import Fault as Fault
+from ._faults import Faults as Faults
+from ._faults import FaultScope as FaultScope
+from ._memory import MemoryTransport as MemoryTransport
+from ._resources import ResourceType as ResourceType
+from ._server import ApiServer as ApiServer
+
+__all__ = [
+    "ApiServer",
+    "ApiServerError",
+    "Fault",
+    "FaultScope",
+    "Faults",
+    "MemoryTransport",
+    "RequestRejected",
+    "ResourceType",
+]
+
+for _name in __all__:
+    globals()[_name].__module__ = __name__
+del _name

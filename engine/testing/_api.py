@@ -15,6 +15,7 @@ import yaml
 from ._errors import RequestRejected
 from ._faults import Fault, Faults, FaultScope, RequestInfo
 from ._http import AbortStream, Request, Response
+from ._openapi import gv_path, openapi_document, openapi_index
 from ._patch import json_patch, merge_patch, strategic_merge_patch
 from ._resources import BUILTIN_TYPES, ResourceType
 from ._selectors import FieldSelector, LabelSelector, parse_field_selector, parse_label_selector
@@ -63,7 +64,7 @@ def _status(exc: RequestRejected, headers: list[tuple[str, str]] | None = None) 
 
 
 def _out(rt: ResourceType, obj: dict[str, Any]) -> dict[str, Any]:
-    return {**obj, "apiVersion": rt.api_version, "kind": rt.kind}
+    return {"apiVersion": rt.api_version, "kind": rt.kind, **{k: v for k, v in obj.items() if k not in ("apiVersion", "kind")}}
 
 
 def _flag(query: dict[str, str], name: str) -> bool:
@@ -254,6 +255,13 @@ class Router:
             doc = self._resource_list(parts[1], parts[2])
             if doc is not None:
                 return _json(200, doc)
+        if path == "/openapi/v3":
+            return _json(200, openapi_index(self.store.types()))
+        if path.startswith("/openapi/v3/"):
+            wanted = path[len("/openapi/v3/") :]
+            members = [t for t in self.store.types() if gv_path(t.group, t.version) == wanted]
+            if members:
+                return _json(200, openapi_document(members))
         if path == "/":
             paths = ["/api", "/api/v1", "/apis", "/healthz", "/livez", "/readyz", "/version", "/_faults"]
             paths += [f"/apis/{g}" for g in self._groups()]
@@ -291,6 +299,13 @@ class Router:
         if not request.body:
             return None
         content_type = request.headers.get("content-type", "application/json")
+        if "protobuf" in content_type or "cbor" in content_type:
+            raise RequestRejected(
+                415,
+                "UnsupportedMediaType",
+                f"the body of the request was in an unknown format - accepted media types include: "
+                f"application/json, application/yaml (not {content_type.split(';')[0]})",
+            )
         try:
             if "yaml" in content_type:
                 return yaml.safe_load(request.body)
@@ -558,7 +573,8 @@ class Router:
                         continue
                     delay = self.faults.watch_delay(active.info)
                     if delay > 0:
-                        await trio.sleep_until(change.time + delay)
+                        with trio.move_on_at(change.time + delay):
+                            await sub.closed.wait()
                         if sub.dropped:
                             break
                     last_rv = max(last_rv, change.rv)

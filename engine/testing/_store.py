@@ -105,6 +105,7 @@ class Subscription:
     overflowed: bool = False
     dropped: bool = False
     abrupt: bool = False
+    closed: trio.Event = attrs.Factory(trio.Event)
 
 
 def _meta(obj: Obj) -> dict[str, Any]:
@@ -255,7 +256,7 @@ class Store:
                 sub.send.send_nowait(change)
             except trio.WouldBlock:
                 logger.info("closing a watch on %s whose buffer is full", rt.plural)
-                sub.overflowed = True
+                sub.overflowed = sub.dropped = True
                 self.unsubscribe(sub)
             except (trio.BrokenResourceError, trio.ClosedResourceError):
                 self.unsubscribe(sub)
@@ -298,6 +299,7 @@ class Store:
         """End a subscription; idempotent, not a checkpoint."""
         self._subs.get(sub.key, set()).discard(sub)
         sub.send.close()
+        sub.closed.set()
 
     def subscriptions(self, key: tuple[str, str] | None = None) -> list[Subscription]:
         """Active subscriptions, for one storage key or all."""

@@ -1,0 +1,63 @@
+"""``python -m engine apiserver``: run the embedded API server from the command line."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+
+import trio
+
+from ._server import ApiServer
+
+__all__ = ["main"]
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m engine apiserver",
+        description="Run the embedded Kubernetes-compatible API server until SIGINT or SIGTERM.",
+    )
+    parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    parser.add_argument("--port", type=int, default=0, help="port to listen on; 0 picks a free one (default)")
+    parser.add_argument("--tls", action="store_true", help="serve HTTPS with a generated CA and client certificates")
+    parser.add_argument("--write-kubeconfig", metavar="PATH", help="write a kubeconfig for the server to PATH")
+    parser.add_argument("--history-size", type=int, default=10_000, help="watch history length (default 10000)")
+    parser.add_argument(
+        "--bookmark-interval", type=float, default=60.0, help="seconds between watch BOOKMARK events (default 60)"
+    )
+    return parser
+
+
+async def _serve(args: argparse.Namespace) -> None:
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async with ApiServer(
+            host=args.host,
+            port=args.port,
+            tls=args.tls,
+            history_size=args.history_size,
+            bookmark_interval=args.bookmark_interval,
+        ) as api:
+            print(f"listening on {api.url}", flush=True)
+            if args.write_kubeconfig:
+                api.write_kubeconfig(args.write_kubeconfig)
+                print(f"kubeconfig written to {args.write_kubeconfig}", flush=True)
+            async for _ in signals:
+                break
+
+
+def main(argv: list[str]) -> int:
+    """Parse ``argv`` (without the program name), serve until SIGINT/SIGTERM, return 0.
+
+    Returns 2 for bad arguments (argparse's convention) and 1 when the server cannot start.
+    """
+    try:
+        args = _parser().parse_args(argv)
+    except SystemExit as exc:
+        return int(exc.code or 0)
+    try:
+        trio.run(_serve, args)
+    except OSError as exc:
+        print(f"cannot start the API server: {exc}", file=sys.stderr, flush=True)
+        return 1
+    return 0

@@ -1,0 +1,415 @@
+"""Tests of engine.kube.Informer, against the embedded ApiServer through its memory transport
+under virtual time (and an httpx.MockTransport where the server cannot misbehave enough)."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import httpx
+import pytest
+import trio
+import trio.testing
+
+from engine.kube import (
+    Client,
+    Config,
+    Informer,
+    InformerEvent,
+    Resource,
+    RetryPolicy,
+    WatchEventType,
+)
+from engine.testing import ApiServer
+
+ADDED, MODIFIED, DELETED = WatchEventType.ADDED, WatchEventType.MODIFIED, WatchEventType.DELETED
+
+CONFIGMAPS = Resource(
+    group="", version="v1", kind="ConfigMap", plural="configmaps", namespaced=True
+)
+
+
+def cm(name: str, namespace: str = "default", **data: str) -> dict[str, Any]:
+    return {"metadata": {"name": name, "namespace": namespace}, "data": data}
+
+
+def memory_client(api: ApiServer, **kwargs: Any) -> Client:
+    kwargs.setdefault("retry", RetryPolicy(max_attempts=2, base_delay=0.05, max_delay=0.1))
+    return Client(Config.from_dict(api.kubeconfig), transport=api.memory_transport(), **kwargs)
+
+
+async def wait_for(condition: Callable[[], bool], *, timeout: float = 600.0) -> None:
+    """Poll in virtual time (these tests run under MockClock)."""
+    with trio.fail_after(timeout):
+        while not condition():
+            await trio.sleep(0.05)
+
+
+class Recorder:
+    """A handler recording events, checking the store already reflects each one."""
+
+    def __init__(self, informer: Informer) -> None:
+        self.informer = informer
+        self.events: list[tuple[WatchEventType, str]] = []
+        self.violations: list[str] = []
+
+    def __call__(self, event: InformerEvent) -> None:
+        meta = event.obj["metadata"]
+        cached = self.informer.store.get(meta.get("namespace"), meta["name"])
+        if event.type is DELETED:
+            if cached is not None:
+                self.violations.append(f"{meta['name']} still cached on DELETED")
+        elif cached is not event.obj:
+            self.violations.append(f"{meta['name']} not cached on {event.type.value}")
+        self.events.append((event.type, meta["name"]))
+
+    def since(self, n: int) -> list[tuple[WatchEventType, str]]:
+        return self.events[n:]
+
+
+def ordered(events: list[tuple[WatchEventType, str]]) -> list[tuple[WatchEventType, str]]:
+    return sorted(events, key=lambda e: (e[0].value, e[1]))
+
+
+def cached(informer: Informer) -> dict[str, str]:
+    return {o["metadata"]["name"]: o["metadata"]["resourceVersion"] for o in informer.store.list()}
+
+
+async def listed(client: Client, namespace: str | None = "default") -> dict[str, str]:
+    result = await client.list_all(CONFIGMAPS, namespace=namespace)
+    return {o["metadata"]["name"]: o["metadata"]["resourceVersion"] for o in result.items}
+
+
+@pytest.fixture
+async def api() -> AsyncIterator[ApiServer]:
+    """The server; tests using it also take ``autojump_clock`` (pytest-trio only picks up a
+    clock passed to the test function itself)."""
+    async with ApiServer(listen=False, bookmark_interval=30) as server:
+        yield server
+
+
+async def test_list_then_watch_with_handlers_after_store(api: ApiServer, autojump_clock: trio.testing.MockClock) -> None:
+    async with memory_client(api) as client, trio.open_nursery() as nursery:
+        for i in range(5):
+            await client.create(CONFIGMAPS, cm(f"pre{i}"))
+        informer = Informer(client, CONFIGMAPS, namespace="default", page_size=2)
+        early = Recorder(informer)
+        informer.add_handler(early)
+        assert not informer.synced and not informer.has_synced()
+        await nursery.start(informer.run)
+        with trio.fail_after(10):
+            await informer.wait_synced()
+        assert informer.synced
+        assert sorted(cached(informer)) == [f"pre{i}" for i in range(5)]
+        assert sorted(early.events) == [(ADDED, f"pre{i}") for i in range(5)]
+        late = Recorder(informer)
+        informer.add_handler(late)
+        assert sorted(late.events) == sorted(early.events)
+
+        n = len(early.events)
+        await client.create(CONFIGMAPS, cm("new"))
+        await client.patch(CONFIGMAPS, "pre0", {"data": {"k": "v"}})
+        await client.delete(CONFIGMAPS, "pre1")
+        await client.create(CONFIGMAPS, cm("other-ns", "kube-system"))
+        await wait_for(lambda: len(early.events) >= n + 3)
+        assert early.since(n) == [(ADDED, "new"), (MODIFIED, "pre0"), (DELETED, "pre1")]
+        assert late.since(5) == early.since(n)
+        assert early.violations == [] and late.violations == []
+        assert cached(informer) == await listed(client)
+        assert informer.store.get("default", "pre0")["data"] == {"k": "v"}  # type: ignore[index]
+        nursery.cancel_scope.cancel()
+    assert not informer.synced
+
+
+async def test_relist_after_watch_error_410_emits_the_difference(api: ApiServer, autojump_clock: trio.testing.MockClock) -> None:
+    await _relist_after_410(api, http_status=False)
+
+
+async def test_relist_after_http_410_emits_the_difference(api: ApiServer, autojump_clock: trio.testing.MockClock) -> None:
+    await _relist_after_410(api, http_status=True)
+
+
+async def _relist_after_410(api: ApiServer, *, http_status: bool) -> None:
+    async with memory_client(api) as client, trio.open_nursery() as nursery:
+        for name in ("keep", "change", "remove"):
+            await client.create(CONFIGMAPS, cm(name))
+        informer = Informer(client, CONFIGMAPS, namespace="default")
+        rec = Recorder(informer)
+        informer.add_handler(rec)
+        await nursery.start(informer.run)
+        await informer.wait_synced()
+        await wait_for(lambda: informer.statistics().watches == 1)
+        n = len(rec.events)
+
+        blocked = api.faults.fail(503, count=None, verbs={"watch"})
+        assert api.faults.drop_watches(abrupt=True) == 1
+        await wait_for(lambda: blocked.hits >= 2)
+        await client.create(CONFIGMAPS, cm("added"))
+        await client.patch(CONFIGMAPS, "change", {"data": {"v": "2"}})
+        await client.delete(CONFIGMAPS, "remove")
+        assert rec.since(n) == []
+        if http_status:
+            api.faults.fail(410, count=1, verbs={"watch"})
+        else:
+            api.faults.expire_next_watch()
+        api.faults.remove(blocked)
+
+        await wait_for(lambda: len(rec.events) >= n + 3)
+        assert ordered(rec.since(n)) == ordered([(ADDED, "added"), (MODIFIED, "change"), (DELETED, "remove")])
+        assert rec.violations == []
+        assert informer.statistics().gone == 1
+        assert informer.synced
+        assert cached(informer) == await listed(client)
+
+        await client.create(CONFIGMAPS, cm("after"))
+        await wait_for(lambda: (ADDED, "after") in rec.events)
+        nursery.cancel_scope.cancel()
+
+
+async def test_dropped_streams_resume_without_loss(api: ApiServer, autojump_clock: trio.testing.MockClock) -> None:
+    async with memory_client(api) as client, trio.open_nursery() as nursery:
+        informer = Informer(client, CONFIGMAPS, namespace="default")
+        rec = Recorder(informer)
+        informer.add_handler(rec)
+        await nursery.start(informer.run)
+        await informer.wait_synced()
+        for round_ in range(6):
+            await wait_for(lambda: informer.statistics().watches == round_ + 1)
+            await client.create(CONFIGMAPS, cm(f"o{round_}"))
+            if round_:
+                await client.patch(CONFIGMAPS, f"o{round_ - 1}", {"data": {"r": str(round_)}})
+            assert api.faults.drop_watches(abrupt=round_ % 2 == 0) == 1
+            await client.create(CONFIGMAPS, cm(f"while-down{round_}"))
+        expected = await listed(client)
+        await wait_for(lambda: cached(informer) == expected)
+        stats = informer.statistics()
+        assert stats.lists == 1 and stats.gone == 0 and stats.restarts == 0
+        assert stats.watches >= 7
+        assert rec.violations == []
+        assert sorted(n for t, n in rec.events if t is ADDED) == sorted(expected)
+        nursery.cancel_scope.cancel()
+
+
+async def test_bookmarks_advance_the_resume_point(api: ApiServer, autojump_clock: trio.testing.MockClock) -> None:
+    async with memory_client(api) as client, trio.open_nursery() as nursery:
+        informer = Informer(client, CONFIGMAPS, namespace="default", idle_timeout=None)
+        await nursery.start(informer.run)
+        await informer.wait_synced()
+        start_rv = informer.resource_version
+        for i in range(3):
+            await client.create(CONFIGMAPS, cm(f"x{i}", "kube-system"))
+        server_rv = str(api.store.resource_version)
+        assert start_rv != server_rv
+        await wait_for(lambda: informer.resource_version == server_rv, timeout=45)
+        assert len(informer.store) == 0
+        seen: list[str] = []
+        original = client.watch
+
+        def spy(*args: Any, **kwargs: Any) -> Any:
+            seen.append(kwargs["resource_version"])
+            return original(*args, **kwargs)
+
+        client.watch = spy  # type: ignore[method-assign]
+        api.faults.drop_watches()
+        await wait_for(lambda: bool(seen))
+        assert seen[0] == server_rv
+        nursery.cancel_scope.cancel()
+
+
+async def test_unexpected_exception_restarts_and_reports_unsynced(
+    api: ApiServer, caplog: pytest.LogCaptureFixture, autojump_clock: trio.testing.MockClock
+) -> None:
+    def by_flavour(obj: Any) -> list[str]:
+        if obj["metadata"]["name"] == "poison":
+            raise RuntimeError("index function exploded")
+        return [obj.get("data", {}).get("flavour", "")]
+
+    async with memory_client(api) as client, trio.open_nursery() as nursery:
+        await client.create(CONFIGMAPS, cm("a", flavour="x"))
+        informer = Informer(client, CONFIGMAPS, namespace="default", max_backoff=5)
+        informer.store.add_index("flavour", by_flavour)
+        rec = Recorder(informer)
+        informer.add_handler(rec)
+        await nursery.start(informer.run)
+        await informer.wait_synced()
+        await client.create(CONFIGMAPS, cm("poison"))
+        await wait_for(lambda: not informer.synced)
+        assert informer.statistics().restarts >= 1
+        assert "informer for configmaps/v1 failed; restarting" in caplog.text
+        assert "index function exploded" in caplog.text
+        await client.create(CONFIGMAPS, cm("b", flavour="x"))
+        await wait_for(lambda: informer.statistics().restarts >= 3)
+        assert not informer.synced
+        await client.delete(CONFIGMAPS, "poison")
+        with trio.fail_after(30):
+            await informer.wait_synced()
+        assert cached(informer) == await listed(client)
+        assert sorted(o["metadata"]["name"] for o in informer.store.by_index("flavour", "x")) == ["a", "b"]
+        assert (ADDED, "b") in rec.events and rec.violations == []
+        await client.create(CONFIGMAPS, cm("c"))
+        await wait_for(lambda: (ADDED, "c") in rec.events)
+        nursery.cancel_scope.cancel()
+
+
+async def test_handler_exception_does_not_disturb_the_informer(
+    api: ApiServer, caplog: pytest.LogCaptureFixture, autojump_clock: trio.testing.MockClock
+) -> None:
+    async with memory_client(api) as client, trio.open_nursery() as nursery:
+        informer = Informer(client, CONFIGMAPS, namespace="default")
+
+        def bad(event: InformerEvent) -> None:
+            raise ValueError("handler bug")
+
+        informer.add_handler(bad)
+        rec = Recorder(informer)
+        informer.add_handler(rec)
+        await nursery.start(informer.run)
+        await informer.wait_synced()
+        await client.create(CONFIGMAPS, cm("a"))
+        await wait_for(lambda: rec.events == [(ADDED, "a")])
+        assert informer.synced and informer.statistics().restarts == 0
+        assert "an informer handler for configmaps/v1 raised on ADDED" in caplog.text
+        nursery.cancel_scope.cancel()
+
+
+async def test_half_dead_connection_is_replaced(api: ApiServer, autojump_clock: trio.testing.MockClock) -> None:
+    async with memory_client(api) as client, trio.open_nursery() as nursery:
+        informer = Informer(client, CONFIGMAPS, namespace="default", idle_timeout=20)
+        rec = Recorder(informer)
+        informer.add_handler(rec)
+        await nursery.start(informer.run)
+        await informer.wait_synced()
+        await wait_for(lambda: informer.statistics().watches == 1)
+        stall = api.faults.delay_watch(10_000)
+        start = trio.current_time()
+        await client.create(CONFIGMAPS, cm("late"))
+        await wait_for(lambda: informer.statistics().stream_failures >= 1)
+        assert 19 <= trio.current_time() - start < 22
+        assert rec.events == []
+        api.faults.remove(stall)
+        await wait_for(lambda: rec.events == [(ADDED, "late")], timeout=30)
+        assert trio.current_time() - start < 60
+        assert informer.synced
+        nursery.cancel_scope.cancel()
+
+
+async def test_wait_synced_waits_for_the_first_list(api: ApiServer, autojump_clock: trio.testing.MockClock) -> None:
+    async with memory_client(api) as client, trio.open_nursery() as nursery:
+        await client.create(CONFIGMAPS, cm("a"))
+        api.faults.add_latency(7, count=1, verbs={"list"})
+        informer = Informer(client, CONFIGMAPS)
+        start = trio.current_time()
+        await nursery.start(informer.run)
+        assert trio.current_time() - start < 0.01
+        assert not informer.synced
+        await informer.wait_synced()
+        assert trio.current_time() - start == pytest.approx(7, abs=0.1)
+        assert cached(informer).keys() == {"a"}
+        await informer.wait_synced()
+        nursery.cancel_scope.cancel()
+
+
+async def test_list_failures_are_retried_until_synced(api: ApiServer, autojump_clock: trio.testing.MockClock) -> None:
+    async with memory_client(api) as client, trio.open_nursery() as nursery:
+        fault = api.faults.fail(500, count=6, verbs={"list"})
+        informer = Informer(client, CONFIGMAPS)
+        await nursery.start(informer.run)
+        with trio.fail_after(60):
+            await informer.wait_synced()
+        assert fault.hits == 6
+        assert informer.statistics().restarts == 3
+        nursery.cancel_scope.cancel()
+
+
+async def test_informer_runs_once_at_a_time(api: ApiServer, autojump_clock: trio.testing.MockClock) -> None:
+    async with memory_client(api) as client, trio.open_nursery() as nursery:
+        informer = Informer(client, CONFIGMAPS)
+        await nursery.start(informer.run)
+        with pytest.raises(RuntimeError, match=r"^an Informer can run only once at a time$"):
+            await informer.run()
+        nursery.cancel_scope.cancel()
+
+
+# --- malformed data, which the embedded server never produces: a scripted MockTransport ---
+
+
+class ScriptedApi:
+    """Serves one list, then watch streams whose lines the test pushes."""
+
+    def __init__(self, items: list[Any]) -> None:
+        self.items = items
+        self.watches: list[trio.MemorySendChannel[bytes]] = []
+        self.watch_rvs: list[str | None] = []
+
+    async def __call__(self, request: httpx.Request) -> httpx.Response:
+        if request.url.params.get("watch") != "true":
+            body = {"kind": "ConfigMapList", "metadata": {"resourceVersion": "10"}, "items": self.items}
+            return httpx.Response(200, json=body)
+        send, receive = trio.open_memory_channel[bytes](100)
+        self.watches.append(send)
+        self.watch_rvs.append(request.url.params.get("resourceVersion"))
+
+        class Stream(httpx.AsyncByteStream):
+            async def __aiter__(self) -> AsyncIterator[bytes]:
+                async with receive:
+                    async for chunk in receive:
+                        yield chunk
+
+        return httpx.Response(200, stream=Stream())
+
+
+def line(type_: str, name: str | None, rv: str) -> bytes:
+    meta: dict[str, Any] = {"namespace": "d", "resourceVersion": rv}
+    if name is not None:
+        meta["name"] = name
+    return json.dumps({"type": type_, "object": {"metadata": meta}}).encode() + b"\n"
+
+
+async def test_malformed_list_items_and_stream_lines_are_skipped(
+    autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING)
+    server = ScriptedApi(
+        [
+            {"metadata": {"name": "good", "namespace": "d", "resourceVersion": "5"}},
+            {"metadata": {"namespace": "d", "resourceVersion": "6"}},
+            {"nometadata": True},
+            "not an object",
+        ]
+    )
+    config = Config.from_dict(
+        {
+            "clusters": [{"name": "c", "cluster": {"server": "http://k8s.test"}}],
+            "users": [{"name": "u", "user": {}}],
+            "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
+            "current-context": "x",
+        }
+    )
+    async with Client(config, transport=httpx.MockTransport(server)) as client, trio.open_nursery() as nursery:
+        informer = Informer(client, CONFIGMAPS, idle_timeout=None)
+        events: list[tuple[WatchEventType, str]] = []
+        informer.add_handler(lambda e: events.append((e.type, e.obj["metadata"]["name"])))
+        await nursery.start(informer.run)
+        await informer.wait_synced()
+        assert cached(informer) == {"good": "5"}
+        await wait_for(lambda: bool(server.watches))
+        feed = server.watches[0]
+        await feed.send(b'{"type": "ADDED", "object": {"metadata": {"name": "x", "namespa')
+        await feed.send(b'ce": "d", "resourceVersion": "11"}}}\n{this is not json}\n')
+        await feed.send(line("ADDED", None, "12"))
+        await feed.send(b'{"type": "ADDED", "object": {"metadata": {"name": "bad-ns", "namespace": 7, "resourceVersion": "13"}}}\n')
+        await feed.send(b"[]\n" + line("MODIFIED", "good", "14"))
+        await wait_for(lambda: len(events) == 3)
+        assert events == [(ADDED, "good"), (ADDED, "x"), (MODIFIED, "good")]
+        assert informer.resource_version == "14"
+        assert len(server.watches) == 1
+        await feed.aclose()
+        await wait_for(lambda: len(server.watches) == 2)
+        assert server.watch_rvs == ["10", "14"]
+        assert informer.statistics().skipped == 2 + 4
+        assert informer.synced
+        assert "skipping a malformed watch line" in caplog.text
+        assert "skipping a malformed list item" in caplog.text
+        nursery.cancel_scope.cancel()

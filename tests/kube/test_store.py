@@ -1,0 +1,121 @@
+"""Tests of engine.kube.Store: lookups and indexes (synchronous, no I/O)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from engine.kube import NAMESPACE_INDEX, OWNER_INDEX, Store, object_key
+
+
+def obj(name: str, namespace: str | None = "default", owners: list[str] = (), **labels: str) -> dict[str, Any]:  # type: ignore[assignment]
+    meta: dict[str, Any] = {"name": name, "labels": labels}
+    if namespace is not None:
+        meta["namespace"] = namespace
+    if owners:
+        meta["ownerReferences"] = [{"uid": u, "kind": "X", "name": u} for u in owners]
+    return {"metadata": meta}
+
+
+def names(objs: list[dict[str, Any]]) -> list[str]:
+    return sorted(o["metadata"]["name"] for o in objs)
+
+
+def test_get_list_and_builtin_indexes() -> None:
+    store = Store()
+    a, b, c = obj("a", owners=["u1"]), obj("b", "other", owners=["u1", "u2"]), obj("c", None)
+    for o in (a, b, c):
+        assert store._put(o) is None
+    assert store.get("default", "a") is a
+    assert store.get(None, "c") is c and store.get("", "c") is c
+    assert store.get("other", "a") is None
+    assert len(store) == 3 and ("other", "b") in store
+    assert names(store.list()) == ["a", "b", "c"]
+    assert names(store.by_index(NAMESPACE_INDEX, "default")) == ["a"]
+    assert names(store.by_index(OWNER_INDEX, "u1")) == ["a", "b"]
+    assert names(store.by_index(OWNER_INDEX, "u2")) == ["b"]
+    assert store.by_index(OWNER_INDEX, "nobody") == []
+    assert sorted(store.index_values(NAMESPACE_INDEX)) == ["default", "other"]
+
+
+def test_update_refiles_and_remove_unfiles() -> None:
+    store = Store()
+    store._put(obj("a", owners=["u1"]))
+    old = store.get("default", "a")
+    new = obj("a", owners=["u2"])
+    assert store._put(new) is old
+    assert store.by_index(OWNER_INDEX, "u1") == []
+    assert store.by_index(OWNER_INDEX, "u2") == [new]
+    assert store._remove(("default", "a")) is new
+    assert store._remove(("default", "a")) is None
+    assert store.index_values(OWNER_INDEX) == [] and len(store) == 0
+
+
+def test_custom_index_added_before_or_after_population() -> None:
+    store = Store()
+    store._put(obj("a", app="web"))
+    store.add_index("app", lambda o: [o["metadata"]["labels"]["app"]] if "app" in o["metadata"]["labels"] else [])
+    store._put(obj("b", app="web"))
+    store._put(obj("c", app="db"))
+    store._put(obj("d"))
+    assert names(store.by_index("app", "web")) == ["a", "b"]
+    assert names(store.by_index("app", "db")) == ["c"]
+    with pytest.raises(ValueError, match=r"^index names must be unique, and 'app' exists$"):
+        store.add_index("app", lambda o: [])
+    with pytest.raises(KeyError, match=r"no index named 'nope'; add it with add_index\(\) first"):
+        store.by_index("nope", "x")
+
+
+def test_failing_index_function_leaves_store_unchanged() -> None:
+    store = Store()
+    store._put(obj("a", app="web"))
+
+    def explode(o: Any) -> list[str]:
+        if o["metadata"]["name"] == "bad":
+            raise RuntimeError("boom")
+        return [o["metadata"]["labels"].get("app", "")]
+
+    store.add_index("app", explode)
+    with pytest.raises(RuntimeError):
+        store._put(obj("bad"))
+    assert store.get("default", "bad") is None
+    assert names(store.list()) == ["a"]
+
+
+def test_object_key() -> None:
+    assert object_key(obj("a")) == ("default", "a")
+    assert object_key(obj("a", None)) == (None, "a")
+
+
+ops = st.lists(
+    st.tuples(
+        st.booleans(),
+        st.sampled_from(["a", "b", "c", "d"]),
+        st.sampled_from(["n1", "n2"]),
+        st.lists(st.sampled_from(["u1", "u2", "u3"]), max_size=2),
+    ),
+    max_size=40,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(ops)
+def test_indexes_agree_with_a_scan(operations: list[tuple[bool, str, str, list[str]]]) -> None:
+    store = Store()
+    for put, name, ns, owners in operations:
+        if put:
+            store._put(obj(name, ns, owners=owners))
+        else:
+            store._remove((ns, name))
+    for ns in ("n1", "n2"):
+        assert names(store.by_index(NAMESPACE_INDEX, ns)) == names(
+            [o for o in store.list() if o["metadata"]["namespace"] == ns]
+        )
+    for uid in ("u1", "u2", "u3"):
+        expected = [
+            o for o in store.list() if any(r["uid"] == uid for r in o["metadata"].get("ownerReferences", []))
+        ]
+        assert names(store.by_index(OWNER_INDEX, uid)) == names(expected)

@@ -1,0 +1,331 @@
+"""Direct HTTP tests against the embedded server over real sockets (httpx)."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from engine.testing import ApiServer
+
+from .conftest import CM, cm
+
+
+def assert_status(r: httpx.Response, code: int, reason: str) -> dict[str, object]:
+    assert r.status_code == code, r.text
+    body = r.json()
+    assert body["kind"] == "Status"
+    assert body["apiVersion"] == "v1"
+    assert body["status"] == "Failure"
+    assert body["reason"] == reason
+    assert body["code"] == code
+    assert isinstance(body["message"], str) and body["message"]
+    return body  # type: ignore[no-any-return]
+
+
+async def test_discovery(client: httpx.AsyncClient) -> None:
+    assert (await client.get("/version")).json()["major"] == "1"
+    assert (await client.get("/api")).json()["versions"] == ["v1"]
+    core = (await client.get("/api/v1")).json()
+    names = {r["name"] for r in core["resources"]}
+    assert {"namespaces", "namespaces/status", "configmaps", "secrets", "events"} <= names
+    groups = {g["name"] for g in (await client.get("/apis")).json()["groups"]}
+    assert {"coordination.k8s.io", "events.k8s.io", "apiextensions.k8s.io"} <= groups
+    leases = (await client.get("/apis/coordination.k8s.io/v1")).json()
+    assert leases["resources"][0]["name"] == "leases"
+    assert (await client.get("/apis/coordination.k8s.io")).json()["preferredVersion"]["version"] == "v1"
+    index = (await client.get("/openapi/v3")).json()["paths"]
+    doc = (await client.get(index["api/v1"]["serverRelativeURL"])).json()
+    patch = doc["paths"]["/api/v1/namespaces/{namespace}/configmaps/{name}"]["patch"]
+    assert patch["x-kubernetes-group-version-kind"]["kind"] == "ConfigMap"
+    assert (await client.get("/apis/nope/v1")).status_code == 404
+
+
+async def test_crud_and_metadata(client: httpx.AsyncClient) -> None:
+    r = await client.post(CM, json=cm("a", data={"k": "v"}))
+    assert r.status_code == 201
+    created = r.json()
+    meta = created["metadata"]
+    assert meta["namespace"] == "default" and meta["generation"] == 1
+    assert meta["uid"] and meta["creationTimestamp"].endswith("Z")
+    rv1 = int(meta["resourceVersion"])
+    got = (await client.get(f"{CM}/a")).json()
+    assert got["data"] == {"k": "v"} and got["kind"] == "ConfigMap" and got["apiVersion"] == "v1"
+    got["data"]["k"] = "w"
+    updated = (await client.put(f"{CM}/a", json=got)).json()
+    assert int(updated["metadata"]["resourceVersion"]) > rv1
+    assert updated["metadata"]["generation"] == 2
+    same = (await client.put(f"{CM}/a", json=updated)).json()
+    assert same["metadata"]["resourceVersion"] == updated["metadata"]["resourceVersion"]
+    r = await client.delete(f"{CM}/a")
+    assert r.status_code == 200 and r.json()["status"] == "Success"
+    body = assert_status(await client.get(f"{CM}/a"), 404, "NotFound")
+    assert body["details"] == {"name": "a", "group": "", "kind": "configmaps"}
+
+
+async def test_resource_versions_increase_globally(client: httpx.AsyncClient) -> None:
+    rvs = []
+    for i in range(3):
+        rvs.append(int((await client.post(CM, json=cm(f"c{i}"))).json()["metadata"]["resourceVersion"]))
+    lease = {"metadata": {"name": "l"}, "spec": {"holderIdentity": "me"}}
+    r = await client.post("/apis/coordination.k8s.io/v1/namespaces/default/leases", json=lease)
+    rvs.append(int(r.json()["metadata"]["resourceVersion"]))
+    assert rvs == sorted(rvs) and len(set(rvs)) == 4
+    listed = (await client.get(CM)).json()
+    assert listed["kind"] == "ConfigMapList" and int(listed["metadata"]["resourceVersion"]) >= rvs[-1]
+
+
+async def test_conflicts_and_errors(client: httpx.AsyncClient) -> None:
+    first = (await client.post(CM, json=cm("x"))).json()
+    body = assert_status(await client.post(CM, json=cm("x")), 409, "AlreadyExists")
+    assert body["details"] == {"name": "x", "group": "", "kind": "configmaps"}
+    await client.put(f"{CM}/x", json={**first, "data": {"a": "1"}})
+    stale = assert_status(await client.put(f"{CM}/x", json={**first, "data": {"a": "2"}}), 409, "Conflict")
+    assert "the object has been modified" in str(stale["message"])
+    invalid = assert_status(await client.post(CM, json=cm("Bad_Name")), 422, "Invalid")
+    assert invalid["details"]["kind"] == "ConfigMap"  # type: ignore[index]
+    assert invalid["details"]["causes"][0]["field"] == "metadata.name"  # type: ignore[index]
+    missing = assert_status(
+        await client.post("/api/v1/namespaces/ghost/configmaps", json=cm("y")), 404, "NotFound"
+    )
+    assert missing["message"] == 'namespaces "ghost" not found'
+    assert_status(await client.put(f"{CM}/nope", json=cm("nope")), 404, "NotFound")
+    assert_status(await client.post(CM, content=b"{", headers={"content-type": "application/json"}), 400, "BadRequest")
+    assert_status(
+        await client.post(
+            "/api/v1/namespaces/kube-system/configmaps", json={**cm("z"), "metadata": {"name": "z", "namespace": "default"}}
+        ),
+        400,
+        "BadRequest",
+    )
+    assert_status(
+        await client.post(CM, content=b"k8s\x00", headers={"content-type": "application/vnd.kubernetes.protobuf"}),
+        415,
+        "UnsupportedMediaType",
+    )
+
+
+async def test_generate_name_and_dry_run(client: httpx.AsyncClient) -> None:
+    r = await client.post(CM, json={"metadata": {"generateName": "gen-"}})
+    assert r.json()["metadata"]["name"].startswith("gen-") and len(r.json()["metadata"]["name"]) == 9
+    r = await client.post(CM, params={"dryRun": "All"}, json=cm("dry"))
+    assert r.status_code == 201
+    assert (await client.get(f"{CM}/dry")).status_code == 404
+
+
+async def test_label_and_field_selectors(client: httpx.AsyncClient) -> None:
+    for name, labels in [("a", {"app": "web", "tier": "front"}), ("b", {"app": "db"}), ("c", {"tier": "back"})]:
+        await client.post(CM, json={"metadata": {"name": name, "labels": labels}})
+
+    async def names(**params: str) -> list[str]:
+        r = await client.get(CM, params=params)
+        assert r.status_code == 200, r.text
+        return [i["metadata"]["name"] for i in r.json()["items"]]
+
+    assert await names(labelSelector="app=web") == ["a"]
+    assert await names(labelSelector="app==db") == ["b"]
+    assert await names(labelSelector="app!=web") == ["b", "c"]
+    assert await names(labelSelector="app in (web,db)") == ["a", "b"]
+    assert await names(labelSelector="tier notin (front)") == ["b", "c"]
+    assert await names(labelSelector="app") == ["a", "b"]
+    assert await names(labelSelector="!app") == ["c"]
+    assert await names(labelSelector="app,tier") == ["a"]
+    assert await names(fieldSelector="metadata.name=b") == ["b"]
+    assert await names(fieldSelector="metadata.name!=b,metadata.namespace=default") == ["a", "c"]
+    all_ns = (await client.get("/api/v1/configmaps", params={"fieldSelector": "metadata.namespace=default"})).json()
+    assert len(all_ns["items"]) == 3
+    assert_status(await client.get(CM, params={"labelSelector": "a in (b"}), 400, "BadRequest")
+
+
+async def test_paging(client: httpx.AsyncClient) -> None:
+    for i in range(7):
+        await client.post(CM, json=cm(f"p{i}"))
+    seen: list[str] = []
+    token = None
+    pages = 0
+    while True:
+        params = {"limit": "3"}
+        if token:
+            params["continue"] = token
+        body = (await client.get(CM, params=params)).json()
+        seen += [i["metadata"]["name"] for i in body["items"]]
+        pages += 1
+        token = body["metadata"].get("continue")
+        if not token:
+            break
+        assert body["metadata"]["remainingItemCount"] == 7 - len(seen)
+    assert pages == 3 and seen == [f"p{i}" for i in range(7)]
+    assert_status(await client.get(CM, params={"limit": "2", "continue": "garbage!"}), 400, "BadRequest")
+
+
+async def test_continue_token_expires_with_history() -> None:
+    async with ApiServer(history_size=2) as api, httpx.AsyncClient(base_url=api.url) as client:
+        for i in range(3):
+            await client.post(CM, json=cm(f"p{i}"))
+        token = (await client.get(CM, params={"limit": "1"})).json()["metadata"]["continue"]
+        for i in range(3):
+            await client.post(CM, json=cm(f"q{i}"))
+        assert_status(await client.get(CM, params={"limit": "1", "continue": token}), 410, "Expired")
+
+
+async def test_status_subresource_and_generation(client: httpx.AsyncClient) -> None:
+    ns = (await client.post("/api/v1/namespaces", json={"metadata": {"name": "team"}, "status": {"phase": "X"}})).json()
+    assert ns["status"]["phase"] == "Active"
+    ns["status"] = {"phase": "Weird"}
+    ns["metadata"]["labels"] = {"a": "b"}
+    kept = (await client.put("/api/v1/namespaces/team", json=ns)).json()
+    assert kept["status"]["phase"] == "Active" and kept["metadata"]["labels"]["a"] == "b"
+    kept["status"] = {"phase": "Weird"}
+    kept["metadata"]["labels"] = {}
+    status_only = (await client.put("/api/v1/namespaces/team/status", json=kept)).json()
+    assert status_only["status"]["phase"] == "Weird" and status_only["metadata"]["labels"]["a"] == "b"
+    assert status_only["metadata"]["generation"] == 1
+
+
+async def test_secrets_string_data(client: httpx.AsyncClient) -> None:
+    r = await client.post(
+        "/api/v1/namespaces/default/secrets", json={"metadata": {"name": "s"}, "stringData": {"pw": "hunter2"}}
+    )
+    assert r.json()["data"] == {"pw": "aHVudGVyMg=="} and "stringData" not in r.json()
+
+
+async def test_finalizers(client: httpx.AsyncClient) -> None:
+    await client.post(CM, json={"metadata": {"name": "f", "finalizers": ["example.com/hold"]}})
+    r = await client.delete(f"{CM}/f")
+    assert r.status_code == 200
+    held = r.json()
+    assert held["kind"] == "ConfigMap"
+    assert held["metadata"]["deletionTimestamp"] and held["metadata"]["deletionGracePeriodSeconds"] == 0
+    still = (await client.get(f"{CM}/f")).json()
+    assert still["metadata"]["finalizers"] == ["example.com/hold"]
+    add = {**still, "metadata": {**still["metadata"], "finalizers": ["example.com/hold", "other"]}}
+    assert_status(await client.put(f"{CM}/f", json=add), 422, "Invalid")
+    still["metadata"]["finalizers"] = []
+    r = await client.put(f"{CM}/f", json=still)
+    assert r.status_code == 200
+    assert (await client.get(f"{CM}/f")).status_code == 404
+
+
+async def test_delete_preconditions(client: httpx.AsyncClient) -> None:
+    obj = (await client.post(CM, json=cm("d"))).json()
+    body = {"preconditions": {"uid": "not-it"}}
+    r = await client.request("DELETE", f"{CM}/d", json=body)
+    assert_status(r, 409, "Conflict")
+    r = await client.request("DELETE", f"{CM}/d", json={"preconditions": {"resourceVersion": "1"}})
+    assert_status(r, 409, "Conflict")
+    good = {"preconditions": {"uid": obj["metadata"]["uid"], "resourceVersion": obj["metadata"]["resourceVersion"]}}
+    assert (await client.request("DELETE", f"{CM}/d", json=good)).status_code == 200
+
+
+def owned(name: str, owner: dict[str, object], **extra: object) -> dict[str, object]:
+    meta = owner["metadata"]
+    assert isinstance(meta, dict)
+    ref = {"apiVersion": "v1", "kind": "ConfigMap", "name": meta["name"], "uid": meta["uid"]}
+    return {"metadata": {"name": name, "ownerReferences": [ref], **extra}}
+
+
+async def test_cascading_delete_background(client: httpx.AsyncClient) -> None:
+    owner = (await client.post(CM, json=cm("owner"))).json()
+    child = (await client.post(CM, json=owned("child", owner))).json()
+    await client.post(CM, json=owned("grandchild", child))
+    other = (await client.post(CM, json=cm("other"))).json()
+    shared = owned("shared", owner)
+    shared["metadata"]["ownerReferences"].append(  # type: ignore[index]
+        {"apiVersion": "v1", "kind": "ConfigMap", "name": "other", "uid": other["metadata"]["uid"]}
+    )
+    await client.post(CM, json=shared)
+    await client.delete(f"{CM}/owner")
+    assert (await client.get(f"{CM}/child")).status_code == 404
+    assert (await client.get(f"{CM}/grandchild")).status_code == 404
+    kept = (await client.get(f"{CM}/shared")).json()
+    assert [r["name"] for r in kept["metadata"]["ownerReferences"]] == ["other"]
+
+
+async def test_cascading_delete_orphan(client: httpx.AsyncClient) -> None:
+    owner = (await client.post(CM, json=cm("owner"))).json()
+    await client.post(CM, json=owned("child", owner))
+    await client.delete(f"{CM}/owner", params={"propagationPolicy": "Orphan"})
+    child = (await client.get(f"{CM}/child")).json()
+    assert "ownerReferences" not in child["metadata"]
+
+
+async def test_cascading_delete_foreground(client: httpx.AsyncClient) -> None:
+    owner = (await client.post(CM, json=cm("owner"))).json()
+    await client.post(CM, json=owned("child", owner, finalizers=["hold"]))
+    r = await client.request("DELETE", f"{CM}/owner", json={"propagationPolicy": "Foreground"})
+    assert r.json()["metadata"]["finalizers"] == ["foregroundDeletion"]
+    child = (await client.get(f"{CM}/child")).json()
+    assert child["metadata"]["deletionTimestamp"]
+    assert (await client.get(f"{CM}/owner")).status_code == 200
+    child["metadata"]["finalizers"] = []
+    await client.put(f"{CM}/child", json=child)
+    assert (await client.get(f"{CM}/child")).status_code == 404
+    assert (await client.get(f"{CM}/owner")).status_code == 404
+
+
+async def test_namespace_deletion_removes_contents(client: httpx.AsyncClient) -> None:
+    await client.post("/api/v1/namespaces", json={"metadata": {"name": "gone"}})
+    await client.post("/api/v1/namespaces/gone/configmaps", json={"metadata": {"name": "x", "finalizers": ["hold"]}})
+    r = await client.delete("/api/v1/namespaces/gone")
+    assert r.json()["status"]["phase"] == "Terminating"
+    assert_status(await client.post("/api/v1/namespaces/gone/configmaps", json=cm("y")), 403, "Forbidden")
+    x = (await client.get("/api/v1/namespaces/gone/configmaps/x")).json()
+    x["metadata"]["finalizers"] = []
+    await client.put("/api/v1/namespaces/gone/configmaps/x", json=x)
+    assert (await client.get("/api/v1/namespaces/gone")).status_code == 404
+
+
+async def test_merge_json_and_strategic_patches(client: httpx.AsyncClient) -> None:
+    await client.post(CM, json={"metadata": {"name": "p", "labels": {"a": "1", "b": "2"}}, "data": {"x": "1"}})
+    merge = {"content-type": "application/merge-patch+json"}
+    r = await client.patch(f"{CM}/p", json={"metadata": {"labels": {"a": None}}, "data": {"y": "2"}}, headers=merge)
+    assert r.json()["metadata"]["labels"] == {"b": "2"} and r.json()["data"] == {"x": "1", "y": "2"}
+    jp = {"content-type": "application/json-patch+json"}
+    ops = [{"op": "test", "path": "/data/x", "value": "1"}, {"op": "replace", "path": "/data/x", "value": "9"}]
+    assert (await client.patch(f"{CM}/p", json=ops, headers=jp)).json()["data"]["x"] == "9"
+    bad = [{"op": "test", "path": "/data/x", "value": "nope"}]
+    assert_status(await client.patch(f"{CM}/p", json=bad, headers=jp), 422, "Invalid")
+    smp = {"content-type": "application/strategic-merge-patch+json"}
+    body = {"metadata": {"finalizers": ["f1"]}, "data": {"$patch": "replace", "only": "this"}}
+    r = await client.patch(f"{CM}/p", json=body, headers=smp)
+    assert r.json()["data"] == {"only": "this"} and r.json()["metadata"]["finalizers"] == ["f1"]
+    r = await client.patch(f"{CM}/p", json={"metadata": {"finalizers": ["f2"]}}, headers=smp)
+    assert r.json()["metadata"]["finalizers"] == ["f1", "f2"]
+    r = await client.patch(f"{CM}/p", json={"$deleteFromPrimitiveList/metadata": None, "metadata": {"$deleteFromPrimitiveList/finalizers": ["f1"]}}, headers=smp)
+    assert r.json()["metadata"]["finalizers"] == ["f2"]
+    stale = {"metadata": {"resourceVersion": "2"}, "data": {"z": "1"}}
+    assert_status(await client.patch(f"{CM}/p", json=stale, headers=merge), 409, "Conflict")
+    assert_status(await client.patch(f"{CM}/nope", json={}, headers=merge), 404, "NotFound")
+    r = await client.patch(f"{CM}/p", json={}, headers={"content-type": "text/plain"})
+    assert_status(r, 415, "UnsupportedMediaType")
+
+
+APPLY = {"content-type": "application/apply-patch+yaml"}
+
+
+async def test_server_side_apply(client: httpx.AsyncClient) -> None:
+    config = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: s\ndata:\n  a: '1'\n  b: '2'\n"
+    r = await client.patch(f"{CM}/s", content=config, headers=APPLY, params={"fieldManager": "alice"})
+    assert r.status_code == 201, r.text
+    managed = r.json()["metadata"]["managedFields"]
+    assert managed[0]["manager"] == "alice" and managed[0]["operation"] == "Apply"
+    assert managed[0]["fieldsV1"] == {"f:data": {"f:a": {}, "f:b": {}}}
+    config2 = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: s\ndata:\n  a: '1'\n"
+    r = await client.patch(f"{CM}/s", content=config2, headers=APPLY, params={"fieldManager": "alice"})
+    assert r.json()["data"] == {"a": "1"}
+    bob = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: s\ndata:\n  a: '9'\n"
+    r = await client.patch(f"{CM}/s", content=bob, headers=APPLY, params={"fieldManager": "bob"})
+    body = assert_status(r, 409, "Conflict")
+    assert body["details"]["causes"][0]["field"] == ".data.a"  # type: ignore[index]
+    r = await client.patch(f"{CM}/s", content=bob, headers=APPLY, params={"fieldManager": "bob", "force": "true"})
+    assert r.status_code == 200 and r.json()["data"] == {"a": "9"}
+    managers = {e["manager"]: e["fieldsV1"] for e in r.json()["metadata"]["managedFields"]}
+    assert managers == {"bob": {"f:data": {"f:a": {}}}}
+    r = await client.patch(f"{CM}/s", content=bob, headers=APPLY)
+    assert_status(r, 400, "BadRequest")
+
+
+async def test_unknown_routes(client: httpx.AsyncClient) -> None:
+    assert_status(await client.get("/api/v1/widgets"), 404, "NotFound")
+    assert_status(await client.get("/api/v1/namespaces/default/namespaces"), 404, "NotFound")
+    assert_status(await client.get(f"{CM}/x/scale"), 404, "NotFound")
+    assert (await client.get("/healthz")).text == "ok"
