@@ -465,3 +465,50 @@ async def test_trigger_after_stop_is_refused_and_cancels_nothing(autojump_clock:
         assert controller.trigger(A) is None
     assert cancelled == []
     assert log.kinds() == [OutcomeKind.SUCCEEDED]
+
+
+async def test_cancelling_an_ended_run_never_reaches_the_next_run(autojump_clock: trio.testing.MockClock) -> None:
+    """Workers reuse a cancel scope across uncancelled runs; a late cancel of an ended run
+    must not leak into the next run of the same worker."""
+    from engine import Run, RunObserver
+
+    runs: list[Run] = []
+
+    class Keep(RunObserver):
+        def on_run_started(self, controller: Controller, run: Run) -> None:
+            runs.append(run)
+
+    async def reconcile(ctx: RunContext) -> None:
+        await trio.sleep(10)
+
+    manager, controller, log, _ = make(reconcile, max_concurrent=1)
+    manager.add_observer(Keep())
+    async with running(manager):
+        controller.trigger(A)
+        controller.trigger(B)
+        await trio.sleep(11)  # A ended, B is running on the same worker and scope
+        assert runs[1].key == B and runs[1].scope is runs[0].scope
+        runs[0].cancel(CancelCause.SUPERSEDED, "late")
+        await trio.sleep(20)
+    assert log.kinds() == [OutcomeKind.SUCCEEDED, OutcomeKind.SUCCEEDED]
+
+
+async def test_cancel_of_a_run_that_returns_without_checkpoint_spares_the_next(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    seen = []
+
+    async def reconcile(ctx: RunContext) -> None:
+        seen.append(ctx.ref)
+        if ctx.ref == A and len(seen) == 1:
+            controller.trigger(A)  # supersedes this very run, which returns without a checkpoint
+            return
+        await trio.sleep(1)
+
+    manager, controller, log, _ = make(reconcile, max_concurrent=1)
+    async with running(manager):
+        controller.trigger(A)
+        controller.trigger(B)
+        await trio.sleep(10)
+    assert log.kinds() == [OutcomeKind.SUCCEEDED, OutcomeKind.SUCCEEDED, OutcomeKind.SUCCEEDED]
+    assert seen == [A, B, A]

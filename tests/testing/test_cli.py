@@ -1,0 +1,81 @@
+"""`python -m engine apiserver` (engine.testing._cli.main) as a real subprocess."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+import trio
+import yaml
+
+from engine.testing._cli import main
+
+CODE = "import sys; from engine.testing._cli import main; sys.exit(main(sys.argv[1:]))"
+
+
+async def read_lines(stream: trio.abc.ReceiveStream, count: int) -> list[str]:
+    buffer = b""
+    while buffer.count(b"\n") < count:
+        chunk = await stream.receive_some()
+        if not chunk:
+            break
+        buffer += chunk
+    return buffer.decode().splitlines()
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+async def test_cli_serves_until_signalled(tmp_path: Path, sig: signal.Signals) -> None:
+    kubeconfig = tmp_path / "kc.yaml"
+    with trio.fail_after(30):
+        proc = await trio.lowlevel.open_process(
+            [sys.executable, "-c", CODE, "--port", "0", "--write-kubeconfig", str(kubeconfig), "--host", "127.0.0.1"],
+            stdout=subprocess.PIPE,
+        )
+        try:
+            assert proc.stdout is not None
+            first, second = await read_lines(proc.stdout, 2)
+            assert first.startswith("listening on http://127.0.0.1:")
+            assert second == f"kubeconfig written to {kubeconfig}"
+            url = first.removeprefix("listening on ")
+            config = yaml.safe_load(kubeconfig.read_text())
+            assert config["clusters"][0]["cluster"]["server"] == url
+            assert config["current-context"] == "embedded"
+            async with httpx.AsyncClient(base_url=url) as client:
+                assert (await client.get("/version")).status_code == 200
+            proc.send_signal(sig)
+            assert await proc.wait() == 0
+        finally:
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()
+
+
+async def test_cli_tls_kubeconfig(tmp_path: Path) -> None:
+    kubeconfig = tmp_path / "kc.yaml"
+    with trio.fail_after(30):
+        proc = await trio.lowlevel.open_process(
+            [sys.executable, "-c", CODE, "--write-kubeconfig", str(kubeconfig), "--tls"], stdout=subprocess.PIPE
+        )
+        try:
+            assert proc.stdout is not None
+            first, _ = await read_lines(proc.stdout, 2)
+            assert first.startswith("listening on https://127.0.0.1:")
+            config = yaml.safe_load(kubeconfig.read_text())
+            assert set(config["users"][0]["user"]) == {"client-certificate-data", "client-key-data"}
+            assert "certificate-authority-data" in config["clusters"][0]["cluster"]
+            assert oct(kubeconfig.stat().st_mode & 0o777) == "0o600"
+            proc.send_signal(signal.SIGTERM)
+            assert await proc.wait() == 0
+        finally:
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()
+
+
+def test_cli_rejects_bad_arguments(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--port", "not-a-number"]) == 2
+    assert "invalid int value" in capsys.readouterr().err
