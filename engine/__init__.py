@@ -45,8 +45,8 @@ from ._sinks import LogSink as LogSink
 from ._sinks import MemorySink as MemorySink
 from ._sinks import WebhookDeliveryError as WebhookDeliveryError
 from ._sinks import WebhookSink as WebhookSink
-from ._sources import ChannelSource as ChannelSource
 from ._sources import Change as Change
+from ._sources import ChannelSource as ChannelSource
 from ._sources import MappedSource as MappedSource
 from ._sources import Source as Source
 from ._sources import TimerSource as TimerSource

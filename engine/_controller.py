@@ -6,7 +6,7 @@ import enum
 import inspect
 import logging
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, Protocol, Union
+from typing import TYPE_CHECKING, Protocol
 
 import trio
 
@@ -54,7 +54,7 @@ class Reconciler(Protocol):
     async def reconcile(self, ctx: RunContext) -> Result | None: ...
 
 
-ReconcileFunction = Callable[[RunContext], Awaitable[Union[Result, None]]]
+ReconcileFunction = Callable[[RunContext], Awaitable[Result | None]]
 
 
 class Controller:
@@ -87,9 +87,10 @@ class Controller:
         reconcile = getattr(reconciler, "reconcile", reconciler)
         if not callable(reconcile):
             raise TypeError("reconciler must be an async function or have an async reconcile(ctx) method")
-        if not (inspect.iscoroutinefunction(reconcile) or inspect.iscoroutinefunction(
-            getattr(reconcile, "__call__", None)
-        )):
+        if not (
+            inspect.iscoroutinefunction(reconcile)
+            or inspect.iscoroutinefunction(getattr(type(reconcile), "__call__", None))  # noqa: B004
+        ):
             raise TypeError("reconciler must be async: define it with 'async def'")
         self.name = name
         self.reconciler = reconciler
@@ -108,7 +109,6 @@ class Controller:
         self._observers: list[RunObserver] = []
         self._stopping = False
         self._live_workers = 0
-        self._finished_workers = 0
         self.worker_failures = 0
         """Workers that died on an unexpected (engine or observer) error."""
         self.outcomes: dict[OutcomeKind, int] = dict.fromkeys(OutcomeKind, 0)

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import enum
 import logging
-import math
 import time
 from collections.abc import Mapping
 from typing import Any, Protocol
@@ -153,7 +152,7 @@ class EventCorrelator:
     def _trim(self) -> None:
         for table in (self._similar, self._identical, self._spam):
             while len(table) > self._max_entries:
-                del table[next(iter(table))]  # type: ignore[attr-defined]
+                del table[next(iter(table))]
 
 
 @attrs.define(eq=False)

@@ -6,7 +6,7 @@ import email.utils
 import logging
 import random
 from collections.abc import Mapping
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 import httpx
@@ -65,7 +65,7 @@ class LogSink:
 
 
 def _iso(ts: float) -> str:
-    return datetime.fromtimestamp(ts, tz=timezone.utc).isoformat().replace("+00:00", "Z")
+    return datetime.fromtimestamp(ts, tz=UTC).isoformat().replace("+00:00", "Z")
 
 
 def event_to_json(event: Event) -> dict[str, Any]:
@@ -189,4 +189,4 @@ def _retry_after(value: str | None) -> float | None:
         when = email.utils.parsedate_to_datetime(value)
     except (TypeError, ValueError):
         return None
-    return max(0.0, when.timestamp() - datetime.now(tz=timezone.utc).timestamp())
+    return max(0.0, when.timestamp() - datetime.now(tz=UTC).timestamp())

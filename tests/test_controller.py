@@ -249,7 +249,7 @@ async def test_randomized_every_late_trigger_gets_a_run(autojump_clock: trio.tes
         starts: dict[ObjectRef, list[tuple[float, int]]] = {k: [] for k in keys}
 
         async def reconcile(ctx: RunContext) -> None:
-            starts[ctx.ref].append((trio.current_time(), ctx.trigger.sequence))
+            starts[ctx.ref].append((trio.current_time(), ctx.trigger.sequence))  # noqa: B023 (used within this iteration)
             await trio.sleep(rng.choice([0, 0.001, 0.01, 0.05]))
             with ctx.interruptible():
                 await trio.sleep(rng.choice([0, 0.01, 0.1]))

@@ -11,9 +11,9 @@ from engine import (
     Outcome,
     OutcomeKind,
     Run,
-    RunObserver,
     RunContext,
     RunLog,
+    RunObserver,
     WebhookSink,
 )
 

@@ -3,7 +3,17 @@ from __future__ import annotations
 import trio
 import trio.testing
 
-from engine import Controller, Event, EventCorrelator, EventRecorder, EventType, Manager, MemorySink, ObjectRef, RunContext
+from engine import (
+    Controller,
+    Event,
+    EventCorrelator,
+    EventRecorder,
+    EventType,
+    Manager,
+    MemorySink,
+    ObjectRef,
+    RunContext,
+)
 
 from ._support import running
 

@@ -1,0 +1,186 @@
+"""Compatibility with kubectl (a client nobody here wrote), driven against the embedded server."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+from engine.testing import ApiServer
+
+KUBECTL = shutil.which("kubectl")
+pytestmark = [
+    pytest.mark.kubectl,
+    pytest.mark.skipif(KUBECTL is None, reason="kubectl is not installed (shutil.which('kubectl') is None)"),
+]
+
+CONFIGMAP = """\
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: demo
+  labels: {app: demo}
+data:
+  a: "1"
+"""
+
+CRD = """\
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata:
+  name: widgets.example.com
+spec:
+  group: example.com
+  scope: Namespaced
+  names: {plural: widgets, singular: widget, kind: Widget, shortNames: [wd]}
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    subresources: {status: {}}
+    schema:
+      openAPIV3Schema:
+        type: object
+        x-kubernetes-preserve-unknown-fields: true
+"""
+
+WIDGET = """\
+apiVersion: example.com/v1
+kind: Widget
+metadata: {name: %s, labels: {tier: %s}}
+spec: {size: %d}
+"""
+
+
+class Kubectl:
+    def __init__(self, api: ApiServer, tmp_path: Path) -> None:
+        self.tmp = tmp_path
+        config = tmp_path / "kubeconfig"
+        api.write_kubeconfig(config)
+        self.env = {**os.environ, "KUBECONFIG": str(config), "HOME": str(tmp_path)}
+
+    def file(self, name: str, text: str) -> str:
+        path = self.tmp / name
+        path.write_text(text)
+        return str(path)
+
+    async def __call__(self, *args: str, check: bool = True) -> str:
+        assert KUBECTL is not None
+        with trio.fail_after(30):
+            result = await trio.run_process(
+                [KUBECTL, "--request-timeout=20s", *args],
+                capture_stdout=True,
+                capture_stderr=True,
+                env=self.env,
+                check=False,
+            )
+        out = result.stdout.decode() + result.stderr.decode()
+        if check:
+            assert result.returncode == 0, f"kubectl {' '.join(args)} failed:\n{out}"
+        return out
+
+    async def json(self, *args: str) -> Any:
+        return json.loads(await self(*args, "-o", "json"))
+
+
+@pytest.fixture
+async def kubectl(tmp_path: Path) -> AsyncIterator[Kubectl]:
+    async with ApiServer() as api:
+        yield Kubectl(api, tmp_path)
+
+
+async def test_get_create_apply_patch_delete(kubectl: Kubectl) -> None:
+    assert "default" in await kubectl("get", "namespaces")
+    path = kubectl.file("cm.yaml", CONFIGMAP)
+    assert "configmap/demo created" in await kubectl("create", "-f", path)
+    assert "already exists" in await kubectl("create", "-f", path, check=False)
+    out = await kubectl("get", "configmaps", "-l", "app=demo")
+    assert "demo" in out and "NAME" in out
+    assert "No resources found" in await kubectl("get", "cm", "-l", "app=other")
+    assert "configmap/demo configured" in await kubectl("apply", "-f", path)
+    path = kubectl.file("cm.yaml", CONFIGMAP.replace('a: "1"', 'a: "2"\n  b: "3"'))
+    assert "configmap/demo configured" in await kubectl("apply", "-f", path)
+    obj = await kubectl.json("get", "cm", "demo")
+    assert obj["data"] == {"a": "2", "b": "3"}
+    assert "kubectl.kubernetes.io/last-applied-configuration" in obj["metadata"]["annotations"]
+    path = kubectl.file("cm.yaml", CONFIGMAP.replace('a: "1"', 'a: "2"'))
+    await kubectl("apply", "-f", path)
+    assert (await kubectl.json("get", "cm", "demo"))["data"] == {"a": "2"}
+    assert "unchanged" in await kubectl("apply", "-f", path)
+    assert "patched" in await kubectl("patch", "configmap", "demo", "--type", "merge", "-p", '{"data":{"c":"4"}}')
+    assert (await kubectl.json("get", "cm", "demo"))["data"] == {"a": "2", "c": "4"}
+    assert 'configmap "demo" deleted' in await kubectl("delete", "cm", "demo")
+    assert "NotFound" in await kubectl("get", "cm", "demo", check=False)
+
+
+async def test_apply_server_side(kubectl: Kubectl) -> None:
+    path = kubectl.file("cm.yaml", CONFIGMAP)
+    assert "serverside-applied" in await kubectl("apply", "--server-side", "-f", path)
+    path = kubectl.file("cm.yaml", CONFIGMAP.replace('a: "1"', 'a: "5"'))
+    assert "serverside-applied" in await kubectl("apply", "--server-side", "-f", path)
+    obj = await kubectl.json("get", "cm", "demo", "--show-managed-fields")
+    assert obj["data"] == {"a": "5"}
+    assert [m["manager"] for m in obj["metadata"]["managedFields"]] == ["kubectl"]
+    await kubectl("patch", "cm", "demo", "--type", "merge", "-p", '{"data":{"a":"6"}}')
+    conflict = await kubectl("apply", "--server-side", "-f", path, check=False)
+    assert "conflict" in conflict.lower()
+    assert "serverside-applied" in await kubectl("apply", "--server-side", "--force-conflicts", "-f", path)
+    assert (await kubectl.json("get", "cm", "demo"))["data"] == {"a": "5"}
+
+
+async def test_api_resources(kubectl: Kubectl) -> None:
+    out = await kubectl("api-resources")
+    for line in ("configmaps", "leases", "customresourcedefinitions", "namespaces"):
+        assert line in out
+    await kubectl("apply", "-f", kubectl.file("crd.yaml", CRD))
+    assert "widgets" in await kubectl("api-resources", "--api-group=example.com")
+
+
+async def test_crd_and_custom_objects(kubectl: Kubectl) -> None:
+    assert "created" in await kubectl("apply", "-f", kubectl.file("crd.yaml", CRD))
+    for name, tier, size in [("w1", "a", 1), ("w2", "b", 2)]:
+        assert "created" in await kubectl("apply", "-f", kubectl.file(f"{name}.yaml", WIDGET % (name, tier, size)))
+    out = await kubectl("get", "widgets")
+    assert "w1" in out and "w2" in out
+    assert "w2" not in await kubectl("get", "wd", "-l", "tier=a")
+    assert "configured" in await kubectl("apply", "-f", kubectl.file("w1.yaml", WIDGET % ("w1", "a", 10)))
+    obj = await kubectl.json("get", "widget.example.com", "w1")
+    assert obj["spec"] == {"size": 10} and obj["metadata"]["generation"] == 2
+    assert "patched" in await kubectl("patch", "wd", "w2", "--type", "merge", "-p", '{"spec":{"size":3}}')
+    await kubectl("create", "-f", kubectl.file("w3.yaml", WIDGET % ("w3", "c", 3)))
+    assert "deleted" in await kubectl("delete", "wd", "w3")
+    assert "deleted" in await kubectl("delete", "crd", "widgets.example.com")
+
+
+async def test_get_watch(kubectl: Kubectl) -> None:
+    assert KUBECTL is not None
+    await kubectl("create", "-f", kubectl.file("cm.yaml", CONFIGMAP))
+    proc = await trio.lowlevel.open_process(
+        [KUBECTL, "get", "configmaps", "-w", "-o", "name"], stdout=subprocess.PIPE, env=kubectl.env
+    )
+    try:
+        assert proc.stdout is not None
+        buffer = b""
+
+        async def wait_for(text: bytes) -> None:
+            nonlocal buffer
+            while text not in buffer:
+                chunk = await proc.stdout.receive_some()  # type: ignore[union-attr]
+                assert chunk, f"kubectl get -w ended before printing {text!r}: {buffer!r}"
+                buffer += chunk
+
+        with trio.fail_after(30):
+            await wait_for(b"configmap/demo")
+            await kubectl("create", "-f", kubectl.file("cm2.yaml", CONFIGMAP.replace("name: demo", "name: second")))
+            await wait_for(b"configmap/second")
+    finally:
+        proc.kill()
+        with trio.fail_after(10):
+            await proc.wait()
