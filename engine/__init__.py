@@ -21,6 +21,7 @@ from ._events import EventRecorder as EventRecorder
 from ._events import EventSink as EventSink
 from ._events import EventType as EventType
 from ._events import ObjectEvents as ObjectEvents
+from ._manager import LeaderElection as LeaderElection
 from ._manager import Manager as Manager
 from ._manager import ShutdownReport as ShutdownReport
 from ._observer import RunLog as RunLog

@@ -22,7 +22,7 @@ import logging
 import signal
 import threading
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Protocol
 
 import attrs
 import trio
@@ -36,12 +36,41 @@ from ._outcome import CancelCause
 from ._refs import ObjectRef
 from ._sources import Source
 
-__all__ = ["Manager", "ShutdownReport"]
+__all__ = ["Manager", "ShutdownReport", "LeaderElection"]
 
 logger = logging.getLogger("engine.manager")
 
 Service = Callable[..., Awaitable[Any]]
 ShutdownHook = Callable[[], Awaitable[None]]
+
+
+class LeaderElection(Protocol):
+    """What the manager needs from a leader election (``engine.kube.LeaderElector`` is one).
+
+    The manager starts :meth:`run` in its services nursery, waits for :meth:`wait_leading`
+    before it starts controllers and sources, calls :meth:`release` after every run ended on a
+    graceful shutdown, and registers a callback with :meth:`on_lost`.
+    """
+
+    @property
+    def is_leader(self) -> bool: ...
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = ...) -> None:
+        """Acquire and renew leadership until cancelled; ``started()`` once running."""
+        ...
+
+    async def wait_leading(self) -> None:
+        """Return once this process holds leadership."""
+        ...
+
+    def on_lost(self, callback: Callable[[str], None]) -> None:
+        """Call ``callback(reason)`` synchronously when leadership is lost (renewal failed
+        past the renew deadline), before another replica can acquire it."""
+        ...
+
+    async def release(self) -> None:
+        """Give leadership up at once so a standby takes over (graceful shutdown)."""
+        ...
 
 
 class _State(enum.Enum):
@@ -83,6 +112,7 @@ class Manager:
         event_flush_timeout: float = 5.0,
         handle_signals: bool = True,
         event_buffer_size: int = 1024,
+        leader_election: LeaderElection | None = None,
         name: str = "manager",
     ) -> None:
         if grace_period < 0:
@@ -109,6 +139,9 @@ class Manager:
         self._controllers_scope: trio.CancelScope | None = None
         self._services_scope: trio.CancelScope | None = None
         self._started = trio.Event()
+        self.leader_election = leader_election
+        self._leadership_lost: str | None = None
+        self._waiting_for_leadership: trio.CancelScope | None = None
 
     def __repr__(self) -> str:
         return f"<Manager {self.name!r} {self._state.value} controllers={[c.name for c in self._controllers]}>"
@@ -167,8 +200,9 @@ class Manager:
 
     @property
     def started(self) -> bool:
-        """True once every controller and source started, until the stop began."""
-        return self._state is _State.RUNNING
+        """True once every controller and source started (after leadership was acquired, with
+        leader election), until the stop began."""
+        return self._started.is_set() and self._state is _State.RUNNING
 
     @property
     def stopping(self) -> bool:
@@ -201,6 +235,8 @@ class Manager:
             controller._stop_intake()
         if self._state is _State.RUNNING:
             self._state = _State.STOPPING
+        if self._waiting_for_leadership is not None:
+            self._waiting_for_leadership.cancel(reason=f"manager stopping: {reason}")
         self._stop_event.set()
 
     def force_stop(self, reason: str = "forced stop") -> None:
@@ -215,6 +251,21 @@ class Manager:
             self._controllers_scope.cancel(reason=f"forced shutdown: {reason}")
         if self._services_scope is not None:
             self._services_scope.cancel(reason=f"forced shutdown: {reason}")
+
+    def _lose_leadership(self, reason: str) -> None:
+        """Fencing: cancel every run at once (cause ``LEADERSHIP_LOST``, not a failure) and stop."""
+        if self._leadership_lost is not None:
+            return
+        self._leadership_lost = reason
+        logger.error("leadership lost: %s; cancelling every run and stopping", reason)
+        self.stop(f"leadership lost: {reason}")
+        for controller in self._controllers:
+            controller._cancel_runs(CancelCause.LEADERSHIP_LOST, f"leadership lost: {reason}", force=True)
+
+    @property
+    def leadership_lost(self) -> str | None:
+        """Why leadership was lost, if it was (the process should then exit non-zero)."""
+        return self._leadership_lost
 
     async def _watch_signals(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
@@ -260,6 +311,17 @@ class Manager:
                 await services.start(service)
             if self.handle_signals and threading.current_thread() is threading.main_thread():
                 await services.start(self._watch_signals)
+            leader = self.leader_election
+            if leader is not None:
+                leader.on_lost(self._lose_leadership)
+                await services.start(leader.run)
+                with trio.CancelScope() as waiting:
+                    self._waiting_for_leadership = waiting
+                    if self._stop_event.is_set():
+                        waiting.cancel()
+                    logger.info("waiting for leadership")
+                    await leader.wait_leading()
+                self._waiting_for_leadership = None
             async with trio.open_nursery() as controllers:
                 self._controllers_scope = controllers.cancel_scope
                 for controller in self._controllers:
@@ -281,6 +343,11 @@ class Manager:
                     logger.warning("cancelled %d run(s) still running after the grace period", cancelled_runs)
             assert self._stopped_at is not None
             drain_seconds = trio.current_time() - self._stopped_at
+            if leader is not None and leader.is_leader and self._leadership_lost is None:
+                try:
+                    await leader.release()
+                except Exception:
+                    logger.exception("releasing leadership failed")
             for hook in self._shutdown_hooks:
                 try:
                     await hook()

@@ -10,7 +10,7 @@ from typing import Any
 
 import attrs
 import trio
-import yaml
+import yaml  # type: ignore[import-untyped]  # no types-PyYAML installed
 
 from ._errors import RequestRejected
 from ._faults import Fault, Faults, FaultScope, RequestInfo
@@ -340,7 +340,7 @@ class Router:
                     limit = int(q["limit"])
                 except ValueError:
                     raise RequestRejected(400, "BadRequest", "limit must be an integer") from None
-            items, rv, token, remaining = store.list(
+            items, rv, token, remaining = store.list_objects(
                 rt, ns, labels, fields, limit=limit, continue_token=q.get("continue") or None
             )
             meta: dict[str, Any] = {"resourceVersion": str(rv)}
@@ -379,7 +379,7 @@ class Router:
             options = self._delete_options(request)
             labels = parse_label_selector(q.get("labelSelector"))
             fields = parse_field_selector(q.get("fieldSelector"))
-            items, _, _, _ = store.list(rt, ns, labels, fields)
+            items, _, _, _ = store.list_objects(rt, ns, labels, fields)
             for obj in items:
                 meta_ = obj["metadata"]
                 try:
@@ -549,9 +549,9 @@ class Router:
 
         try:
             with trio.move_on_at(trio.current_time() + timeout if timeout is not None else math.inf):
-                for change in replay:
-                    event = self._translate(change, labels, fields)
-                    last_rv = max(last_rv, change.rv)
+                for replayed in replay:
+                    event = self._translate(replayed, labels, fields)
+                    last_rv = max(last_rv, replayed.rv)
                     if event is not None:
                         yield self._event_line(event[0], _out(rt, event[1]))
                 if initial_end:
@@ -559,7 +559,7 @@ class Router:
                     yield bookmark({"k8s.io/initial-events-end": "true"})
                 next_bookmark = trio.current_time() + self.bookmark_interval
                 while not sub.dropped:
-                    change = None
+                    change: Change | None = None
                     with trio.move_on_at(next_bookmark if bookmarks else math.inf):
                         try:
                             change = await sub.receive.receive()

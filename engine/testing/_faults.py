@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import attrs
@@ -36,6 +36,10 @@ class RequestInfo:
     """The request's User-Agent."""
 
 
+def _verbs(value: Iterable[str] | None) -> frozenset[str] | None:
+    return None if value is None else frozenset(value)
+
+
 @attrs.frozen
 class FaultScope:
     """Which requests a fault applies to; ``None`` matches anything."""
@@ -46,9 +50,7 @@ class FaultScope:
     """API group; ``""`` is the core group."""
     client: str | None = None
     """Prefix of the client's User-Agent."""
-    verbs: frozenset[str] | None = attrs.field(
-        default=None, converter=lambda v: None if v is None else frozenset(v)
-    )
+    verbs: frozenset[str] | None = attrs.field(default=None, converter=_verbs)
     """Verbs such as ``{"list", "watch"}``."""
 
     def matches(self, info: RequestInfo) -> bool:

@@ -85,7 +85,7 @@ async def _read_request(
                 await stream.send_all(
                     conn.send(h11.InformationalResponse(status_code=100, headers=[]))
                 )
-            conn.receive_data(await stream.receive_some(65536))
+            conn.receive_data(bytes(await stream.receive_some(65536)))
         elif isinstance(event, h11.Request):
             head = event
         elif isinstance(event, h11.Data):

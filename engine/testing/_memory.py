@@ -6,7 +6,7 @@ from __future__ import annotations
 import contextlib
 import ssl
 import typing
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 
 import httpcore
 import httpx
@@ -35,7 +35,7 @@ class _MemoryStream(httpcore.AsyncNetworkStream):
 
     async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
         with _mapped(httpcore.ReadTimeout, httpcore.ReadError, timeout):
-            return await self._stream.receive_some(max_bytes)
+            return bytes(await self._stream.receive_some(max_bytes))
 
     async def write(self, buffer: bytes, timeout: float | None = None) -> None:
         if not buffer:

@@ -141,7 +141,7 @@ def resource_types_from_crd(crd: dict[str, Any]) -> list[ResourceType]:
     if not isinstance(kind, str) or not kind:
         raise _crd_invalid(name, "spec.names.kind", "Required value")
     if name != f"{plural}.{group}":
-        raise _crd_invalid(name, "metadata.name", f'must be spec.names.plural+"."+spec.group')
+        raise _crd_invalid(name, "metadata.name", 'must be spec.names.plural+"."+spec.group')
     scope = spec.get("scope")
     if scope not in ("Namespaced", "Cluster"):
         raise _crd_invalid(name, "spec.scope", 'Unsupported value: must be "Namespaced" or "Cluster"')

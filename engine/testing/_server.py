@@ -15,7 +15,7 @@ from typing import Any
 
 import attrs
 import trio
-import yaml
+import yaml  # type: ignore[import-untyped]  # no types-PyYAML installed
 
 from ._api import Router
 from ._errors import ApiServerError

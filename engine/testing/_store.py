@@ -331,7 +331,7 @@ class Store:
             raise _not_found(rt, name)
         return obj
 
-    def list(
+    def list_objects(
         self,
         rt: ResourceType,
         namespace: str | None,
@@ -401,9 +401,9 @@ class Store:
         else:
             for key, value in labels.items():
                 if not isinstance(key, str) or not _LABEL_KEY.match(key) or len(key.split("/")[-1]) > 63:
-                    causes.append((f"metadata.labels", f'Invalid value: "{key}": name part must be a valid label key'))
+                    causes.append(("metadata.labels", f'Invalid value: "{key}": name part must be a valid label key'))
                 elif not isinstance(value, str) or not _LABEL_VALUE.match(value) or len(value) > 63:
-                    causes.append((f"metadata.labels", f'Invalid value: "{value}": a valid label must be an empty string or consist of alphanumeric characters, \'-\', \'_\' or \'.\''))
+                    causes.append(("metadata.labels", f'Invalid value: "{value}": a valid label must be an empty string or consist of alphanumeric characters, \'-\', \'_\' or \'.\''))
         annotations = meta.get("annotations") or {}
         if not isinstance(annotations, dict) or not all(isinstance(v, str) for v in annotations.values()):
             causes.append(("metadata.annotations", "Invalid value: annotations must be a map of strings"))

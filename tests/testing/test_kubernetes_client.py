@@ -48,13 +48,13 @@ def test_list_and_watch(server: ApiServer, tmp_path: Path) -> None:
 
     events = []
     w = watch.Watch()
+    changer = threading.Thread(target=change)
+    changer.start()
     for event in w.stream(v1.list_namespaced_config_map, "default", resource_version=rv, timeout_seconds=10):  # type: ignore[attr-defined]
-        events.append((event["type"], event["object"].metadata.name))
-        if len(events) == 1:
-            threading.Thread(target=change).start()
-        if event["type"] == "MODIFIED":
-            w.stop()
-    assert events == [("MODIFIED", "b")] or events[-1] == ("MODIFIED", "b")
+        events.append((event["type"], event["object"].metadata.name, event["object"].data))
+        w.stop()
+    changer.join()
+    assert events == [("MODIFIED", "b", {"k": "changed"})]
     with pytest.raises(client.ApiException) as info:
         v1.read_namespaced_config_map("missing", "default")  # type: ignore[attr-defined]
     assert info.value.status == 404 and json.loads(info.value.body)["reason"] == "NotFound"

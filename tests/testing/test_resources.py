@@ -7,8 +7,8 @@ from typing import Any
 import httpx
 import pytest
 
-from engine.testing._resources import resource_types_from_crd
 from engine.testing import RequestRejected
+from engine.testing._resources import resource_types_from_crd
 
 CRDS = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
 

@@ -23,7 +23,8 @@ def context(api: ApiServer, *, with_cert: bool) -> ssl.SSLContext:
         assert "client-certificate-data" in user and "client-key-data" in user
         pems = api.client_cert_pem
         assert pems is not None
-        import tempfile, os
+        import os
+        import tempfile
 
         with tempfile.TemporaryDirectory() as tmp:
             cert, key = os.path.join(tmp, "c.pem"), os.path.join(tmp, "k.pem")

@@ -1,0 +1,118 @@
+"""The manager's side of leader election, with an in-memory election."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import trio
+import trio.testing
+
+from engine import CancelCause, Controller, EventType, Manager, MemorySink, ObjectRef, OutcomeKind, RunContext, RunLog
+
+from ._support import running
+
+A = ObjectRef("K", "a")
+
+
+class FakeElection:
+    def __init__(self) -> None:
+        self.is_leader = False
+        self._leading = trio.Event()
+        self._callbacks: list[Callable[[str], None]] = []
+        self.released = 0
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        task_status.started()
+        await trio.sleep_forever()
+
+    def grant(self) -> None:
+        self.is_leader = True
+        self._leading.set()
+
+    def lose(self) -> None:
+        self.is_leader = False
+        for cb in self._callbacks:
+            cb("renewal failed past the renew deadline")
+
+    async def wait_leading(self) -> None:
+        await self._leading.wait()
+
+    def on_lost(self, callback: Callable[[str], None]) -> None:
+        self._callbacks.append(callback)
+
+    async def release(self) -> None:
+        self.released += 1
+        self.is_leader = False
+
+
+def setup(reconcile):  # type: ignore[no-untyped-def]
+    election = FakeElection()
+    manager = Manager(handle_signals=False, leader_election=election)
+    sink = MemorySink()
+    manager.add_sink(sink)
+    log = RunLog()
+    manager.add_observer(log)
+    controller = manager.add_controller(Controller("c", reconcile))
+    return election, manager, controller, log, sink
+
+
+async def test_no_reconcile_before_leadership(autojump_clock: trio.testing.MockClock) -> None:
+    async def reconcile(ctx: RunContext) -> None:
+        pass
+
+    election, manager, controller, log, _ = setup(reconcile)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(manager.run)
+        await trio.sleep(5)
+        assert not manager.started
+        controller.trigger(A)
+        await trio.sleep(5)
+        assert log.records == []
+        election.grant()
+        await manager.wait_started()
+        await trio.sleep(1)
+        assert log.kinds() == [OutcomeKind.SUCCEEDED]
+        manager.stop()
+    assert election.released == 1, "leadership is released on graceful shutdown"
+
+
+async def test_lost_leadership_cancels_runs_with_their_own_cause_and_stops(autojump_clock: trio.testing.MockClock) -> None:
+    causes = []
+
+    async def reconcile(ctx: RunContext) -> None:
+        try:
+            await trio.sleep(3600)
+        finally:
+            causes.append(ctx.cancel_cause)
+            with ctx.shield(60):
+                await trio.sleep(60)  # fencing cancels shields too
+
+    election, manager, controller, log, sink = setup(reconcile)
+    election.grant()
+    async with running(manager) as reports:
+        controller.trigger(A)
+        await trio.sleep(1)
+        t0 = trio.current_time()
+        election.lose()
+        await trio.testing.wait_all_tasks_blocked()
+        assert controller.running == {}, "every run ended before anything else could happen"
+        assert trio.current_time() == t0
+    assert causes == [CancelCause.LEADERSHIP_LOST]
+    assert log.kinds() == [OutcomeKind.LEADERSHIP_LOST]
+    assert not log.records[0].outcome.is_failure
+    assert [e for e in sink.events if e.type is EventType.WARNING] == []
+    assert manager.leadership_lost is not None
+    assert election.released == 0, "a lost lease is not released"
+    assert reports[0].reason.startswith("leadership lost")
+
+
+async def test_stop_while_waiting_for_leadership(autojump_clock: trio.testing.MockClock) -> None:
+    async def reconcile(ctx: RunContext) -> None:
+        pass
+
+    election, manager, controller, log, _ = setup(reconcile)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(manager.run)
+        await trio.sleep(5)
+        manager.stop("bye")
+    assert log.records == []
