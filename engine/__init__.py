@@ -54,6 +54,16 @@ from ._sources import TimerSource as TimerSource
 from ._workqueue import QueueObserver as QueueObserver
 from ._workqueue import WorkQueue as WorkQueue
 from ._workqueue import WorkQueueStatistics as WorkQueueStatistics
+from ._http import parse_bind_address as parse_bind_address
+from ._live import LiveStatistics as LiveStatistics
+from ._live import LiveStream as LiveStream
+from ._logging import JSONFormatter as JSONFormatter
+from ._logging import TextFormatter as TextFormatter
+from ._logging import configure_logging as configure_logging
+from ._metrics import EngineMetrics as EngineMetrics
+from ._observability import Observability as Observability
+from ._probes import CheckFailed as CheckFailed
+from ._probes import Probes as Probes
 
 __version__ = "0.1.0.dev0"
 

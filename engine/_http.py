@@ -8,6 +8,7 @@ controller-runtime's form (``":8080"``, ``"127.0.0.1:8080"``, ``"0"`` to disable
 from __future__ import annotations
 
 import logging
+from functools import partial
 from collections.abc import Awaitable, Callable, Mapping
 from urllib.parse import parse_qs, urlsplit
 
@@ -98,7 +99,10 @@ class HTTPServer:
         the listener and every open connection (responses in progress are cut).
         """
         async with trio.open_nursery() as nursery:
-            listeners = await nursery.start(trio.serve_tcp, self._connection, port, host=host)
+            try:
+                listeners = await nursery.start(partial(trio.serve_tcp, self._connection, port, host=host))
+            except OSError as exc:
+                raise OSError(exc.errno, f"cannot listen for the {self.name} server on {host}:{port}: {exc.strerror}") from exc
             sockname = listeners[0].socket.getsockname()
             self.address = (str(sockname[0]), int(sockname[1]))
             logger.info("%s server listening", self.name, extra={"address": f"{self.address[0]}:{self.address[1]}"})

@@ -1,69 +1,153 @@
 """Structured logging: JSON lines on a non-terminal, readable text on a terminal.
 
-Keys follow controller-runtime's zap logs: ``level``, ``ts``, ``logger``, ``msg``, and, when
-known, ``controller``, ``object``, ``namespace``, ``name``, ``reconcileID``.
+Keys follow controller-runtime's zap logs: ``level`` (``debug``, ``info``, ``warn``,
+``error``, ``critical``), ``ts`` (seconds since the epoch), ``logger``, ``caller``, ``msg``,
+and, when the record carries them, ``controller``, ``object``, ``namespace``, ``name``,
+``reconcileID`` (``name`` is a reserved ``LogRecord`` attribute, so pass the object's name as
+``extra={"object_name": ...}``; it is written as ``name``); ``error`` and ``stacktrace`` when an exception is attached. Any other
+``extra=`` keys follow. A run's ``ctx.log`` adds the run's keys to every record.
+
+Secrets are never written: the value of any extra whose key names a secret (``token``,
+``password``, ``secret``, ``authorization``, ``cookie``, ``credential``, ``api_key``, client key
+data), at any depth of nested mappings, becomes ``<redacted>``; bearer tokens and
+``password=...``-style pairs in the message and the traceback are masked too.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import re
 import sys
+from collections.abc import Mapping
 from typing import IO, Any
 
-__all__ = ["JSONFormatter", "TextFormatter", "configure_logging"]
+from ._refs import ObjectRef
 
-_STANDARD = frozenset(vars(logging.LogRecord("", 0, "", 0, "", (), None)).keys()) | {"message", "asctime"}
-_REDACT = ("token", "password", "secret", "authorization", "key-data", "client-key")
+__all__ = ["JSONFormatter", "TextFormatter", "configure_logging", "redact"]
+
+_STANDARD = frozenset(vars(logging.LogRecord("", 0, "", 0, "", (), None)).keys()) | {
+    "message", "asctime", "taskName",
+}
+_SECRET_WORDS = (
+    "token", "password", "passwd", "secret", "authorization", "cookie", "credential",
+    "api_key", "apikey", "key-data", "key_data", "client-key", "client_key", "private_key",
+)
+_SECRET_TEXT = re.compile(
+    r"(?i)(\bbearer\s+)[^\s\"',;]+"
+    r"|(\b(?:token|password|passwd|secret|api[_-]?key|client[_-]key[_-]data)\b\s*[=:]\s*)[^\s\"',;&]+"
+)
+_LEVELS = {"WARNING": "warn", "CRITICAL": "critical"}
+_FIRST = ("controller", "object", "namespace", "name", "reconcileID")
+REDACTED = "<redacted>"
+
+
+def _secret_key(key: str) -> bool:
+    lowered = key.lower()
+    return any(word in lowered for word in _SECRET_WORDS)
+
+
+def redact(text: str) -> str:
+    """Mask bearer tokens and ``token=``/``password=``-style values in free text."""
+    return _SECRET_TEXT.sub(lambda m: (m.group(1) or m.group(2)) + REDACTED, text)
+
+
+def _clean(value: Any, depth: int = 0) -> Any:
+    if isinstance(value, Mapping) and depth < 5:
+        return {
+            str(k): REDACTED if _secret_key(str(k)) else _clean(v, depth + 1) for k, v in value.items()
+        }
+    if isinstance(value, (list, tuple)) and depth < 5:
+        return [_clean(v, depth + 1) for v in value]
+    if isinstance(value, ObjectRef):
+        return str(value)
+    if isinstance(value, str):
+        return redact(value)
+    return value
 
 
 def _extras(record: logging.LogRecord) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in vars(record).items():
-        if key in _STANDARD or key.startswith("_") or value is None:
+    items = vars(record)
+    known: dict[str, Any] = {key: items.get(key) for key in _FIRST}
+    known["name"] = items.get("object_name")
+    obj = known["object"]
+    if isinstance(obj, ObjectRef):
+        known["object"] = str(obj)
+        if known["namespace"] is None:
+            known["namespace"] = obj.namespace
+        if known["name"] is None:
+            known["name"] = obj.name
+    out = {key: _clean(value) for key, value in known.items() if value is not None}
+    for key, value in items.items():
+        if key in _STANDARD or key in out or key == "object_name" or key.startswith("_") or value is None:
             continue
-        if any(word in key.lower() for word in _REDACT):
-            value = "<redacted>"
-        out[key] = value
+        out[key] = REDACTED if _secret_key(key) else _clean(value)
     return out
 
 
+def _error(record: logging.LogRecord) -> str | None:
+    if not record.exc_info or record.exc_info[1] is None:
+        return None
+    exc = record.exc_info[1]
+    text = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    return redact(text)
+
+
 class JSONFormatter(logging.Formatter):
-    """One JSON object per line."""
+    """One JSON object per line, keyed as controller-runtime's zap production logs."""
 
     def format(self, record: logging.LogRecord) -> str:
         entry: dict[str, Any] = {
-            "level": record.levelname.lower(),
+            "level": _LEVELS.get(record.levelname, record.levelname.lower()),
             "ts": record.created,
             "logger": record.name,
-            "msg": record.getMessage(),
+            "caller": f"{record.filename}:{record.lineno}",
+            "msg": redact(record.getMessage()),
         }
         entry.update(_extras(record))
-        if record.exc_info:
-            entry["error"] = self.formatException(record.exc_info)
+        error = _error(record)
+        if error is not None:
+            entry["error"] = error
+            entry["stacktrace"] = redact(self.formatException(record.exc_info))  # type: ignore[arg-type]
+        elif record.stack_info:
+            entry["stacktrace"] = redact(self.formatStack(record.stack_info))
         return json.dumps(entry, default=str)
 
 
+def _text_value(value: Any) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, default=str)
+    return json.dumps(text) if (" " in text or not text) and isinstance(value, str) else text
+
+
 class TextFormatter(logging.Formatter):
-    """``time level logger msg key=value...`` for people at a terminal."""
+    """``time level logger: msg  key=value...`` for people at a terminal."""
 
     def format(self, record: logging.LogRecord) -> str:
-        extras = " ".join(f"{k}={v}" for k, v in _extras(record).items())
-        text = f"{self.formatTime(record, '%H:%M:%S')} {record.levelname:<7} {record.name}: {record.getMessage()}"
+        extras = " ".join(f"{k}={_text_value(v)}" for k, v in _extras(record).items())
+        level = _LEVELS.get(record.levelname, record.levelname.lower())
+        text = f"{self.formatTime(record, '%H:%M:%S')} {level.upper():<5} {record.name}: {redact(record.getMessage())}"
         if extras:
             text += f"  {extras}"
-        if record.exc_info:
-            text += "\n" + self.formatException(record.exc_info)
+        if record.exc_info and record.exc_info[1] is not None:
+            text += "\n" + redact(self.formatException(record.exc_info))
         return text
 
 
-def configure_logging(level: int | str = logging.INFO, *, json_lines: bool | None = None, stream: IO[str] | None = None) -> None:
-    """Send the engine's logs to ``stream`` (stderr): JSON lines unless it is a terminal."""
-    stream = stream or sys.stderr
+def configure_logging(
+    level: int | str = logging.INFO, *, json_lines: bool | None = None, stream: IO[str] | None = None
+) -> logging.Handler:
+    """Send all logs to ``stream`` (stderr): JSON lines unless it is a terminal.
+
+    Replaces the root logger's handlers and sets its level (a name such as ``"debug"`` is
+    accepted); returns the handler installed.
+    """
+    stream = stream if stream is not None else sys.stderr
     if json_lines is None:
-        json_lines = not stream.isatty()
+        isatty = getattr(stream, "isatty", None)
+        json_lines = not (callable(isatty) and isatty())
     handler = logging.StreamHandler(stream)
     handler.setFormatter(JSONFormatter() if json_lines else TextFormatter())
     root = logging.getLogger()
     root.handlers[:] = [handler]
-    root.setLevel(level)
+    root.setLevel(level.upper() if isinstance(level, str) else level)
+    return handler

@@ -8,6 +8,9 @@
          ├─ sources          cancelled first: no new triggers
          └─ per controller   queue timer + workers; each run in its own cancel scope
 
+Start-up: services, then (with leader election) leadership, then sources, then the start
+gates (cache sync), then controllers.
+
 Shutdown: stop sources and stop handing out keys (synchronously, in :meth:`Manager.stop`),
 wait up to ``grace_period`` for running runs, cancel the rest with cause ``SHUTDOWN``, run the
 shutdown hooks (a leader lease is released here), flush event sinks within
@@ -141,7 +144,8 @@ class Manager:
         self._started = trio.Event()
         self.leader_election = leader_election
         self._leadership_lost: str | None = None
-        self._waiting_for_leadership: trio.CancelScope | None = None
+        self._start_wait_scope: trio.CancelScope | None = None
+        self._start_gates: list[Callable[[], Awaitable[None]]] = []
 
     def __repr__(self) -> str:
         return f"<Manager {self.name!r} {self._state.value} controllers={[c.name for c in self._controllers]}>"
@@ -183,6 +187,15 @@ class Manager:
     def add_observer(self, observer: RunObserver) -> None:
         """Add a run observer (metrics, live stream, tests)."""
         self._observers.append(observer)
+
+    def add_start_gate(self, gate: Callable[[], Awaitable[None]]) -> None:
+        """Await ``gate()`` after sources started and before controllers start (for example,
+        until informer caches are synced, as controller-runtime waits for cache sync).
+
+        Triggers raised meanwhile are queued, not lost. A stop cancels the wait.
+        """
+        self._check_unstarted("a start gate")
+        self._start_gates.append(gate)
 
     def add_shutdown_hook(self, hook: ShutdownHook) -> None:
         """Run ``await hook()`` after every run ended and before sinks are flushed."""
@@ -235,8 +248,8 @@ class Manager:
             controller._stop_intake()
         if self._state is _State.RUNNING:
             self._state = _State.STOPPING
-        if self._waiting_for_leadership is not None:
-            self._waiting_for_leadership.cancel(reason=f"manager stopping: {reason}")
+        if self._start_wait_scope is not None:
+            self._start_wait_scope.cancel(reason=f"manager stopping: {reason}")
         self._stop_event.set()
 
     def force_stop(self, reason: str = "forced stop") -> None:
@@ -316,17 +329,24 @@ class Manager:
                 leader.on_lost(self._lose_leadership)
                 await services.start(leader.run)
                 with trio.CancelScope() as waiting:
-                    self._waiting_for_leadership = waiting
+                    self._start_wait_scope = waiting
                     if self._stop_event.is_set():
                         waiting.cancel()
                     logger.info("waiting for leadership")
                     await leader.wait_leading()
-                self._waiting_for_leadership = None
+                self._start_wait_scope = None
             async with trio.open_nursery() as controllers:
                 self._controllers_scope = controllers.cancel_scope
+                await controllers.start(self._run_sources)
+                for gate in self._start_gates:
+                    with trio.CancelScope() as gate_scope:
+                        self._start_wait_scope = gate_scope
+                        if self._stop_event.is_set():
+                            gate_scope.cancel()
+                        await gate()
+                    self._start_wait_scope = None
                 for controller in self._controllers:
                     await controllers.start(controller._serve)
-                await controllers.start(self._run_sources)
                 if not self._stop_event.is_set():
                     self._started.set()
                     task_status.started()

@@ -285,7 +285,7 @@ class _Collector:
         supersedes = CounterMetricFamily(
             "engine_supersedes_total", "Runs cancelled because a newer trigger arrived for their key", labels=[c],
         )
-        live = GaugeMetricFamily("engine_live_workers", "Worker tasks alive per controller", labels=[c])
+        live = GaugeMetricFamily("engine_workers_alive", "Worker tasks alive per controller", labels=[c])
         dead = CounterMetricFamily(
             "engine_worker_failures_total", "Workers that died on an engine error per controller", labels=[c],
         )

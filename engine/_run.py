@@ -133,7 +133,7 @@ class RunContext:
                     "controller": self._controller.name,
                     "object": str(key),
                     "namespace": key.namespace,
-                    "name": key.name,
+                    "object_name": key.name,
                     "reconcileID": self._run.id,
                 },
             )

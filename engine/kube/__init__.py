@@ -65,3 +65,29 @@ from ._lease import Lease as Lease
 from ._lease import create_lease as create_lease
 from ._lease import get_lease as get_lease
 from ._lease import update_lease as update_lease
+
+# --- controllers on a cluster: watches, status, plugins (engine.kube._cluster, _status, _plugin) ---
+from ._cluster import REQUESTED_AT_ANNOTATION as REQUESTED_AT_ANNOTATION
+from ._cluster import SHARD_LABEL as SHARD_LABEL
+from ._cluster import Cluster as Cluster
+from ._cluster import Predicate as Predicate
+from ._cluster import annotation_changed as annotation_changed
+from ._cluster import any_of as any_of
+from ._cluster import generation_changed as generation_changed
+from ._cluster import labels_match as labels_match
+from ._cluster import ref_for as ref_for
+from ._cluster import requested_at_changed as requested_at_changed
+from ._plugin import ENTRY_POINT_GROUP as ENTRY_POINT_GROUP
+from ._plugin import Plugin as Plugin
+from ._plugin import PluginContext as PluginContext
+from ._plugin import PluginError as PluginError
+from ._plugin import install_crds as install_crds
+from ._plugin import load_plugin as load_plugin
+from ._plugin import load_plugins as load_plugins
+from ._status import READY as READY
+from ._status import RECONCILING as RECONCILING
+from ._status import STALLED as STALLED
+from ._status import get_condition as get_condition
+from ._status import is_ready as is_ready
+from ._status import patch_status as patch_status
+from ._status import set_condition as set_condition

@@ -432,7 +432,7 @@ class Client:
                     params=query,
                     content=content,
                     headers=headers,
-                    **({"timeout": timeout} if timeout is not None else {}),
+                    timeout=timeout if timeout is not None else httpx.USE_CLIENT_DEFAULT,
                 )
                 response = await http.send(request, stream=stream)
             except httpx.TransportError as exc:
@@ -950,15 +950,6 @@ class WatchStream:
         tb: TracebackType | None,
     ) -> None:
         await self.aclose()
-
-    async def _exec_client_certificate(self, kwargs: dict[str, Any]) -> None:
-        get_credential = getattr(kwargs.get("auth"), "get_credential", None)
-        ssl_context = getattr(self._config, "ssl_context", None)
-        if self._transport is not None or get_credential is None or ssl_context is None:
-            return
-        credential = await get_credential()
-        if getattr(credential, "client_certificate_data", None) is not None:
-            kwargs["verify"] = ssl_context(credential=credential)
 
     async def aclose(self) -> None:
         """Close the stream and its connection. Idempotent.

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 from urllib.parse import quote
 
@@ -17,6 +17,10 @@ def split_api_version(api_version: str) -> tuple[str, str]:
     if not version:
         raise ValueError(f"apiVersion must be 'version' or 'group/version', got {api_version!r}")
     return group, version
+
+
+def _strings(values: Iterable[str]) -> frozenset[str]:
+    return frozenset(values)
 
 
 @attrs.frozen
@@ -37,9 +41,9 @@ class Resource:
     """The resource name used in URLs, for example ``"configmaps"``."""
     namespaced: bool
     """Whether objects of this type live in a namespace."""
-    subresources: frozenset[str] = attrs.field(default=frozenset(), converter=frozenset)
+    subresources: frozenset[str] = attrs.field(default=frozenset(), converter=_strings)
     """The subresources discovery lists, for example ``{"status", "scale"}``."""
-    verbs: frozenset[str] = attrs.field(default=frozenset(), converter=frozenset, eq=False)
+    verbs: frozenset[str] = attrs.field(default=frozenset(), converter=_strings, eq=False)
     """The verbs discovery lists (``"get"``, ``"list"``, ``"watch"``, ...)."""
 
     @property

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import builtins
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
@@ -80,11 +81,11 @@ class Store:
         """Every cached object, in no particular order."""
         return list(self._objects.values())
 
-    def keys(self) -> list[ObjectKey]:
+    def keys(self) -> builtins.list[ObjectKey]:
         """The ``(namespace, name)`` key of every cached object."""
         return list(self._objects)
 
-    def by_index(self, name: str, value: str) -> list[dict[str, Any]]:
+    def by_index(self, name: str, value: str) -> builtins.list[dict[str, Any]]:
         """The cached objects that index ``name`` files under ``value``.
 
         Raises ``KeyError`` for an unknown index.
@@ -93,7 +94,7 @@ class Store:
             raise KeyError(f"no index named {name!r}; add it with add_index() first")
         return [self._objects[key] for key in self._indexes[name].get(value, ())]
 
-    def index_values(self, name: str) -> list[str]:
+    def index_values(self, name: str) -> builtins.list[str]:
         """The values under which index ``name`` files at least one object."""
         if name not in self._indexes:
             raise KeyError(f"no index named {name!r}; add it with add_index() first")

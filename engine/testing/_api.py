@@ -17,6 +17,7 @@ from ._faults import Fault, Faults, FaultScope, RequestInfo
 from ._http import AbortStream, Request, Response
 from ._openapi import gv_path, openapi_document, openapi_index
 from ._patch import json_patch, merge_patch, strategic_merge_patch
+from ._protobuf import decode_protobuf
 from ._resources import BUILTIN_TYPES, ResourceType
 from ._selectors import FieldSelector, LabelSelector, parse_field_selector, parse_label_selector
 from ._store import Change, Store, Subscription
@@ -99,7 +100,7 @@ class Router:
     bookmark_interval: float = 60.0
     require_identity: bool = False
     server_address: str = "127.0.0.1:0"
-    _watches: set[_ActiveWatch] = attrs.field(factory=set, init=False)
+    _watches: set[_ActiveWatch] = attrs.field(factory=set, init=False, repr=False)
 
     def __attrs_post_init__(self) -> None:
         self.faults._drop = self._drop_watches
@@ -127,6 +128,9 @@ class Router:
             return await self._resource(request, target, info)
         except RequestRejected as exc:
             return _status(exc)
+        except Exception:
+            logger.exception("internal error answering %s %s", request.method, request.path)
+            return _status(RequestRejected(500, "InternalError", "an internal error occurred in the embedded API server"))
 
     def _failure(self, fault: Fault) -> Response:
         reason = _REASONS.get(fault.status, "InternalError")
@@ -299,7 +303,9 @@ class Router:
         if not request.body:
             return None
         content_type = request.headers.get("content-type", "application/json")
-        if "protobuf" in content_type or "cbor" in content_type:
+        if "protobuf" in content_type:
+            return decode_protobuf(request.body)
+        if "cbor" in content_type:
             raise RequestRejected(
                 415,
                 "UnsupportedMediaType",
@@ -333,7 +339,7 @@ class Router:
             labels = parse_label_selector(q.get("labelSelector"))
             fields = parse_field_selector(q.get("fieldSelector"))
             if ns is not None:
-                store._check_namespace(rt, ns)
+                store.check_namespace(rt, ns)
             limit = None
             if q.get("limit"):
                 try:
@@ -464,7 +470,7 @@ class Router:
         if target.name is not None:
             fields = FieldSelector(fields.requirements + (("metadata.name", "=", target.name),))
         if ns is not None:
-            self.store._check_namespace(rt, ns)
+            self.store.check_namespace(rt, ns)
         bookmarks = _flag(q, "allowWatchBookmarks")
         initial_events = _flag(q, "sendInitialEvents")
         timeout: float | None = None

@@ -112,8 +112,8 @@ class Faults:
     the ``POST /_faults`` endpoint.
     """
 
-    _active: list[Fault] = attrs.field(factory=list, init=False)
-    _drop: Callable[[FaultScope, bool], int] | None = attrs.field(default=None, init=False)
+    _active: list[Fault] = attrs.field(factory=list, init=False, repr=False)
+    _drop: Callable[[FaultScope, bool], int] | None = attrs.field(default=None, init=False, repr=False)
 
     def _add(self, fault: Fault) -> Fault:
         if fault.remaining is not None and fault.remaining < 1:

@@ -8,6 +8,7 @@ task watches for the client going away).
 
 from __future__ import annotations
 
+import http
 import logging
 import urllib.parse
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -65,8 +66,6 @@ Handler = Callable[[Request], Awaitable[Response]]
 
 
 def _reason(status: int) -> bytes:
-    import http
-
     try:
         return http.HTTPStatus(status).phrase.encode()
     except ValueError:

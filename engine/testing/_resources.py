@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import hashlib
 from typing import Any
 
@@ -57,8 +58,6 @@ class ResourceType:
     def api_resources(self) -> list[dict[str, Any]]:
         """Entries for an ``APIResourceList``: the resource and its subresources."""
         digest = hashlib.sha256(f"{self.api_version}/{self.kind}".encode()).digest()
-        import base64
-
         entry: dict[str, Any] = {
             "name": self.plural,
             "singularName": self.singular,

@@ -66,16 +66,16 @@ class ApiServer:
     watch_buffer: int = 1_000
     bookmark_interval: float = 60.0
     seed: int | None = None
-    faults: Faults = attrs.field(factory=Faults, init=False)
+    faults: Faults = attrs.field(factory=Faults, init=False, repr=False)
     """Fault injection; see :class:`~engine.testing.Faults`."""
-    store: Store = attrs.field(init=False)
+    store: Store = attrs.field(init=False, repr=False)
     """The object store (synchronous; for seeding and inspecting state from tests)."""
-    _router: Router = attrs.field(init=False)
-    _state: _State = attrs.field(default=_State.UNOPENED, init=False)
-    _nursery: trio.Nursery | None = attrs.field(default=None, init=False)
-    _stack: contextlib.AsyncExitStack | None = attrs.field(default=None, init=False)
-    _bound_port: int | None = attrs.field(default=None, init=False)
-    _tls_material: TlsMaterial | None = attrs.field(default=None, init=False)
+    _router: Router = attrs.field(init=False, repr=False)
+    _state: _State = attrs.field(default=_State.UNOPENED, init=False, repr=False)
+    _nursery: trio.Nursery | None = attrs.field(default=None, init=False, repr=False)
+    _stack: contextlib.AsyncExitStack | None = attrs.field(default=None, init=False, repr=False)
+    _bound_port: int | None = attrs.field(default=None, init=False, repr=False)
+    _tls_material: TlsMaterial | None = attrs.field(default=None, init=False, repr=False)
 
     def __attrs_post_init__(self) -> None:
         if self.bookmark_interval <= 0:

@@ -181,14 +181,14 @@ class Store:
     history_size: int = 10_000
     watch_buffer: int = 1_000
     seed: int | None = None
-    _rv: int = attrs.field(default=1, init=False)
-    _types: dict[tuple[str, str, str], ResourceType] = attrs.field(factory=dict, init=False)
-    _objects: dict[tuple[str, str], dict[tuple[str, str], Obj]] = attrs.field(factory=dict, init=False)
-    _history: collections.deque[Change] = attrs.field(factory=collections.deque, init=False)
-    _floor: int = attrs.field(default=0, init=False)
-    _subs: dict[tuple[str, str], set[Subscription]] = attrs.field(factory=dict, init=False)
-    _rng: random.Random = attrs.field(init=False)
-    _crd_types: dict[str, list[ResourceType]] = attrs.field(factory=dict, init=False)
+    _rv: int = attrs.field(default=1, init=False, repr=False)
+    _types: dict[tuple[str, str, str], ResourceType] = attrs.field(factory=dict, init=False, repr=False)
+    _objects: dict[tuple[str, str], dict[tuple[str, str], Obj]] = attrs.field(factory=dict, init=False, repr=False)
+    _history: collections.deque[Change] = attrs.field(factory=collections.deque, init=False, repr=False)
+    _floor: int = attrs.field(default=0, init=False, repr=False)
+    _subs: dict[tuple[str, str], set[Subscription]] = attrs.field(factory=dict, init=False, repr=False)
+    _rng: random.Random = attrs.field(init=False, repr=False)
+    _crd_types: dict[str, list[ResourceType]] = attrs.field(factory=dict, init=False, repr=False)
 
     def __attrs_post_init__(self) -> None:
         if self.history_size < 1:
@@ -309,7 +309,8 @@ class Store:
 
     # ----- reads -----
 
-    def _check_namespace(self, rt: ResourceType, namespace: str | None) -> str | None:
+    def check_namespace(self, rt: ResourceType, namespace: str | None) -> str | None:
+        """The namespace to use for ``rt``; 400 when one is missing, 404 when it does not exist."""
         if not rt.namespaced:
             return None
         if not namespace:
@@ -422,6 +423,8 @@ class Store:
             for k, v in string_data.items():
                 data[k] = base64.b64encode(str(v).encode()).decode()
             obj["data"] = data
+        if rt.storage_key == ("", "secrets"):
+            obj.setdefault("type", "Opaque")
         if rt.storage_key == ("", "secrets") and isinstance(obj.get("data"), dict):
             for k, v in obj["data"].items():
                 try:
@@ -498,7 +501,7 @@ class Store:
         """Create an object. Raises :class:`RequestRejected`: 400, 404 (namespace), 409
         AlreadyExists, 403 (namespace terminating), 422 Invalid."""
         obj = self._prepare_body(rt, namespace, body, None)
-        namespace = self._check_namespace(rt, namespace)
+        namespace = self.check_namespace(rt, namespace)
         meta = obj["metadata"]
         if not meta.get("name") and meta.get("generateName"):
             alphabet = "bcdfghjklmnpqrstvwxz2456789"
@@ -583,7 +586,7 @@ class Store:
         old_paths = _tracked_paths(old, rt, include_status=True) if old else set()
         changed = {p for p in new_paths if old is None or get_path(old, p) != get_path(new, p)}
         removed = old_paths - new_paths
-        self._set_ownership(rt, new, manager, "Update", changed, removed, replace=False)
+        self._set_ownership(rt, new, manager, "Update", changed, removed)
 
     def _ownership(self, obj: Obj) -> list[dict[str, Any]]:
         entries = _meta(obj).get("managedFields")
@@ -597,18 +600,15 @@ class Store:
         operation: str,
         paths: set[tuple[str, ...]],
         removed: set[tuple[str, ...]],
-        *,
-        replace: bool,
     ) -> None:
         entries = []
         mine: set[tuple[str, ...]] = set()
         for entry in self._ownership(obj):
             owned = fields_to_paths(entry.get("fieldsV1")) - removed
             if entry.get("manager") == manager and entry.get("operation") == operation:
-                mine = set() if replace else owned
+                mine = owned
                 continue
-            if operation == "Update" or replace is False:
-                owned -= paths
+            owned -= paths
             if owned:
                 entries.append({**entry, "fieldsV1": paths_to_fields(owned)})
         mine |= paths
@@ -644,7 +644,7 @@ class Store:
         """Replace an object (or its status). Raises :class:`RequestRejected`: 404, 409 Conflict
         on a stale ``metadata.resourceVersion``, 400, 422. A write that changes nothing is a
         no-op that keeps the resourceVersion."""
-        namespace = self._check_namespace(rt, namespace)
+        namespace = self.check_namespace(rt, namespace)
         old = self.get(rt, namespace, name)
         obj = self._prepare_body(rt, namespace, body, name)
         meta = obj["metadata"]
@@ -732,7 +732,7 @@ class Store:
             raise RequestRejected(400, "BadRequest", "an apply configuration must be an object")
         if not config.get("apiVersion") or not config.get("kind"):
             raise RequestRejected(400, "BadRequest", "an apply configuration must set apiVersion and kind")
-        namespace = self._check_namespace(rt, namespace)
+        namespace = self.check_namespace(rt, namespace)
         applied = self._prepare_body(rt, namespace, config, name)
         applied.pop("apiVersion", None)
         applied.pop("kind", None)
@@ -975,7 +975,7 @@ class Store:
         hold it. ``options`` is a ``DeleteOptions`` body (``preconditions``,
         ``propagationPolicy``). Raises :class:`RequestRejected`: 404, 409 on a failed
         precondition, 400 on an unknown propagation policy."""
-        namespace = self._check_namespace(rt, namespace) if rt.namespaced else None
+        namespace = self.check_namespace(rt, namespace) if rt.namespaced else None
         obj = self.get(rt, namespace, name)
         options = options or {}
         preconditions = options.get("preconditions") or {}

@@ -27,12 +27,15 @@ async def read_lines(stream: trio.abc.ReceiveStream, count: int) -> list[str]:
     return buffer.decode().splitlines()
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
-async def test_cli_serves_until_signalled(tmp_path: Path, sig: signal.Signals) -> None:
+@pytest.mark.parametrize(
+    ("sig", "command"),
+    [(signal.SIGTERM, [sys.executable, "-c", CODE]), (signal.SIGINT, [sys.executable, "-m", "engine", "apiserver"])],
+)
+async def test_cli_serves_until_signalled(tmp_path: Path, sig: signal.Signals, command: list[str]) -> None:
     kubeconfig = tmp_path / "kc.yaml"
     with trio.fail_after(30):
         proc = await trio.lowlevel.open_process(
-            [sys.executable, "-c", CODE, "--port", "0", "--write-kubeconfig", str(kubeconfig), "--host", "127.0.0.1"],
+            [*command, "--port", "0", "--write-kubeconfig", str(kubeconfig), "--host", "127.0.0.1"],
             stdout=subprocess.PIPE,
         )
         try:

@@ -116,6 +116,12 @@ async def test_get_create_apply_patch_delete(kubectl: Kubectl) -> None:
     assert "unchanged" in await kubectl("apply", "-f", path)
     assert "patched" in await kubectl("patch", "configmap", "demo", "--type", "merge", "-p", '{"data":{"c":"4"}}')
     assert (await kubectl.json("get", "cm", "demo"))["data"] == {"a": "2", "c": "4"}
+    live = await kubectl("get", "cm", "demo", "-o", "yaml")
+    await kubectl("replace", "-f", kubectl.file("live.yaml", live.replace('a: "2"', 'a: "8"')))
+    assert (await kubectl.json("get", "cm", "demo"))["data"]["a"] == "8"
+    dry = kubectl.file("dry.yaml", CONFIGMAP.replace("name: demo", "name: dry"))
+    assert "created (server dry run)" in await kubectl("apply", "--dry-run=server", "-f", dry)
+    assert "NotFound" in await kubectl("get", "cm", "dry", check=False)
     assert 'configmap "demo" deleted' in await kubectl("delete", "cm", "demo")
     assert "NotFound" in await kubectl("get", "cm", "demo", check=False)
 
@@ -155,6 +161,8 @@ async def test_crd_and_custom_objects(kubectl: Kubectl) -> None:
     assert obj["spec"] == {"size": 10} and obj["metadata"]["generation"] == 2
     assert "patched" in await kubectl("patch", "wd", "w2", "--type", "merge", "-p", '{"spec":{"size":3}}')
     await kubectl("create", "-f", kubectl.file("w3.yaml", WIDGET % ("w3", "c", 3)))
+    assert "serverside-applied" in await kubectl("apply", "--server-side", "-f", kubectl.file("w4.yaml", WIDGET % ("w4", "d", 4)))
+    assert (await kubectl.json("get", "wd", "w4"))["spec"] == {"size": 4}
     assert "deleted" in await kubectl("delete", "wd", "w3")
     assert "deleted" in await kubectl("delete", "crd", "widgets.example.com")
 
@@ -184,3 +192,16 @@ async def test_get_watch(kubectl: Kubectl) -> None:
         proc.kill()
         with trio.fail_after(10):
             await proc.wait()
+
+
+async def test_typed_commands_sending_protobuf(kubectl: Kubectl) -> None:
+    assert "namespace/team created" in await kubectl("create", "namespace", "team")
+    await kubectl("create", "configmap", "c", "-n", "team", "--from-literal=a=b", "--from-literal=c=d")
+    await kubectl("create", "secret", "generic", "s", "-n", "team", "--from-literal=pw=hunter2")
+    assert (await kubectl.json("get", "cm", "c", "-n", "team"))["data"] == {"a": "b", "c": "d"}
+    secret = await kubectl.json("get", "secret", "s", "-n", "team")
+    assert secret["data"] == {"pw": "aHVudGVyMg=="} and secret["type"] == "Opaque"
+    await kubectl("label", "cm", "c", "-n", "team", "tier=x")
+    assert "c" in await kubectl("get", "cm", "-n", "team", "-l", "tier=x")
+    assert 'namespace "team" deleted' in await kubectl("delete", "namespace", "team")
+    assert "NotFound" in await kubectl("get", "cm", "c", "-n", "team", check=False)

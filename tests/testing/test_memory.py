@@ -76,3 +76,62 @@ async def test_lifecycle_errors() -> None:
     with pytest.raises(ApiServerError, match=r"^an ApiServer can be started only once$"):
         async with api:
             pass
+
+
+async def run_informer_system(seed: int) -> list[tuple[float, str, str]]:
+    """A miniature list/watch informer against the server, fully inside one trio run."""
+    log: list[tuple[float, str, str]] = []
+    start = trio.current_time()
+    async with ApiServer(listen=False, seed=seed, bookmark_interval=5) as api:
+        client = httpx.AsyncClient(
+            transport=api.memory_transport(), base_url=api.url, timeout=None, headers={"user-agent": "informer-a/1"}
+        )
+        writer = httpx.AsyncClient(transport=api.memory_transport(), base_url=api.url, timeout=None)
+        api.faults.expire_next_watch(client="informer-a")
+        done = trio.Event()
+
+        async def informer() -> None:
+            cache: dict[str, str] = {}
+            while not done.is_set():
+                listing = (await client.get(CM)).json()
+                cache = {i["metadata"]["name"]: i["metadata"]["uid"] for i in listing["items"]}
+                rv = listing["metadata"]["resourceVersion"]
+                log.append((trio.current_time() - start, "LIST", ",".join(sorted(cache))))
+                params = {"watch": "1", "resourceVersion": rv, "allowWatchBookmarks": "1", "timeoutSeconds": "12"}
+                async with client.stream("GET", CM, params=params) as r:
+                    async for line in r.aiter_lines():
+                        event = json.loads(line)
+                        obj = event["object"]
+                        name = obj["metadata"].get("name", str(obj.get("code", "")))
+                        log.append((trio.current_time() - start, event["type"], name))
+                        if event["type"] == "ERROR":
+                            break
+                        if event["type"] == "ADDED":
+                            cache[obj["metadata"]["name"]] = obj["metadata"]["uid"]
+                        if event["type"] == "BOOKMARK" and len(cache) == 3:
+                            done.set()
+                            break
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(informer)
+            for i in range(3):
+                await trio.sleep(1)
+                await writer.post(CM, json=cm(f"obj{i}"))
+            await done.wait()
+        await client.aclose()
+        await writer.aclose()
+    return log
+
+
+async def test_whole_system_is_deterministic_under_mock_clock(autojump_clock: trio.testing.MockClock) -> None:
+    first = await run_informer_system(seed=7)
+    assert first == [
+        (0.0, "LIST", ""),
+        (0.0, "ERROR", "410"),
+        (0.0, "LIST", ""),
+        (1.0, "ADDED", "obj0"),
+        (2.0, "ADDED", "obj1"),
+        (3.0, "ADDED", "obj2"),
+        (5.0, "BOOKMARK", ""),
+    ]
+    assert await run_informer_system(seed=7) == first

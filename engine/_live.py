@@ -1,0 +1,393 @@
+"""The live stream: one JSON websocket message per run lifecycle step and per emitted event.
+
+Connect to ``ws://HOST:PORT/live``, optionally filtered with query parameters ``controller``,
+``object`` (``Kind/namespace/name``, as ``str(ObjectRef)``) and ``namespace``, each repeatable.
+With a token configured the handshake must carry ``Authorization: Bearer <token>``.
+
+Messages (every one has ``type`` and ``ts``, wall-clock seconds):
+
+* ``hello``: a snapshot (controllers, queue depths, runs in progress), first on connect;
+* ``run``: ``step`` is ``queued`` (a trigger was accepted; ``supersedes`` names the run it
+  cancelled), ``started``, then how the run ended: ``succeeded``, ``requeued`` (``delay``),
+  ``failed`` (``error``, retried with backoff), ``terminal_error``, ``deadline``,
+  ``dependency_not_ready`` (``dependencies``, ``delay``), ``superseded``, ``shutdown`` or
+  ``leadership_lost``; ``result`` is the outcome's metric label;
+* ``event``: an event that reached the sinks (after correlation; so it may arrive after the
+  run steps around it);
+* ``skipped``: ``count`` messages were not sent to this client because it fell behind.
+
+Slow clients never slow the engine: the hooks only build a dict and ``send_nowait`` it into
+the client's bounded buffer; when that is full the message is skipped and counted.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import logging
+import time
+from functools import partial
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qs, urlsplit
+
+import attrs
+import trio
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from trio_websocket import ConnectionClosed, WebSocketConnection, WebSocketRequest, serve_websocket
+
+from ._events import Event
+from ._observer import RunObserver
+from ._outcome import Outcome, OutcomeKind
+from ._refs import ObjectRef, Trigger
+from ._run import Run
+
+if TYPE_CHECKING:
+    from ._controller import Controller
+    from ._manager import Manager
+
+__all__ = ["LiveStream", "LiveStatistics", "LIVE_PATH"]
+
+logger = logging.getLogger("engine.live")
+
+LIVE_PATH = "/live"
+
+_STEPS = {
+    OutcomeKind.SUCCEEDED: "succeeded",
+    OutcomeKind.REQUEUE_AFTER: "requeued",
+    OutcomeKind.FAILED: "failed",
+    OutcomeKind.TERMINAL: "terminal_error",
+    OutcomeKind.DEADLINE: "deadline",
+    OutcomeKind.DEPENDENCY_NOT_READY: "dependency_not_ready",
+    OutcomeKind.SUPERSEDED: "superseded",
+    OutcomeKind.SHUTDOWN: "shutdown",
+    OutcomeKind.LEADERSHIP_LOST: "leadership_lost",
+}
+
+
+@attrs.frozen
+class LiveStatistics:
+    """A snapshot of a :class:`LiveStream`."""
+
+    clients: int
+    """Clients connected now."""
+    sent: int
+    """Messages sent to clients, in total."""
+    skipped: int
+    """Messages skipped because a client's buffer was full, in total."""
+    rejected: int
+    """Handshakes refused (bad path, token or too many clients)."""
+
+
+@attrs.define(eq=False)
+class _Client:
+    send: trio.MemorySendChannel[dict[str, Any]]
+    receive: trio.MemoryReceiveChannel[dict[str, Any]]
+    controllers: frozenset[str]
+    objects: frozenset[str]
+    namespaces: frozenset[str]
+    remote: str
+    skipped: int = 0
+    pending_skipped: int = 0
+    sent: int = 0
+
+    def wants(self, controller: str, ref: ObjectRef) -> bool:
+        if self.controllers and controller not in self.controllers:
+            return False
+        if self.namespaces and (ref.namespace or "") not in self.namespaces:
+            return False
+        return not self.objects or str(ref) in self.objects
+
+
+def _summary(error: BaseException | None) -> str | None:
+    if error is None:
+        return None
+    text = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
+    return text if len(text) <= 500 else text[:497] + "..."
+
+
+class LiveStream(RunObserver):
+    """A run observer and event sink that fans messages out to websocket clients.
+
+    Construct it with the manager (before :meth:`Manager.run`): it adds itself as an observer
+    and as the event sink ``"live"``. Serve it with :meth:`serve` in the services nursery.
+    ``client_buffer`` is each client's buffer, in messages; ``max_clients`` caps connections
+    (more are refused with 503); ``token`` requires ``Authorization: Bearer <token>``
+    (compared in constant time, never logged).
+    """
+
+    name = "live"
+
+    def __init__(
+        self,
+        manager: Manager,
+        *,
+        token: str | None = None,
+        client_buffer: int = 256,
+        max_clients: int = 64,
+    ) -> None:
+        if client_buffer < 1:
+            raise ValueError("client_buffer must be >= 1")
+        if max_clients < 1:
+            raise ValueError("max_clients must be >= 1")
+        self.manager = manager
+        self._token = token.encode() if token else None
+        self._client_buffer = client_buffer
+        self._max_clients = max_clients
+        self._clients: list[_Client] = []
+        self._sent = 0
+        self._skipped = 0
+        self._rejected = 0
+        self.address: tuple[str, int] | None = None
+        """The bound ``(host, port)``, once :meth:`serve` started."""
+        manager.add_observer(self)
+        manager.add_sink(self)
+
+    @property
+    def url(self) -> str | None:
+        """``ws://host:port/live`` once serving, else ``None``."""
+        if self.address is None:
+            return None
+        host, port = self.address
+        host = f"[{host}]" if ":" in host else host
+        return f"ws://{host}:{port}{LIVE_PATH}"
+
+    def statistics(self) -> LiveStatistics:
+        return LiveStatistics(
+            clients=len(self._clients), sent=self._sent, skipped=self._skipped, rejected=self._rejected
+        )
+
+    # -- hooks (synchronous, cheap, never raise) ---------------------------------------------
+
+    def _publish(self, controller: str, ref: ObjectRef, message: dict[str, Any]) -> None:
+        for client in self._clients:
+            if client.wants(controller, ref):
+                try:
+                    client.send.send_nowait(message)
+                except trio.WouldBlock:
+                    client.skipped += 1
+                    client.pending_skipped += 1
+                    self._skipped += 1
+                except trio.BrokenResourceError:
+                    pass
+
+    def _run_message(self, controller: Controller, ref: ObjectRef, step: str) -> dict[str, Any]:
+        return {
+            "type": "run",
+            "step": step,
+            "ts": time.time(),
+            "controller": controller.name,
+            "object": str(ref),
+            "kind": ref.kind,
+            "namespace": ref.namespace,
+            "name": ref.name,
+            "queue_depth": len(controller.queue),
+            "in_flight": controller.active_workers,
+        }
+
+    def on_trigger(self, controller: Controller, trigger: Trigger, superseded: Run | None) -> None:
+        if not self._clients:
+            return
+        try:
+            message = self._run_message(controller, trigger.ref, "queued")
+            message["reason"] = trigger.reason
+            message["revision"] = trigger.revision
+            message["sequence"] = trigger.sequence
+            message["supersedes"] = superseded.id if superseded is not None else None
+            self._publish(controller.name, trigger.ref, message)
+        except Exception:
+            logger.exception("live stream hook failed")
+
+    def on_run_started(self, controller: Controller, run: Run) -> None:
+        if not self._clients:
+            return
+        try:
+            message = self._run_message(controller, run.key, "started")
+            message["run_id"] = run.id
+            message["attempt"] = run.attempt
+            message["reason"] = run.trigger.reason
+            message["revision"] = run.trigger.revision
+            self._publish(controller.name, run.key, message)
+        except Exception:
+            logger.exception("live stream hook failed")
+
+    def on_run_finished(self, controller: Controller, run: Run, outcome: Outcome) -> None:
+        if not self._clients:
+            return
+        try:
+            message = self._run_message(controller, run.key, _STEPS[outcome.kind])
+            message["run_id"] = run.id
+            message["attempt"] = run.attempt
+            message["result"] = outcome.kind.value
+            finished = run.finished_at if run.finished_at is not None else run.started_at
+            message["duration"] = round(finished - run.started_at, 6)
+            if outcome.requeue_after is not None:
+                message["delay"] = outcome.requeue_after
+            if outcome.error is not None and outcome.kind is not OutcomeKind.DEPENDENCY_NOT_READY:
+                message["error"] = _summary(outcome.error)
+            if outcome.dependencies:
+                message["dependencies"] = [str(ref) for ref in outcome.dependencies]
+            if outcome.reason is not None:
+                message["reason"] = outcome.reason
+            self._publish(controller.name, run.key, message)
+        except Exception:
+            logger.exception("live stream hook failed")
+
+    async def deliver(self, event: Event) -> None:
+        """Event-sink side: fan ``event`` out to clients; never blocks (not a checkpoint)."""
+        if not self._clients:
+            return
+        ref = event.involved
+        self._publish(event.controller, ref, {
+            "type": "event",
+            "ts": event.timestamp,
+            "controller": event.controller,
+            "object": str(ref),
+            "kind": ref.kind,
+            "namespace": ref.namespace,
+            "name": ref.name,
+            "event_type": event.type.value,
+            "reason": event.reason,
+            "message": event.message,
+            "count": event.count,
+            "run_id": event.run_id,
+        })
+
+    def snapshot(self) -> dict[str, Any]:
+        """The ``hello`` message: controllers, their queues and runs in progress."""
+        controllers = []
+        now = trio.current_time()
+        for controller in self.manager.controllers:
+            stats = controller.queue.statistics()
+            controllers.append({
+                "name": controller.name,
+                "queue_depth": stats.depth,
+                "waiting": stats.waiting,
+                "in_flight": controller.active_workers,
+                "max_concurrent": controller.max_concurrent,
+                "healthy": controller.healthy,
+                "running": [
+                    {"object": str(run.key), "run_id": run.id, "attempt": run.attempt,
+                     "running_for": round(now - run.started_at, 6)}
+                    for run in controller.running.values()
+                ],
+            })
+        return {"type": "hello", "ts": time.time(), "manager": self.manager.name, "controllers": controllers}
+
+    # -- serving -----------------------------------------------------------------------------
+
+    async def serve(
+        self, host: str, port: int, *, task_status: trio.TaskStatus[tuple[str, int]] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Accept websocket clients on ``host:port`` until cancelled.
+
+        ``task_status.started`` receives the bound address. Cancellation closes every client
+        connection (each gets at most one second for the close handshake).
+        """
+        async with trio.open_nursery() as nursery:
+            server = await nursery.start(partial(
+                serve_websocket, self._handle, host, port, None, connect_timeout=10.0, disconnect_timeout=1.0,
+            ))
+            endpoint = server.listeners[0]
+            self.address = (str(endpoint.address), int(endpoint.port))
+            logger.info("live stream listening", extra={"address": self.url})
+            task_status.started(self.address)
+
+    def _authorized(self, request: WebSocketRequest) -> bool:
+        if self._token is None:
+            return True
+        for name, value in request.headers:
+            if name.lower() == b"authorization":
+                scheme, _, credentials = value.partition(b" ")
+                if scheme.lower() == b"bearer":
+                    return hmac.compare_digest(credentials.strip(), self._token)
+        return False
+
+    async def _handle(self, request: WebSocketRequest) -> None:
+        target = urlsplit(request.path)
+        remote = str(request.remote)
+        if target.path != LIVE_PATH:
+            self._rejected += 1
+            await request.reject(404, body=b"not found; the live stream is at /live\n")
+            return
+        if not self._authorized(request):
+            self._rejected += 1
+            logger.warning("live stream client refused: missing or wrong bearer token", extra={"remote": remote})
+            await request.reject(
+                401, extra_headers=[(b"www-authenticate", b'Bearer realm="engine"')], body=b"unauthorized\n"
+            )
+            return
+        if len(self._clients) >= self._max_clients:
+            self._rejected += 1
+            await request.reject(503, body=b"too many live stream clients\n")
+            return
+        query = parse_qs(target.query)
+        send, receive = trio.open_memory_channel[dict[str, Any]](self._client_buffer)
+        client = _Client(
+            send=send,
+            receive=receive,
+            controllers=_values(query.get("controller", [])),
+            objects=_values(query.get("object", [])),
+            namespaces=_values(query.get("namespace", [])),
+            remote=remote,
+        )
+        ws = await request.accept()
+        self._clients.append(client)
+        logger.info("live stream client connected", extra={"remote": remote})
+        try:
+            hello = self.snapshot()
+            hello["filters"] = {
+                "controller": sorted(client.controllers), "object": sorted(client.objects),
+                "namespace": sorted(client.namespaces),
+            }
+            await ws.send_message(json.dumps(hello))
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._drain_client_input, ws, nursery.cancel_scope)
+                await self._feed(client, ws)
+        except ConnectionClosed:
+            pass
+        finally:
+            self._clients.remove(client)
+            send.close()
+            logger.info(
+                "live stream client disconnected",
+                extra={"remote": remote, "sent": client.sent, "skipped": client.skipped},
+            )
+
+    async def _feed(self, client: _Client, ws: WebSocketConnection) -> None:
+        async for message in client.receive:
+            if client.pending_skipped:
+                skipped, client.pending_skipped = client.pending_skipped, 0
+                await ws.send_message(json.dumps({"type": "skipped", "ts": time.time(), "count": skipped}))
+            await ws.send_message(json.dumps(message, default=str))
+            client.sent += 1
+            self._sent += 1
+
+    @staticmethod
+    async def _drain_client_input(ws: WebSocketConnection, scope: trio.CancelScope) -> None:
+        try:
+            while True:
+                await ws.get_message()
+        except ConnectionClosed:
+            scope.cancel(reason="live stream client closed the connection")
+
+    # -- metrics -----------------------------------------------------------------------------
+
+    def collect(self) -> Iterator[Metric]:
+        """Prometheus collector side: ``engine_live_stream_*`` series."""
+        clients = GaugeMetricFamily("engine_live_stream_clients", "Live stream clients connected")
+        clients.add_metric([], len(self._clients))
+        sent = CounterMetricFamily("engine_live_stream_messages_sent_total", "Live stream messages sent")
+        sent.add_metric([], self._sent)
+        skipped = CounterMetricFamily(
+            "engine_live_stream_messages_skipped_total", "Live stream messages skipped because a client fell behind"
+        )
+        skipped.add_metric([], self._skipped)
+        rejected = CounterMetricFamily("engine_live_stream_rejected_total", "Live stream handshakes refused")
+        rejected.add_metric([], self._rejected)
+        return iter([clients, sent, skipped, rejected])
+
+
+def _values(raw: Iterable[str]) -> frozenset[str]:
+    return frozenset(v for item in raw for v in item.split(",") if v)
+

@@ -1,0 +1,132 @@
+"""One entry point that turns on metrics, health probes and the live stream for a manager."""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+import trio
+from prometheus_client import CollectorRegistry
+
+from ._http import BindAddress, HTTPServer, Request, Response, parse_bind_address
+from ._live import LiveStream
+from ._metrics import EngineMetrics
+from ._probes import Check, Probes
+
+if TYPE_CHECKING:
+    from ._manager import Manager, ShutdownReport
+
+__all__ = ["Observability"]
+
+logger = logging.getLogger("engine.observability")
+
+
+class Observability:
+    """Metrics (``/metrics``), probes (``/healthz``, ``/readyz``) and the live stream of a manager.
+
+    Construct it before :meth:`Manager.run`; it registers a run observer, the queue observers,
+    the event sink ``"live"`` and one service that serves the endpoints in the manager's
+    services nursery (so they answer during start-up and until sinks are flushed at shutdown).
+
+    Bind addresses take controller-runtime's form: ``"0"`` disables (the default for each),
+    ``":8080"`` or ``"8080"`` binds **loopback** (``127.0.0.1``), ``"0.0.0.0:8080"`` every
+    interface, port 0 an ephemeral port (read it back from :attr:`metrics_address` and friends
+    once the manager started). When metrics and probes are given the same address (not port 0)
+    they share one server. Metrics are collected whether or not they are served; read them
+    from :attr:`registry`. ``live_token`` makes the live stream require
+    ``Authorization: Bearer <token>``.
+    """
+
+    def __init__(
+        self,
+        manager: Manager,
+        *,
+        metrics_bind_address: str = "0",
+        health_probe_bind_address: str = "0",
+        live_bind_address: str = "0",
+        live_token: str | None = None,
+        live_client_buffer: int = 256,
+        registry: CollectorRegistry | None = None,
+        process_metrics: bool = True,
+    ) -> None:
+        self._metrics_bind = parse_bind_address(metrics_bind_address)
+        self._probe_bind = parse_bind_address(health_probe_bind_address)
+        self._live_bind = parse_bind_address(live_bind_address)
+        self.manager = manager
+        self.metrics = EngineMetrics(manager, registry=registry, process_metrics=process_metrics)
+        self.probes = Probes(manager)
+        self.live: LiveStream | None = None
+        if self._live_bind is not None:
+            self.live = LiveStream(manager, token=live_token, client_buffer=live_client_buffer)
+            self.metrics.registry.register(self.live)
+        self._metrics_server: HTTPServer | None = None
+        self._probe_server: HTTPServer | None = None
+        manager.add_service(self._serve)
+
+    @property
+    def registry(self) -> CollectorRegistry:
+        """The manager's own Prometheus registry."""
+        return self.metrics.registry
+
+    def add_readiness_check(self, name: str, check: Check) -> None:
+        """Add a named readiness check (``/readyz/<name>``); see :class:`Probes`."""
+        self.probes.add_readiness_check(name, check)
+
+    def add_health_check(self, name: str, check: Check) -> None:
+        """Add a named liveness check (``/healthz/<name>``); see :class:`Probes`."""
+        self.probes.add_health_check(name, check)
+
+    def record_shutdown(self, report: ShutdownReport) -> None:
+        """Record a finished shutdown (``engine_shutdown_drain_seconds``)."""
+        self.metrics.record_shutdown(report.drain_seconds)
+
+    @property
+    def metrics_address(self) -> BindAddress | None:
+        """Where ``/metrics`` is served, once the manager started; ``None`` if disabled."""
+        return self._metrics_server.address if self._metrics_server is not None else None
+
+    @property
+    def health_probe_address(self) -> BindAddress | None:
+        """Where ``/healthz`` and ``/readyz`` are served, once started; ``None`` if disabled."""
+        return self._probe_server.address if self._probe_server is not None else None
+
+    @property
+    def live_address(self) -> BindAddress | None:
+        """Where the live stream is served, once started; ``None`` if disabled."""
+        return self.live.address if self.live is not None else None
+
+    @property
+    def live_url(self) -> str | None:
+        """``ws://host:port/live`` once started, else ``None``."""
+        return self.live.url if self.live is not None else None
+
+    async def _metrics(self, request: Request) -> Response:
+        body, content_type = self.metrics.generate(request.headers.get("accept"))
+        return Response(200, body, content_type)
+
+    async def _serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Start every enabled endpoint, report started, and serve until cancelled."""
+        metric_routes = {"/metrics": self._metrics}
+        probe_routes = {
+            "/healthz": self.probes.handler("healthz"),
+            "/healthz/": self.probes.handler("healthz"),
+            "/readyz": self.probes.handler("readyz"),
+            "/readyz/": self.probes.handler("readyz"),
+        }
+        async with trio.open_nursery() as nursery:
+            shared = self._metrics_bind is not None and self._metrics_bind == self._probe_bind and self._metrics_bind[1] != 0
+            if shared:
+                assert self._metrics_bind is not None
+                server = HTTPServer({**metric_routes, **probe_routes}, name="metrics and probes")
+                self._metrics_server = self._probe_server = server
+                await nursery.start(server.serve, *self._metrics_bind)
+            else:
+                if self._metrics_bind is not None:
+                    self._metrics_server = HTTPServer(metric_routes, name="metrics")
+                    await nursery.start(self._metrics_server.serve, *self._metrics_bind)
+                if self._probe_bind is not None:
+                    self._probe_server = HTTPServer(probe_routes, name="health probe")
+                    await nursery.start(self._probe_server.serve, *self._probe_bind)
+            if self.live is not None and self._live_bind is not None:
+                await nursery.start(self.live.serve, *self._live_bind)
+            task_status.started()

@@ -1,0 +1,258 @@
+"""Watches for controllers: informers shared by controllers, feeding ``Controller.trigger``.
+
+Every trigger raised here comes from an informer handler, which runs only after the informer's
+store holds the triggering object (read-your-trigger), and goes through ``Controller.trigger``,
+so a supersede is always paired with its enqueue.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+from .._controller import Controller
+from .._manager import Manager
+from .._refs import ObjectRef
+from .._sources import MappedSource
+from ._client import Client, Selector, WatchEventType
+from ._informer import Informer, InformerEvent
+from ._resource import Resource, split_api_version
+from ._status import is_ready
+
+__all__ = [
+    "Cluster",
+    "Predicate",
+    "REQUESTED_AT_ANNOTATION",
+    "SHARD_LABEL",
+    "generation_changed",
+    "annotation_changed",
+    "requested_at_changed",
+    "labels_match",
+    "any_of",
+    "ref_for",
+]
+
+logger = logging.getLogger("engine.kube.watches")
+
+REQUESTED_AT_ANNOTATION = "reconcile.engine.dev/requestedAt"
+"""Set this annotation to any new value to request a reconcile (like Flux's ``requestedAt``)."""
+SHARD_LABEL = "sharding.engine.dev/key"
+"""A replica started with ``--shard NAME`` watches only objects with this label set to NAME."""
+
+Predicate = Callable[[InformerEvent], bool]
+
+
+def generation_changed(event: InformerEvent) -> bool:
+    """Adds, deletes, spec changes (``metadata.generation``) and the start of a deletion."""
+    if event.type is not WatchEventType.MODIFIED or event.old is None:
+        return True
+    old, new = event.old.get("metadata", {}), event.obj.get("metadata", {})
+    return old.get("generation") != new.get("generation") or (
+        old.get("deletionTimestamp") != new.get("deletionTimestamp")
+    )
+
+
+def annotation_changed(key: str) -> Predicate:
+    """Events whose annotation ``key`` changed (or that are not updates)."""
+
+    def predicate(event: InformerEvent) -> bool:
+        if event.type is not WatchEventType.MODIFIED or event.old is None:
+            return True
+        old = (event.old.get("metadata", {}).get("annotations") or {}).get(key)
+        new = (event.obj.get("metadata", {}).get("annotations") or {}).get(key)
+        return old != new
+
+    return predicate
+
+
+requested_at_changed = annotation_changed(REQUESTED_AT_ANNOTATION)
+"""A manual reconcile request through :data:`REQUESTED_AT_ANNOTATION`."""
+
+
+def labels_match(selector: Mapping[str, str]) -> Predicate:
+    """Events on objects carrying every label of ``selector``."""
+
+    def predicate(event: InformerEvent) -> bool:
+        labels = event.obj.get("metadata", {}).get("labels") or {}
+        return all(labels.get(k) == v for k, v in selector.items())
+
+    return predicate
+
+
+def any_of(*predicates: Predicate) -> Predicate:
+    """Events any of ``predicates`` accepts."""
+
+    def predicate(event: InformerEvent) -> bool:
+        return any(p(event) for p in predicates)
+
+    return predicate
+
+
+def ref_for(resource: Resource, obj: Mapping[str, Any]) -> ObjectRef:
+    """The queue key of ``obj``, an object of ``resource``."""
+    meta = obj["metadata"]
+    return ObjectRef(
+        kind=resource.kind, name=meta["name"], namespace=meta.get("namespace") or None, group=resource.group
+    )
+
+
+class Cluster:
+    """Informers on one cluster, shared by a manager's controllers.
+
+    :meth:`informer` creates (once per resource, namespace and selector) an informer that runs
+    as a source of ``manager``; the manager starts controllers only after every informer
+    synced. ``label_selector`` (a shard) applies to the informers of primary objects.
+    """
+
+    def __init__(
+        self,
+        client: Client,
+        manager: Manager,
+        *,
+        namespace: str | None = None,
+        label_selector: Selector | None = None,
+        informer_options: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.client = client
+        self.manager = manager
+        self.namespace = namespace
+        self.label_selector = label_selector
+        self._options = dict(informer_options or {})
+        self._informers: dict[tuple[Resource, str | None, str], Informer] = {}
+        manager.add_start_gate(self.wait_synced)
+
+    async def resource(self, api_version: str, kind: str) -> Resource:
+        """Resolve a type through discovery (cached by the client)."""
+        return await self.client.resource(api_version, kind)
+
+    async def informer(
+        self,
+        api_version: str,
+        kind: str,
+        *,
+        namespace: str | None | type[Ellipsis] = ...,
+        label_selector: Selector | None = None,
+    ) -> Informer:
+        """The informer for a type (created and added to the manager on first use).
+
+        ``namespace`` defaults to the cluster's; ``None`` means all namespaces.
+        """
+        resource = await self.resource(api_version, kind)
+        ns = self.namespace if namespace is ... else namespace
+        if not resource.namespaced:
+            ns = None
+        key = (resource, ns, str(label_selector))
+        informer = self._informers.get(key)
+        if informer is None:
+            informer = Informer(
+                self.client, resource, namespace=ns, label_selector=label_selector, **self._options
+            )
+            self._informers[key] = informer
+            self.manager.add_source(informer)
+        return informer
+
+    @property
+    def informers(self) -> list[Informer]:
+        return list(self._informers.values())
+
+    @property
+    def synced(self) -> bool:
+        """Whether every informer holds a complete list (for ``/readyz``)."""
+        return all(i.synced for i in self._informers.values())
+
+    async def wait_synced(self) -> None:
+        """Wait until every informer synced. If cancelled, nothing changes."""
+        for informer in list(self._informers.values()):
+            await informer.wait_synced()
+
+    def watches(
+        self,
+        controller: Controller,
+        informer: Informer,
+        *,
+        predicates: Sequence[Predicate] = (),
+    ) -> None:
+        """Trigger ``controller`` for each event on its primary objects that passes every predicate."""
+        resource = informer.resource
+
+        def handle(event: InformerEvent) -> None:
+            if all(p(event) for p in predicates):
+                controller.trigger(
+                    ref_for(resource, event.obj),
+                    reason=f"{resource.kind} {event.type.value.lower()}",
+                    revision=event.obj.get("metadata", {}).get("resourceVersion"),
+                )
+
+        informer.add_handler(handle)
+
+    def owns(
+        self,
+        controller: Controller,
+        informer: Informer,
+        *,
+        owner_kind: str,
+        owner_api_version: str,
+    ) -> None:
+        """Trigger the owner (through ``ownerReferences``) of each changed child object."""
+        owner_group, _ = split_api_version(owner_api_version)
+        mapped: MappedSource[dict[str, Any]] = MappedSource(
+            controller,
+            lambda obj: _owners(obj, owner_kind, owner_group),
+            reason=f"owned {informer.resource.kind} changed",
+        )
+        informer.add_handler(lambda event: mapped.handle_many(_views(event)))
+
+    def watches_mapped(
+        self,
+        controller: Controller,
+        informer: Informer,
+        mapper: Callable[[Mapping[str, Any]], Iterable[ObjectRef]],
+        *,
+        predicates: Sequence[Predicate] = (),
+        reason: str | None = None,
+    ) -> None:
+        """Map each event on another type to keys of ``controller`` (through an index lookup in
+        ``mapper``, never a list call). An update maps both the old and the new object as one
+        observation, so it supersedes a run at most once."""
+        mapped: MappedSource[Mapping[str, Any]] = MappedSource(
+            controller, mapper, reason=reason or f"{informer.resource.kind} changed"
+        )
+
+        def handle(event: InformerEvent) -> None:
+            if all(p(event) for p in predicates):
+                mapped.handle_many(_views(event), revision=event.obj.get("metadata", {}).get("resourceVersion"))
+
+        informer.add_handler(handle)
+
+    def reports_readiness(self, informer: Informer) -> None:
+        """Feed the manager's dependency index: when an object becomes ``Ready`` for its
+        current generation, its dependents are triggered at once (from the watch path)."""
+        resource = informer.resource
+
+        def handle(event: InformerEvent) -> None:
+            if event.type is WatchEventType.DELETED or not is_ready(event.obj):
+                return
+            if event.old is not None and is_ready(event.old):
+                return
+            self.manager.mark_ready(
+                ref_for(resource, event.obj), revision=event.obj.get("metadata", {}).get("resourceVersion")
+            )
+
+        informer.add_handler(handle)
+
+
+def _views(event: InformerEvent) -> list[dict[str, Any]]:
+    return [event.obj] if event.old is None else [event.old, event.obj]
+
+
+def _owners(obj: Mapping[str, Any], kind: str, group: str) -> list[ObjectRef]:
+    meta = obj.get("metadata") or {}
+    out = []
+    for owner in meta.get("ownerReferences") or ():
+        if owner.get("kind") != kind:
+            continue
+        owner_group, _ = split_api_version(str(owner.get("apiVersion", "")))
+        if owner_group == group and owner.get("name"):
+            out.append(ObjectRef(kind=kind, name=owner["name"], namespace=meta.get("namespace") or None, group=group))
+    return out

@@ -1,0 +1,187 @@
+"""Plugins: a named set of controllers with the CRDs they need and their configuration.
+
+A plugin module exposes a :class:`Plugin` (conventionally as ``plugin``). The runner finds
+plugins three ways: ``module:attr``, an entry point in the ``engine.plugins`` group, or a
+bundled plugin in the ``plugins`` package by name.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+import logging
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+import attrs
+import trio
+
+from .._errors import EngineError
+from .._manager import Manager
+from ._client import Client
+from ._cluster import Cluster
+from ._errors import NotFoundError, ResourceNotFoundError
+
+__all__ = ["Plugin", "PluginContext", "PluginError", "load_plugin", "load_plugins", "install_crds", "ENTRY_POINT_GROUP"]
+
+logger = logging.getLogger("engine.kube.plugins")
+
+ENTRY_POINT_GROUP = "engine.plugins"
+
+_CRD_RESOURCE_ARGS = ("apiextensions.k8s.io/v1", "CustomResourceDefinition")
+
+
+class PluginError(EngineError):
+    """A plugin could not be found, imported, validated or set up."""
+
+
+@attrs.define(eq=False)
+class PluginContext:
+    """What a plugin's ``setup`` receives."""
+
+    name: str
+    manager: Manager
+    cluster: Cluster
+    client: Client
+    config: dict[str, Any]
+    """The plugin's configuration: its defaults updated with what the user gave."""
+    namespace: str | None = None
+    """The namespace to watch, or ``None`` for all."""
+    shard: str | None = None
+
+
+def _check_crd(plugin: str, crd: Mapping[str, Any]) -> None:
+    if crd.get("apiVersion") != "apiextensions.k8s.io/v1" or crd.get("kind") != "CustomResourceDefinition":
+        raise PluginError(f"plugin {plugin!r}: crds must be apiextensions.k8s.io/v1 CustomResourceDefinition objects")
+    name = (crd.get("metadata") or {}).get("name")
+    spec = crd.get("spec") or {}
+    plural = (spec.get("names") or {}).get("plural")
+    if not name or name != f"{plural}.{spec.get('group')}":
+        raise PluginError(f"plugin {plugin!r}: CRD metadata.name must be '<plural>.<group>', got {name!r}")
+
+
+@attrs.frozen
+class Plugin:
+    """A plugin: ``setup(ctx)`` registers its controllers and watches on ``ctx.manager`` and
+    ``ctx.cluster``; ``crds`` are installed (or checked) before it; ``config`` holds defaults;
+    ``examples`` are manifests the embedded run applies."""
+
+    name: str
+    setup: Callable[[PluginContext], Awaitable[None]]
+    crds: tuple[Mapping[str, Any], ...] = attrs.field(default=(), converter=tuple)
+    config: Mapping[str, Any] = attrs.field(factory=dict)
+    examples: tuple[Mapping[str, Any], ...] = attrs.field(default=(), converter=tuple)
+    description: str = ""
+
+    def __attrs_post_init__(self) -> None:
+        if not self.name or not self.name.replace("-", "").replace("_", "").isalnum():
+            raise PluginError(f"plugin name must be a non-empty identifier, got {self.name!r}")
+        if not callable(self.setup):
+            raise PluginError(f"plugin {self.name!r}: setup must be an async function")
+        for crd in self.crds:
+            _check_crd(self.name, crd)
+
+
+def load_plugin(spec: str) -> Plugin:
+    """Find a plugin by ``module:attr``, entry point name, or bundled name (``plugins.<name>``)."""
+    if ":" in spec:
+        module_name, _, attr = spec.partition(":")
+        obj = _import(spec, module_name)
+        try:
+            found = getattr(obj, attr)
+        except AttributeError:
+            raise PluginError(f"plugin {spec!r}: module {module_name!r} has no attribute {attr!r}") from None
+    else:
+        found = None
+        for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+            if ep.name == spec:
+                try:
+                    found = ep.load()
+                except Exception as exc:
+                    raise PluginError(f"plugin {spec!r} (entry point {ep.value}) failed to import: {_brief(exc)}") from exc
+                break
+        if found is None:
+            module = _import(spec, f"plugins.{spec}", bundled=True)
+            found = getattr(module, "plugin", None)
+            if found is None:
+                raise PluginError(f"plugin {spec!r}: bundled module plugins.{spec} has no 'plugin' attribute")
+    if callable(found) and not isinstance(found, Plugin):
+        try:
+            found = found()
+        except Exception as exc:
+            raise PluginError(f"plugin {spec!r}: its factory raised: {_brief(exc)}") from exc
+    if not isinstance(found, Plugin):
+        raise PluginError(f"plugin {spec!r}: expected an engine.kube.Plugin, got {type(found).__name__}")
+    return found
+
+
+def _import(spec: str, module_name: str, *, bundled: bool = False) -> Any:
+    try:
+        return importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name in (module_name, module_name.split(".")[0]) or (bundled and exc.name == module_name):
+            raise PluginError(
+                f"plugin {spec!r} not found (no module {module_name!r}, no entry point in {ENTRY_POINT_GROUP!r})"
+            ) from None
+        raise PluginError(f"plugin {spec!r} failed to import: {_brief(exc)}") from exc
+    except PluginError as exc:
+        raise PluginError(f"plugin {spec!r} is invalid: {exc}") from exc
+    except Exception as exc:
+        raise PluginError(f"plugin {spec!r} failed to import: {_brief(exc)}") from exc
+
+
+def _brief(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"
+
+
+def load_plugins(specs: Iterable[str], *, strict: bool = False) -> tuple[list[Plugin], list[PluginError]]:
+    """Load every plugin; a bad one is reported and skipped unless ``strict`` (then raised)."""
+    plugins: list[Plugin] = []
+    errors: list[PluginError] = []
+    names: set[str] = set()
+    for spec in specs:
+        try:
+            plugin = load_plugin(spec)
+            if plugin.name in names:
+                raise PluginError(f"plugin {plugin.name!r} given twice")
+        except PluginError as exc:
+            if strict:
+                raise
+            logger.error("skipping plugin: %s", exc)
+            errors.append(exc)
+            continue
+        names.add(plugin.name)
+        plugins.append(plugin)
+    return plugins, errors
+
+
+async def install_crds(
+    client: Client, crds: Sequence[Mapping[str, Any]], *, install: bool = True, timeout: float = 30.0
+) -> None:
+    """Install (server-side apply) or, with ``install=False``, check the CRDs, then wait until
+    the API server serves each of them. Raises :class:`PluginError` on a missing CRD or timeout.
+
+    If cancelled, CRDs already applied stay applied.
+    """
+    crd_resource = await client.resource(*_CRD_RESOURCE_ARGS)
+    for crd in crds:
+        name = crd["metadata"]["name"]
+        if install:
+            await client.apply(crd_resource, crd, field_manager="engine-plugins", force=True)
+        else:
+            try:
+                await client.get(crd_resource, name)
+            except NotFoundError:
+                raise PluginError(f"CRD {name} is not installed (run with CRD installation enabled)") from None
+    with trio.move_on_after(timeout) as scope:
+        for crd in crds:
+            spec = crd["spec"]
+            version = next(v["name"] for v in spec["versions"] if v.get("served", True))
+            while True:
+                try:
+                    await client.resource(f"{spec['group']}/{version}", spec["names"]["kind"])
+                    break
+                except ResourceNotFoundError:
+                    await trio.sleep(0.05)
+    if scope.cancelled_caught:
+        raise PluginError(f"CRDs not served by the API server within {timeout}s")

@@ -1,0 +1,161 @@
+"""Decoding of Kubernetes protobuf request bodies for the few kinds kubectl sends that way.
+
+kubectl's typed commands (``create namespace``, ``create configmap``, ``create secret``) send
+``application/vnd.kubernetes.protobuf``. This decodes the ``k8s\\x00`` envelope
+(``runtime.Unknown``) and ``Namespace``, ``ConfigMap`` and ``Secret`` into their JSON form.
+Responses are always JSON (clients ask for protobuf *or* JSON). Other kinds are refused.
+"""
+
+from __future__ import annotations
+
+import base64
+from typing import Any
+
+from ._errors import RequestRejected
+
+__all__ = ["decode_protobuf"]
+
+_MAGIC = b"k8s\x00"
+
+Schema = dict[int, tuple[str, Any]]
+
+_OWNER_REF: Schema = {
+    1: ("kind", "string"),
+    3: ("name", "string"),
+    4: ("uid", "string"),
+    5: ("apiVersion", "string"),
+    6: ("controller", "bool"),
+    7: ("blockOwnerDeletion", "bool"),
+}
+_OBJECT_META: Schema = {
+    1: ("name", "string"),
+    2: ("generateName", "string"),
+    3: ("namespace", "string"),
+    11: ("labels", "map_string"),
+    12: ("annotations", "map_string"),
+    13: ("ownerReferences", ("repeated", _OWNER_REF)),
+    14: ("finalizers", "repeated_string"),
+}
+_KINDS: dict[str, Schema] = {
+    "Namespace": {
+        1: ("metadata", _OBJECT_META),
+        2: ("spec", {1: ("finalizers", "repeated_string")}),
+    },
+    "ConfigMap": {
+        1: ("metadata", _OBJECT_META),
+        2: ("data", "map_string"),
+        3: ("binaryData", "map_bytes"),
+        4: ("immutable", "bool"),
+    },
+    "Secret": {
+        1: ("metadata", _OBJECT_META),
+        2: ("data", "map_bytes"),
+        3: ("type", "string"),
+        4: ("stringData", "map_string"),
+        5: ("immutable", "bool"),
+    },
+}
+
+
+def _malformed() -> RequestRejected:
+    return RequestRejected(400, "BadRequest", "the protobuf request body is malformed")
+
+
+def _varint(data: bytes, pos: int) -> tuple[int, int]:
+    result = shift = 0
+    while True:
+        if pos >= len(data) or shift > 63:
+            raise _malformed()
+        byte = data[pos]
+        pos += 1
+        result |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return result, pos
+        shift += 7
+
+
+def _fields(data: bytes) -> list[tuple[int, int | bytes]]:
+    fields: list[tuple[int, int | bytes]] = []
+    pos = 0
+    while pos < len(data):
+        key, pos = _varint(data, pos)
+        number, wire = key >> 3, key & 7
+        if wire == 0:
+            value, pos = _varint(data, pos)
+            fields.append((number, value))
+        elif wire == 2:
+            length, pos = _varint(data, pos)
+            if pos + length > len(data):
+                raise _malformed()
+            fields.append((number, data[pos : pos + length]))
+            pos += length
+        elif wire in (1, 5):
+            pos += 8 if wire == 1 else 4
+        else:
+            raise _malformed()
+    return fields
+
+
+def _text(value: int | bytes) -> str:
+    if not isinstance(value, bytes):
+        raise _malformed()
+    try:
+        return value.decode()
+    except UnicodeDecodeError:
+        raise _malformed() from None
+
+
+def _message(data: bytes, schema: Schema) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for number, value in _fields(data):
+        if number not in schema:
+            continue
+        name, kind = schema[number]
+        if kind == "string":
+            if text := _text(value):
+                out[name] = text
+        elif kind == "bool":
+            out[name] = bool(value)
+        elif kind == "repeated_string":
+            out.setdefault(name, []).append(_text(value))
+        elif kind in ("map_string", "map_bytes"):
+            if not isinstance(value, bytes):
+                raise _malformed()
+            entry = dict(_fields(value))
+            key = _text(entry.get(1, b""))
+            raw = entry.get(2, b"")
+            if not isinstance(raw, bytes):
+                raise _malformed()
+            out.setdefault(name, {})[key] = raw.decode() if kind == "map_string" else base64.b64encode(raw).decode()
+        elif isinstance(kind, tuple):
+            if not isinstance(value, bytes):
+                raise _malformed()
+            out.setdefault(name, []).append(_message(value, kind[1]))
+        else:
+            if not isinstance(value, bytes):
+                raise _malformed()
+            out[name] = _message(value, kind)
+    return out
+
+
+def decode_protobuf(body: bytes) -> dict[str, Any]:
+    """The JSON form of a protobuf-encoded object; 415 for kinds it cannot decode, 400 when
+    the body is malformed."""
+    if not body.startswith(_MAGIC):
+        raise _malformed()
+    envelope = dict(_fields(body[len(_MAGIC) :]))
+    type_meta = envelope.get(1, b"")
+    raw = envelope.get(2, b"")
+    if not isinstance(type_meta, bytes) or not isinstance(raw, bytes):
+        raise _malformed()
+    meta = {number: _text(value) for number, value in _fields(type_meta)}
+    api_version, kind = meta.get(1, ""), meta.get(2, "")
+    schema = _KINDS.get(kind)
+    if schema is None or api_version != "v1":
+        raise RequestRejected(
+            415,
+            "UnsupportedMediaType",
+            f"protobuf bodies are decoded only for v1 {', '.join(sorted(_KINDS))}, not {api_version} {kind}; "
+            "send application/json",
+        )
+    return {"apiVersion": api_version, "kind": kind, **_message(raw, schema)}

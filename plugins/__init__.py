@@ -1,0 +1,1 @@
+"""Plugins bundled with the engine, discovered by name like any third party's."""

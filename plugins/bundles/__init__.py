@@ -1,0 +1,25 @@
+"""``bundles``: a small GitOps controller with the shape of Flux's source and kustomize controllers.
+
+A ``Source`` carries a revision and an inline artifact (a list of manifests). A ``Bundle``
+references a Source, may depend on other Bundles (``dependsOn``), and has an ``interval``, a
+``timeout`` and a ``healthCheckWait``. Reconciling a Bundle:
+
+1. waits for its dependencies (``DependencyNotReady``; woken from the watch path when a
+   dependency turns Ready);
+2. applies the artifact's manifests with server-side apply (field manager
+   ``bundles.engine.dev``);
+3. prunes what it applied before and no longer has (the inventory in its status);
+4. waits for health inside ``ctx.interruptible()``: a new Source revision supersedes it;
+   ConfigMaps and Secrets are healthy once present, objects with a ``Ready`` condition when it
+   is True, and they must stay so for ``healthCheckWait``;
+5. writes ``status`` (``Ready``, ``Reconciling``, ``observedGeneration``,
+   ``lastAppliedRevision``, ``inventory``) inside ``ctx.shield``, and emits events.
+
+A superseded or shutdown-cancelled run writes no failure status and emits no failure event.
+"""
+
+from __future__ import annotations
+
+from ._controller import plugin
+
+__all__ = ["plugin"]

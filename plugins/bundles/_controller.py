@@ -1,0 +1,262 @@
+"""The Bundle reconciler and the plugin declaration."""
+
+from __future__ import annotations
+
+import copy
+import logging
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import trio
+import yaml
+
+from engine import Controller, DependencyNotReady, ObjectRef, Result, RunContext, SupersedePolicy, TerminalError
+from engine.kube import Client, NotFoundError, Plugin, PluginContext, Resource, Store
+from engine.kube import any_of, generation_changed, is_ready, requested_at_changed, set_condition
+
+from ._crds import API_VERSION, BUNDLE_CRD, GROUP, SOURCE_CRD
+
+__all__ = ["plugin", "parse_duration", "BundleReconciler"]
+
+logger = logging.getLogger("plugins.bundles")
+
+FIELD_MANAGER = "bundles.engine.dev"
+OWNER_LABEL = "bundles.engine.dev/name"
+SOURCE_INDEX = "bundles.engine.dev/sourceRef"
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def parse_duration(value: str | None, default: float) -> float:
+    """Parse a Go-style duration (``"1m30s"``, ``"500ms"``) into seconds."""
+    if value is None or value == "":
+        return default
+    text = str(value).strip()
+    if text == "0":
+        return 0.0
+    pos, total = 0, 0.0
+    for match in _DURATION.finditer(text):
+        if match.start() != pos:
+            break
+        total += float(match.group(1)) * _UNITS[match.group(2)]
+        pos = match.end()
+    if pos != len(text) or pos == 0:
+        raise ValueError(f"invalid duration {value!r} (use e.g. 30s, 5m, 1h30m, 500ms)")
+    return total
+
+
+def _source_key(bundle: Mapping[str, Any]) -> list[str]:
+    ref = (bundle.get("spec") or {}).get("sourceRef") or {}
+    name = ref.get("name")
+    return [f"{bundle['metadata'].get('namespace')}/{name}"] if name else []
+
+
+def _entry(obj: Mapping[str, Any], namespace: str | None) -> dict[str, Any]:
+    return {
+        "apiVersion": obj["apiVersion"],
+        "kind": obj["kind"],
+        "namespace": namespace or "",
+        "name": obj["metadata"]["name"],
+    }
+
+
+class BundleReconciler:
+    """Reconciles Bundles against the cached Sources and Bundles."""
+
+    def __init__(self, client: Client, bundles: Resource, bundle_store: Store, source_store: Store, config: Mapping[str, Any]) -> None:
+        self.client = client
+        self.bundles = bundles
+        self.bundle_store = bundle_store
+        self.source_store = source_store
+        self.poll_interval = float(config.get("healthPollInterval", 0.2))
+        self.dependency_retry = float(config.get("dependencyRetry", 30.0))
+
+    async def reconcile(self, ctx: RunContext) -> Result | None:
+        ns, name = ctx.ref.namespace, ctx.ref.name
+        bundle = self.bundle_store.get(ns, name)
+        if bundle is None or bundle["metadata"].get("deletionTimestamp"):
+            return None
+        spec = bundle.get("spec") or {}
+        try:
+            interval = parse_duration(spec.get("interval"), 600.0)
+            timeout = parse_duration(spec.get("timeout"), 300.0)
+            wait = parse_duration(spec.get("healthCheckWait"), 0.0)
+        except ValueError as exc:
+            await self._status(ctx, bundle, False, "InvalidSpec", str(exc))
+            raise TerminalError(str(exc)) from None
+
+        waiting = [
+            ObjectRef("Bundle", dep["name"], ns, GROUP)
+            for dep in spec.get("dependsOn") or ()
+            if not is_ready(self.bundle_store.get(ns, dep["name"]) or {})
+        ]
+        if waiting:
+            message = "dependencies not ready: " + ", ".join(r.name for r in waiting)
+            await self._status(ctx, bundle, False, "DependencyNotReady", message)
+            raise DependencyNotReady(waiting, retry_after=self.dependency_retry)
+
+        source_name = (spec.get("sourceRef") or {}).get("name", "")
+        source = self.source_store.get(ns, source_name)
+        if source is None:
+            await self._status(ctx, bundle, False, "SourceNotFound", f"Source {ns}/{source_name} not found")
+            return Result(requeue_after=interval)
+        revision = str((source.get("spec") or {}).get("revision", ""))
+        manifests = (source.get("spec") or {}).get("artifact") or []
+
+        try:
+            inventory = await self._apply(ctx, name, ns, manifests)
+            if spec.get("prune", True):
+                await self._prune(bundle, inventory)
+            ctx.log.info("applied revision %s (%d objects); checking health", revision, len(inventory))
+            with ctx.interruptible():
+                with trio.move_on_after(timeout) as health:
+                    await self._wait_healthy(inventory, wait)
+            if health.cancelled_caught:
+                raise TimeoutError(f"health check of revision {revision} timed out after {timeout:g}s")
+        except Exception as exc:
+            if ctx.cancel_cause is None:
+                await self._status(ctx, bundle, False, "ReconciliationFailed", f"{type(exc).__name__}: {exc}")
+            raise
+        await self._status(
+            ctx, bundle, True, "ReconciliationSucceeded", f"Applied revision: {revision}",
+            extra={"lastAppliedRevision": revision, "inventory": inventory},
+        )
+        ctx.events.normal(
+            "ReconciliationSucceeded", f"Applied revision {revision}", metadata={"revision": revision}
+        )
+        return Result(requeue_after=interval)
+
+    async def _apply(self, ctx: RunContext, bundle: str, ns: str | None, manifests: list[Any]) -> list[dict[str, Any]]:
+        inventory = []
+        for manifest in manifests:
+            if not isinstance(manifest, Mapping) or "apiVersion" not in manifest or "kind" not in manifest:
+                raise ValueError("every artifact entry must be a manifest with apiVersion, kind and metadata.name")
+            obj = copy.deepcopy(dict(manifest))
+            resource = await self.client.resource(obj["apiVersion"], obj["kind"])
+            meta = obj.setdefault("metadata", {})
+            target_ns = (meta.get("namespace") or ns) if resource.namespaced else None
+            if target_ns:
+                meta["namespace"] = target_ns
+            meta.setdefault("labels", {})[OWNER_LABEL] = bundle
+            await self.client.apply(resource, obj, field_manager=FIELD_MANAGER, force=True)
+            inventory.append(_entry(obj, target_ns))
+        return inventory
+
+    async def _prune(self, bundle: Mapping[str, Any], inventory: list[dict[str, Any]]) -> None:
+        keep = {(e["apiVersion"], e["kind"], e["namespace"], e["name"]) for e in inventory}
+        for entry in (bundle.get("status") or {}).get("inventory") or ():
+            key = (entry.get("apiVersion"), entry.get("kind"), entry.get("namespace", ""), entry.get("name"))
+            if key in keep:
+                continue
+            resource = await self.client.resource(entry["apiVersion"], entry["kind"])
+            try:
+                await self.client.delete(resource, entry["name"], namespace=entry.get("namespace") or None)
+                logger.info("pruned %s %s/%s", entry["kind"], entry.get("namespace"), entry["name"])
+            except NotFoundError:
+                pass
+
+    async def _healthy(self, entry: Mapping[str, Any]) -> bool:
+        resource = await self.client.resource(entry["apiVersion"], entry["kind"])
+        try:
+            obj = await self.client.get(resource, entry["name"], namespace=entry.get("namespace") or None)
+        except NotFoundError:
+            return False
+        conditions = (obj.get("status") or {}).get("conditions")
+        if entry["kind"] in ("ConfigMap", "Secret") or not conditions:
+            return True
+        return is_ready(obj)
+
+    async def _wait_healthy(self, inventory: list[dict[str, Any]], stay_for: float) -> None:
+        healthy_since: float | None = None
+        while True:
+            if all([await self._healthy(e) for e in inventory]):
+                now = trio.current_time()
+                healthy_since = now if healthy_since is None else healthy_since
+                if now - healthy_since >= stay_for:
+                    return
+            else:
+                healthy_since = None
+            await trio.sleep(self.poll_interval)
+
+    async def _status(
+        self,
+        ctx: RunContext,
+        bundle: Mapping[str, Any],
+        ready: bool,
+        reason: str,
+        message: str,
+        *,
+        extra: Mapping[str, Any] | None = None,
+    ) -> None:
+        status = copy.deepcopy(dict(bundle.get("status") or {}))
+        conditions = list(status.get("conditions") or [])
+        generation = bundle["metadata"].get("generation")
+        set_condition(conditions, "Ready", ready, reason=reason, message=message, observed_generation=generation)
+        set_condition(
+            conditions, "Reconciling", False, reason=reason, message=message, observed_generation=generation
+        )
+        status["conditions"] = conditions
+        status["observedGeneration"] = generation
+        status.update(extra or {})
+        meta = bundle["metadata"]
+        with ctx.shield(5) as scope:
+            try:
+                await self.client.patch_status(
+                    self.bundles, meta["name"], {"status": status}, namespace=meta.get("namespace"),
+                    field_manager=FIELD_MANAGER,
+                )
+            except NotFoundError:
+                pass
+        if scope.cancelled_caught:
+            ctx.log.warning("status write did not finish within 5s")
+
+
+async def setup(ctx: PluginContext) -> None:
+    cluster = ctx.cluster
+    bundle_informer = await cluster.informer(API_VERSION, "Bundle", label_selector=cluster.label_selector)
+    source_informer = await cluster.informer(API_VERSION, "Source", label_selector=cluster.label_selector)
+    bundle_informer.store.add_index(SOURCE_INDEX, _source_key)
+    reconciler = BundleReconciler(
+        ctx.client, bundle_informer.resource, bundle_informer.store, source_informer.store, ctx.config
+    )
+    controller = ctx.manager.add_controller(
+        Controller(
+            "bundles",
+            reconciler,
+            max_concurrent=int(ctx.config.get("concurrency", 4)),
+            supersede=SupersedePolicy.INTERRUPTIBLE,
+        )
+    )
+    cluster.watches(controller, bundle_informer, predicates=[any_of(generation_changed, requested_at_changed)])
+    cluster.reports_readiness(bundle_informer)
+    resource = bundle_informer.resource
+
+    def bundles_of(source: Mapping[str, Any]) -> list[ObjectRef]:
+        key = f"{source['metadata'].get('namespace')}/{source['metadata']['name']}"
+        return [
+            ObjectRef("Bundle", b["metadata"]["name"], b["metadata"].get("namespace"), resource.group)
+            for b in bundle_informer.store.by_index(SOURCE_INDEX, key)
+        ]
+
+    cluster.watches_mapped(
+        controller, source_informer, bundles_of, predicates=[generation_changed], reason="source revision changed"
+    )
+
+
+def _examples() -> tuple[dict[str, Any], ...]:
+    path = Path(__file__).resolve().parents[2] / "examples" / "bundles.yaml"
+    if not path.exists():
+        return ()
+    return tuple(doc for doc in yaml.safe_load_all(path.read_text()) if doc)
+
+
+plugin = Plugin(
+    name="bundles",
+    setup=setup,
+    crds=(SOURCE_CRD, BUNDLE_CRD),
+    config={"concurrency": 4, "healthPollInterval": 0.2, "dependencyRetry": 30.0},
+    examples=_examples(),
+    description="A small GitOps controller: Sources with inline artifacts, Bundles that apply them.",
+)
