@@ -116,7 +116,7 @@ class Exploding(RunObserver):
 
 
 async def test_healthz_reports_a_dead_worker() -> None:
-    manager = Manager(handle_signals=False)
+    manager = Manager(handle_signals=False, grace_period=0)
     controller = manager.add_controller(Controller("c", noop, max_concurrent=2))
     obs = Observability(manager, health_probe_bind_address="127.0.0.1:0", metrics_bind_address=":0")
     manager.add_observer(Exploding())

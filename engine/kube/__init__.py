@@ -60,11 +60,14 @@ from ._events import EVENTS_RESOURCE as EVENTS_RESOURCE
 from ._events import build_event as build_event
 from ._events import create_event as create_event
 from ._events import patch_event_series as patch_event_series
+from ._event_sink import KubernetesEventSink as KubernetesEventSink
 from ._lease import LEASE_RESOURCE as LEASE_RESOURCE
 from ._lease import Lease as Lease
 from ._lease import create_lease as create_lease
 from ._lease import get_lease as get_lease
 from ._lease import update_lease as update_lease
+from ._leader import LeaderElector as LeaderElector
+from ._leader import LeaderElectorStatistics as LeaderElectorStatistics
 
 # --- controllers on a cluster: watches, status, plugins (engine.kube._cluster, _status, _plugin) ---
 from ._cluster import REQUESTED_AT_ANNOTATION as REQUESTED_AT_ANNOTATION

@@ -294,6 +294,10 @@ class Client:
     client to the server; ``rng`` drives retry jitter (seed it for reproducible tests). The client can
     be opened once; methods raise :class:`ClientStateError` outside ``async with``.
 
+    Cancellation: entering is a checkpoint only when the config uses an exec credential plugin,
+    which then runs at open (so a client certificate it returns can be installed) rather than
+    at the first request; leaving closes the pool shielded. Each request method documents its own cancellation behaviour.
+
     Namespaces: for namespaced types, a ``namespace`` argument wins, then the object's
     ``metadata.namespace`` (for writes), then ``config.namespace``. ``list`` and ``watch`` with
     ``namespace=None`` span all namespaces. Returned objects are plain decoded JSON.

@@ -3,7 +3,8 @@
 Behaviour under failure
 -----------------------
 * **Dropped or ended stream** (connection reset, server closed it, watch timeout, a non-410
-  ``ERROR`` event, ``5xx`` or ``429`` on re-establishing): the watch is reopened from the last
+  ``ERROR`` event, any API error such as ``5xx``, ``429`` or ``403`` on re-establishing once the
+  client's own retries are spent): the watch is reopened from the last
   ``resourceVersion`` seen (event or bookmark) after a jittered exponential backoff, which
   resets once a stream delivers something. Nothing is lost and the informer stays synced.
 * **410 Gone** (HTTP 410 when establishing, or an ``ERROR`` event with code 410): the informer

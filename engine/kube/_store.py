@@ -77,7 +77,7 @@ class Store:
         """The cached object, or ``None``. Pass ``None`` as namespace for cluster-scoped objects."""
         return self._objects.get((namespace or None, name))
 
-    def list(self) -> list[dict[str, Any]]:
+    def list(self) -> builtins.list[dict[str, Any]]:
         """Every cached object, in no particular order."""
         return list(self._objects.values())
 

@@ -9,7 +9,8 @@ import functools
 import logging
 import os
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from types import TracebackType
 from typing import Any
 
@@ -55,7 +56,9 @@ class ApiServer:
     watches replay from (older resourceVersions get 410); ``watch_buffer`` bounds each watcher's
     buffer (a watcher that falls that far behind loses its stream); ``bookmark_interval`` is
     the period of BOOKMARK events in seconds of trio time; ``seed`` makes uids and generated
-    names reproducible.
+    names reproducible; ``wall_clock`` (seconds since the epoch, default ``time.time``) dates
+    objects: pass ``lambda: EPOCH + trio.current_time()`` for fully reproducible objects.
+    Waits, timeouts and bookmarks always use trio's clock.
     """
 
     host: str = "127.0.0.1"
@@ -66,6 +69,7 @@ class ApiServer:
     watch_buffer: int = 1_000
     bookmark_interval: float = 60.0
     seed: int | None = None
+    wall_clock: Callable[[], float] = time.time
     faults: Faults = attrs.field(factory=Faults, init=False, repr=False)
     """Fault injection; see :class:`~engine.testing.Faults`."""
     store: Store = attrs.field(init=False, repr=False)
@@ -82,7 +86,9 @@ class ApiServer:
             raise ValueError("bookmark_interval must be > 0")
         if self.tls and not self.listen:
             raise ValueError("tls=True needs listen=True: the memory transport is plain HTTP")
-        self.store = Store(history_size=self.history_size, watch_buffer=self.watch_buffer, seed=self.seed)
+        self.store = Store(
+            history_size=self.history_size, watch_buffer=self.watch_buffer, seed=self.seed, wall_clock=self.wall_clock
+        )
         self._router = Router(self.store, self.faults, bookmark_interval=self.bookmark_interval)
 
     # ----- lifecycle -----
@@ -106,8 +112,13 @@ class ApiServer:
                 self._router.server_address = f"{self.host}:{self._bound_port}"
                 logger.info("embedded API server listening on %s", self.url)
         except BaseException as exc:
-            await stack.__aexit__(type(exc), exc, exc.__traceback__)
             self._state = _State.CLOSED
+            try:
+                await stack.__aexit__(type(exc), exc, exc.__traceback__)
+            except BaseExceptionGroup as group:
+                if len(group.exceptions) == 1 and group.exceptions[0] is exc:
+                    raise exc from None
+                raise
             raise
         self._stack = stack
         return self

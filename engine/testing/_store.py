@@ -33,6 +33,7 @@ import random
 import re
 import time
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 import attrs
@@ -74,8 +75,8 @@ _SYSTEM_METADATA = (
 DEFAULT_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
 
 
-def _timestamp() -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+def _format_time(seconds: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(seconds))
 
 
 @attrs.frozen
@@ -175,12 +176,15 @@ class Store:
     """Objects, resource types, the change history and the watch subscriptions.
 
     ``history_size`` bounds the change history that watches replay from; ``watch_buffer`` bounds
-    each watcher's buffer. ``seed`` makes generated uids and names reproducible.
+    each watcher's buffer. ``seed`` makes generated uids and names reproducible;
+    ``wall_clock`` (seconds since the epoch) dates ``creationTimestamp``, ``deletionTimestamp``
+    and ``managedFields``, so a simulation can make those reproducible too.
     """
 
     history_size: int = 10_000
     watch_buffer: int = 1_000
     seed: int | None = None
+    wall_clock: Callable[[], float] = time.time
     _rv: int = attrs.field(default=1, init=False, repr=False)
     _types: dict[tuple[str, str, str], ResourceType] = attrs.field(factory=dict, init=False, repr=False)
     _objects: dict[tuple[str, str], dict[tuple[str, str], Obj]] = attrs.field(factory=dict, init=False, repr=False)
@@ -189,6 +193,9 @@ class Store:
     _subs: dict[tuple[str, str], set[Subscription]] = attrs.field(factory=dict, init=False, repr=False)
     _rng: random.Random = attrs.field(init=False, repr=False)
     _crd_types: dict[str, list[ResourceType]] = attrs.field(factory=dict, init=False, repr=False)
+
+    def _timestamp(self) -> str:
+        return _format_time(self.wall_clock())
 
     def __attrs_post_init__(self) -> None:
         if self.history_size < 1:
@@ -441,7 +448,7 @@ class Store:
         if rt.plural == "customresourcedefinitions" and rt.group == "apiextensions.k8s.io":
             spec = obj["spec"]
             status = dict(obj.get("status") or {})
-            now = _timestamp()
+            now = self._timestamp()
             status["acceptedNames"] = {k: v for k, v in spec["names"].items()}
             status["acceptedNames"].setdefault("singular", spec["names"]["kind"].lower())
             status["acceptedNames"].setdefault("listKind", spec["names"]["kind"] + "List")
@@ -535,7 +542,7 @@ class Store:
         self._validate(rt, obj)
         self._normalize(rt, obj, None)
         meta["uid"] = self._new_uid()
-        meta["creationTimestamp"] = _timestamp()
+        meta["creationTimestamp"] = self._timestamp()
         meta["generation"] = 1
         if _managed_fields is not None:
             meta["managedFields"] = _managed_fields
@@ -618,7 +625,7 @@ class Store:
                     "manager": manager,
                     "operation": operation,
                     "apiVersion": rt.api_version,
-                    "time": _timestamp(),
+                    "time": self._timestamp(),
                     "fieldsType": "FieldsV1",
                     "fieldsV1": paths_to_fields(mine),
                 }
@@ -819,7 +826,7 @@ class Store:
                     "manager": manager,
                     "operation": "Apply",
                     "apiVersion": rt.api_version,
-                    "time": _timestamp(),
+                    "time": self._timestamp(),
                     "fieldsType": "FieldsV1",
                     "fieldsV1": paths_to_fields(paths),
                 }
@@ -932,7 +939,7 @@ class Store:
             return self._remove(rt, obj), True
         if not meta.get("deletionTimestamp"):
             new = copy.deepcopy(obj)
-            new["metadata"]["deletionTimestamp"] = _timestamp()
+            new["metadata"]["deletionTimestamp"] = self._timestamp()
             new["metadata"]["deletionGracePeriodSeconds"] = 0
             new["metadata"]["generation"] = int(meta.get("generation", 1)) + 1
             if finalizers:

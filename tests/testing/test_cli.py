@@ -82,3 +82,14 @@ async def test_cli_tls_kubeconfig(tmp_path: Path) -> None:
 def test_cli_rejects_bad_arguments(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--port", "not-a-number"]) == 2
     assert "invalid int value" in capsys.readouterr().err
+
+
+def test_cli_reports_a_port_in_use(capsys: pytest.CaptureFixture[str]) -> None:
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        assert main(["--port", str(port)]) == 1
+    assert "cannot start the API server" in capsys.readouterr().err

@@ -205,3 +205,17 @@ async def test_typed_commands_sending_protobuf(kubectl: Kubectl) -> None:
     assert "c" in await kubectl("get", "cm", "-n", "team", "-l", "tier=x")
     assert 'namespace "team" deleted' in await kubectl("delete", "namespace", "team")
     assert "NotFound" in await kubectl("get", "cm", "c", "-n", "team", check=False)
+
+
+async def test_tls_with_client_certificate(tmp_path: Path) -> None:
+    pytest.importorskip("trustme")
+    async with ApiServer(tls=True) as api:
+        kubectl = Kubectl(api, tmp_path)
+        assert "kube-system" in await kubectl("get", "namespaces")
+        await kubectl("create", "-f", kubectl.file("cm.yaml", CONFIGMAP))
+        assert "demo" in await kubectl("get", "cm")
+        anonymous = api.kubeconfig
+        anonymous["users"][0]["user"] = {}
+        (tmp_path / "anonymous").write_text(json.dumps(anonymous))
+        kubectl.env["KUBECONFIG"] = str(tmp_path / "anonymous")
+        assert "Unauthorized" in await kubectl("get", "cm", check=False)

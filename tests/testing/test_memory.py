@@ -37,13 +37,16 @@ async def test_bookmarks_and_timeouts_follow_trio_clock(autojump_clock: trio.tes
             assert trio.current_time() - start == 100
 
 
-async def test_same_seed_same_uids(autojump_clock: trio.testing.MockClock) -> None:
-    uids = []
+async def test_same_seed_same_objects(autojump_clock: trio.testing.MockClock) -> None:
+    objects = []
     for _ in range(2):
-        async with ApiServer(listen=False, seed=42) as api:
+        start = trio.current_time()
+        async with ApiServer(listen=False, seed=42, wall_clock=lambda start=start: 1e9 + trio.current_time() - start) as api:
             async with httpx.AsyncClient(transport=api.memory_transport(), base_url=api.url) as client:
-                uids.append((await client.post(CM, json=cm("x"))).json()["metadata"]["uid"])
-    assert uids[0] == uids[1]
+                await trio.sleep(61)
+                objects.append((await client.post(CM, json={"metadata": {"generateName": "x-"}})).json())
+    assert objects[0] == objects[1]
+    assert objects[0]["metadata"]["creationTimestamp"] == "2001-09-09T01:47:41Z"
 
 
 async def test_closing_the_server_ends_memory_watches(autojump_clock: trio.testing.MockClock) -> None:

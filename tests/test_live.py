@@ -1,0 +1,272 @@
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import os
+import socket
+import time
+from typing import Any
+
+import pytest
+import trio
+import trio.testing
+from trio_websocket import ConnectionClosed, ConnectionRejected, WebSocketConnection, open_websocket_url
+
+from engine import (
+    Controller,
+    DependencyNotReady,
+    Manager,
+    ObjectRef,
+    Observability,
+    Result,
+    RunContext,
+    TerminalError,
+)
+
+from ._observability_support import Recorder, get
+from ._support import running
+
+OK = ObjectRef("Widget", "ok", "ns")
+BAD = ObjectRef("Widget", "bad", "ns")
+SUP = ObjectRef("Widget", "sup", "ns")
+LATER = ObjectRef("Widget", "later", "ns")
+TERM = ObjectRef("Widget", "term", "other")
+DEP = ObjectRef("Widget", "dep", "ns")
+STUCK = ObjectRef("Widget", "stuck", "ns")
+SLOW = ObjectRef("Widget", "slow", "ns")
+SOURCE = ObjectRef("Source", "repo", "ns")
+
+
+async def collect(ws: WebSocketConnection, into: list[dict[str, Any]], until: Any = None) -> None:
+    """Read messages into ``into`` until ``until(message)`` or the connection closes."""
+    try:
+        while True:
+            message = json.loads(await ws.get_message())
+            into.append(message)
+            if until is not None and until(message):
+                return
+    except ConnectionClosed:
+        return
+
+
+def steps(messages: list[dict[str, Any]], ref: ObjectRef) -> list[str]:
+    return [m["step"] for m in messages if m["type"] == "run" and m["object"] == str(ref)]
+
+
+def run_messages(messages: list[dict[str, Any]], ref: ObjectRef) -> list[dict[str, Any]]:
+    return [m for m in messages if m["type"] == "run" and m["object"] == str(ref)]
+
+
+async def test_lifecycle_sequence_per_key_and_events() -> None:
+    release = trio.Event()
+
+    async def reconcile(ctx: RunContext) -> Result | None:
+        if ctx.ref == OK:
+            ctx.events.normal("Done", "all good")
+        if ctx.ref == BAD and ctx.attempt == 1:
+            raise ValueError("boom")
+        if ctx.ref == SUP and not release.is_set():
+            await trio.sleep_forever()
+        if ctx.ref == LATER:
+            return Result(requeue_after=3600)
+        if ctx.ref == TERM:
+            raise TerminalError("bad spec")
+        if ctx.ref == DEP:
+            raise DependencyNotReady([SOURCE], retry_after=60)
+        if ctx.ref == STUCK:
+            await trio.sleep_forever()
+        return None
+
+    async def timed(ctx: RunContext) -> None:
+        if ctx.attempt == 1:
+            await trio.sleep_forever()
+
+    manager = Manager(handle_signals=False, grace_period=0)
+    recorder = Recorder()
+    manager.add_observer(recorder)
+    c = manager.add_controller(Controller("c", reconcile, max_concurrent=8))
+    t = manager.add_controller(Controller("t", timed, timeout=0.05))
+    obs = Observability(manager, live_bind_address=":0")
+    messages: list[dict[str, Any]] = []
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            async with running(manager):
+                assert obs.live_url is not None and obs.live_url.startswith("ws://127.0.0.1:")
+                ws = await nursery.start(_connect, obs.live_url)
+                hello = json.loads(await ws.get_message())
+                nursery.start_soon(collect, ws, messages, lambda m: m.get("step") == "shutdown")
+                for ref in (OK, BAD, LATER, TERM, DEP):
+                    c.trigger(ref, reason="changed")
+                t.trigger(SLOW)
+                c.trigger(SUP, reason="first")
+                await recorder.wait_until(lambda: ("c", str(SUP), 1) in recorder.started)
+                c.trigger(SUP, reason="second", revision="v2")
+                release.set()
+                await recorder.wait_until(lambda: len(recorder.kinds(str(SUP))) == 2)
+                await recorder.wait_until(lambda: len(recorder.kinds(str(BAD))) == 2)
+                await recorder.wait_until(lambda: len(recorder.kinds(str(SLOW))) == 2)
+                c.trigger(STUCK)
+                await recorder.wait_until(lambda: ("c", str(STUCK), 1) in recorder.started)
+            nursery.cancel_scope.cancel()
+    assert hello["type"] == "hello"
+    assert [x["name"] for x in hello["controllers"]] == ["c", "t"]
+    assert steps(messages, OK) == ["queued", "started", "succeeded"]
+    assert steps(messages, BAD) == ["queued", "started", "failed", "started", "succeeded"]
+    assert steps(messages, SUP) == ["queued", "started", "queued", "superseded", "started", "succeeded"]
+    assert steps(messages, LATER) == ["queued", "started", "requeued"]
+    assert steps(messages, TERM) == ["queued", "started", "terminal_error"]
+    assert steps(messages, DEP) == ["queued", "started", "dependency_not_ready"]
+    assert steps(messages, SLOW) == ["queued", "started", "deadline", "started", "succeeded"]
+    assert steps(messages, STUCK) == ["queued", "started", "shutdown"]
+
+    bad = run_messages(messages, BAD)
+    assert bad[2]["error"] == "ValueError: boom"
+    assert (bad[2]["attempt"], bad[3]["attempt"]) == (1, 2)
+    assert bad[2]["result"] == "error"
+    sup = run_messages(messages, SUP)
+    assert sup[2]["supersedes"] == sup[1]["run_id"]
+    assert sup[2]["revision"] == "v2"
+    assert sup[3]["reason"].startswith("superseded by trigger")
+    assert sup[4]["reason"] == "second"
+    assert run_messages(messages, LATER)[2]["delay"] == 3600
+    assert run_messages(messages, DEP)[2]["dependencies"] == [str(SOURCE)]
+    assert run_messages(messages, DEP)[2]["delay"] == 60
+    assert run_messages(messages, TERM)[2]["error"] == "TerminalError: bad spec"
+    assert run_messages(messages, SLOW)[2]["error"].startswith("TimeoutError: run exceeded the controller timeout")
+    assert run_messages(messages, STUCK)[1]["in_flight"] == 1
+    events = {(m["object"], m["event_type"], m["reason"]) for m in messages if m["type"] == "event"}
+    assert {(str(OK), "Normal", "Done"), (str(BAD), "Warning", "ReconcileFailed")} <= events
+    ok_event = next(m for m in messages if m["type"] == "event" and m["reason"] == "Done")
+    assert ok_event["run_id"] == run_messages(messages, OK)[1]["run_id"]
+    assert ok_event["message"] == "all good"
+
+
+async def _connect(url: str, *, task_status: trio.TaskStatus[WebSocketConnection] = trio.TASK_STATUS_IGNORED) -> None:
+    async with open_websocket_url(url) as ws:
+        task_status.started(ws)
+        await trio.sleep_forever()
+
+
+async def test_filters_by_controller_object_and_namespace() -> None:
+    async def reconcile(ctx: RunContext) -> None:
+        ctx.events.normal("Done", "ok")
+
+    manager = Manager(handle_signals=False)
+    recorder = Recorder()
+    manager.add_observer(recorder)
+    a = manager.add_controller(Controller("a", reconcile))
+    b = manager.add_controller(Controller("b", reconcile))
+    obs = Observability(manager, live_bind_address=":0")
+    seen: dict[str, list[dict[str, Any]]] = {"ctl": [], "obj": [], "ns": []}
+    with trio.fail_after(10):
+        async with running(manager):
+            url = obs.live_url
+            async with open_websocket_url(f"{url}?controller=b") as ctl, \
+                    open_websocket_url(f"{url}?object={OK}&object={TERM}") as obj, \
+                    open_websocket_url(f"{url}?namespace=other") as ns:
+                hellos = [json.loads(await w.get_message()) for w in (ctl, obj, ns)]
+                a.trigger(OK)
+                a.trigger(BAD)
+                b.trigger(TERM)
+                await recorder.wait_until(lambda: len(recorder.finished) == 3)
+                last = str(TERM)
+                async with trio.open_nursery() as nursery:
+                    for name, w in (("ctl", ctl), ("obj", obj), ("ns", ns)):
+                        nursery.start_soon(
+                            collect, w, seen[name],
+                            lambda m: m["type"] == "event" and m["object"] == last,
+                        )
+    assert hellos[0]["filters"] == {"controller": ["b"], "object": [], "namespace": []}
+    assert {m["controller"] for m in seen["ctl"]} == {"b"}
+    assert {m["object"] for m in seen["obj"]} == {str(OK), str(TERM)}
+    assert {m["object"] for m in seen["ns"]} == {str(TERM)}
+    assert steps(seen["obj"], OK) == ["queued", "started", "succeeded"]
+
+
+async def test_bearer_token_is_required_and_never_logged(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG)
+    token = "s3cret-live-token"
+    manager = Manager(handle_signals=False)
+    obs = Observability(manager, live_bind_address=":0", live_token=token, metrics_bind_address=":0")
+    with trio.fail_after(10):
+        async with running(manager):
+            url = obs.live_url
+            assert url is not None
+            for headers in (None, [(b"authorization", b"Bearer wrong")], [(b"authorization", b"Basic czNjcmV0")]):
+                with pytest.raises(ConnectionRejected) as rejected:
+                    async with open_websocket_url(url, extra_headers=headers):
+                        pass
+                assert rejected.value.status_code == 401
+            with pytest.raises(ConnectionRejected) as wrong_path:
+                async with open_websocket_url(url.replace("/live", "/other"),
+                                              extra_headers=[(b"authorization", f"Bearer {token}".encode())]):
+                    pass
+            assert wrong_path.value.status_code == 404
+            async with open_websocket_url(url, extra_headers=[(b"authorization", f"Bearer {token}".encode())]) as ws:
+                assert json.loads(await ws.get_message())["type"] == "hello"
+            metrics = await get(obs.metrics_address, "/metrics")
+    assert "engine_live_stream_rejected_total 4.0" in metrics.text
+    assert caplog.records
+    assert all(token not in r.getMessage() and token not in str(vars(r)) for r in caplog.records)
+
+
+async def _stuck_client(address: tuple[str, int] | None) -> trio.SocketStream:
+    """A websocket client that completes the handshake and then never reads."""
+    assert address is not None
+    sock = trio.socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    await sock.connect(address)
+    stream = trio.SocketStream(sock)
+    key = base64.b64encode(os.urandom(16))
+    await stream.send_all(
+        b"GET /live HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+        b"Sec-WebSocket-Key: " + key + b"\r\nSec-WebSocket-Version: 13\r\n\r\n"
+    )
+    response = b""
+    while b"\r\n\r\n" not in response:
+        response += await stream.receive_some(1)
+    assert response.startswith(b"HTTP/1.1 101 ")
+    return stream
+
+
+async def test_a_client_that_never_reads_does_not_slow_the_engine() -> None:
+    count = 2000
+
+    async def reconcile(ctx: RunContext) -> None:
+        pass
+
+    manager = Manager(handle_signals=False)
+    recorder = Recorder()
+    manager.add_observer(recorder)
+    controller = manager.add_controller(Controller("c", reconcile, max_concurrent=4))
+    obs = Observability(manager, live_bind_address=":0", live_client_buffer=64)
+    assert obs.live is not None
+
+    async def batch(tag: str) -> float:
+        before = len(recorder.finished)
+        start = time.perf_counter()
+        for i in range(count):
+            controller.trigger(ObjectRef("K", f"{tag}-{i}"))
+        await recorder.wait_until(lambda: len(recorder.finished) - before == count)
+        return time.perf_counter() - start
+
+    with trio.fail_after(15):
+        async with running(manager):
+            alone = await batch("alone")
+            stuck = await _stuck_client(obs.live_address)
+            await trio.testing.wait_all_tasks_blocked()
+            assert obs.live.statistics().clients == 1
+            with_stuck = await batch("stuck")
+            again = await batch("again")
+            stats = obs.live.statistics()
+            stopping = time.perf_counter()
+        stopped = time.perf_counter()
+        await stuck.aclose()
+    assert len(recorder.finished) == 3 * count
+    assert stats.clients == 1
+    assert stats.skipped > count
+    assert stats.sent < 3 * count
+    # Building the messages costs something; blocking on the client would never finish.
+    assert max(with_stuck, again) < max(1.0, 10 * alone), (alone, with_stuck, again)
+    assert stopped - stopping < 2.0, "a stuck client must not hold up shutdown"
