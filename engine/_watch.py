@@ -22,7 +22,13 @@ from urllib.parse import urlencode, urlsplit, urlunsplit
 
 import attrs
 import trio
-from trio_websocket import ConnectionClosed, ConnectionRejected, HandshakeError, open_websocket_url
+from trio_websocket import (
+    ConnectionClosed,
+    ConnectionRejected,
+    ConnectionTimeout,
+    HandshakeError,
+    open_websocket_url,
+)
 
 __all__ = ["main", "WatchState", "format_line"]
 
@@ -87,8 +93,6 @@ class WatchState:
         row = self._row(controller, obj)
         row.updated = float(message.get("ts", 0.0))
         if kind == "event":
-            if message.get("event_type") == "Warning":
-                row.error = f"{message.get('reason')}: {message.get('message')}"
             return
         crow = self.controllers.setdefault(controller, _ControllerRow(controller))
         crow.queue_depth = int(message.get("queue_depth", crow.queue_depth))
@@ -237,12 +241,8 @@ async def _watch(
         print(f"watch: cannot connect to {shown}: the server refused the handshake with HTTP {exc.status_code}{hint}",
               file=err)
         return 1
-    except HandshakeError as exc:
-        print(f"watch: cannot connect to {shown}: {type(exc).__name__}", file=err)
-        return 1
-    except OSError as exc:
-        reason = exc.strerror or str(exc) or type(exc).__name__
-        print(f"watch: cannot connect to {shown}: {reason}", file=err)
+    except (HandshakeError, OSError) as exc:
+        print(f"watch: cannot connect to {shown}: {_reason(exc)}", file=err)
         return 1
     finally:
         if interactive:
@@ -284,10 +284,32 @@ async def _loop(
         return 0
 
 
+def _reason(exc: BaseException) -> str:
+    """The most specific reason in ``exc``'s chain: an ``OSError``'s strerror if there is one."""
+    fallback = ""
+    todo: list[BaseException] = [exc]
+    seen: set[int] = set()
+    while todo:
+        current = todo.pop(0)
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        if isinstance(current, OSError) and current.strerror:
+            return str(current.strerror)
+        if not fallback and str(current):
+            fallback = str(current)
+        if isinstance(current, BaseExceptionGroup):
+            todo.extend(current.exceptions)
+        todo.extend(e for e in (current.__cause__, current.__context__) if e is not None)
+    if isinstance(exc, ConnectionTimeout):
+        return "timed out"
+    return fallback or type(exc).__name__
+
+
 def _draw(state: WatchState, out: IO[str]) -> None:
     try:
         size = os.get_terminal_size(out.fileno())
-        width, height = size.columns, size.lines
+        width, height = size.columns or 120, size.lines or 50
     except (OSError, ValueError, AttributeError):
         width, height = 120, 50
     lines = state.render(width)[: max(height - 1, 1)]

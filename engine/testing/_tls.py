@@ -11,7 +11,7 @@ import attrs
 
 from ._errors import ApiServerError
 
-__all__ = ["TlsMaterial", "CLIENT_IDENTITY"]
+__all__ = ["TlsMaterial", "CLIENT_IDENTITY", "common_name"]
 
 CLIENT_IDENTITY = "embedded-admin"
 

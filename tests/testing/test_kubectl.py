@@ -215,7 +215,7 @@ async def test_tls_with_client_certificate(tmp_path: Path) -> None:
         await kubectl("create", "-f", kubectl.file("cm.yaml", CONFIGMAP))
         assert "demo" in await kubectl("get", "cm")
         anonymous = api.kubeconfig
-        anonymous["users"][0]["user"] = {}
+        anonymous["users"][0]["user"] = {"token": "not-a-certificate"}
         (tmp_path / "anonymous").write_text(json.dumps(anonymous))
         kubectl.env["KUBECONFIG"] = str(tmp_path / "anonymous")
         assert "Unauthorized" in await kubectl("get", "cm", check=False)

@@ -64,3 +64,4 @@ async def test_tls_refuses_clients_without_certificate() -> None:
 def test_tls_needs_sockets() -> None:
     with pytest.raises(ValueError, match=r"^tls=True needs listen=True: the memory transport is plain HTTP$"):
         ApiServer(tls=True, listen=False)
+

@@ -1,0 +1,140 @@
+"""The mirror reconciler and the plugin declaration."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from engine import Controller, ObjectRef, RunContext, TerminalError
+from engine.kube import Client, ConflictError, Informer, NotFoundError, PatchType, Plugin, PluginContext, Resource
+
+__all__ = ["plugin", "MirrorReconciler", "parse_selector"]
+
+logger = logging.getLogger("plugins.mirror")
+
+ENABLED_LABEL = "mirror.engine.dev/enabled"
+SOURCE_LABEL = "mirror.engine.dev/source"
+SELECTOR_ANNOTATION = "mirror.engine.dev/namespace-selector"
+FINALIZER = "mirror.engine.dev/cleanup"
+FIELD_MANAGER = "mirror.engine.dev"
+SOURCE_INDEX = "mirror.engine.dev/source"
+
+
+def parse_selector(text: str) -> dict[str, str]:
+    """Parse an equality-based label selector (``a=b,c==d``) into a mapping."""
+    out: dict[str, str] = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        key, sep, value = part.replace("==", "=").partition("=")
+        if not sep or not key.strip() or "!" in key:
+            raise ValueError(f"invalid namespace selector {text!r}: use key=value[,key=value]")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def _source_id(obj: Mapping[str, Any]) -> str:
+    meta = obj["metadata"]
+    return f"{meta.get('namespace')}.{meta['name']}"
+
+
+class MirrorReconciler:
+    def __init__(self, client: Client, configmaps: Resource, sources: Informer, copies: Informer, namespaces: Informer) -> None:
+        self.client = client
+        self.configmaps = configmaps
+        self.sources = sources
+        self.copies = copies
+        self.namespaces = namespaces
+
+    async def reconcile(self, ctx: RunContext) -> None:
+        source = self.sources.store.get(ctx.ref.namespace, ctx.ref.name)
+        if source is None:
+            return
+        meta = source["metadata"]
+        existing = {c["metadata"]["namespace"]: c for c in self.copies.store.by_index(SOURCE_INDEX, _source_id(source))}
+        if meta.get("deletionTimestamp"):
+            for ns in existing:
+                await self._delete_copy(ns, meta["name"])
+            await self._set_finalizer(source, present=False)
+            ctx.events.normal("Cleaned", f"deleted {len(existing)} mirrored copies")
+            return
+        if FINALIZER not in (meta.get("finalizers") or []):
+            await self._set_finalizer(source, present=True)
+        try:
+            selector = parse_selector((meta.get("annotations") or {}).get(SELECTOR_ANNOTATION, ""))
+        except ValueError as exc:
+            raise TerminalError(str(exc)) from None
+        wanted = {
+            ns["metadata"]["name"]
+            for ns in self.namespaces.store.list()
+            if selector
+            and all((ns["metadata"].get("labels") or {}).get(k) == v for k, v in selector.items())
+            and ns["metadata"]["name"] != meta.get("namespace")
+            and not ns["metadata"].get("deletionTimestamp")
+        }
+        for ns in sorted(wanted):
+            copy = {
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": {"name": meta["name"], "namespace": ns, "labels": {SOURCE_LABEL: _source_id(source)}},
+                "data": dict(source.get("data") or {}),
+            }
+            await self.client.apply(self.configmaps, copy, field_manager=FIELD_MANAGER, force=True)
+        for ns in sorted(set(existing) - wanted):
+            await self._delete_copy(ns, meta["name"])
+        ctx.log.info("mirrored into %d namespaces", len(wanted))
+
+    async def _delete_copy(self, namespace: str, name: str) -> None:
+        try:
+            await self.client.delete(self.configmaps, name, namespace=namespace)
+        except NotFoundError:
+            pass
+
+    async def _set_finalizer(self, source: Mapping[str, Any], *, present: bool) -> None:
+        meta = source["metadata"]
+        finalizers = [f for f in meta.get("finalizers") or [] if f != FINALIZER]
+        if present:
+            finalizers.append(FINALIZER)
+        patch = [
+            {"op": "test", "path": "/metadata/resourceVersion", "value": meta["resourceVersion"]},
+            {"op": "replace" if "finalizers" in meta else "add", "path": "/metadata/finalizers", "value": finalizers},
+        ]
+        try:
+            await self.client.patch(
+                self.configmaps, meta["name"], patch, namespace=meta.get("namespace"), patch_type=PatchType.JSON
+            )
+        except NotFoundError:
+            pass
+        except ConflictError:
+            raise
+
+
+async def setup(ctx: PluginContext) -> None:
+    cluster = ctx.cluster
+    sources = await cluster.informer("v1", "ConfigMap", label_selector=_join(f"{ENABLED_LABEL}=true", cluster.label_selector))
+    copies = await cluster.informer("v1", "ConfigMap", namespace=None, label_selector=SOURCE_LABEL)
+    namespaces = await cluster.informer("v1", "Namespace")
+    copies.store.add_index(SOURCE_INDEX, lambda obj: [(obj["metadata"].get("labels") or {}).get(SOURCE_LABEL, "")])
+    reconciler = MirrorReconciler(ctx.client, sources.resource, sources, copies, namespaces)
+    controller = ctx.manager.add_controller(Controller("mirror", reconciler, max_concurrent=2))
+    cluster.watches(controller, sources)
+
+    def source_of_copy(copy: Mapping[str, Any]) -> list[ObjectRef]:
+        ns, _, name = ((copy["metadata"].get("labels") or {}).get(SOURCE_LABEL, "")).partition(".")
+        return [ObjectRef("ConfigMap", name, ns)] if name else []
+
+    def all_sources(_: Mapping[str, Any]) -> list[ObjectRef]:
+        return [ObjectRef("ConfigMap", s["metadata"]["name"], s["metadata"].get("namespace")) for s in sources.store.list()]
+
+    cluster.watches_mapped(controller, copies, source_of_copy, reason="mirrored copy changed")
+    cluster.watches_mapped(controller, namespaces, all_sources, reason="namespace changed")
+
+
+def _join(*selectors: str | None) -> str:
+    return ",".join(s for s in selectors if s)
+
+
+plugin = Plugin(
+    name="mirror",
+    setup=setup,
+    description="Mirrors labelled ConfigMaps into the namespaces a label selects; cleans up with a finalizer.",
+)
