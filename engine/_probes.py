@@ -7,9 +7,11 @@ Both endpoints answer as Kubernetes' own do: ``200 ok``, or ``500`` with one lin
 
 Built-in checks: ``workers`` (liveness: no controller worker died on an engine error, and
 while the manager runs every controller has all its workers) and ``manager`` (readiness: every
-controller and source started, and no stop began). Register more by name, for example
-``add_readiness_check("informers", informers_synced)``; a leader elector registers
-``leader`` so that readiness waits until the leader state is known.
+source, start gate and controller started, and no stop began). With leader election a standby
+replica (not leading) is ready, as in controller-runtime: otherwise a rolling update whose new
+pod waits for the old pod's Lease could never complete. Once it leads, it is ready again only
+when start-up finished. Register more checks by name, for example
+``add_readiness_check("informers", informers_synced)``.
 """
 
 from __future__ import annotations
@@ -84,8 +86,12 @@ class Probes:
         manager = self.manager
         if manager.stopping:
             raise CheckFailed("manager is stopping")
-        if not manager.started:
-            raise CheckFailed("controllers and sources not started yet")
+        if manager.started:
+            return
+        leader = manager.leader_election
+        if leader is not None and not leader.is_leader:
+            return
+        raise CheckFailed("controllers and sources not started yet")
 
     async def run_checks(self, kind: str, *, only: str | None = None, exclude: frozenset[str] = frozenset()
                          ) -> list[tuple[str, str | None]]:

@@ -12,6 +12,7 @@ import argparse
 import contextlib
 import logging
 import os
+import signal
 import socket
 import sys
 from pathlib import Path
@@ -97,6 +98,37 @@ async def _apply_examples(client: Any, manifests: list[dict[str, Any]]) -> None:
 
 
 async def _run(args: argparse.Namespace) -> int:
+    """Start-up and run under one signal handler: a signal during start-up ends it cleanly,
+    once running the first signal is a graceful shutdown and the second forces it."""
+    box: list[Manager] = []
+    code = 0
+    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        async with trio.open_nursery() as nursery:
+            async def forward() -> None:
+                count = 0
+                async for signum in signals:
+                    count += 1
+                    name = signal.Signals(signum).name
+                    if not box:
+                        logger.info("received %s during start-up; exiting", name)
+                        nursery.cancel_scope.cancel()
+                        return
+                    if count == 1:
+                        box[0].stop(name)
+                    else:
+                        box[0].force_stop(f"second signal ({name})")
+
+            async def main() -> None:
+                nonlocal code
+                code = await _start_and_run(args, box)
+                nursery.cancel_scope.cancel()
+
+            nursery.start_soon(forward)
+            nursery.start_soon(main)
+    return code
+
+
+async def _start_and_run(args: argparse.Namespace, box: list[Manager]) -> int:
     from .kube import Client, Cluster, Config, ConfigError, PluginContext, PluginError, install_crds, load_plugins
 
     plugins, errors = load_plugins(args.plugin, strict=False)
@@ -152,7 +184,7 @@ async def _run(args: argparse.Namespace) -> int:
                 renew_deadline=args.leader_elect_renew_deadline,
                 retry_period=args.leader_elect_retry_period,
             )
-        manager = Manager(grace_period=args.grace_period, leader_election=leader)
+        manager = Manager(grace_period=args.grace_period, leader_election=leader, handle_signals=False)
         if not args.no_cluster_events:
             from .kube import KubernetesEventSink
 
@@ -187,8 +219,18 @@ async def _run(args: argparse.Namespace) -> int:
             print(f"applied {len(examples)} example objects", flush=True)
 
         _observability(manager, cluster, args)
-        print("running; press Ctrl-C to stop", flush=True)
-        report = await manager.run()
+        box.append(manager)
+        async with trio.open_nursery() as nursery:
+            reports = []
+
+            async def run_manager(task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+                reports.append(await manager.run(task_status=task_status))
+
+            if leader is not None:
+                print("waiting for leadership", flush=True)
+            await nursery.start(run_manager)
+            print("running; press Ctrl-C to stop", flush=True)
+        report = reports[0]
     if manager.leadership_lost:
         logger.error("exiting: leadership lost (%s)", manager.leadership_lost)
         return 1

@@ -216,3 +216,57 @@ async def test_disabled_by_default() -> None:
     async with running(manager):
         assert (obs.metrics_address, obs.health_probe_address, obs.live_address, obs.live_url) == (None,) * 4
     assert obs.registry.get_sample_value("engine_events_emitted_total") == 0
+
+
+class FakeElector:
+    def __init__(self) -> None:
+        self.is_leader = False
+        self.leading = trio.Event()
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        task_status.started()
+        await trio.sleep_forever()
+
+    async def wait_leading(self) -> None:
+        await self.leading.wait()
+
+    def on_lost(self, callback: object) -> None:
+        pass
+
+    async def release(self) -> None:
+        self.is_leader = False
+
+    def lead(self) -> None:
+        self.is_leader = True
+        self.leading.set()
+
+
+async def test_a_standby_replica_is_ready_and_a_starting_leader_is_not() -> None:
+    elector = FakeElector()
+    manager = Manager(handle_signals=False, leader_election=elector)
+    manager.add_controller(Controller("c", noop))
+    gate_entered, gate = trio.Event(), trio.Event()
+
+    async def caches_synced() -> None:
+        gate_entered.set()
+        await gate.wait()
+
+    manager.add_start_gate(caches_synced)
+    obs = Observability(manager, health_probe_bind_address=":0")
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(manager.run)
+            await trio.testing.wait_all_tasks_blocked()
+            standby = await get(obs.health_probe_address, "/readyz")
+            elector.lead()
+            await gate_entered.wait()
+            starting = await get(obs.health_probe_address, "/readyz")
+            gate.set()
+            await manager.wait_started()
+            leading = await get(obs.health_probe_address, "/readyz")
+            manager.stop()
+    assert (standby.status_code, standby.text) == (200, "ok")
+    assert (starting.status_code, starting.text) == (
+        500, "[-]manager failed: controllers and sources not started yet\nreadyz check failed\n",
+    )
+    assert (leading.status_code, leading.text) == (200, "ok")

@@ -1,0 +1,29 @@
+"""Plugins used by the plugin-discovery tests."""
+
+from __future__ import annotations
+
+from engine.kube import Plugin, PluginContext
+
+
+async def _setup(ctx: PluginContext) -> None:
+    async def reconcile(ctx):  # type: ignore[no-untyped-def]
+        return None
+
+    from engine import Controller
+
+    ctx.manager.add_controller(Controller("noop", reconcile))
+
+
+good = Plugin(name="good", setup=_setup)
+not_a_plugin = 42
+
+
+def factory() -> Plugin:
+    return Plugin(name="made", setup=_setup)
+
+
+async def _broken_setup(ctx: PluginContext) -> None:
+    raise RuntimeError("cannot reach the widget service")
+
+
+broken_setup = Plugin(name="broken", setup=_broken_setup)
