@@ -95,3 +95,26 @@ async def test_seed3_blackholed_webhook_does_not_delay_a_dependent() -> None:
             started = trio.current_time()
             assert started - ready_seen < 1.0, f"the dependent started {started - ready_seen:.2f}s after its dependency was Ready"
             assert receiver.connections >= 1, "events were being posted to the black hole"
+
+
+async def test_shards_split_the_work_between_replicas() -> None:
+    async with cluster() as (api, client, kubeconfig, nursery):
+        sources = await client.resource(API, "Source")
+        bundles = await client.resource(API, "Bundle")
+        for shard in ("a", "b"):
+            src = source(f"src-{shard}", "r1", [configmap(f"cm-{shard}")])
+            src["metadata"]["labels"] = {"sharding.engine.dev/key": shard}
+            await client.create(sources, src)
+            for i in range(3):
+                b = bundle(f"{shard}{i}", f"src-{shard}")
+                b["metadata"]["labels"] = {"sharding.engine.dev/key": shard}
+                await client.create(bundles, b)
+        bundle_watch = await watch(nursery, client, API, "Bundle")
+        names = [f"{s}{i}" for s in "ab" for i in range(3)]
+        async with runner(kubeconfig, "--plugin", "bundles", "--shard", "a", "--no-cluster-events") as run_a, \
+                runner(kubeconfig, "--plugin", "bundles", "--shard", "b", "--no-cluster-events") as run_b:
+            with trio.fail_after(30):
+                await bundle_watch.wait_until(lambda w: all(ready_at(w.get("e2e", n), "r1") for n in names))
+        for run, mine in ((run_a, "a"), (run_b, "b")):
+            reconciled = {e.get("name") for e in run.messages("applied revision")}
+            assert reconciled == {f"{mine}{i}" for i in range(3)}, reconciled
