@@ -59,7 +59,7 @@ class Runner:
 
 
 @asynccontextmanager
-async def runner(kubeconfig: Path, *args: str) -> AsyncIterator[Runner]:
+async def runner(kubeconfig: Path, *args: str, ready: str = "running") -> AsyncIterator[Runner]:
     proc = await trio.lowlevel.open_process(
         [sys.executable, "-m", "engine", "run", "--kubeconfig", str(kubeconfig), "--log-format", "json", *args],
         cwd=ROOT,
@@ -73,7 +73,7 @@ async def runner(kubeconfig: Path, *args: str) -> AsyncIterator[Runner]:
             nursery.start_soon(r._pump, proc.stdout, r.stdout.append)
             nursery.start_soon(r._pump, proc.stderr, r._log)
             with trio.fail_after(60):
-                await r.wait_for(lambda r: any("running" in line for line in r.stdout) or r.closed == 2)
+                await r.wait_for(lambda r: any(ready in line for line in r.stdout) or r.closed == 2)
             if r.closed == 2:
                 raise AssertionError("the runner exited at start-up:\n" + "\n".join(
                     [*r.stdout, *(str(e) for e in r.logs)]))
