@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import trio
-import yaml
+import yaml  # type: ignore[import-untyped]
 
 from ._logging import configure_logging
 from ._manager import Manager
@@ -209,7 +209,7 @@ async def _start_and_run(args: argparse.Namespace, box: list[Manager]) -> int:
                 if args.strict_plugins:
                     return 1
                 continue
-            examples.extend(plugin.examples)
+            examples.extend(dict(m) for m in plugin.examples)
             logger.info("plugin %s set up", plugin.name)
         if not manager.controllers:
             print("error: no plugin could be set up", file=sys.stderr)

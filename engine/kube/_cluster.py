@@ -7,6 +7,7 @@ so a supersede is always paired with its enqueue.
 
 from __future__ import annotations
 
+import enum
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
@@ -43,13 +44,21 @@ SHARD_LABEL = "sharding.engine.dev/key"
 Predicate = Callable[[InformerEvent], bool]
 
 
+class _Unset(enum.Enum):
+    UNSET = "unset"
+
+
+_UNSET = _Unset.UNSET
+
+
 def generation_changed(event: InformerEvent) -> bool:
     """Adds, deletes, spec changes (``metadata.generation``) and the start of a deletion."""
     if event.type is not WatchEventType.MODIFIED or event.old is None:
         return True
     old, new = event.old.get("metadata", {}), event.obj.get("metadata", {})
-    return old.get("generation") != new.get("generation") or (
-        old.get("deletionTimestamp") != new.get("deletionTimestamp")
+    return bool(
+        old.get("generation") != new.get("generation")
+        or old.get("deletionTimestamp") != new.get("deletionTimestamp")
     )
 
 
@@ -131,7 +140,7 @@ class Cluster:
         api_version: str,
         kind: str,
         *,
-        namespace: str | None | type[Ellipsis] = ...,
+        namespace: str | None | _Unset = _UNSET,
         label_selector: Selector | None = None,
     ) -> Informer:
         """The informer for a type (created and added to the manager on first use).
@@ -139,7 +148,7 @@ class Cluster:
         ``namespace`` defaults to the cluster's; ``None`` means all namespaces.
         """
         resource = await self.resource(api_version, kind)
-        ns = self.namespace if namespace is ... else namespace
+        ns = self.namespace if isinstance(namespace, _Unset) else namespace
         if not resource.namespaced:
             ns = None
         key = (resource, ns, str(label_selector))

@@ -281,7 +281,7 @@ class LeaderElector:
             started = trio.current_time()
             if self._leading:
                 assert self._renewed_at is not None
-                deadline = self._renewed_at + self.lease_duration + 1
+                deadline = self._renewed_at + self.renew_deadline
                 if started >= deadline:
                     self._lose(
                         f"the lease could not be renewed within renew_deadline ({self.renew_deadline:g}s)"

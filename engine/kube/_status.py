@@ -30,7 +30,7 @@ STALLED = "Stalled"
 
 
 def _now() -> str:
-    return dt.datetime.now(tz=dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return dt.datetime.now(tz=dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def get_condition(obj: Mapping[str, Any], type: str) -> dict[str, Any] | None:
@@ -93,7 +93,7 @@ def is_ready(obj: Mapping[str, Any]) -> bool:
     observed = condition.get("observedGeneration")
     if observed is None:
         observed = (obj.get("status") or {}).get("observedGeneration")
-    return observed == generation
+    return bool(observed == generation)
 
 
 async def patch_status(

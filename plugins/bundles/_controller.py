@@ -13,8 +13,19 @@ import trio
 import yaml
 
 from engine import Controller, DependencyNotReady, ObjectRef, Result, RunContext, SupersedePolicy, TerminalError
-from engine.kube import Client, NotFoundError, Plugin, PluginContext, Resource, Store
-from engine.kube import any_of, generation_changed, is_ready, requested_at_changed, set_condition
+from engine.kube import (
+    Client,
+    NotFoundError,
+    Plugin,
+    PluginContext,
+    Resource,
+    Store,
+    any_of,
+    generation_changed,
+    is_ready,
+    requested_at_changed,
+    set_condition,
+)
 
 from ._crds import API_VERSION, BUNDLE_CRD, GROUP, SOURCE_CRD
 

@@ -7,12 +7,19 @@ from pathlib import Path
 import trio
 
 from engine import Controller, Manager, ObjectRef, RunContext, RunLog
-from engine.kube import REQUESTED_AT_ANNOTATION, Client, Cluster, Config, any_of, generation_changed, requested_at_changed
+from engine.kube import (
+    REQUESTED_AT_ANNOTATION,
+    Client,
+    Cluster,
+    Config,
+    any_of,
+    generation_changed,
+    requested_at_changed,
+)
 from engine.testing import ApiServer
-
-from .._e2e import API, bundle, configmap
 from plugins.bundles import plugin as bundles_plugin
 
+from .._e2e import API, bundle, configmap
 
 
 async def test_primary_owned_and_predicates(tmp_path: Path) -> None:
