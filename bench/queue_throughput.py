@@ -1,12 +1,16 @@
 """No-op reconciles per second through the full engine, beside a bare trio channel hop.
 
-Run by hand:  python bench/queue_throughput.py [--count N] [--repeat R]
+Run by hand:  python bench/queue_throughput.py [--count N] [--repeat R] [--metrics]
 
 For 1, 4 and 64 workers it measures, in one run and interleaved, (a) the floor: N items sent
 with ``send_nowait`` on a trio memory channel and received by the same number of tasks, and
 (b) the engine: N distinct keys triggered on a controller, each taken by a worker, run as a
 no-op reconcile in its own cancel scope, settled and marked done. It prints the best of R
 repetitions of each and the ratio engine/floor (the target is at most 3x).
+
+With ``--metrics`` it also measures (c) the engine with ``Observability(manager)`` installed
+(metrics observers on every run and queue operation; no server, no scrape), interleaved with
+the others, and prints its rate and its overhead over (b).
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ import time
 
 import trio
 
-from engine import Controller, Manager, ObjectRef, RunContext
+from engine import Controller, Manager, ObjectRef, Observability, RunContext
 
 
 async def floor(count: int, workers: int) -> float:
@@ -44,7 +48,7 @@ async def floor(count: int, workers: int) -> float:
     return elapsed
 
 
-async def engine(count: int, workers: int, observers: int = 0) -> float:
+async def engine(count: int, workers: int, observers: int = 0, metrics: bool = False) -> float:
     left = [count]
     done = trio.Event()
 
@@ -55,6 +59,8 @@ async def engine(count: int, workers: int, observers: int = 0) -> float:
 
     manager = Manager(handle_signals=False)
     controller = manager.add_controller(Controller("bench", reconcile, max_concurrent=workers))
+    if metrics:
+        Observability(manager, process_metrics=False)
     keys = [ObjectRef("Bench", f"k{i}", "ns") for i in range(count)]
     async with trio.open_nursery() as nursery:
         await nursery.start(manager.run)
@@ -78,23 +84,30 @@ async def _settle() -> None:
 trio.testing_wait = _settle  # type: ignore[attr-defined]
 
 
-async def main(count: int, repeat: int) -> None:
+async def main(count: int, repeat: int, metrics: bool = False) -> None:
     print(f"{count} no-op reconciles per measurement, best of {repeat}")
-    print(f"{'workers':>8} {'floor/s':>12} {'engine/s':>12} {'floor us':>9} {'engine us':>10} {'ratio':>6}")
+    extra = f" {'+metrics/s':>12} {'metrics us':>10} {'overhead':>8}" if metrics else ""
+    print(f"{'workers':>8} {'floor/s':>12} {'engine/s':>12} {'floor us':>9} {'engine us':>10} {'ratio':>6}{extra}")
     for workers in (1, 4, 64):
-        f_best = e_best = math.inf
+        f_best = e_best = m_best = math.inf
         for _ in range(repeat):
             f_best = min(f_best, await floor(count, workers))
             e_best = min(e_best, await engine(count, workers))
-        print(
+            if metrics:
+                m_best = min(m_best, await engine(count, workers, metrics=True))
+        line = (
             f"{workers:>8} {count / f_best:>12,.0f} {count / e_best:>12,.0f} "
             f"{f_best / count * 1e6:>9.2f} {e_best / count * 1e6:>10.2f} {e_best / f_best:>6.2f}"
         )
+        if metrics:
+            line += f" {count / m_best:>12,.0f} {m_best / count * 1e6:>10.2f} {(m_best / e_best - 1) * 100:>7.1f}%"
+        print(line)
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--count", type=int, default=20_000)
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--metrics", action="store_true", help="also measure the engine with metrics on")
     args = parser.parse_args()
-    trio.run(main, args.count, args.repeat)
+    trio.run(main, args.count, args.repeat, args.metrics)

@@ -8,8 +8,8 @@ controller-runtime's form (``":8080"``, ``"127.0.0.1:8080"``, ``"0"`` to disable
 from __future__ import annotations
 
 import logging
-from functools import partial
 from collections.abc import Awaitable, Callable, Mapping
+from functools import partial
 from urllib.parse import parse_qs, urlsplit
 
 import attrs

@@ -26,8 +26,8 @@ import hmac
 import json
 import logging
 import time
-from functools import partial
 from collections.abc import Iterable, Iterator
+from functools import partial
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlsplit
 

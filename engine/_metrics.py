@@ -45,7 +45,6 @@ from prometheus_client.core import (
 
 from ._observer import RunObserver
 from ._outcome import Outcome, OutcomeKind
-from ._refs import Trigger
 from ._run import Run
 from ._workqueue import QueueObserver
 
@@ -103,14 +102,13 @@ class _ControllerMetrics:
     """Counters of one controller; also its work queue's observer."""
 
     __slots__ = (
-        "name", "results", "supersedes", "reconcile_time", "adds", "retries",
+        "name", "results", "reconcile_time", "adds", "retries",
         "queue_duration", "work_duration", "chained",
     )
 
     def __init__(self, name: str) -> None:
         self.name = name
         self.results: dict[OutcomeKind, int] = dict.fromkeys(OutcomeKind, 0)
-        self.supersedes = 0
         self.reconcile_time = _Histogram(RECONCILE_TIME_BUCKETS)
         self.adds = 0
         self.retries = 0
@@ -124,12 +122,16 @@ class _ControllerMetrics:
             self.chained.on_add(key)
 
     def on_get(self, key: Hashable, queued_for: float) -> None:
-        self.queue_duration.observe(queued_for)
+        h = self.queue_duration
+        h.counts[bisect.bisect_left(h.bounds, queued_for)] += 1
+        h.total += queued_for
         if self.chained is not None:
             self.chained.on_get(key, queued_for)
 
     def on_done(self, key: Hashable, worked_for: float) -> None:
-        self.work_duration.observe(worked_for)
+        h = self.work_duration
+        h.counts[bisect.bisect_left(h.bounds, worked_for)] += 1
+        h.total += worked_for
         if self.chained is not None:
             self.chained.on_done(key, worked_for)
 
@@ -140,19 +142,23 @@ class _ControllerMetrics:
 
 
 class _RunMetrics(RunObserver):
-    def __init__(self, owner: EngineMetrics) -> None:
-        self._owner = owner
+    """Counts outcomes and run durations. A supersede always ends its run as ``SUPERSEDED``,
+    so ``on_trigger`` is not needed: ``engine_supersedes_total`` is that outcome's count."""
 
-    def on_trigger(self, controller: Controller, trigger: Trigger, superseded: Run | None) -> None:
-        if superseded is not None:
-            self._owner._for(controller).supersedes += 1
+    def __init__(self, owner: EngineMetrics) -> None:
+        self._by_name = owner._controllers
 
     def on_run_finished(self, controller: Controller, run: Run, outcome: Outcome) -> None:
-        m = self._owner._for(controller)
+        m = self._by_name.get(controller.name)
+        if m is None:
+            m = self._by_name[controller.name] = _ControllerMetrics(controller.name)
         m.results[outcome.kind] += 1
         finished = run.finished_at
         if finished is not None:
-            m.reconcile_time.observe(finished - run.started_at)
+            h = m.reconcile_time
+            elapsed = finished - run.started_at
+            h.counts[bisect.bisect_left(h.bounds, elapsed)] += 1
+            h.total += elapsed
 
 
 class EngineMetrics:
@@ -334,7 +340,7 @@ class _Collector:
                     unfinished.add_metric(labels, sum(now - r.started_at for r in runs))
                     longest.add_metric(labels, stats.longest_processing)
                 retries.add_metric(labels, m.retries)
-                supersedes.add_metric(labels, m.supersedes)
+                supersedes.add_metric(labels, m.results[OutcomeKind.SUPERSEDED])
                 live.add_metric(labels, controller.live_workers)
                 dead.add_metric(labels, controller.worker_failures)
             stats_ev = manager.events.statistics()

@@ -19,7 +19,7 @@ from __future__ import annotations
 import inspect
 import logging
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Union
+from typing import TYPE_CHECKING
 
 import trio
 
@@ -32,7 +32,7 @@ __all__ = ["Probes", "Check", "CheckFailed"]
 
 logger = logging.getLogger("engine.probes")
 
-Check = Callable[[], Union[bool, None, Awaitable[Union[bool, None]]]]
+Check = Callable[[], bool | None | Awaitable[bool | None]]
 """A check passes by returning ``None`` or ``True``; it fails by returning ``False`` or raising
 (the exception's message is the reason shown). It may be async."""
 

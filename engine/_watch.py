@@ -183,14 +183,14 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _stream_url(args: argparse.Namespace) -> str:
-    parts = urlsplit(args.url)
+    parts = urlsplit(str(args.url))
     if parts.scheme not in ("ws", "wss"):
         raise ValueError("the URL must start with ws:// or wss://")
     query = [(k, v) for k in ("controller", "object", "namespace") for v in getattr(args, k)]
     path = parts.path or "/live"
     extra = urlencode(query)
     merged = "&".join(q for q in (parts.query, extra) if q)
-    return urlunsplit((parts.scheme, parts.netloc, path, merged, ""))
+    return str(urlunsplit((parts.scheme, parts.netloc, path, merged, "")))
 
 
 def main(argv: list[str], *, stdout: IO[str] | None = None, stderr: IO[str] | None = None) -> int:

@@ -399,6 +399,7 @@ class Client:
             type(err).__name__,
             retry + 2,
             self.retry.max_attempts,
+            extra={"request": what, "error": type(err).__name__, "delay": delay, "attempt": retry + 2},
         )
         await trio.sleep(delay)
         return True

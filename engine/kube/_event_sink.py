@@ -198,7 +198,7 @@ class KubernetesEventSink:
     def _timestamp(self, timestamp: float) -> dt.datetime:
         stamp = max(int(timestamp * 1_000_000), self._last_stamp + 1)
         self._last_stamp = stamp
-        return dt.datetime.fromtimestamp(stamp / 1_000_000, dt.timezone.utc)
+        return dt.datetime.fromtimestamp(stamp / 1_000_000, dt.UTC)
 
     def _body(self, event: Event, regarding: Mapping[str, Any], when: dt.datetime) -> dict[str, Any]:
         body = build_event(
@@ -208,7 +208,7 @@ class KubernetesEventSink:
             action=self._action,
             reporting_controller=self.reporting_controller,
             reporting_instance=self.reporting_instance,
-            type=event.type.value,  # type: ignore[arg-type]
+            type=event.type.value,
             now=when,
         )
         body["metadata"]["namespace"] = event.involved.namespace or self.namespace_default

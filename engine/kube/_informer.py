@@ -333,7 +333,11 @@ class Informer:
                 resource_version, delivered = await self._watch_once(resource_version)
             except GoneError:
                 self._gone += 1
-                log.info("watch of %s expired (410 Gone); listing again", self.resource)
+                log.info(
+                    "watch of %s expired (410 Gone); listing again",
+                    self.resource,
+                    extra={"resource": str(self.resource)},
+                )
                 resource_version = await self._relist()
                 failures = 0
                 continue
@@ -346,6 +350,11 @@ class Informer:
                     type(exc).__name__,
                     exc,
                     resource_version,
+                    extra={
+                        "resource": str(self.resource),
+                        "error": type(exc).__name__,
+                        "resource_version": resource_version,
+                    },
                 )
             if delivered:
                 failures = 0
@@ -382,6 +391,12 @@ class Informer:
                         self.resource,
                         delay,
                         exc_info=exc,
+                        extra={
+                            "resource": str(self.resource),
+                            "error": type(exc).__name__,
+                            "delay": delay,
+                            "restarts": self._restarts,
+                        },
                     )
                     await trio.sleep(delay)
         finally:

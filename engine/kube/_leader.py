@@ -349,7 +349,7 @@ class LeaderElector:
     def _now(self) -> dt.datetime:
         if self._wall_offset is None:
             self._wall_offset = time.time() - trio.current_time()
-        when = dt.datetime.fromtimestamp(self._wall_offset + trio.current_time(), dt.timezone.utc)
+        when = dt.datetime.fromtimestamp(self._wall_offset + trio.current_time(), dt.UTC)
         if self._last_written is not None and when <= self._last_written:
             when = self._last_written + _MICROSECOND
         self._last_written = when

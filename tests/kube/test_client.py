@@ -676,6 +676,21 @@ async def test_tls_with_client_certificate() -> None:
                 await client.get(CONFIGMAPS, "secure")
 
 
+async def test_429_retry_after_over_sockets() -> None:
+    async with ApiServer() as api, Client(Config.from_dict(api.kubeconfig)) as client:
+        get_fault = api.faults.throttle(count=1, retry_after=1, verbs={"get"})
+        create_fault = api.faults.throttle(count=1, retry_after=1, verbs={"create"})
+        server_fault = api.faults.fail(500, count=1, verbs={"create"})
+        start = trio.current_time()
+        with pytest.raises(ServerError):
+            await client.create(CONFIGMAPS, cm("t"))
+        assert trio.current_time() - start >= 1.0
+        assert (create_fault.hits, server_fault.hits) == (1, 1)
+        with pytest.raises(NotFoundError):
+            await client.get(CONFIGMAPS, "t")
+        assert get_fault.hits == 1 and trio.current_time() - start >= 2.0
+
+
 # --- against the embedded API server, through its memory transport under virtual time ---
 
 

@@ -15,7 +15,7 @@ import pytest
 import trio
 import trio.testing
 
-from engine import Controller, Manager, ObjectRef, Result, RunContext
+from engine import Controller, Manager, ManagerStateError, ObjectRef, Result, RunContext
 from engine.kube import (
     LEASE_RESOURCE,
     Client,
@@ -305,8 +305,6 @@ async def test_arguments_and_lifecycle(autojump_clock: trio.testing.MockClock) -
             await nursery.start(e.run)
             await e.wait_leading()
             await e.wait_leading()
-            from engine import ManagerStateError
-
             with pytest.raises(ManagerStateError, match=r"^a LeaderElector can be run only once$"):
                 await e.run()
             nursery.cancel_scope.cancel()
