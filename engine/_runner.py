@@ -218,7 +218,7 @@ async def _start_and_run(args: argparse.Namespace, box: list[Manager]) -> int:
             await _apply_examples(client, examples)
             print(f"applied {len(examples)} example objects", flush=True)
 
-        _observability(manager, cluster, args)
+        obs = _observability(manager, cluster, leader, args)
         box.append(manager)
         async with trio.open_nursery() as nursery:
             reports = []
@@ -229,17 +229,20 @@ async def _start_and_run(args: argparse.Namespace, box: list[Manager]) -> int:
             if leader is not None:
                 print("waiting for leadership", flush=True)
             await nursery.start(run_manager)
+            _print_addresses(obs)
             print("running; press Ctrl-C to stop", flush=True)
         report = reports[0]
+        if obs is not None:
+            obs.record_shutdown(report)
     if manager.leadership_lost:
         logger.error("exiting: leadership lost (%s)", manager.leadership_lost)
         return 1
     return 130 if report.forced else 0
 
 
-def _observability(manager: Manager, cluster: Any, args: argparse.Namespace) -> None:
+def _observability(manager: Manager, cluster: Any, leader: Any, args: argparse.Namespace) -> Any:
     if args.metrics_bind_address == "0" and args.health_probe_bind_address == "0" and args.live_bind_address == "0":
-        return
+        return None
     from ._observability import Observability
 
     obs = Observability(
@@ -249,6 +252,19 @@ def _observability(manager: Manager, cluster: Any, args: argparse.Namespace) -> 
         live_bind_address=args.live_bind_address,
     )
     obs.add_readiness_check("informers", lambda: cluster.synced)
+    if leader is not None:
+        obs.add_readiness_check("leader-election", lambda: leader.statistics().state_known)
+    return obs
+
+
+def _print_addresses(obs: Any) -> None:
+    if obs is None:
+        return
+    for what, address in (("metrics", obs.metrics_address), ("health probes", obs.health_probe_address)):
+        if address is not None:
+            print(f"{what} on http://{address}", flush=True)
+    if obs.live_url is not None:
+        print(f"live stream on {obs.live_url} (python -m engine watch {obs.live_url})", flush=True)
 
 
 def main(argv: list[str]) -> int:
