@@ -7,7 +7,8 @@ With a token configured the handshake must carry ``Authorization: Bearer <token>
 Messages (every one has ``type`` and ``ts``, wall-clock seconds):
 
 * ``hello``: a snapshot (controllers, queue depths, runs in progress), first on connect;
-* ``run``: ``step`` is ``queued`` (a trigger was accepted; ``supersedes`` names the run it
+* ``run``: ``queue_depth`` (measured when the message is sent) and ``in_flight`` (runs of the
+  controller in progress) come with every step; ``step`` is ``queued`` (a trigger was accepted; ``supersedes`` names the run it
   cancelled), ``started``, then how the run ended: ``succeeded``, ``requeued`` (``delay``),
   ``failed`` (``error``, retried with backoff), ``terminal_error``, ``deadline``,
   ``dependency_not_ready`` (``dependencies``, ``delay``), ``superseded``, ``shutdown`` or
@@ -90,6 +91,8 @@ class _Client:
     skipped: int = 0
     pending_skipped: int = 0
     sent: int = 0
+    buffered: int = 0
+    """Messages in the buffer (kept here: checking it is cheaper than a failing send)."""
     flushed: trio.Event | None = None
 
     def wants(self, controller: str, ref: ObjectRef) -> bool:
@@ -166,16 +169,19 @@ class LiveStream(RunObserver):
     # -- hooks (synchronous, cheap, never raise) ---------------------------------------------
 
     def _publish(self, controller: str, ref: ObjectRef, message: dict[str, Any]) -> None:
+        limit = self._client_buffer
         for client in self._clients:
             if client.wants(controller, ref):
-                try:
-                    client.send.send_nowait(message)
-                except trio.WouldBlock:
+                if client.buffered >= limit:
                     client.skipped += 1
                     client.pending_skipped += 1
                     self._skipped += 1
-                except trio.BrokenResourceError:
-                    pass
+                    continue
+                try:
+                    client.send.send_nowait(message)
+                except (trio.WouldBlock, trio.BrokenResourceError):
+                    continue
+                client.buffered += 1
 
     def _run_message(self, controller: Controller, ref: ObjectRef, step: str) -> dict[str, Any]:
         return {
@@ -187,7 +193,7 @@ class LiveStream(RunObserver):
             "kind": ref.kind,
             "namespace": ref.namespace,
             "name": ref.name,
-            "queue_depth": len(controller.queue),
+            "queue_depth": controller.queue,
             "in_flight": controller.active_workers,
         }
 
@@ -364,20 +370,24 @@ class LiveStream(RunObserver):
 
     async def _feed(self, client: _Client, ws: WebSocketConnection) -> None:
         async for message in client.receive:
+            client.buffered -= 1
             if client.pending_skipped:
                 skipped, client.pending_skipped = client.pending_skipped, 0
                 await ws.send_message(json.dumps({"type": "skipped", "ts": time.time(), "count": skipped}))
-            await ws.send_message(json.dumps(message, default=str))
+            await ws.send_message(_encode(message))
             client.sent += 1
             self._sent += 1
-            if client.flushed is not None and not client.receive.statistics().current_buffer_used:
+            if client.flushed is not None and not client.buffered:
                 client.flushed.set()
 
     async def _flush(self) -> None:
-        """Shutdown hook: give clients up to ``flush_timeout`` to receive what is buffered."""
+        """Shutdown hook: give clients up to ``flush_timeout`` to receive what is buffered.
+
+        Clients already skipping messages are not waited for.
+        """
         with trio.move_on_after(self._flush_timeout):
             for client in list(self._clients):
-                if client.receive.statistics().current_buffer_used:
+                if client.buffered and not client.pending_skipped:
                     client.flushed = trio.Event()
                     await client.flushed.wait()
 
@@ -404,6 +414,14 @@ class LiveStream(RunObserver):
         rejected = CounterMetricFamily("engine_live_stream_rejected_total", "Live stream handshakes refused")
         rejected.add_metric([], self._rejected)
         return iter([clients, sent, skipped, rejected])
+
+
+def _encode(message: dict[str, Any]) -> str:
+    """Serialize ``message``; a queue in ``queue_depth`` is measured now, off the hot path."""
+    depth = message.get("queue_depth")
+    if depth is not None and not isinstance(depth, int):
+        message = {**message, "queue_depth": len(depth)}
+    return json.dumps(message, default=str)
 
 
 def _values(raw: Iterable[str]) -> frozenset[str]:

@@ -262,7 +262,7 @@ def _print_addresses(obs: Any) -> None:
         return
     for what, address in (("metrics", obs.metrics_address), ("health probes", obs.health_probe_address)):
         if address is not None:
-            print(f"{what} on http://{address}", flush=True)
+            print(f"{what} on http://{address[0]}:{address[1]}", flush=True)
     if obs.live_url is not None:
         print(f"live stream on {obs.live_url} (python -m engine watch {obs.live_url})", flush=True)
 

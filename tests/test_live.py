@@ -270,3 +270,44 @@ async def test_a_client_that_never_reads_does_not_slow_the_engine() -> None:
     # Building the messages costs something; blocking on the client would never finish.
     assert max(with_stuck, again) < max(1.0, 10 * alone), (alone, with_stuck, again)
     assert stopped - stopping < 2.0, "a stuck client must not hold up shutdown"
+
+
+async def test_a_slow_client_is_told_how_many_messages_it_missed() -> None:
+    async def reconcile(ctx: RunContext) -> None:
+        pass
+
+    manager = Manager(handle_signals=False)
+    recorder = Recorder()
+    manager.add_observer(recorder)
+    controller = manager.add_controller(Controller("c", reconcile, max_concurrent=4))
+    obs = Observability(manager, live_bind_address=":0", live_client_buffer=4)
+    assert obs.live is not None
+    messages: list[dict[str, Any]] = []
+    with trio.fail_after(10):
+        async with running(manager):
+            async with open_websocket_url(str(obs.live_url)) as ws:
+                await ws.get_message()
+                for i in range(10):
+                    controller.trigger(ObjectRef("K", f"k{i}"))
+                await recorder.wait_until(lambda: len(recorder.finished) == 10)
+                controller.trigger(ObjectRef("K", "last"))
+                await collect(ws, messages, lambda m: m.get("object") == "K/last" and m.get("step") == "succeeded")
+    skipped = [m for m in messages if m["type"] == "skipped"]
+    stats = obs.live.statistics()
+    assert sum(m["count"] for m in skipped) == stats.skipped == 30 + 3 - len(messages) + len(skipped)
+    assert messages[-1]["step"] == "succeeded"
+
+
+async def test_too_many_clients_are_refused() -> None:
+    manager = Manager(handle_signals=False)
+    obs = Observability(manager, live_bind_address=":0")
+    assert obs.live is not None
+    obs.live._max_clients = 1
+    with trio.fail_after(10):
+        async with running(manager):
+            async with open_websocket_url(str(obs.live_url)) as ws:
+                await ws.get_message()
+                with pytest.raises(ConnectionRejected) as rejected:
+                    async with open_websocket_url(str(obs.live_url)):
+                        pass
+    assert rejected.value.status_code == 503

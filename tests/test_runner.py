@@ -71,3 +71,21 @@ async def test_kubectl_drives_the_embedded_run_as_the_readme_says(tmp_path: Path
         if proc.returncode is None:
             proc.kill()
             await proc.wait()
+
+
+async def test_runner_serves_metrics_and_probes_on_the_addresses_it_prints() -> None:
+    import httpx
+
+    async with cluster() as (api, client, kubeconfig, nursery):
+        args = ("--plugin", "bundles", "--no-cluster-events",
+                "--metrics-bind-address", "127.0.0.1:0", "--health-probe-bind-address", "127.0.0.1:0")
+        async with runner(kubeconfig, *args) as run:
+            urls = {line.split(" on ")[0]: line.split(" on ")[1] for line in run.stdout if " on http://" in line}
+            async with httpx.AsyncClient() as http:
+                ready = await http.get(urls["health probes"] + "/readyz")
+                metrics = await http.get(urls["metrics"] + "/metrics")
+            assert ready.status_code == 200
+            assert 'controller_runtime_max_concurrent_reconciles{controller="bundles"} 4.0' in metrics.text
+            run.proc.send_signal(signal.SIGTERM)
+            with trio.fail_after(20):
+                assert await run.proc.wait() == 0
