@@ -90,21 +90,33 @@ class HTTPServer:
         self.address: BindAddress | None = None
         """The bound ``(host, port)``, once :meth:`serve` started."""
 
-    async def serve(
-        self, host: str, port: int, *, task_status: trio.TaskStatus[BindAddress] = trio.TASK_STATUS_IGNORED
-    ) -> None:
-        """Listen on ``host:port`` and serve until cancelled.
+    async def bind(self, host: str, port: int) -> list[trio.SocketListener]:
+        """Open the listening sockets and set :attr:`address`; raises ``OSError`` naming it.
 
-        ``task_status.started`` receives the bound address once listening. Cancellation closes
-        the listener and every open connection (responses in progress are cut).
+        If cancelled, nothing is left open.
         """
+        try:
+            listeners = await trio.open_tcp_listeners(port, host=host)
+        except OSError as exc:
+            raise OSError(exc.errno, f"cannot listen for the {self.name} server on {host}:{port}: {exc.strerror}") from exc
+        sockname = listeners[0].socket.getsockname()
+        self.address = (str(sockname[0]), int(sockname[1]))
+        return listeners
+
+    async def serve(
+        self,
+        listeners: list[trio.SocketListener],
+        *,
+        task_status: trio.TaskStatus[BindAddress] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """Serve on ``listeners`` (from :meth:`bind`) until cancelled.
+
+        ``task_status.started`` receives the bound address. Cancellation closes the listeners
+        and every open connection (responses in progress are cut).
+        """
+        assert self.address is not None
         async with trio.open_nursery() as nursery:
-            try:
-                listeners = await nursery.start(partial(trio.serve_tcp, self._connection, port, host=host))
-            except OSError as exc:
-                raise OSError(exc.errno, f"cannot listen for the {self.name} server on {host}:{port}: {exc.strerror}") from exc
-            sockname = listeners[0].socket.getsockname()
-            self.address = (str(sockname[0]), int(sockname[1]))
+            await nursery.start(partial(trio.serve_listeners, self._connection, listeners))
             logger.info("%s server listening", self.name, extra={"address": f"{self.address[0]}:{self.address[1]}"})
             task_status.started(self.address)
 

@@ -15,7 +15,8 @@ Messages (every one has ``type`` and ``ts``, wall-clock seconds):
   ``leadership_lost``; ``result`` is the outcome's metric label;
 * ``event``: an event that reached the sinks (after correlation; so it may arrive after the
   run steps around it);
-* ``skipped``: ``count`` messages were not sent to this client because it fell behind.
+* ``skipped``: ``count`` messages, at this point of the stream, were not sent to this client
+  because it fell behind (skips after the last message sent are only counted).
 
 Slow clients never slow the engine: the hooks only build a dict and ``send_nowait`` it into
 the client's bounded buffer; when that is full the message is skipped and counted.
@@ -28,14 +29,13 @@ import json
 import logging
 import time
 from collections.abc import Iterable, Iterator
-from functools import partial
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlsplit
 
 import attrs
 import trio
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
-from trio_websocket import ConnectionClosed, WebSocketConnection, WebSocketRequest, serve_websocket
+from trio_websocket import ConnectionClosed, WebSocketConnection, WebSocketRequest, WebSocketServer
 
 from ._events import Event
 from ._observer import RunObserver
@@ -82,8 +82,8 @@ class LiveStatistics:
 
 @attrs.define(eq=False)
 class _Client:
-    send: trio.MemorySendChannel[dict[str, Any]]
-    receive: trio.MemoryReceiveChannel[dict[str, Any]]
+    send: trio.MemorySendChannel[tuple[int, dict[str, Any]]]
+    receive: trio.MemoryReceiveChannel[tuple[int, dict[str, Any]]]
     controllers: frozenset[str]
     objects: frozenset[str]
     namespaces: frozenset[str]
@@ -178,9 +178,10 @@ class LiveStream(RunObserver):
                     self._skipped += 1
                     continue
                 try:
-                    client.send.send_nowait(message)
+                    client.send.send_nowait((client.pending_skipped, message))
                 except (trio.WouldBlock, trio.BrokenResourceError):
                     continue
+                client.pending_skipped = 0
                 client.buffered += 1
 
     def _run_message(self, controller: Controller, ref: ObjectRef, step: str) -> dict[str, Any]:
@@ -288,20 +289,36 @@ class LiveStream(RunObserver):
 
     # -- serving -----------------------------------------------------------------------------
 
+    async def bind(self, host: str, port: int) -> list[trio.SocketListener]:
+        """Open the listening sockets and set :attr:`address`; raises ``OSError`` naming it.
+
+        If cancelled, nothing is left open.
+        """
+        try:
+            listeners = await trio.open_tcp_listeners(port, host=host)
+        except OSError as exc:
+            raise OSError(exc.errno, f"cannot listen for the live stream on {host}:{port}: {exc.strerror}") from exc
+        sockname = listeners[0].socket.getsockname()
+        self.address = (str(sockname[0]), int(sockname[1]))
+        return listeners
+
     async def serve(
-        self, host: str, port: int, *, task_status: trio.TaskStatus[tuple[str, int]] = trio.TASK_STATUS_IGNORED
+        self,
+        listeners: list[trio.SocketListener],
+        *,
+        task_status: trio.TaskStatus[tuple[str, int]] = trio.TASK_STATUS_IGNORED,
     ) -> None:
-        """Accept websocket clients on ``host:port`` until cancelled.
+        """Accept websocket clients on ``listeners`` (from :meth:`bind`) until cancelled.
 
         ``task_status.started`` receives the bound address. Cancellation closes every client
         connection at once.
         """
+        assert self.address is not None
+        server = WebSocketServer(
+            self._handle, listeners, connect_timeout=10.0, disconnect_timeout=1.0,
+        )
         async with trio.open_nursery() as nursery:
-            server = await nursery.start(partial(
-                serve_websocket, self._handle, host, port, None, connect_timeout=10.0, disconnect_timeout=1.0,
-            ))
-            endpoint = server.listeners[0]
-            self.address = (str(endpoint.address), int(endpoint.port))
+            await nursery.start(server.run)
             logger.info("live stream listening", extra={"address": self.url})
             task_status.started(self.address)
 
@@ -334,7 +351,7 @@ class LiveStream(RunObserver):
             await request.reject(503, body=b"too many live stream clients\n")
             return
         query = parse_qs(target.query)
-        send, receive = trio.open_memory_channel[dict[str, Any]](self._client_buffer)
+        send, receive = trio.open_memory_channel[tuple[int, dict[str, Any]]](self._client_buffer)
         client = _Client(
             send=send,
             receive=receive,
@@ -369,10 +386,9 @@ class LiveStream(RunObserver):
             )
 
     async def _feed(self, client: _Client, ws: WebSocketConnection) -> None:
-        async for message in client.receive:
+        async for skipped, message in client.receive:
             client.buffered -= 1
-            if client.pending_skipped:
-                skipped, client.pending_skipped = client.pending_skipped, 0
+            if skipped:
                 await ws.send_message(json.dumps({"type": "skipped", "ts": time.time(), "count": skipped}))
             await ws.send_message(_encode(message))
             client.sent += 1

@@ -34,7 +34,12 @@ class Observability:
     once the manager started). When metrics and probes are given the same address (not port 0)
     they share one server. Metrics are collected whether or not they are served; read them
     from :attr:`registry`. ``live_token`` makes the live stream require
-    ``Authorization: Bearer <token>``.
+    ``Authorization: Bearer <token>``; ``live_client_buffer`` is each live client's buffer, in
+    messages (beyond it messages to that client are skipped and counted). ``process_metrics``
+    adds prometheus-client's ``process_*`` and ``python_*`` collectors.
+
+    Starting the endpoints is part of the manager's start-up: a bind error (port in use) makes
+    :meth:`Manager.run` raise ``OSError`` naming the endpoint and address.
     """
 
     def __init__(
@@ -113,20 +118,30 @@ class Observability:
             "/readyz": self.probes.handler("readyz"),
             "/readyz/": self.probes.handler("readyz"),
         }
-        async with trio.open_nursery() as nursery:
-            shared = self._metrics_bind is not None and self._metrics_bind == self._probe_bind and self._metrics_bind[1] != 0
+        servers: list[tuple[HTTPServer | LiveStream, list[trio.SocketListener]]] = []
+        shared = self._metrics_bind is not None and self._metrics_bind == self._probe_bind and self._metrics_bind[1] != 0
+        try:
             if shared:
                 assert self._metrics_bind is not None
                 server = HTTPServer({**metric_routes, **probe_routes}, name="metrics and probes")
                 self._metrics_server = self._probe_server = server
-                await nursery.start(server.serve, *self._metrics_bind)
+                servers.append((server, await server.bind(*self._metrics_bind)))
             else:
                 if self._metrics_bind is not None:
                     self._metrics_server = HTTPServer(metric_routes, name="metrics")
-                    await nursery.start(self._metrics_server.serve, *self._metrics_bind)
+                    servers.append((self._metrics_server, await self._metrics_server.bind(*self._metrics_bind)))
                 if self._probe_bind is not None:
                     self._probe_server = HTTPServer(probe_routes, name="health probe")
-                    await nursery.start(self._probe_server.serve, *self._probe_bind)
+                    servers.append((self._probe_server, await self._probe_server.bind(*self._probe_bind)))
             if self.live is not None and self._live_bind is not None:
-                await nursery.start(self.live.serve, *self._live_bind)
+                servers.append((self.live, await self.live.bind(*self._live_bind)))
+        except BaseException:
+            with trio.CancelScope(shield=True):
+                for _, listeners in servers:
+                    for listener in listeners:
+                        await listener.aclose()
+            raise
+        async with trio.open_nursery() as nursery:
+            for endpoint, listeners in servers:
+                await nursery.start(endpoint.serve, listeners)
             task_status.started()

@@ -270,3 +270,18 @@ async def test_a_standby_replica_is_ready_and_a_starting_leader_is_not() -> None
         500, "[-]manager failed: controllers and sources not started yet\nreadyz check failed\n",
     )
     assert (leading.status_code, leading.text) == (200, "ok")
+
+
+async def test_a_port_in_use_fails_start_up_naming_the_endpoint() -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        manager = Manager(handle_signals=False)
+        Observability(manager, metrics_bind_address=":0", health_probe_bind_address=f":{port}")
+        with pytest.RaisesGroup(pytest.RaisesExc(
+            OSError, match=rf"^\[Errno 98\] cannot listen for the health probe server on 127\.0\.0\.1:{port}: "
+                           r"Address already in use$",
+        )):
+            with trio.fail_after(10):
+                await manager.run()
