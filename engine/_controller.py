@@ -254,12 +254,14 @@ class Controller:
         """
         queue = self.queue
         timeout = self.timeout
+        key: ObjectRef | None = None
         while True:
             scope = trio.CancelScope()
             run: Run | None = None
             try:
                 with scope:
                     while True:
+                        key = None
                         key = await queue.get()
                         if self._stopping:
                             queue.done(key)
@@ -279,6 +281,13 @@ class Controller:
                             break
             except QueueShutDown:
                 return
+            except Exception:
+                # An engine or observer error: this worker dies (the controller reports itself
+                # unhealthy), but the key it held is released so shutdown does not wait on it.
+                if key is not None and queue.is_processing(key):
+                    self._running.pop(key, None)
+                    queue.done(key)
+                raise
             except trio.Cancelled:
                 if run is not None:
                     # The controllers nursery itself is cancelled (a forced shutdown, or the

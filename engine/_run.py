@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterator, MutableMapping
 from contextlib import contextmanager
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import attrs
 import trio
@@ -74,6 +74,14 @@ class Run:
             shield.cancel(reason=reason)
 
 
+class _RunLogger(logging.LoggerAdapter):  # type: ignore[type-arg]
+    """Adds the run's keys to every record, merged with the call's own ``extra``."""
+
+    def process(self, msg: object, kwargs: MutableMapping[str, Any]) -> tuple[object, MutableMapping[str, Any]]:
+        kwargs["extra"] = {**(self.extra or {}), **(kwargs.get("extra") or {})}
+        return msg, kwargs
+
+
 class RunContext:
     """What a reconciler receives: the key, the trigger, events, logging and cancellation tools."""
 
@@ -127,7 +135,7 @@ class RunContext:
         """A logger whose records carry ``controller``, ``object`` and ``reconcileID``."""
         if self._log is None:
             key = self._run.key
-            self._log = logging.LoggerAdapter(
+            self._log = _RunLogger(
                 logging.getLogger(f"engine.reconciler.{self._controller.name}"),
                 {
                     "controller": self._controller.name,

@@ -98,6 +98,7 @@ class WorkQueue(Generic[K]):
         self._limiter: RateLimiter = rate_limiter if rate_limiter is not None else default_rate_limiter()
         self._observer = observer
         self._failing: set[K] = set()
+        self._ready = 0
         self._shut = False
         self._idle = trio.Event()
         self._timer_scope: trio.CancelScope | None = None
@@ -134,6 +135,7 @@ class WorkQueue(Generic[K]):
         return True
 
     def _enqueue(self, key: K) -> None:
+        self._ready += 1
         self._adds_total += 1
         self._send.send_nowait(key)
         if self._observer is not None:
@@ -219,6 +221,7 @@ class WorkQueue(Generic[K]):
         return self._take(key)
 
     def _take(self, key: K) -> K:
+        self._ready -= 1
         now = trio.current_time()
         self._dirty.discard(key)
         self._processing[key] = now
@@ -227,6 +230,10 @@ class WorkQueue(Generic[K]):
         if self._observer is not None:
             self._observer.on_get(key, now - self._queued_at.pop(key, now))
         return key
+
+    def is_processing(self, key: K) -> bool:
+        """Whether ``key`` was handed out and is not ``done`` yet."""
+        return key in self._processing
 
     def started_at(self, key: K) -> float:
         """trio clock time at which ``key`` was handed out; ``KeyError`` if not processing."""
@@ -315,7 +322,7 @@ class WorkQueue(Generic[K]):
 
     def __len__(self) -> int:
         """Number of keys ready and waiting for a worker."""
-        return self._send.statistics().current_buffer_used if not self._shut else 0
+        return self._ready if not self._shut else 0
 
     def statistics(self) -> WorkQueueStatistics:
         """A snapshot of the queue's state and counters."""

@@ -512,3 +512,45 @@ async def test_cancel_of_a_run_that_returns_without_checkpoint_spares_the_next(
         await trio.sleep(10)
     assert log.kinds() == [OutcomeKind.SUCCEEDED, OutcomeKind.SUCCEEDED, OutcomeKind.SUCCEEDED]
     assert seen == [A, B, A]
+
+
+async def test_a_worker_dying_on_an_engine_error_releases_its_key_and_reports_unhealthy(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    from engine import RunObserver
+
+    class Broken(RunObserver):
+        def on_run_started(self, controller: Controller, run: object) -> None:
+            raise RuntimeError("observer bug")
+
+    async def reconcile(ctx: RunContext) -> None:
+        pass
+
+    manager, controller, log, _ = make(reconcile, max_concurrent=2)
+    manager.add_observer(Broken())
+    async with running(manager):
+        controller.trigger(A)
+        await trio.sleep(1)
+        assert not controller.healthy
+        assert controller.live_workers == 1
+        assert not controller.queue.is_processing(A)
+        t0 = trio.current_time()
+        manager.stop()
+    assert trio.current_time() - t0 < 1, "shutdown does not wait on the dead worker's key"
+
+
+async def test_ctx_log_merges_call_extras_with_the_run_keys(
+    autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    async def reconcile(ctx: RunContext) -> None:
+        ctx.log.info("applied", extra={"revision": "r7"})
+
+    manager, controller, log, _ = make(reconcile)
+    with caplog.at_level("INFO", logger="engine.reconciler.test"):
+        async with running(manager):
+            controller.trigger(A)
+            await trio.sleep(1)
+    record = next(r for r in caplog.records if r.getMessage() == "applied")
+    assert record.revision == "r7"  # type: ignore[attr-defined]
+    assert record.reconcileID == "test-1"  # type: ignore[attr-defined]
+    assert record.object_name == "a"  # type: ignore[attr-defined]

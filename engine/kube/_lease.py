@@ -33,7 +33,7 @@ def format_microtime(when: dt.datetime) -> str:
     """Format an aware datetime as a Kubernetes ``MicroTime`` (UTC, microseconds)."""
     if when.tzinfo is None:
         raise ValueError("MicroTime values must be timezone-aware datetimes")
-    return when.astimezone(dt.timezone.utc).strftime(_MICROTIME)
+    return when.astimezone(dt.UTC).strftime(_MICROTIME)
 
 
 def parse_microtime(value: Any) -> dt.datetime | None:
@@ -44,7 +44,7 @@ def parse_microtime(value: Any) -> dt.datetime | None:
         parsed = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
     except ValueError:
         return None
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=dt.timezone.utc)
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=dt.UTC)
 
 
 @attrs.frozen
