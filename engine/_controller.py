@@ -276,8 +276,9 @@ class Controller:
                         else:
                             outcome = self._result_outcome(result)
                         self._end(run, outcome)
+                        spent = run.cause is not None
                         run = None
-                        if timeout is not None or scope.cancel_called:
+                        if spent or timeout is not None:
                             break
             except QueueShutDown:
                 return
