@@ -16,7 +16,7 @@ import attrs
 import h11
 import trio
 
-__all__ = ["Request", "Response", "HTTPServer", "parse_bind_address", "BindAddress"]
+__all__ = ["Request", "Response", "HTTPServer", "parse_bind_address", "BindAddress", "open_listeners"]
 
 logger = logging.getLogger("engine.http")
 
@@ -76,6 +76,19 @@ class Response:
 Handler = Callable[[Request], Awaitable[Response]]
 
 
+async def open_listeners(what: str, host: str, port: int) -> tuple[list[trio.SocketListener], BindAddress]:
+    """Open listening sockets for ``what``; returns them and the bound ``(host, port)``.
+
+    Raises ``OSError`` naming ``what`` and the address. If cancelled, nothing is left open.
+    """
+    try:
+        listeners = await trio.open_tcp_listeners(port, host=host)
+    except OSError as exc:
+        raise OSError(exc.errno, f"cannot listen for {what} on {host}:{port}: {exc.strerror}") from exc
+    sockname = listeners[0].socket.getsockname()
+    return listeners, (str(sockname[0]), int(sockname[1]))
+
+
 class HTTPServer:
     """Serves ``routes`` (path -> handler) on one TCP address.
 
@@ -95,12 +108,7 @@ class HTTPServer:
 
         If cancelled, nothing is left open.
         """
-        try:
-            listeners = await trio.open_tcp_listeners(port, host=host)
-        except OSError as exc:
-            raise OSError(exc.errno, f"cannot listen for the {self.name} server on {host}:{port}: {exc.strerror}") from exc
-        sockname = listeners[0].socket.getsockname()
-        self.address = (str(sockname[0]), int(sockname[1]))
+        listeners, self.address = await open_listeners(f"the {self.name} server", host, port)
         return listeners
 
     async def serve(

@@ -38,6 +38,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from trio_websocket import ConnectionClosed, WebSocketConnection, WebSocketRequest, WebSocketServer
 
 from ._events import Event
+from ._http import open_listeners
 from ._observer import RunObserver
 from ._outcome import Outcome, OutcomeKind
 from ._refs import ObjectRef, Trigger
@@ -294,12 +295,7 @@ class LiveStream(RunObserver):
 
         If cancelled, nothing is left open.
         """
-        try:
-            listeners = await trio.open_tcp_listeners(port, host=host)
-        except OSError as exc:
-            raise OSError(exc.errno, f"cannot listen for the live stream on {host}:{port}: {exc.strerror}") from exc
-        sockname = listeners[0].socket.getsockname()
-        self.address = (str(sockname[0]), int(sockname[1]))
+        listeners, self.address = await open_listeners("the live stream", host, port)
         return listeners
 
     async def serve(
