@@ -273,6 +273,17 @@ class Controller:
                             result = await self._reconcile(RunContext(self, run))
                         except Exception as exc:
                             outcome = self._error_outcome(run, scope, exc)
+                        except BaseExceptionGroup as group:
+                            # The reconciler's own nursery ended with Cancelled *and* errors:
+                            # settle the run from the errors, then let Cancelled reach its scope.
+                            cancelled, rest = group.split(trio.Cancelled)
+                            if rest is None or not isinstance(rest, Exception):
+                                raise
+                            self._end(run, self._error_outcome(run, scope, rest))
+                            run = None
+                            if cancelled is not None:
+                                raise cancelled from None
+                            break
                         else:
                             outcome = self._result_outcome(result)
                         self._end(run, outcome)
@@ -316,7 +327,9 @@ class Controller:
         self._running[key] = run
         manager = self._manager
         assert manager is not None
-        manager.dependencies.clear(self, key)
+        deps = manager.dependencies
+        deps.clear(self, key)
+        run.dependency_epoch = deps.epoch
         for observer in self._observers:
             observer.on_run_started(self, run)
         return run
@@ -409,8 +422,8 @@ class Controller:
         elif kind is OutcomeKind.DEPENDENCY_NOT_READY:
             queue.forget(key)
             assert self._manager is not None
-            self._manager.dependencies.wait(self, key, outcome.dependencies)
-            queue.add_after(key, outcome.requeue_after or 0.0)
+            if not self._manager.dependencies.wait(self, key, outcome.dependencies, since=run.dependency_epoch):
+                queue.add_after(key, outcome.requeue_after or 0.0)
         else:
             logger.debug(
                 "run %s ended: %s (%s)", run.id, kind.value, outcome.reason,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections import OrderedDict
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
@@ -24,21 +25,48 @@ class DependencyIndex:
     A run that ends with ``DependencyNotReady(refs)`` registers its key here (replacing what it
     waited on before). :meth:`mark_ready` triggers every waiter of a ref through its controller's
     ``trigger`` at once and forgets them. All methods are synchronous and never checkpoint.
+
+    A dependency that became ready *while* its dependent was running (after the run checked it,
+    before the run registered its wait) is caught too: the index remembers when each ref was
+    last reported ready (the newest ``max_remembered``), and :meth:`wait` re-triggers at once
+    if one of the refs was reported ready after the run started.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, max_remembered: int = 4096) -> None:
         self._waiters: dict[ObjectRef, set[_Waiter]] = {}
         self._waits_on: dict[_Waiter, set[ObjectRef]] = {}
+        self._ready_at: OrderedDict[ObjectRef, int] = OrderedDict()
+        self._epoch = 0
+        self._max_remembered = max_remembered
         self.wakeups = 0
 
-    def wait(self, controller: Controller, key: ObjectRef, refs: Iterable[ObjectRef]) -> None:
-        """Record that ``key`` of ``controller`` waits until any of ``refs`` is ready."""
-        waiter = (controller, key)
-        self.clear(controller, key)
+    @property
+    def epoch(self) -> int:
+        """Counts :meth:`mark_ready` calls; a run records it when it starts."""
+        return self._epoch
+
+    def wait(
+        self, controller: Controller, key: ObjectRef, refs: Iterable[ObjectRef], *, since: int | None = None
+    ) -> bool:
+        """Record that ``key`` of ``controller`` waits until any of ``refs`` is ready.
+
+        If one of ``refs`` was reported ready after :attr:`epoch` was ``since`` (the run's
+        start), the key is triggered at once instead, and ``True`` is returned.
+        """
         wanted = set(refs)
+        self.clear(controller, key)
+        if since is not None:
+            for ref in wanted:
+                at = self._ready_at.get(ref)
+                if at is not None and at > since:
+                    self.wakeups += 1
+                    controller.trigger(key, reason=f"dependency {ref} became ready during the run")
+                    return True
+        waiter = (controller, key)
         self._waits_on[waiter] = wanted
         for ref in wanted:
             self._waiters.setdefault(ref, set()).add(waiter)
+        return False
 
     def clear(self, controller: Controller, key: ObjectRef) -> None:
         """Forget what ``key`` waits on (its new run decides afresh)."""
@@ -58,6 +86,11 @@ class DependencyIndex:
 
     def mark_ready(self, ref: ObjectRef, *, revision: str | None = None) -> int:
         """``ref`` is ready: trigger everything waiting on it. Returns how many were triggered."""
+        self._epoch += 1
+        self._ready_at[ref] = self._epoch
+        self._ready_at.move_to_end(ref)
+        if len(self._ready_at) > self._max_remembered:
+            self._ready_at.popitem(last=False)
         waiters = self._waiters.pop(ref, None)
         if not waiters:
             return 0

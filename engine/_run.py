@@ -50,6 +50,8 @@ class Run:
     """Under the interruptible policy: the reason of a supersede waiting for an interruptible section."""
     shields: set[trio.CancelScope] = attrs.field(factory=set)
     forced: bool = False
+    dependency_epoch: int = 0
+    """The dependency index's epoch when the run started."""
     """Set by a forced shutdown: shields are cancelled, and new ones start cancelled."""
     outcome: Outcome | None = None
     finished_at: float | None = None
@@ -61,6 +63,10 @@ class Run:
         """
         if self.finished_at is not None:
             return
+        if self.cause is None and self.scope.cancel_called:
+            # Already cancelled by its deadline (trio cancels at the deadline on its own).
+            self.cause = CancelCause.DEADLINE
+            self.cancel_reason = "run exceeded the controller timeout"
         if self.cause is None:
             self.cause = cause
             self.cancel_reason = reason

@@ -23,6 +23,7 @@ class WebhookReceiver:
         self.times = 0
         self.port = 0
         self.received = trio.Event()
+        self.connected = trio.Event()
 
     @property
     def url(self) -> str:
@@ -36,6 +37,7 @@ class WebhookReceiver:
 
     async def _handle(self, stream: trio.SocketStream) -> None:
         self.connections += 1
+        self.connected.set()
         if self.mode == "blackhole":
             await trio.sleep_forever()
         conn = h11.Connection(h11.SERVER)

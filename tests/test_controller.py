@@ -554,3 +554,52 @@ async def test_ctx_log_merges_call_extras_with_the_run_keys(
     assert record.revision == "r7"  # type: ignore[attr-defined]
     assert record.reconcileID == "test-1"  # type: ignore[attr-defined]
     assert record.object_name == "a"  # type: ignore[attr-defined]
+
+
+async def test_error_and_cancelled_from_a_reconciler_nursery_keep_the_worker_alive(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """A child raising in ``finally`` while the run is superseded gives a group of Cancelled
+    and an error: the run is settled (as superseded), the worker lives on."""
+
+    async def child() -> None:
+        try:
+            await trio.sleep_forever()
+        finally:
+            raise RuntimeError("cleanup failed")
+
+    async def reconcile(ctx: RunContext) -> None:
+        if ctx.trigger.revision == "1":
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(child)
+                await trio.sleep_forever()
+
+    manager, controller, log, _ = make(reconcile, max_concurrent=1)
+    async with running(manager):
+        controller.trigger(A, revision="1")
+        await trio.sleep(1)
+        controller.trigger(A, revision="2")
+        await trio.sleep(1)
+        controller.trigger(B)
+        await trio.sleep(1)
+    assert controller.healthy and controller.worker_failures == 0
+    assert log.kinds() == [OutcomeKind.SUPERSEDED, OutcomeKind.SUCCEEDED, OutcomeKind.SUCCEEDED]
+
+
+async def test_deadline_that_passed_in_a_shield_is_not_reported_as_superseded(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    async def reconcile(ctx: RunContext) -> None:
+        if ctx.attempt == 1 and ctx.trigger.revision == "1":
+            with ctx.shield(20):
+                await trio.sleep(10)  # the 5 s deadline passes in here
+            await trio.sleep(1)
+
+    manager, controller, log, sink = make(reconcile, timeout=5)
+    async with running(manager):
+        controller.trigger(A, revision="1")
+        await trio.sleep(7)
+        controller.trigger(A, revision="2")  # arrives after the deadline, inside the shield
+        await trio.sleep(30)
+    assert log.kinds()[0] is OutcomeKind.DEADLINE
+    assert [e.reason for e in sink.events][:1] == ["ReconcileDeadlineExceeded"]

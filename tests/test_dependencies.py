@@ -127,3 +127,28 @@ async def test_mark_ready_triggers_only_waiters_and_forgets_them(autojump_clock:
         assert manager.mark_ready(A) == 0
         assert manager.dependencies.waiting_on(C) == set()
     assert runs == [B, B, B]
+
+
+async def test_dependency_ready_during_the_dependents_run_wakes_it_at_once(autojump_clock: trio.testing.MockClock) -> None:
+    """A reports ready after B checked it but before B's run ended: B must not wait for the
+    fallback retry."""
+    ready: set[ObjectRef] = set()
+    starts: list[float] = []
+
+    async def reconcile(ctx: RunContext) -> None:
+        if ctx.ref == B:
+            starts.append(trio.current_time())
+            if A not in ready:
+                await trio.sleep(1)  # the "DependencyNotReady" status write
+                raise DependencyNotReady([A], retry_after=600)
+
+    manager = Manager(handle_signals=False)
+    controller = manager.add_controller(Controller("c", reconcile))
+    async with running(manager):
+        controller.trigger(B)
+        await trio.sleep(0.5)
+        ready.add(A)
+        assert manager.mark_ready(A) == 0, "B is still running: nobody waits yet"
+        await trio.sleep(5)
+    assert len(starts) == 2
+    assert starts[1] - starts[0] < 1.001
