@@ -211,9 +211,9 @@ class EventRecorder:
             event = Event(
                 involved=involved,
                 type=type,
-                reason=reason,
-                message=message,
-                controller=self.controller if controller is None else controller,
+                reason=str(reason),
+                message=str(message),
+                controller=self.controller if controller is None else str(controller),
                 timestamp=now,
                 first_timestamp=now,
                 metadata=dict(metadata) if metadata else {},
@@ -261,7 +261,7 @@ class EventRecorder:
     def drops(self) -> dict[tuple[str, str], int]:
         """Dropped events by ``(sink name, reason)``; sink ``"*"`` is the recorder itself.
 
-        Reasons: ``buffer_full``, ``closed``, ``spam`` (recorder); ``queue_full``,
+        Reasons: ``buffer_full``, ``closed``, ``spam``, ``error`` (recorder); ``queue_full``,
         ``not_flushed`` (per sink).
         """
         return dict(self._drops)
@@ -292,7 +292,12 @@ class EventRecorder:
                 task_status.started()
                 async with self._receive:
                     async for event in self._receive:
-                        correlated = self._correlator.correlate(event)
+                        try:
+                            correlated = self._correlator.correlate(event)
+                        except Exception:
+                            self._count_drop("*", "error")
+                            logger.exception("event could not be correlated; dropped")
+                            continue
                         if correlated is None:
                             self._count_drop("*", "spam")
                             continue

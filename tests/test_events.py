@@ -139,3 +139,13 @@ async def test_events_are_flushed_at_shutdown(autojump_clock: trio.testing.MockC
             manager.events.normal(ObjectRef("K", f"o{i}"), "R", "m")
     assert len(slow.got) == 10
     assert reports[0].events_flushed
+
+
+async def test_odd_event_arguments_are_stringified_not_fatal(autojump_clock: trio.testing.MockClock) -> None:
+    manager = Manager(handle_signals=False)
+    memory = MemorySink()
+    manager.add_sink(memory)
+    async with running(manager):
+        manager.events.normal(A, "Progressing", ["not", "a", "string"])  # type: ignore[arg-type]
+        await trio.sleep(1)
+    assert [e.message for e in memory.events] == ["['not', 'a', 'string']"]

@@ -81,8 +81,8 @@ def set_condition(
 def is_ready(obj: Mapping[str, Any]) -> bool:
     """Whether ``obj`` is ``Ready`` for its current generation.
 
-    True when the ``Ready`` condition is ``"True"`` and, if the object has a generation, the
-    condition's (or the status') ``observedGeneration`` equals it.
+    True when the ``Ready`` condition is ``"True"`` and, if the condition (or the status)
+    reports an ``observedGeneration``, it equals ``metadata.generation``.
     """
     condition = get_condition(obj, READY)
     if condition is None or condition.get("status") != "True":
@@ -93,6 +93,8 @@ def is_ready(obj: Mapping[str, Any]) -> bool:
     observed = condition.get("observedGeneration")
     if observed is None:
         observed = (obj.get("status") or {}).get("observedGeneration")
+    if observed is None:
+        return True
     return bool(observed == generation)
 
 

@@ -15,10 +15,12 @@ import yaml
 from engine import Controller, DependencyNotReady, ObjectRef, Result, RunContext, SupersedePolicy, TerminalError
 from engine.kube import (
     Client,
+    ConflictError,
     NotFoundError,
     Plugin,
     PluginContext,
     Resource,
+    ResourceNotFoundError,
     Store,
     any_of,
     generation_changed,
@@ -58,6 +60,13 @@ def parse_duration(value: str | None, default: float) -> float:
     return total
 
 
+def _ready_generation(bundle: Mapping[str, Any]) -> Any:
+    for condition in (bundle.get("status") or {}).get("conditions") or ():
+        if condition.get("type") == "Ready":
+            return condition.get("observedGeneration")
+    return None
+
+
 def _source_key(bundle: Mapping[str, Any]) -> list[str]:
     ref = (bundle.get("spec") or {}).get("sourceRef") or {}
     name = ref.get("name")
@@ -73,6 +82,13 @@ def _entry(obj: Mapping[str, Any], namespace: str | None) -> dict[str, Any]:
     }
 
 
+def _identity(entry: Mapping[str, Any]) -> tuple[str, str, str, str]:
+    """What identifies an applied object across revisions: group, kind, namespace, name (not
+    the version, so moving an object to another apiVersion does not prune it)."""
+    group = str(entry.get("apiVersion", "")).rpartition("/")[0]
+    return (group, str(entry.get("kind")), str(entry.get("namespace") or ""), str(entry.get("name")))
+
+
 class BundleReconciler:
     """Reconciles Bundles against the cached Sources and Bundles."""
 
@@ -83,6 +99,8 @@ class BundleReconciler:
         self.source_store = source_store
         self.poll_interval = float(config.get("healthPollInterval", 0.2))
         self.dependency_retry = float(config.get("dependencyRetry", 30.0))
+        self._written: dict[tuple[str | None, str], list[dict[str, Any]]] = {}
+        """The inventory each bundle last wrote (the cache may not show it yet)."""
 
     async def reconcile(self, ctx: RunContext) -> Result | None:
         ns, name = ctx.ref.namespace, ctx.ref.name
@@ -94,6 +112,8 @@ class BundleReconciler:
             interval = parse_duration(spec.get("interval"), 600.0)
             timeout = parse_duration(spec.get("timeout"), 300.0)
             wait = parse_duration(spec.get("healthCheckWait"), 0.0)
+            if interval <= 0 or timeout <= 0:
+                raise ValueError("interval and timeout must be greater than 0")
         except ValueError as exc:
             await self._status(ctx, bundle, False, "InvalidSpec", str(exc))
             raise TerminalError(str(exc)) from None
@@ -118,8 +138,14 @@ class BundleReconciler:
 
         try:
             inventory = await self._apply(ctx, name, ns, manifests)
+            previous = self._previous(bundle)
+            await self._status(
+                ctx, bundle, False, "Progressing", f"Applied revision {revision}; checking health",
+                extra={"inventory": inventory}, reconciling=True,
+            )
+            self._written[(ns, name)] = inventory
             if spec.get("prune", True):
-                await self._prune(bundle, inventory)
+                await self._prune(name, previous, inventory)
             ctx.log.info("applied revision %s (%d objects); checking health", revision, len(inventory))
             with ctx.interruptible():
                 with trio.move_on_after(timeout) as health:
@@ -155,17 +181,36 @@ class BundleReconciler:
             inventory.append(_entry(obj, target_ns))
         return inventory
 
-    async def _prune(self, bundle: Mapping[str, Any], inventory: list[dict[str, Any]]) -> None:
-        keep = {(e["apiVersion"], e["kind"], e["namespace"], e["name"]) for e in inventory}
-        for entry in (bundle.get("status") or {}).get("inventory") or ():
-            key = (entry.get("apiVersion"), entry.get("kind"), entry.get("namespace", ""), entry.get("name"))
-            if key in keep:
+    def _previous(self, bundle: Mapping[str, Any]) -> list[dict[str, Any]]:
+        meta = bundle["metadata"]
+        cached = list((bundle.get("status") or {}).get("inventory") or ())
+        written = self._written.get((meta.get("namespace"), meta["name"]), [])
+        seen = {_identity(e) for e in cached}
+        return cached + [e for e in written if _identity(e) not in seen]
+
+    async def _prune(self, bundle: str, previous: list[dict[str, Any]], inventory: list[dict[str, Any]]) -> None:
+        """Delete what this bundle applied before and no longer has, if it still carries this
+        bundle's label (an object another bundle took over is left alone)."""
+        keep = {_identity(e) for e in inventory}
+        for entry in previous:
+            if _identity(entry) in keep:
                 continue
-            resource = await self.client.resource(entry["apiVersion"], entry["kind"])
             try:
-                await self.client.delete(resource, entry["name"], namespace=entry.get("namespace") or None)
+                resource = await self.client.resource(entry["apiVersion"], entry["kind"])
+            except ResourceNotFoundError:
+                logger.info("not pruning %s %s: its type is no longer served", entry["kind"], entry.get("name"))
+                continue
+            namespace = entry.get("namespace") or None
+            try:
+                current = await self.client.get(resource, entry["name"], namespace=namespace)
+                if (current["metadata"].get("labels") or {}).get(OWNER_LABEL) != bundle:
+                    continue
+                await self.client.delete(
+                    resource, entry["name"], namespace=namespace,
+                    precondition_uid=current["metadata"].get("uid"),
+                )
                 logger.info("pruned %s %s/%s", entry["kind"], entry.get("namespace"), entry["name"])
-            except NotFoundError:
+            except (NotFoundError, ConflictError):
                 pass
 
     async def _healthy(self, entry: Mapping[str, Any]) -> bool:
@@ -200,16 +245,23 @@ class BundleReconciler:
         message: str,
         *,
         extra: Mapping[str, Any] | None = None,
+        reconciling: bool = False,
     ) -> None:
         status = copy.deepcopy(dict(bundle.get("status") or {}))
         conditions = list(status.get("conditions") or [])
         generation = bundle["metadata"].get("generation")
-        set_condition(conditions, "Ready", ready, reason=reason, message=message, observed_generation=generation)
+        if reconciling:
+            ready_value: bool | str = "Unknown" if not is_ready(bundle) else "True"
+            set_condition(conditions, "Ready", ready_value, reason=reason, message=message,
+                          observed_generation=(_ready_generation(bundle) if ready_value == "True" else generation))
+        else:
+            set_condition(conditions, "Ready", ready, reason=reason, message=message, observed_generation=generation)
         set_condition(
-            conditions, "Reconciling", False, reason=reason, message=message, observed_generation=generation
+            conditions, "Reconciling", reconciling, reason=reason, message=message, observed_generation=generation
         )
         status["conditions"] = conditions
-        status["observedGeneration"] = generation
+        if not reconciling:
+            status["observedGeneration"] = generation
         status.update(extra or {})
         meta = bundle["metadata"]
         with ctx.shield(5) as scope:
