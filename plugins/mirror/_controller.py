@@ -7,7 +7,17 @@ from collections.abc import Mapping
 from typing import Any
 
 from engine import Controller, ObjectRef, RunContext, TerminalError
-from engine.kube import Client, ConflictError, Informer, NotFoundError, PatchType, Plugin, PluginContext, Resource
+from engine.kube import (
+    Client,
+    ConflictError,
+    Informer,
+    InvalidError,
+    NotFoundError,
+    PatchType,
+    Plugin,
+    PluginContext,
+    Resource,
+)
 
 __all__ = ["plugin", "MirrorReconciler", "parse_selector"]
 
@@ -48,14 +58,19 @@ class MirrorReconciler:
     async def reconcile(self, ctx: RunContext) -> None:
         source = self.sources.store.get(ctx.ref.namespace, ctx.ref.name)
         if source is None:
+            # Not (or no longer) labelled for mirroring, or gone: if it still carries our
+            # finalizer, clean up as for a deletion.
+            try:
+                source = await self.client.get(self.configmaps, ctx.ref.name, namespace=ctx.ref.namespace)
+            except NotFoundError:
+                return
+            if FINALIZER not in (source["metadata"].get("finalizers") or []):
+                return
+            await self._clean_up(ctx, source)
             return
         meta = source["metadata"]
-        existing = {c["metadata"]["namespace"]: c for c in self.copies.store.by_index(SOURCE_INDEX, _source_id(source))}
         if meta.get("deletionTimestamp"):
-            for ns in existing:
-                await self._delete_copy(ns, meta["name"])
-            await self._set_finalizer(source, present=False)
-            ctx.events.normal("Cleaned", f"deleted {len(existing)} mirrored copies")
+            await self._clean_up(ctx, source)
             return
         if FINALIZER not in (meta.get("finalizers") or []):
             await self._set_finalizer(source, present=True)
@@ -71,17 +86,44 @@ class MirrorReconciler:
             and ns["metadata"]["name"] != meta.get("namespace")
             and not ns["metadata"].get("deletionTimestamp")
         }
+        mine = _source_id(source)
+        existing = {c["metadata"]["namespace"] for c in self.copies.store.by_index(SOURCE_INDEX, mine)}
+        skipped = []
         for ns in sorted(wanted):
+            if ns not in existing and not await self._free(ns, meta["name"], mine):
+                skipped.append(ns)
+                continue
             copy = {
                 "apiVersion": "v1",
                 "kind": "ConfigMap",
-                "metadata": {"name": meta["name"], "namespace": ns, "labels": {SOURCE_LABEL: _source_id(source)}},
+                "metadata": {"name": meta["name"], "namespace": ns, "labels": {SOURCE_LABEL: mine}},
                 "data": dict(source.get("data") or {}),
             }
             await self.client.apply(self.configmaps, copy, field_manager=FIELD_MANAGER, force=True)
-        for ns in sorted(set(existing) - wanted):
+        for ns in sorted(existing - wanted):
             await self._delete_copy(ns, meta["name"])
-        ctx.log.info("mirrored into %d namespaces", len(wanted))
+        if skipped:
+            ctx.events.warning(
+                "MirrorConflict",
+                f"not mirrored into {', '.join(skipped)}: a ConfigMap named {meta['name']} that is not this "
+                "source's copy exists there",
+            )
+        ctx.log.info("mirrored into %d namespaces", len(wanted) - len(skipped))
+
+    async def _free(self, namespace: str, name: str, mine: str) -> bool:
+        """Whether a copy may be written there: nothing of that name, or our own copy."""
+        try:
+            current = await self.client.get(self.configmaps, name, namespace=namespace)
+        except NotFoundError:
+            return True
+        return (current["metadata"].get("labels") or {}).get(SOURCE_LABEL) == mine
+
+    async def _clean_up(self, ctx: RunContext, source: Mapping[str, Any]) -> None:
+        copies = await self.client.list(self.configmaps, label_selector=f"{SOURCE_LABEL}={_source_id(source)}")
+        for copy in copies.items:
+            await self._delete_copy(copy["metadata"]["namespace"], copy["metadata"]["name"])
+        await self._set_finalizer(source, present=False)
+        ctx.events.normal("Cleaned", f"deleted {len(copies.items)} mirrored copies")
 
     async def _delete_copy(self, namespace: str, name: str) -> None:
         try:
@@ -104,8 +146,10 @@ class MirrorReconciler:
             )
         except NotFoundError:
             pass
-        except ConflictError:
-            raise
+        except (ConflictError, InvalidError):
+            # The object changed since the cache saw it; its watch event triggers us again.
+            logger.debug("finalizer update of %s/%s raced a change; waiting for the next event",
+                         meta.get("namespace"), meta["name"])
 
 
 async def setup(ctx: PluginContext) -> None:
