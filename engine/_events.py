@@ -283,7 +283,8 @@ class EventRecorder:
         """Dispatch events to sinks until :meth:`close`, then let sinks drain.
 
         Returns once every sink delivered what it had queued. If cancelled (the flush timeout
-        of a shutdown), undelivered events are counted as ``not_flushed`` per sink.
+        of a shutdown), undelivered events are counted as ``not_flushed`` per sink. Either way,
+        sinks with an ``aclose()`` method are closed (shielded, at most 1 s each).
         """
         try:
             async with trio.open_nursery() as nursery:
@@ -315,6 +316,13 @@ class EventRecorder:
                     self._drops[(slot.sink.name, "not_flushed")] = (
                         self._drops.get((slot.sink.name, "not_flushed"), 0) + left
                     )
+                aclose = getattr(slot.sink, "aclose", None)
+                if aclose is not None:
+                    with trio.CancelScope(shield=True, deadline=trio.current_time() + 1.0):
+                        try:
+                            await aclose()
+                        except Exception:
+                            logger.warning("event sink %s failed to close", slot.sink.name, exc_info=True)
             self._done.set()
 
     async def _drain_sink(self, slot: _SinkSlot) -> None:

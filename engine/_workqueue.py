@@ -92,7 +92,7 @@ class WorkQueue(Generic[K]):
         self._dirty: set[K] = set()
         self._processing: dict[K, float] = {}
         self._queued_at: dict[K, float] = {}
-        self._waiting: dict[K, float] = {}
+        self._waiting: dict[K, tuple[float, int]] = {}
         self._heap: list[tuple[float, int, K]] = []
         self._heap_seq = 0
         self._limiter: RateLimiter = rate_limiter if rate_limiter is not None else default_rate_limiter()
@@ -155,10 +155,10 @@ class WorkQueue(Generic[K]):
             return self.add(key)
         deadline = trio.current_time() + delay
         current = self._waiting.get(key)
-        if current is not None and current <= deadline:
+        if current is not None and current[0] <= deadline:
             return True
-        self._waiting[key] = deadline
         self._heap_seq += 1
+        self._waiting[key] = (deadline, self._heap_seq)
         heapq.heappush(self._heap, (deadline, self._heap_seq, key))
         sleep_scope = self._sleep_scope
         if sleep_scope is not None and deadline < sleep_scope.deadline:
@@ -315,8 +315,8 @@ class WorkQueue(Generic[K]):
         heap = self._heap
         now = trio.current_time()
         while heap and heap[0][0] <= now:
-            deadline, _, key = heapq.heappop(heap)
-            if self._waiting.get(key) == deadline:
+            deadline, seq, key = heapq.heappop(heap)
+            if self._waiting.get(key) == (deadline, seq):
                 del self._waiting[key]
                 self.add(key)
 

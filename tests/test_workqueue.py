@@ -320,7 +320,7 @@ CLOCK = trio.testing.MockClock()
 
 def test_queue_against_model() -> None:
     async def main() -> None:
-        run_state_machine_as_test(QueueModel, settings=settings(max_examples=150, stateful_step_count=60, deadline=None))
+        run_state_machine_as_test(QueueModel, settings=settings(max_examples=200, stateful_step_count=60, deadline=None, derandomize=True))
 
     trio.run(main, clock=CLOCK)
 

@@ -202,12 +202,17 @@ class Cluster:
         *,
         owner_kind: str,
         owner_api_version: str,
+        owner_namespaced: bool = True,
     ) -> None:
-        """Trigger the owner (through ``ownerReferences``) of each changed child object."""
+        """Trigger the owner (through ``ownerReferences``) of each changed child object.
+
+        A namespaced owner is in its child's namespace; pass ``owner_namespaced=False`` for a
+        cluster-scoped owner type.
+        """
         owner_group, _ = split_api_version(owner_api_version)
         mapped: MappedSource[dict[str, Any]] = MappedSource(
             controller,
-            lambda obj: _owners(obj, owner_kind, owner_group),
+            lambda obj: _owners(obj, owner_kind, owner_group, owner_namespaced),
             reason=f"owned {informer.resource.kind} changed",
         )
         informer.add_handler(lambda event: mapped.handle_many(_views(event)))
@@ -255,13 +260,14 @@ def _views(event: InformerEvent) -> list[dict[str, Any]]:
     return [event.obj] if event.old is None else [event.old, event.obj]
 
 
-def _owners(obj: Mapping[str, Any], kind: str, group: str) -> list[ObjectRef]:
+def _owners(obj: Mapping[str, Any], kind: str, group: str, namespaced: bool) -> list[ObjectRef]:
     meta = obj.get("metadata") or {}
+    namespace = (meta.get("namespace") or None) if namespaced else None
     out = []
     for owner in meta.get("ownerReferences") or ():
         if owner.get("kind") != kind:
             continue
         owner_group, _ = split_api_version(str(owner.get("apiVersion", "")))
         if owner_group == group and owner.get("name"):
-            out.append(ObjectRef(kind=kind, name=owner["name"], namespace=meta.get("namespace") or None, group=group))
+            out.append(ObjectRef(kind=kind, name=owner["name"], namespace=namespace, group=group))
     return out
