@@ -176,7 +176,7 @@ async def test_dropped_streams_resume_without_loss(api: ApiServer, autojump_cloc
         await nursery.start(informer.run)
         await informer.wait_synced()
         for round_ in range(6):
-            await wait_for(lambda: informer.statistics().watches == round_ + 1)
+            await wait_for(lambda r=round_: informer.statistics().watches == r + 1)
             await client.create(CONFIGMAPS, cm(f"o{round_}"))
             if round_:
                 await client.patch(CONFIGMAPS, f"o{round_ - 1}", {"data": {"r": str(round_)}})

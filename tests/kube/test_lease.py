@@ -28,7 +28,7 @@ from engine.kube import (
 )
 from engine.testing import ApiServer
 
-NOW = dt.datetime(2026, 12, 2, 12, 0, 0, 123456, tzinfo=dt.timezone.utc)
+NOW = dt.datetime(2026, 12, 2, 12, 0, 0, 123456, tzinfo=dt.UTC)
 
 
 def memory_client(api: ApiServer) -> Client:
