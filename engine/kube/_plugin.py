@@ -119,10 +119,12 @@ def _import(spec: str, module_name: str, *, bundled: bool = False) -> Any:
     try:
         return importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
-        if exc.name in (module_name, module_name.split(".")[0]) or (bundled and exc.name == module_name):
-            raise PluginError(
-                f"plugin {spec!r} not found (no module {module_name!r}, no entry point in {ENTRY_POINT_GROUP!r})"
-            ) from None
+        if exc.name in (module_name, module_name.split(".")[0]):
+            if bundled:
+                raise PluginError(
+                    f"plugin {spec!r} not found (no module {module_name!r}, no entry point in {ENTRY_POINT_GROUP!r})"
+                ) from None
+            raise PluginError(f"plugin {spec!r} not found: no module named {module_name!r}") from None
         raise PluginError(f"plugin {spec!r} failed to import: {_brief(exc)}") from exc
     except PluginError as exc:
         raise PluginError(f"plugin {spec!r} is invalid: {exc}") from exc

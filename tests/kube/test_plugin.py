@@ -99,3 +99,8 @@ def test_runner_names_the_bad_kubeconfig_field(tmp_path: Path) -> None:
     out = _run("--kubeconfig", str(bad), "--plugin", "bundles")
     assert out.returncode == 1
     assert str(bad) in out.stderr and "error:" in out.stderr
+
+
+def test_missing_module_of_a_module_attr_spec() -> None:
+    with pytest.raises(PluginError, match=r"^plugin 'nosuchpkg.mod:plugin' not found: no module named 'nosuchpkg.mod'$"):
+        load_plugin("nosuchpkg.mod:plugin")
