@@ -36,6 +36,12 @@ class WebhookReceiver:
         await trio.serve_listeners(self._handle, listeners)
 
     async def _handle(self, stream: trio.SocketStream) -> None:
+        try:
+            await self._converse(stream)
+        except (trio.BrokenResourceError, trio.ClosedResourceError, h11.RemoteProtocolError):
+            pass  # the client went away (a killed process resets its connections)
+
+    async def _converse(self, stream: trio.SocketStream) -> None:
         self.connections += 1
         self.connected.set()
         if self.mode == "blackhole":
