@@ -553,40 +553,44 @@ class Router:
                 meta["annotations"] = annotations
             return self._event_line("BOOKMARK", {"kind": rt.kind, "apiVersion": rt.api_version, "metadata": meta})
 
+        # No ``yield`` may happen inside a cancel scope (an async generator suspended there
+        # corrupts trio's cancel scope stack), so the watch timeout is checked by hand.
+        deadline = trio.current_time() + timeout if timeout is not None else math.inf
         try:
-            with trio.move_on_at(trio.current_time() + timeout if timeout is not None else math.inf):
-                for replayed in replay:
-                    event = self._translate(replayed, labels, fields)
-                    last_rv = max(last_rv, replayed.rv)
-                    if event is not None:
-                        yield self._event_line(event[0], _out(rt, event[1]))
-                if initial_end:
-                    last_rv = max(last_rv, store.resource_version)
-                    yield bookmark({"k8s.io/initial-events-end": "true"})
-                next_bookmark = trio.current_time() + self.bookmark_interval
-                while not sub.dropped:
-                    change: Change | None = None
-                    with trio.move_on_at(next_bookmark if bookmarks else math.inf):
-                        try:
-                            change = await sub.receive.receive()
-                        except trio.EndOfChannel:
-                            break
-                    if sub.dropped:
+            for replayed in replay:
+                event = self._translate(replayed, labels, fields)
+                last_rv = max(last_rv, replayed.rv)
+                if event is not None:
+                    yield self._event_line(event[0], _out(rt, event[1]))
+            if initial_end:
+                last_rv = max(last_rv, store.resource_version)
+                yield bookmark({"k8s.io/initial-events-end": "true"})
+            next_bookmark = trio.current_time() + self.bookmark_interval
+            while not sub.dropped and trio.current_time() < deadline:
+                change: Change | None = None
+                with trio.move_on_at(min(next_bookmark if bookmarks else math.inf, deadline)):
+                    try:
+                        change = await sub.receive.receive()
+                    except trio.EndOfChannel:
                         break
-                    if change is None:
-                        yield bookmark()
-                        next_bookmark = trio.current_time() + self.bookmark_interval
-                        continue
-                    delay = self.faults.watch_delay(active.info)
-                    if delay > 0:
-                        with trio.move_on_at(change.time + delay):
-                            await sub.closed.wait()
-                        if sub.dropped:
-                            break
-                    last_rv = max(last_rv, change.rv)
-                    event = self._translate(change, labels, fields)
-                    if event is not None:
-                        yield self._event_line(event[0], _out(rt, event[1]))
+                if sub.dropped:
+                    break
+                if change is None:
+                    if trio.current_time() >= deadline:
+                        break
+                    yield bookmark()
+                    next_bookmark = trio.current_time() + self.bookmark_interval
+                    continue
+                delay = self.faults.watch_delay(active.info)
+                if delay > 0:
+                    with trio.move_on_at(min(change.time + delay, deadline)):
+                        await sub.closed.wait()
+                    if sub.dropped or trio.current_time() >= deadline:
+                        break
+                last_rv = max(last_rv, change.rv)
+                event = self._translate(change, labels, fields)
+                if event is not None:
+                    yield self._event_line(event[0], _out(rt, event[1]))
             if sub.dropped and sub.abrupt:
                 raise AbortStream("watch dropped by fault injection")
         finally:
