@@ -16,6 +16,8 @@ references a Source, may depend on other Bundles (``dependsOn``), and has an ``i
    ``lastAppliedRevision``, ``inventory``) inside ``ctx.shield``, and emits events.
 
 A superseded or shutdown-cancelled run writes no failure status and emits no failure event.
+With ``prune`` (the default) a Bundle carries the finalizer ``bundles.engine.dev/finalizer``:
+deleting it garbage-collects the objects it applied (those still labelled for it) first.
 """
 
 from __future__ import annotations

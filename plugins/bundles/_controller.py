@@ -16,7 +16,9 @@ from engine import Controller, DependencyNotReady, ObjectRef, Result, RunContext
 from engine.kube import (
     Client,
     ConflictError,
+    InvalidError,
     NotFoundError,
+    PatchType,
     Plugin,
     PluginContext,
     Resource,
@@ -37,6 +39,7 @@ logger = logging.getLogger("plugins.bundles")
 
 FIELD_MANAGER = "bundles.engine.dev"
 OWNER_LABEL = "bundles.engine.dev/name"
+FINALIZER = "bundles.engine.dev/finalizer"
 SOURCE_INDEX = "bundles.engine.dev/sourceRef"
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
@@ -105,9 +108,14 @@ class BundleReconciler:
     async def reconcile(self, ctx: RunContext) -> Result | None:
         ns, name = ctx.ref.namespace, ctx.ref.name
         bundle = self.bundle_store.get(ns, name)
-        if bundle is None or bundle["metadata"].get("deletionTimestamp"):
+        if bundle is None:
             return None
         spec = bundle.get("spec") or {}
+        if bundle["metadata"].get("deletionTimestamp"):
+            await self._finalize(ctx, bundle)
+            return None
+        if spec.get("prune", True) and FINALIZER not in (bundle["metadata"].get("finalizers") or []):
+            await self._set_finalizer(bundle, present=True)
         try:
             interval = parse_duration(spec.get("interval"), 600.0)
             timeout = parse_duration(spec.get("timeout"), 300.0)
@@ -180,6 +188,45 @@ class BundleReconciler:
             await self.client.apply(resource, obj, field_manager=FIELD_MANAGER, force=True)
             inventory.append(_entry(obj, target_ns))
         return inventory
+
+    async def _finalize(self, ctx: RunContext, bundle: Mapping[str, Any]) -> None:
+        """A deleted bundle with ``prune`` garbage-collects what it applied, then lets go."""
+        if FINALIZER not in (bundle["metadata"].get("finalizers") or []):
+            return
+        meta = bundle["metadata"]
+        if (bundle.get("spec") or {}).get("prune", True):
+            await self._prune(meta["name"], self._previous(bundle), [])
+        self._written.pop((meta.get("namespace"), meta["name"]), None)
+        await self._set_finalizer(bundle, present=False)
+        ctx.log.info("deleted; garbage-collected the objects it applied")
+
+    async def _set_finalizer(self, bundle: Mapping[str, Any], *, present: bool) -> None:
+        """Add or remove the finalizer, guarded by the resourceVersion; on a race, re-read once."""
+        for attempt in range(2):
+            meta = bundle["metadata"]
+            finalizers = [f for f in meta.get("finalizers") or [] if f != FINALIZER]
+            if present:
+                finalizers.append(FINALIZER)
+            if finalizers == list(meta.get("finalizers") or []):
+                return
+            patch = [
+                {"op": "test", "path": "/metadata/resourceVersion", "value": meta["resourceVersion"]},
+                {"op": "replace" if "finalizers" in meta else "add", "path": "/metadata/finalizers", "value": finalizers},
+            ]
+            try:
+                await self.client.patch(
+                    self.bundles, meta["name"], patch, namespace=meta.get("namespace"), patch_type=PatchType.JSON
+                )
+                return
+            except NotFoundError:
+                return
+            except (ConflictError, InvalidError):
+                if attempt:
+                    raise
+                try:
+                    bundle = await self.client.get(self.bundles, meta["name"], namespace=meta.get("namespace"))
+                except NotFoundError:
+                    return
 
     def _previous(self, bundle: Mapping[str, Any]) -> list[dict[str, Any]]:
         meta = bundle["metadata"]

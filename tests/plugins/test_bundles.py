@@ -96,3 +96,30 @@ async def test_superseded_health_check_still_prunes_what_the_revision_applied(tm
                 await bundles.wait_until(lambda w: ready_at(w.get("e2e", "app"), "r5"))
             assert await client.get(cms, "c", namespace="e2e")
             manager.stop()
+
+
+async def test_deleting_a_bundle_garbage_collects_what_it_applied(tmp_path: Path) -> None:
+    async with ApiServer() as api:
+        api.write_kubeconfig(tmp_path / "kc")
+        async with Client(Config.from_kubeconfig(tmp_path / "kc")) as client, trio.open_nursery() as nursery:
+            await install_crds(client, plugin.crds)
+            ns = await client.resource("v1", "Namespace")
+            await client.create(ns, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "e2e"}})
+            cms = await client.resource("v1", "ConfigMap")
+            bundles_res = await client.resource(API, "Bundle")
+            await client.create(await client.resource(API, "Source"), source("repo", "r1", [configmap("a"), configmap("b")]))
+            await client.create(bundles_res, bundle("app", "repo"))
+            manager = Manager(handle_signals=False, grace_period=1)
+            cluster = Cluster(client, manager)
+            await plugin.setup(PluginContext(name="bundles", manager=manager, cluster=cluster, client=client,
+                                             config=dict(plugin.config)))
+            bundles = Watcher(await cluster.informer(API, "Bundle"))
+            await nursery.start(manager.run)
+            with trio.fail_after(20):
+                await bundles.wait_until(lambda w: ready_at(w.get("e2e", "app"), "r1"))
+            assert "bundles.engine.dev/finalizer" in (await client.get(bundles_res, "app", namespace="e2e"))["metadata"]["finalizers"]
+            await client.delete(bundles_res, "app", namespace="e2e")
+            with trio.fail_after(20):
+                await bundles.wait_until(lambda w: w.get("e2e", "app") is None)
+            assert {o["metadata"]["name"] for o in (await client.list(cms, namespace="e2e")).items} & {"a", "b"} == set()
+            manager.stop()
