@@ -80,6 +80,7 @@ from ._cluster import generation_changed as generation_changed
 from ._cluster import labels_match as labels_match
 from ._cluster import ref_for as ref_for
 from ._cluster import requested_at_changed as requested_at_changed
+from ._finalizer import set_finalizer as set_finalizer
 from ._plugin import ENTRY_POINT_GROUP as ENTRY_POINT_GROUP
 from ._plugin import Plugin as Plugin
 from ._plugin import PluginContext as PluginContext

@@ -16,9 +16,7 @@ from engine import Controller, DependencyNotReady, ObjectRef, Result, RunContext
 from engine.kube import (
     Client,
     ConflictError,
-    InvalidError,
     NotFoundError,
-    PatchType,
     Plugin,
     PluginContext,
     Resource,
@@ -29,6 +27,7 @@ from engine.kube import (
     is_ready,
     requested_at_changed,
     set_condition,
+    set_finalizer,
 )
 
 from ._crds import API_VERSION, BUNDLE_CRD, GROUP, SOURCE_CRD
@@ -115,7 +114,7 @@ class BundleReconciler:
             await self._finalize(ctx, bundle)
             return None
         if spec.get("prune", True) and FINALIZER not in (bundle["metadata"].get("finalizers") or []):
-            await self._set_finalizer(bundle, present=True)
+            await set_finalizer(self.client, self.bundles, bundle, FINALIZER, present=True)
         try:
             interval = parse_duration(spec.get("interval"), 600.0)
             timeout = parse_duration(spec.get("timeout"), 300.0)
@@ -197,36 +196,8 @@ class BundleReconciler:
         if (bundle.get("spec") or {}).get("prune", True):
             await self._prune(meta["name"], self._previous(bundle), [])
         self._written.pop((meta.get("namespace"), meta["name"]), None)
-        await self._set_finalizer(bundle, present=False)
+        await set_finalizer(self.client, self.bundles, bundle, FINALIZER, present=False)
         ctx.log.info("deleted; garbage-collected the objects it applied")
-
-    async def _set_finalizer(self, bundle: Mapping[str, Any], *, present: bool) -> None:
-        """Add or remove the finalizer, guarded by the resourceVersion; on a race, re-read once."""
-        for attempt in range(2):
-            meta = bundle["metadata"]
-            finalizers = [f for f in meta.get("finalizers") or [] if f != FINALIZER]
-            if present:
-                finalizers.append(FINALIZER)
-            if finalizers == list(meta.get("finalizers") or []):
-                return
-            patch = [
-                {"op": "test", "path": "/metadata/resourceVersion", "value": meta["resourceVersion"]},
-                {"op": "replace" if "finalizers" in meta else "add", "path": "/metadata/finalizers", "value": finalizers},
-            ]
-            try:
-                await self.client.patch(
-                    self.bundles, meta["name"], patch, namespace=meta.get("namespace"), patch_type=PatchType.JSON
-                )
-                return
-            except NotFoundError:
-                return
-            except (ConflictError, InvalidError):
-                if attempt:
-                    raise
-                try:
-                    bundle = await self.client.get(self.bundles, meta["name"], namespace=meta.get("namespace"))
-                except NotFoundError:
-                    return
 
     def _previous(self, bundle: Mapping[str, Any]) -> list[dict[str, Any]]:
         meta = bundle["metadata"]

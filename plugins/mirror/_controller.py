@@ -9,14 +9,12 @@ from typing import Any
 from engine import Controller, ObjectRef, RunContext, TerminalError
 from engine.kube import (
     Client,
-    ConflictError,
     Informer,
-    InvalidError,
     NotFoundError,
-    PatchType,
     Plugin,
     PluginContext,
     Resource,
+    set_finalizer,
 )
 
 __all__ = ["plugin", "MirrorReconciler", "parse_selector"]
@@ -73,7 +71,7 @@ class MirrorReconciler:
             await self._clean_up(ctx, source)
             return
         if FINALIZER not in (meta.get("finalizers") or []):
-            await self._set_finalizer(source, present=True)
+            await set_finalizer(self.client, self.configmaps, source, FINALIZER, present=True)
         try:
             selector = parse_selector((meta.get("annotations") or {}).get(SELECTOR_ANNOTATION, ""))
         except ValueError as exc:
@@ -122,7 +120,7 @@ class MirrorReconciler:
         copies = await self.client.list(self.configmaps, label_selector=f"{SOURCE_LABEL}={_source_id(source)}")
         for copy in copies.items:
             await self._delete_copy(copy["metadata"]["namespace"], copy["metadata"]["name"])
-        await self._set_finalizer(source, present=False)
+        await set_finalizer(self.client, self.configmaps, source, FINALIZER, present=False)
         ctx.events.normal("Cleaned", f"deleted {len(copies.items)} mirrored copies")
 
     async def _delete_copy(self, namespace: str, name: str) -> None:
@@ -130,27 +128,6 @@ class MirrorReconciler:
             await self.client.delete(self.configmaps, name, namespace=namespace)
         except NotFoundError:
             pass
-
-    async def _set_finalizer(self, source: Mapping[str, Any], *, present: bool) -> None:
-        meta = source["metadata"]
-        finalizers = [f for f in meta.get("finalizers") or [] if f != FINALIZER]
-        if present:
-            finalizers.append(FINALIZER)
-        patch = [
-            {"op": "test", "path": "/metadata/resourceVersion", "value": meta["resourceVersion"]},
-            {"op": "replace" if "finalizers" in meta else "add", "path": "/metadata/finalizers", "value": finalizers},
-        ]
-        try:
-            await self.client.patch(
-                self.configmaps, meta["name"], patch, namespace=meta.get("namespace"), patch_type=PatchType.JSON
-            )
-        except NotFoundError:
-            pass
-        except (ConflictError, InvalidError):
-            # The object changed since the cache saw it; its watch event triggers us again.
-            logger.debug("finalizer update of %s/%s raced a change; waiting for the next event",
-                         meta.get("namespace"), meta["name"])
-
 
 async def setup(ctx: PluginContext) -> None:
     cluster = ctx.cluster

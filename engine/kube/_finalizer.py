@@ -1,0 +1,49 @@
+"""Adding and removing a finalizer without clobbering concurrent changes."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from ._client import Client, PatchType
+from ._errors import ConflictError, InvalidError, NotFoundError
+from ._resource import Resource
+
+__all__ = ["set_finalizer"]
+
+
+async def set_finalizer(
+    client: Client, resource: Resource, obj: Mapping[str, Any], finalizer: str, *, present: bool
+) -> bool:
+    """Add (``present=True``) or remove ``finalizer`` on ``obj``; returns whether it wrote.
+
+    The JSON patch is guarded by ``obj``'s resourceVersion, so other finalizers written since
+    (by another controller) are never lost; on a race the object is read again and the patch
+    retried once, then the error is raised. A missing object is not an error (nothing to do).
+
+    If cancelled, the patch may or may not have been applied; it is idempotent, so the next
+    reconcile can simply call it again.
+    """
+    for attempt in range(2):
+        meta = obj["metadata"]
+        current = list(meta.get("finalizers") or [])
+        wanted = [f for f in current if f != finalizer] + ([finalizer] if present else [])
+        if wanted == current:
+            return False
+        patch = [
+            {"op": "test", "path": "/metadata/resourceVersion", "value": meta["resourceVersion"]},
+            {"op": "replace" if "finalizers" in meta else "add", "path": "/metadata/finalizers", "value": wanted},
+        ]
+        try:
+            await client.patch(resource, meta["name"], patch, namespace=meta.get("namespace"), patch_type=PatchType.JSON)
+            return True
+        except NotFoundError:
+            return False
+        except (ConflictError, InvalidError):
+            if attempt:
+                raise
+            try:
+                obj = await client.get(resource, meta["name"], namespace=meta.get("namespace"))
+            except NotFoundError:
+                return False
+    return False
