@@ -10,6 +10,7 @@ The Kubernetes adapter lives in :mod:`engine.kube`, test helpers in :mod:`engine
 
 from ._controller import Controller as Controller
 from ._controller import Reconciler as Reconciler
+from ._controller import RunObserver as RunObserver
 from ._controller import SupersedePolicy as SupersedePolicy
 from ._deps import DependencyIndex as DependencyIndex
 from ._errors import EngineError as EngineError
@@ -33,7 +34,6 @@ from ._manager import ShutdownReport as ShutdownReport
 from ._metrics import EngineMetrics as EngineMetrics
 from ._observability import Observability as Observability
 from ._observer import RunLog as RunLog
-from ._observer import RunObserver as RunObserver
 from ._observer import RunRecord as RunRecord
 from ._outcome import CancelCause as CancelCause
 from ._outcome import DependencyNotReady as DependencyNotReady
@@ -50,6 +50,7 @@ from ._ratelimit import TokenBucketLimiter as TokenBucketLimiter
 from ._ratelimit import default_rate_limiter as default_rate_limiter
 from ._refs import ObjectRef as ObjectRef
 from ._refs import Trigger as Trigger
+from ._refs import Triggerable as Triggerable
 from ._run import Run as Run
 from ._run import RunContext as RunContext
 from ._sinks import LogSink as LogSink

@@ -1,15 +1,22 @@
-"""A controller: a reconciler, its work queue, its workers and its supersede policy."""
+"""A controller: a reconciler, its work queue, its workers and its supersede policy.
+
+A controller is bound to what it reports to (an event recorder, a dependency index, run
+observers) by a :class:`ControllerWiring`, which :meth:`Manager.add_controller
+<engine.Manager.add_controller>` gives it.
+"""
 
 from __future__ import annotations
 
 import enum
 import inspect
 import logging
-from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Protocol
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Protocol
 
+import attrs
 import trio
 
+from ._deps import DependencyIndex
 from ._errors import ManagerStateError, QueueShutDown
 from ._events import EventRecorder
 from ._outcome import (
@@ -27,11 +34,14 @@ from ._refs import ObjectRef, Trigger
 from ._run import Run, RunContext
 from ._workqueue import QueueObserver, WorkQueue
 
-if TYPE_CHECKING:
-    from ._manager import Manager
-    from ._observer import RunObserver
-
-__all__ = ["Controller", "SupersedePolicy", "Reconciler", "ReconcileFunction"]
+__all__ = [
+    "Controller",
+    "ControllerWiring",
+    "SupersedePolicy",
+    "Reconciler",
+    "ReconcileFunction",
+    "RunObserver",
+]
 
 logger = logging.getLogger("engine.controller")
 
@@ -51,7 +61,48 @@ class SupersedePolicy(enum.Enum):
 
 
 class Reconciler(Protocol):
-    async def reconcile(self, ctx: RunContext) -> Result | None: ...
+    """An object whose ``reconcile`` the controller calls for each run of a key."""
+
+    async def reconcile(self, ctx: RunContext) -> Result | None:
+        """Converge the object ``ctx.ref`` names; return ``None``, a :class:`Result`, or raise.
+
+        Write it to be idempotent: a key runs again whenever it was triggered meanwhile.
+
+        Cancellation: the engine cancels a run (and records why in ``ctx.cancel_cause``) when
+        a newer trigger supersedes it, at shutdown, at the controller's ``timeout``, or when
+        leadership is lost. Let ``Cancelled`` propagate; protect a final status write with
+        ``ctx.shield(seconds)``. Superseded and shutdown-cancelled runs are not failures.
+        """
+        ...
+
+
+class RunObserver:
+    """Base class of run observers; override what you need.
+
+    Every hook is called synchronously on the engine's hot path: it must be cheap, must not
+    block and must not raise.
+    """
+
+    def on_trigger(self, controller: Controller, trigger: Trigger, superseded: Run | None) -> None:
+        """A trigger was accepted; ``superseded`` is the run it cancelled, if any."""
+
+    def on_run_started(self, controller: Controller, run: Run) -> None:
+        """A run started."""
+
+    def on_run_finished(self, controller: Controller, run: Run, outcome: Outcome) -> None:
+        """A run ended with ``outcome``."""
+
+
+@attrs.frozen
+class ControllerWiring:
+    """What a controller reports to, given to it once by :meth:`Controller.bind`."""
+
+    recorder: EventRecorder
+    """Where failure events and ``ctx.events`` go."""
+    dependencies: DependencyIndex
+    """Where a run that reported ``DependencyNotReady`` waits to be woken."""
+    observers: Sequence[RunObserver]
+    """Hooks called on every trigger and run; a live view (observers added later are seen)."""
 
 
 ReconcileFunction = Callable[[RunContext], Awaitable[Result | None]]
@@ -105,8 +156,8 @@ class Controller:
         self._runs_started = 0
         self._latest: dict[ObjectRef, Trigger] = {}
         self._running: dict[ObjectRef, Run] = {}
-        self._manager: Manager | None = None
-        self._observers: list[RunObserver] = []
+        self._wiring: ControllerWiring | None = None
+        self._observers: Sequence[RunObserver] = ()
         self._stopping = False
         self._live_workers = 0
         self.worker_failures = 0
@@ -189,24 +240,33 @@ class Controller:
         """False once a worker died on an engine error (reconciler errors never kill workers)."""
         return self.worker_failures == 0
 
-    # -- wiring (used by Manager) ------------------------------------------------------------
+    # -- lifecycle (driven by Manager) -------------------------------------------------------
 
-    def _bind(self, manager: Manager) -> None:
-        if self._manager is not None and self._manager is not manager:
+    def bind(self, wiring: ControllerWiring) -> None:
+        """Connect the controller to what it reports to. Synchronous.
+
+        :meth:`Manager.add_controller <engine.Manager.add_controller>` calls it; binding again
+        with the same wiring is a no-op, with another raises :class:`ManagerStateError`.
+        """
+        if self._wiring is not None and self._wiring is not wiring:
             raise ManagerStateError(f"controller {self.name!r} already belongs to another manager")
-        self._manager = manager
-        self._observers = manager._observers
+        self._wiring = wiring
+        self._observers = wiring.observers
 
-    def _recorder(self) -> EventRecorder:
-        if self._manager is None:
-            raise ManagerStateError(f"controller {self.name!r} is not part of a manager")
-        return self._manager.events
+    def shutdown(self) -> None:
+        """Refuse new triggers and stop handing out keys; runs in progress go on.
 
-    def _stop_intake(self) -> None:
+        Idempotent, synchronous, not a checkpoint. Keys queued or delayed are dropped;
+        ``queue.drain()`` waits for the runs in progress, and :meth:`serve` returns after them.
+        """
         self._stopping = True
         self.queue.shutdown()
 
-    def _cancel_runs(self, cause: CancelCause, reason: str, *, force: bool = False) -> int:
+    def cancel_runs(self, cause: CancelCause, reason: str, *, force: bool = False) -> int:
+        """Cancel every run in progress with ``cause``; returns how many. Not a checkpoint.
+
+        With ``force`` their ``ctx.shield`` sections are cancelled too.
+        """
         runs = list(self._running.values())
         for run in runs:
             if force:
@@ -215,12 +275,16 @@ class Controller:
                 run.cancel(cause, reason)
         return len(runs)
 
-    async def _drained(self) -> None:
-        await self.queue.drain()
+    async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Run the queue's timer and ``max_concurrent`` workers until :meth:`shutdown`.
 
-    async def _serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Run the queue's timer and ``max_concurrent`` workers until the queue is shut down."""
-        if self._manager is None:
+        ``task_status.started()`` once the workers are started. Returns once the queue is shut
+        down and every run in progress ended. Raises :class:`ManagerStateError` unless bound.
+
+        Cancellation: runs in progress end as ``SHUTDOWN`` (their observers see it, no failure
+        is recorded) and the keys they held are released; keys still queued stay queued.
+        """
+        if self._wiring is None:
             raise ManagerStateError(f"controller {self.name!r} must be added to a manager to run")
         async with trio.open_nursery() as nursery:
             await nursery.start(self.queue.run)
@@ -254,6 +318,8 @@ class Controller:
         """
         queue = self.queue
         timeout = self.timeout
+        assert self._wiring is not None
+        recorder = self._wiring.recorder
         key: ObjectRef | None = None
         while True:
             scope = trio.CancelScope()
@@ -270,7 +336,7 @@ class Controller:
                         if timeout is not None:
                             scope.deadline = run.started_at + timeout
                         try:
-                            result = await self._reconcile(RunContext(self, run))
+                            result = await self._reconcile(RunContext(run, recorder))
                         except Exception as exc:
                             outcome = self._error_outcome(run, scope, exc)
                         except BaseExceptionGroup as group:
@@ -325,9 +391,8 @@ class Controller:
             scope=scope,
         )
         self._running[key] = run
-        manager = self._manager
-        assert manager is not None
-        deps = manager.dependencies
+        assert self._wiring is not None
+        deps = self._wiring.dependencies
         deps.clear(self, key)
         run.dependency_epoch = deps.epoch
         for observer in self._observers:
@@ -345,6 +410,11 @@ class Controller:
                 observer.on_run_finished(self, run, outcome)
         finally:
             self.queue.done(key)
+
+    @property
+    def _recorder(self) -> EventRecorder:
+        assert self._wiring is not None
+        return self._wiring.recorder
 
     def _cancelled_outcome(self, run: Run) -> Outcome:
         cause = run.cause
@@ -401,13 +471,13 @@ class Controller:
                     "reconciler error", exc_info=outcome.error,
                     extra={"controller": self.name, "object": str(key), "reconcileID": run.id},
                 )
-                self._recorder().warning(key, "ReconcileFailed", summary, controller=self.name, run_id=run.id)
+                self._recorder.warning(key, "ReconcileFailed", summary, controller=self.name, run_id=run.id)
             else:
                 logger.error(
                     "reconcile deadline exceeded: %s", summary,
                     extra={"controller": self.name, "object": str(key), "reconcileID": run.id},
                 )
-                self._recorder().warning(
+                self._recorder.warning(
                     key, "ReconcileDeadlineExceeded", summary, controller=self.name, run_id=run.id
                 )
         elif kind is OutcomeKind.TERMINAL:
@@ -416,13 +486,13 @@ class Controller:
                 "terminal reconciler error: %s", _summary(outcome.error),
                 extra={"controller": self.name, "object": str(key), "reconcileID": run.id},
             )
-            self._recorder().warning(
+            self._recorder.warning(
                 key, "ReconcileTerminalError", _summary(outcome.error), controller=self.name, run_id=run.id
             )
         elif kind is OutcomeKind.DEPENDENCY_NOT_READY:
             queue.forget(key)
-            assert self._manager is not None
-            if not self._manager.dependencies.wait(self, key, outcome.dependencies, since=run.dependency_epoch):
+            assert self._wiring is not None
+            if not self._wiring.dependencies.wait(self, key, outcome.dependencies, since=run.dependency_epoch):
                 queue.add_after(key, outcome.requeue_after or 0.0)
         else:
             logger.debug(

@@ -5,18 +5,14 @@ from __future__ import annotations
 import logging
 from collections import OrderedDict
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
 
-from ._refs import ObjectRef
-
-if TYPE_CHECKING:
-    from ._controller import Controller
+from ._refs import ObjectRef, Triggerable
 
 __all__ = ["DependencyIndex"]
 
 logger = logging.getLogger("engine.dependencies")
 
-_Waiter = tuple["Controller", ObjectRef]
+_Waiter = tuple[Triggerable, ObjectRef]
 
 
 class DependencyIndex:
@@ -46,7 +42,7 @@ class DependencyIndex:
         return self._epoch
 
     def wait(
-        self, controller: Controller, key: ObjectRef, refs: Iterable[ObjectRef], *, since: int | None = None
+        self, controller: Triggerable, key: ObjectRef, refs: Iterable[ObjectRef], *, since: int | None = None
     ) -> bool:
         """Record that ``key`` of ``controller`` waits until any of ``refs`` is ready.
 
@@ -68,7 +64,7 @@ class DependencyIndex:
             self._waiters.setdefault(ref, set()).add(waiter)
         return False
 
-    def clear(self, controller: Controller, key: ObjectRef) -> None:
+    def clear(self, controller: Triggerable, key: ObjectRef) -> None:
         """Forget what ``key`` waits on (its new run decides afresh)."""
         if not self._waits_on:
             return

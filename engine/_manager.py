@@ -30,11 +30,10 @@ from typing import Any, Protocol
 import attrs
 import trio
 
-from ._controller import Controller
+from ._controller import Controller, ControllerWiring, RunObserver
 from ._deps import DependencyIndex
 from ._errors import ManagerStateError
 from ._events import EventRecorder, EventSink
-from ._observer import RunObserver
 from ._outcome import CancelCause
 from ._refs import ObjectRef
 from ._sources import Source
@@ -133,6 +132,9 @@ class Manager:
         self._services: list[Service] = []
         self._shutdown_hooks: list[ShutdownHook] = []
         self._observers: list[RunObserver] = []
+        self._wiring = ControllerWiring(
+            recorder=self.events, dependencies=self.dependencies, observers=self._observers
+        )
         self._state = _State.UNSTARTED
         self._stop_event = trio.Event()
         self._stop_reason = ""
@@ -161,7 +163,7 @@ class Manager:
         self._check_unstarted("a controller")
         if any(c.name == controller.name for c in self._controllers):
             raise ValueError(f"a controller named {controller.name!r} is already registered")
-        controller._bind(self)
+        controller.bind(self._wiring)
         self._controllers.append(controller)
         return controller
 
@@ -245,7 +247,7 @@ class Manager:
         logger.info("graceful shutdown started: %s", reason)
         self._sources_scope.cancel(reason=f"manager stopping: {reason}")
         for controller in self._controllers:
-            controller._stop_intake()
+            controller.shutdown()
         if self._state is _State.RUNNING:
             self._state = _State.STOPPING
         if self._start_wait_scope is not None:
@@ -259,7 +261,7 @@ class Manager:
         self._forced = True
         logger.warning("forced shutdown: %s", reason)
         for controller in self._controllers:
-            controller._cancel_runs(CancelCause.SHUTDOWN, f"forced shutdown: {reason}", force=True)
+            controller.cancel_runs(CancelCause.SHUTDOWN, f"forced shutdown: {reason}", force=True)
         if self._controllers_scope is not None:
             self._controllers_scope.cancel(reason=f"forced shutdown: {reason}")
         if self._services_scope is not None:
@@ -273,7 +275,7 @@ class Manager:
         logger.error("leadership lost: %s; cancelling every run and stopping", reason)
         self.stop(f"leadership lost: {reason}")
         for controller in self._controllers:
-            controller._cancel_runs(CancelCause.LEADERSHIP_LOST, f"leadership lost: {reason}", force=True)
+            controller.cancel_runs(CancelCause.LEADERSHIP_LOST, f"leadership lost: {reason}", force=True)
 
     @property
     def leadership_lost(self) -> str | None:
@@ -346,16 +348,16 @@ class Manager:
                         await gate()
                     self._start_wait_scope = None
                 for controller in self._controllers:
-                    await controllers.start(controller._serve)
+                    await controllers.start(controller.serve)
                 if not self._stop_event.is_set():
                     self._started.set()
                     task_status.started()
                 await self._stop_event.wait()
                 with trio.move_on_after(self.grace_period):
                     for controller in self._controllers:
-                        await controller._drained()
+                        await controller.queue.drain()
                 for controller in self._controllers:
-                    cancelled_runs += controller._cancel_runs(
+                    cancelled_runs += controller.cancel_runs(
                         CancelCause.SHUTDOWN,
                         f"graceful shutdown ({self._stop_reason}): grace period of {self.grace_period}s elapsed",
                     )

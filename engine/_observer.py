@@ -1,36 +1,18 @@
-"""Observing runs: hooks for metrics, the live stream and tests."""
+"""Observing runs: a log of every run, for tests and tools.
+
+The hooks themselves (:class:`RunObserver`) are defined with the controller that calls them.
+"""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import attrs
 
+from ._controller import Controller, RunObserver
 from ._outcome import Outcome, OutcomeKind
 from ._refs import ObjectRef, Trigger
 from ._run import Run
 
-if TYPE_CHECKING:
-    from ._controller import Controller
-
 __all__ = ["RunObserver", "RunRecord", "RunLog"]
-
-
-class RunObserver:
-    """Base class of run observers; override what you need.
-
-    Every hook is called synchronously on the engine's hot path: it must be cheap, must not
-    block and must not raise.
-    """
-
-    def on_trigger(self, controller: Controller, trigger: Trigger, superseded: Run | None) -> None:
-        """A trigger was accepted; ``superseded`` is the run it cancelled, if any."""
-
-    def on_run_started(self, controller: Controller, run: Run) -> None:
-        """A run started."""
-
-    def on_run_finished(self, controller: Controller, run: Run, outcome: Outcome) -> None:
-        """A run ended with ``outcome``."""
 
 
 @attrs.frozen

@@ -1,13 +1,13 @@
-"""Object references and triggers: what the queue holds and why a run happens."""
+"""Object references and triggers: what the queue holds, why a run happens, and what can be triggered."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Protocol
 
 import attrs
 
-__all__ = ["ObjectRef", "Trigger"]
+__all__ = ["ObjectRef", "Trigger", "Triggerable"]
 
 
 @attrs.frozen(order=True, cache_hash=True)
@@ -66,3 +66,30 @@ class Trigger:
     """The revision of the triggering state, if the source knows one."""
     observed_at: float = 0.0
     """trio clock time at which the trigger was raised."""
+
+
+class Triggerable(Protocol):
+    """What sources and the dependency index trigger: a :class:`engine.Controller` is one.
+
+    Both methods are synchronous and never checkpoint.
+    """
+
+    @property
+    def name(self) -> str:
+        """A name that orders targets deterministically (a controller's name)."""
+        ...
+
+    def next_sequence(self) -> int:
+        """Allocate the sequence number of one observed change (see :class:`Trigger`)."""
+        ...
+
+    def trigger(
+        self,
+        ref: ObjectRef,
+        *,
+        reason: str = "",
+        revision: str | None = None,
+        sequence: int | None = None,
+    ) -> Trigger | None:
+        """Enqueue ``ref`` because of one observed change; ``None`` if it was refused."""
+        ...

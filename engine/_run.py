@@ -5,17 +5,14 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator, MutableMapping
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import attrs
 import trio
 
-from ._events import ObjectEvents
+from ._events import EventRecorder, ObjectEvents
 from ._outcome import CancelCause, Outcome
 from ._refs import ObjectRef, Trigger
-
-if TYPE_CHECKING:
-    from ._controller import Controller
 
 __all__ = ["Run", "RunContext"]
 
@@ -50,9 +47,9 @@ class Run:
     """Under the interruptible policy: the reason of a supersede waiting for an interruptible section."""
     shields: set[trio.CancelScope] = attrs.field(factory=set)
     forced: bool = False
+    """Set by a forced shutdown: shields are cancelled, and new ones start cancelled."""
     dependency_epoch: int = 0
     """The dependency index's epoch when the run started."""
-    """Set by a forced shutdown: shields are cancelled, and new ones start cancelled."""
     outcome: Outcome | None = None
     finished_at: float | None = None
 
@@ -89,13 +86,16 @@ class _RunLogger(logging.LoggerAdapter):  # type: ignore[type-arg]
 
 
 class RunContext:
-    """What a reconciler receives: the key, the trigger, events, logging and cancellation tools."""
+    """What a reconciler receives: the key, the trigger, events, logging and cancellation tools.
 
-    __slots__ = ("_controller", "_run", "_events", "_log")
+    The controller makes one per run, with the event recorder its events go to.
+    """
 
-    def __init__(self, controller: Controller, run: Run) -> None:
-        self._controller = controller
+    __slots__ = ("_run", "_recorder", "_events", "_log")
+
+    def __init__(self, run: Run, recorder: EventRecorder) -> None:
         self._run = run
+        self._recorder = recorder
         self._events: ObjectEvents | None = None
         self._log: logging.LoggerAdapter[logging.Logger] | None = None
 
@@ -120,7 +120,8 @@ class RunContext:
 
     @property
     def controller(self) -> str:
-        return self._controller.name
+        """The name of the controller running this reconcile."""
+        return self._run.controller
 
     @property
     def cancel_cause(self) -> CancelCause | None:
@@ -131,9 +132,8 @@ class RunContext:
     def events(self) -> ObjectEvents:
         """Emit events about this object: ``ctx.events.normal(reason, message)``. Never awaits."""
         if self._events is None:
-            self._events = self._controller._recorder().for_object(
-                self._run.key, controller=self._controller.name, run_id=self._run.id
-            )
+            run = self._run
+            self._events = self._recorder.for_object(run.key, controller=run.controller, run_id=run.id)
         return self._events
 
     @property
@@ -141,10 +141,11 @@ class RunContext:
         """A logger whose records carry ``controller``, ``object`` and ``reconcileID``."""
         if self._log is None:
             key = self._run.key
+            controller = self._run.controller
             self._log = _RunLogger(
-                logging.getLogger(f"engine.reconciler.{self._controller.name}"),
+                logging.getLogger(f"engine.reconciler.{controller}"),
                 {
-                    "controller": self._controller.name,
+                    "controller": controller,
                     "object": str(key),
                     "namespace": key.namespace,
                     "object_name": key.name,

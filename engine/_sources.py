@@ -2,7 +2,9 @@
 
 Read-your-trigger: a source raises a trigger only after the state it announces is readable
 by the reconciler (for example, after a cache was updated). Every trigger goes through
-``Controller.trigger``, so a supersede is never separated from its enqueue.
+its target's ``trigger`` (:meth:`Controller.trigger <engine.Controller.trigger>`), so a
+supersede is never separated from its enqueue. A source's target is any
+:class:`~engine.Triggerable`; a controller is one.
 """
 
 from __future__ import annotations
@@ -14,8 +16,7 @@ from typing import Generic, Protocol, TypeVar
 import attrs
 import trio
 
-from ._controller import Controller
-from ._refs import ObjectRef
+from ._refs import ObjectRef, Triggerable
 
 __all__ = ["Source", "Change", "ChannelSource", "TimerSource", "MappedSource"]
 
@@ -25,7 +26,13 @@ T = TypeVar("T")
 class Source(Protocol):
     """Something the manager runs in its sources nursery, cancelled first at shutdown."""
 
-    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None: ...
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Raise triggers until cancelled; call ``task_status.started()`` once running.
+
+        Cancellation: the manager cancels sources first at shutdown; a source must stop at
+        once and must not have raised half of the triggers of one observation.
+        """
+        ...
 
 
 @attrs.frozen
@@ -45,11 +52,16 @@ class ChannelSource:
     channel.
     """
 
-    def __init__(self, controller: Controller, receive: trio.MemoryReceiveChannel[ObjectRef | Change]) -> None:
+    def __init__(self, controller: Triggerable, receive: trio.MemoryReceiveChannel[ObjectRef | Change]) -> None:
         self.controller = controller
         self._receive = receive
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Trigger for each item received until the channel is closed; ``started()`` at once.
+
+        Cancellation: stops at once; an item is either received and triggered or left in the
+        channel, never lost in between (triggering does not checkpoint).
+        """
         task_status.started()
         async for item in self._receive:
             if isinstance(item, Change):
@@ -64,7 +76,7 @@ class TimerSource:
 
     def __init__(
         self,
-        controller: Controller,
+        controller: Triggerable,
         keys: Callable[[], Iterable[ObjectRef]],
         *,
         interval: float,
@@ -82,6 +94,11 @@ class TimerSource:
         self._rng = rng or random.Random()
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Trigger every key each interval, forever; ``started()`` at once.
+
+        Cancellation: stops at once, while sleeping; a resync round is never cut in half (it
+        does not checkpoint).
+        """
         task_status.started()
         while True:
             spread = self._interval * self._jitter
@@ -101,7 +118,7 @@ class MappedSource(Generic[T]):
 
     def __init__(
         self,
-        controller: Controller,
+        controller: Triggerable,
         mapper: Callable[[T], Iterable[ObjectRef]],
         receive: trio.MemoryReceiveChannel[T] | None = None,
         *,
@@ -129,6 +146,12 @@ class MappedSource(Generic[T]):
         return len(seen)
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Handle each event received until the channel is closed (without ``receive``, just
+        wait until cancelled); ``started()`` at once.
+
+        Cancellation: stops at once; an event is either received and handled or left in the
+        channel (handling does not checkpoint).
+        """
         task_status.started()
         if self._receive is None:
             await trio.sleep_forever()
