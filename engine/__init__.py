@@ -19,7 +19,9 @@ from ._errors import QueueShutDown as QueueShutDown
 from ._events import Event as Event
 from ._events import EventCorrelator as EventCorrelator
 from ._events import EventRecorder as EventRecorder
+from ._events import EventRecorderStatistics as EventRecorderStatistics
 from ._events import EventSink as EventSink
+from ._events import EventSinkStatistics as EventSinkStatistics
 from ._events import EventType as EventType
 from ._events import ObjectEvents as ObjectEvents
 from ._http import parse_bind_address as parse_bind_address

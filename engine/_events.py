@@ -28,6 +28,8 @@ __all__ = [
     "EventRecorder",
     "ObjectEvents",
     "EventCorrelator",
+    "EventRecorderStatistics",
+    "EventSinkStatistics",
 ]
 
 logger = logging.getLogger("engine.events")
@@ -70,6 +72,28 @@ class EventSink(Protocol):
     async def deliver(self, event: Event) -> None:
         """Deliver one event. Raise to report it lost (it is counted as failed)."""
         ...
+
+
+@attrs.frozen
+class EventSinkStatistics:
+    """Counters of one sink, in :class:`EventRecorderStatistics`."""
+
+    delivered: int
+    """Events the sink's ``deliver`` returned for."""
+    failed: int
+    """Events the sink's ``deliver`` raised for."""
+
+
+@attrs.frozen
+class EventRecorderStatistics:
+    """A snapshot of an :class:`EventRecorder`'s counters."""
+
+    emitted: int
+    """Calls to ``emit`` (including events dropped afterwards)."""
+    sinks: Mapping[str, EventSinkStatistics]
+    """Counters per sink name."""
+    drops: Mapping[tuple[str, str], int]
+    """Dropped events by ``(sink name, reason)``, as :meth:`EventRecorder.drops` returns them."""
 
 
 @attrs.define
@@ -266,16 +290,16 @@ class EventRecorder:
         """
         return dict(self._drops)
 
-    def statistics(self) -> dict[str, Any]:
-        """Counters: emitted, per-sink delivered/failed, drops."""
-        return {
-            "emitted": self._emitted,
-            "sinks": {
-                slot.sink.name: {"delivered": slot.delivered, "failed": slot.failed}
+    def statistics(self) -> EventRecorderStatistics:
+        """A snapshot of the counters: emitted, per-sink delivered/failed, drops."""
+        return EventRecorderStatistics(
+            emitted=self._emitted,
+            sinks={
+                slot.sink.name: EventSinkStatistics(delivered=slot.delivered, failed=slot.failed)
                 for slot in self._slots
             },
-            "drops": self.drops(),
-        }
+            drops=self.drops(),
+        )
 
     # -- running -----------------------------------------------------------------------------
 

@@ -344,11 +344,11 @@ class _Collector:
                 live.add_metric(labels, controller.live_workers)
                 dead.add_metric(labels, controller.worker_failures)
             stats_ev = manager.events.statistics()
-            emitted.add_metric([], stats_ev["emitted"])
-            for sink, counts in stats_ev["sinks"].items():
-                delivered.add_metric([sink], counts["delivered"])
-                failed.add_metric([sink], counts["failed"])
-            for (sink, reason), count in sorted(stats_ev["drops"].items()):
+            emitted.add_metric([], stats_ev.emitted)
+            for sink, counts in stats_ev.sinks.items():
+                delivered.add_metric([sink], counts.delivered)
+                failed.add_metric([sink], counts.failed)
+            for (sink, reason), count in sorted(stats_ev.drops.items()):
                 dropped.add_metric([sink, reason], count)
             wakeups.add_metric([], manager.dependencies.wakeups)
             if owner.drain_seconds is not None:

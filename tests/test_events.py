@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import attrs
+import pytest
 import trio
 import trio.testing
 
@@ -8,6 +10,8 @@ from engine import (
     Event,
     EventCorrelator,
     EventRecorder,
+    EventRecorderStatistics,
+    EventSinkStatistics,
     EventType,
     Manager,
     MemorySink,
@@ -44,7 +48,24 @@ async def test_emit_never_awaits_and_counts_drops_when_the_buffer_is_full() -> N
         for i in range(10):
             recorder.normal(A, "Progressing", f"step {i}")
     assert recorder.drops() == {("*", "buffer_full"): 7}
-    assert recorder.statistics()["emitted"] == 10
+    assert recorder.statistics().emitted == 10
+
+
+async def test_statistics_is_a_frozen_snapshot() -> None:
+    recorder = EventRecorder(buffer_size=1)
+    recorder.add_sink(MemorySink())
+    recorder.normal(A, "Progressing", "one")
+    recorder.normal(A, "Progressing", "two")
+    stats = recorder.statistics()
+    assert stats == EventRecorderStatistics(
+        emitted=2,
+        sinks={"memory": EventSinkStatistics(delivered=0, failed=0)},
+        drops={("*", "buffer_full"): 1},
+    )
+    with pytest.raises(attrs.exceptions.FrozenInstanceError):
+        stats.emitted = 0  # type: ignore[misc]
+    recorder.normal(A, "Progressing", "three")
+    assert stats.emitted == 2 and stats.drops == {("*", "buffer_full"): 1}
 
 
 async def test_emit_never_raises_even_with_bad_input() -> None:
@@ -77,7 +98,7 @@ async def test_a_stuck_sink_delays_neither_other_sinks_nor_reconciles(autojump_c
     drops = manager.events.drops()
     assert drops[("stuck", "queue_full")] == 100 - 1 - 4
     assert drops[("stuck", "not_flushed")] == 4
-    assert manager.events.statistics()["sinks"]["broken"] == {"delivered": 0, "failed": 100}
+    assert manager.events.statistics().sinks["broken"] == EventSinkStatistics(delivered=0, failed=100)
 
 
 async def test_identical_events_are_counted(autojump_clock: trio.testing.MockClock) -> None:

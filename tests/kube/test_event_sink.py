@@ -13,7 +13,7 @@ import pytest
 import trio
 import trio.testing
 
-from engine import Controller, Event, EventType, Manager, ObjectRef, RunContext
+from engine import Controller, Event, EventSinkStatistics, EventType, Manager, ObjectRef, RunContext
 from engine.kube import (
     EVENTS_RESOURCE,
     Client,
@@ -269,4 +269,4 @@ async def test_a_manager_delivers_reconcile_events_through_the_sink(
             manager.stop()
         stored = [e for e in await events_in(c) if e["reason"] == "Applied"]
         assert len(stored) == 1 and stored[0]["series"]["count"] == 2
-        assert manager.events.statistics()["sinks"]["kubernetes"] == {"delivered": 2, "failed": 0}
+        assert manager.events.statistics().sinks["kubernetes"] == EventSinkStatistics(delivered=2, failed=0)
