@@ -70,7 +70,15 @@ class EventSink(Protocol):
     name: str
 
     async def deliver(self, event: Event) -> None:
-        """Deliver one event. Raise to report it lost (it is counted as failed)."""
+        """Deliver one event. Raise to report it lost (it is counted as failed).
+
+        The recorder calls it from the sink's own task, one event at a time; it may take long.
+
+        Cancellation: the recorder cancels it when a shutdown's ``event_flush_timeout``
+        elapses; give up the delivery in flight and let ``Cancelled`` propagate. That event
+        counts as neither delivered nor failed; those queued behind it count as
+        ``not_flushed``.
+        """
         ...
 
 
@@ -306,9 +314,11 @@ class EventRecorder:
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Dispatch events to sinks until :meth:`close`, then let sinks drain.
 
-        Returns once every sink delivered what it had queued. If cancelled (the flush timeout
-        of a shutdown), undelivered events are counted as ``not_flushed`` per sink. Either way,
-        sinks with an ``aclose()`` method are closed (shielded, at most 1 s each).
+        Returns once every sink delivered what it had queued. Either way, sinks with an
+        ``aclose()`` method are closed (shielded, at most 1 s each).
+
+        Cancellation: (the flush timeout of a shutdown) deliveries in flight are abandoned and
+        events still queued for a sink are counted as ``not_flushed``; sinks are still closed.
         """
         try:
             async with trio.open_nursery() as nursery:
@@ -372,7 +382,10 @@ class EventRecorder:
             self._send.close()
 
     async def wait_flushed(self) -> None:
-        """Wait until :meth:`run` has returned (everything delivered, or it was cancelled)."""
+        """Wait until :meth:`run` has returned (everything delivered, or it was cancelled).
+
+        Cancellation: a checkpoint; nothing changes.
+        """
         await self._done.wait()
 
 

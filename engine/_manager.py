@@ -58,11 +58,19 @@ class LeaderElection(Protocol):
     def is_leader(self) -> bool: ...
 
     async def run(self, *, task_status: trio.TaskStatus[None] = ...) -> None:
-        """Acquire and renew leadership until cancelled; ``started()`` once running."""
+        """Acquire and renew leadership until cancelled; ``started()`` once running.
+
+        Cancellation: the manager cancels it last, with its services; it must stop at once
+        (a lease still held then expires on its own).
+        """
         ...
 
     async def wait_leading(self) -> None:
-        """Return once this process holds leadership."""
+        """Return once this process holds leadership.
+
+        Cancellation: a checkpoint; nothing changes. The manager cancels the wait when it
+        is stopped before leadership was acquired.
+        """
         ...
 
     def on_lost(self, callback: Callable[[str], None]) -> None:
@@ -71,7 +79,13 @@ class LeaderElection(Protocol):
         ...
 
     async def release(self) -> None:
-        """Give leadership up at once so a standby takes over (graceful shutdown)."""
+        """Give leadership up at once so a standby takes over (graceful shutdown).
+
+        Errors are logged by the manager, not raised further.
+
+        Cancellation: a forced shutdown (or cancelling :meth:`Manager.run`) cancels it; the
+        lease may then stay held until it expires.
+        """
         ...
 
 
@@ -224,6 +238,12 @@ class Manager:
         return self._state in (_State.STOPPING, _State.STOPPED)
 
     async def wait_started(self) -> None:
+        """Return once every controller and source started (see :attr:`started`).
+
+        It never returns for a manager that was stopped before it started.
+
+        Cancellation: a checkpoint; nothing changes.
+        """
         await self._started.wait()
 
     # -- readiness ---------------------------------------------------------------------------
@@ -310,8 +330,14 @@ class Manager:
         """Run until :meth:`stop`, a signal, or :meth:`force_stop`; then shut down gracefully.
 
         ``task_status.started()`` is called once every controller and source is running.
-        Returns a :class:`ShutdownReport`. A manager runs once. If the surrounding scope is
-        cancelled, runs are cancelled with it (no grace period) and ``Cancelled`` propagates.
+        Returns a :class:`ShutdownReport`. A manager runs once; a second call raises
+        :class:`ManagerStateError`.
+
+        Cancellation: (the surrounding scope is cancelled) everything is cancelled at once,
+        with no grace period: runs end as ``SHUTDOWN`` (no failure recorded), event sinks are
+        not flushed (what they had queued counts as ``not_flushed``), shutdown hooks do not
+        run and leadership is not released; then ``Cancelled`` propagates and no report is
+        returned. Use :meth:`stop` for a graceful shutdown.
         """
         if self._state is not _State.UNSTARTED:
             raise ManagerStateError("Manager.run() can only be called once")

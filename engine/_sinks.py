@@ -28,13 +28,19 @@ class MemorySink:
         self._changed = trio.Event()
 
     async def deliver(self, event: Event) -> None:
-        """Append the event; a checkpoint-free, instant delivery."""
+        """Append the event to :attr:`events` and wake :meth:`wait_for`.
+
+        Cancellation: not a checkpoint; the event is always appended.
+        """
         self.events.append(event)
         self._changed.set()
         self._changed = trio.Event()
 
     async def wait_for(self, count: int) -> None:
-        """Wait until at least ``count`` events were delivered. If cancelled, nothing changes."""
+        """Wait until at least ``count`` events were delivered.
+
+        Cancellation: a checkpoint (when it waits); nothing changes.
+        """
         while len(self.events) < count:
             await self._changed.wait()
 
@@ -47,6 +53,10 @@ class LogSink:
         self._logger = logging.getLogger(logger_name)
 
     async def deliver(self, event: Event) -> None:
+        """Log the event: ``WARNING`` for a warning event, ``INFO`` otherwise.
+
+        Cancellation: not a checkpoint; the record is always written.
+        """
         level = logging.WARNING if event.type is EventType.WARNING else logging.INFO
         self._logger.log(
             level,
@@ -132,6 +142,12 @@ class WebhookSink:
         return f"WebhookSink(name={self.name!r}, url={self.url!r})"
 
     async def deliver(self, event: Event) -> None:
+        """POST the event, retrying as the class describes; raise :class:`WebhookDeliveryError`
+        once it is refused (4xx other than 429) or the attempts are spent.
+
+        Cancellation: the attempt in flight (or the backoff sleep) is abandoned; the endpoint
+        may or may not have received the event.
+        """
         client = self._client
         if client is None:
             client = self._client = httpx.AsyncClient(timeout=None)
@@ -168,7 +184,10 @@ class WebhookSink:
         )
 
     async def aclose(self) -> None:
-        """Close the HTTP client this sink opened. If cancelled, the client is still closed."""
+        """Close the sink's HTTP client (the one it opened, or the one it was given).
+
+        Cancellation: shielded; the client is closed even if the caller is cancelled.
+        """
         if self._client is not None:
             with trio.CancelScope(shield=True):
                 await self._client.aclose()

@@ -208,7 +208,9 @@ class WorkQueue(Generic[K]):
         """Wait for a ready key and hand it to the caller, who must later call :meth:`done`.
 
         Raises :class:`QueueShutDown` once the queue is shut down; keys still ready then are
-        dropped. If cancelled, no key is taken and the queue is unchanged.
+        dropped.
+
+        Cancellation: a checkpoint; if cancelled, no key is taken and the queue is unchanged.
         """
         if self._shut:
             raise QueueShutDown(f"work queue {self.name!r} is shut down")
@@ -288,14 +290,16 @@ class WorkQueue(Generic[K]):
     async def drain(self) -> None:
         """Wait until the queue is shut down and every handed-out key is ``done``.
 
-        If cancelled, nothing changes; call again to keep waiting.
+        Cancellation: a checkpoint; nothing changes; call again to keep waiting.
         """
         await self._idle.wait()
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Run the timer that moves delayed keys to the ready channel, until :meth:`shutdown`.
 
-        If cancelled, delayed keys stay pending; they are delivered if the timer runs again.
+        ``task_status.started()`` at once.
+
+        Cancellation: delayed keys stay pending; they are delivered if the timer runs again.
         """
         with trio.CancelScope() as timer_scope:
             self._timer_scope = timer_scope

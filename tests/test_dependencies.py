@@ -5,6 +5,7 @@ import trio.testing
 
 from engine import (
     Controller,
+    DependencyIndex,
     DependencyNotReady,
     Manager,
     ObjectRef,
@@ -14,6 +15,7 @@ from engine import (
     RunContext,
     RunLog,
     RunObserver,
+    Trigger,
     WebhookSink,
 )
 
@@ -152,3 +154,32 @@ async def test_dependency_ready_during_the_dependents_run_wakes_it_at_once(autoj
         await trio.sleep(5)
     assert len(starts) == 2
     assert starts[1] - starts[0] < 1.001
+
+
+class Target:
+    """A trigger target that is not a controller: the index needs only ``name`` and ``trigger``."""
+
+    def __init__(self, name: str, woken: list[tuple[str, ObjectRef, str]]) -> None:
+        self.name = name
+        self._woken = woken
+
+    def next_sequence(self) -> int:
+        return 0
+
+    def trigger(
+        self, ref: ObjectRef, *, reason: str = "", revision: str | None = None, sequence: int | None = None
+    ) -> Trigger | None:
+        self._woken.append((self.name, ref, reason))
+        return None
+
+
+def test_the_index_wakes_any_triggerable_in_name_order() -> None:
+    woken: list[tuple[str, ObjectRef, str]] = []
+    later, first = Target("later", woken), Target("first", woken)
+    index = DependencyIndex()
+    assert index.wait(later, A, [B]) is False
+    assert index.wait(first, A, [B]) is False
+    assert index.waiting_on(B) == {A}
+    assert index.mark_ready(B) == 2
+    assert woken == [("first", A, f"dependency {B} ready"), ("later", A, f"dependency {B} ready")]
+    assert index.mark_ready(B) == 0

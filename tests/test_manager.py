@@ -173,6 +173,38 @@ async def test_duplicate_controller_name_is_refused() -> None:
         manager.add_controller(Controller("c", reconcile))
 
 
+async def test_a_controller_belongs_to_one_manager() -> None:
+    async def reconcile(ctx: RunContext) -> None:
+        pass
+
+    controller = Controller("c", reconcile)
+    Manager(handle_signals=False).add_controller(controller)
+    with pytest.raises(ManagerStateError, match=r"^controller 'c' already belongs to another manager$"):
+        Manager(handle_signals=False).add_controller(controller)
+
+
+async def test_an_unbound_controller_cannot_serve() -> None:
+    async def reconcile(ctx: RunContext) -> None:
+        pass
+
+    with pytest.raises(ManagerStateError, match=r"^controller 'c' must be added to a manager to run$"):
+        await Controller("c", reconcile).serve()
+
+
+async def test_observers_added_after_the_controller_see_its_runs(autojump_clock: trio.testing.MockClock) -> None:
+    async def reconcile(ctx: RunContext) -> None:
+        pass
+
+    manager = Manager(handle_signals=False)
+    controller = manager.add_controller(Controller("c", reconcile))
+    log = RunLog()
+    manager.add_observer(log)
+    async with running(manager):
+        controller.trigger(FAST)
+        await trio.testing.wait_all_tasks_blocked()
+    assert log.kinds(FAST) == [OutcomeKind.SUCCEEDED]
+
+
 async def test_stop_before_run_returns_promptly(autojump_clock: trio.testing.MockClock) -> None:
     manager = Manager(handle_signals=False)
     manager.stop("early")

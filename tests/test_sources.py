@@ -17,6 +17,8 @@ from engine import (
     RunLog,
     SupersedePolicy,
     TimerSource,
+    Trigger,
+    Triggerable,
 )
 
 from ._support import running
@@ -124,3 +126,39 @@ async def test_read_your_trigger(autojump_clock: trio.testing.MockClock) -> None
             await trio.sleep(rng.choice([0, 0.001, 0.02]))
         await trio.sleep(5)
     assert violations == []
+
+
+class Target:
+    """A trigger target that is not a controller."""
+
+    name = "target"
+
+    def __init__(self) -> None:
+        self.sequence = 0
+        self.triggers: list[Trigger] = []
+
+    def next_sequence(self) -> int:
+        self.sequence += 1
+        return self.sequence
+
+    def trigger(
+        self, ref: ObjectRef, *, reason: str = "", revision: str | None = None, sequence: int | None = None
+    ) -> Trigger | None:
+        trig = Trigger(ref=ref, sequence=self.next_sequence() if sequence is None else sequence, reason=reason,
+                       revision=revision)
+        self.triggers.append(trig)
+        return trig
+
+
+async def test_sources_trigger_any_triggerable(autojump_clock: trio.testing.MockClock) -> None:
+    target = Target()
+    checked: Triggerable = target
+    mapped = MappedSource(checked, lambda ref: BUNDLES if ref == SRC else [], reason="source changed")
+    assert mapped.handle_many([SRC, SRC], revision="r2") == 3
+    assert target.triggers == [Trigger(ref=b, sequence=1, reason="source changed", revision="r2") for b in BUNDLES]
+    send, receive = trio.open_memory_channel[ObjectRef | Change](1)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(ChannelSource(target, receive).run)
+        async with send:
+            await send.send(Change(SRC, reason="created"))
+    assert target.triggers[-1] == Trigger(ref=SRC, sequence=2, reason="created")
