@@ -18,7 +18,7 @@ from ._faults import FaultScope as FaultScope
 from ._memory import MemoryTransport as MemoryTransport
 from ._resources import ResourceType as ResourceType
 from ._server import ApiServer as ApiServer
-from ._store import Store as Store
+from ._storage import Store as Store
 
 __all__ = [
     "ApiServer",

@@ -20,7 +20,7 @@ from ._patch import json_patch, merge_patch, strategic_merge_patch
 from ._protobuf import decode_protobuf
 from ._resources import BUILTIN_TYPES, ResourceType
 from ._selectors import FieldSelector, LabelSelector, parse_field_selector, parse_label_selector
-from ._store import Change, Store, Subscription
+from ._storage import Change, Store, Subscription
 
 __all__ = ["Router", "SERVER_VERSION"]
 

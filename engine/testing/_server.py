@@ -23,7 +23,7 @@ from ._errors import ApiServerError
 from ._faults import Faults
 from ._http import serve_http
 from ._memory import MemoryTransport
-from ._store import Store
+from ._storage import Store
 from ._tls import TlsMaterial, common_name
 
 __all__ = ["ApiServer"]
