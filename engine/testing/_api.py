@@ -20,7 +20,7 @@ from ._patch import json_patch, merge_patch, strategic_merge_patch
 from ._protobuf import decode_protobuf
 from ._resources import BUILTIN_TYPES, ResourceType
 from ._selectors import FieldSelector, LabelSelector, parse_field_selector, parse_label_selector
-from ._storage import Change, Store, Subscription
+from ._storage import Change, ObjectStorage, Subscription
 
 __all__ = ["Router", "SERVER_VERSION"]
 
@@ -95,7 +95,7 @@ class Router:
     ``bookmark_interval`` is in seconds of trio time.
     """
 
-    store: Store
+    store: ObjectStorage
     faults: Faults
     bookmark_interval: float = 60.0
     require_identity: bool = False
