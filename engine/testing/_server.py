@@ -220,8 +220,11 @@ class ApiServer:
 
         def connect(server_side: trio.abc.Stream) -> None:
             if self._nursery is None:
-                raise RuntimeError("the server has stopped")
-            self._nursery.start_soon(self._serve_memory, server_side)
+                raise ApiServerError("the server has stopped")
+            try:
+                self._nursery.start_soon(self._serve_memory, server_side)
+            except RuntimeError as exc:
+                raise ApiServerError("the server is stopping") from exc
 
         return MemoryTransport(connect)
 
