@@ -7,8 +7,12 @@ Start with :class:`ApiServer`::
             ...
 
 ``ApiServer(listen=False)`` with :meth:`ApiServer.memory_transport` runs without sockets, so a
-whole system can run inside one trio run under ``MockClock``. ``api.faults`` injects failures.
+whole system can run inside one trio run under ``MockClock``. ``api.faults`` injects failures;
+``api.store`` is the server's :class:`ObjectStorage`, for seeding and inspecting state.
 """
+
+import warnings as _warnings
+from typing import Any as _Any
 
 from ._errors import ApiServerError as ApiServerError
 from ._errors import RequestRejected as RequestRejected
@@ -18,7 +22,7 @@ from ._faults import FaultScope as FaultScope
 from ._memory import MemoryTransport as MemoryTransport
 from ._resources import ResourceType as ResourceType
 from ._server import ApiServer as ApiServer
-from ._store import Store as Store
+from ._storage import ObjectStorage as ObjectStorage
 
 __all__ = [
     "ApiServer",
@@ -27,11 +31,23 @@ __all__ = [
     "FaultScope",
     "Faults",
     "MemoryTransport",
+    "ObjectStorage",
     "RequestRejected",
     "ResourceType",
-    "Store",
 ]
 
 for _name in __all__:
     globals()[_name].__module__ = __name__
 del _name
+
+
+def __getattr__(name: str) -> _Any:
+    if name == "Store":
+        _warnings.warn(
+            "engine.testing.Store is deprecated: it is now engine.testing.ObjectStorage "
+            "(engine.kube.Store is the informer cache, a different thing)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return ObjectStorage
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

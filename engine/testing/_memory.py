@@ -13,6 +13,8 @@ import httpx
 import trio
 import trio.testing
 
+from ._errors import ApiServerError
+
 __all__ = ["MemoryTransport", "MemoryBackend"]
 
 Connector = Callable[[trio.abc.Stream], None]
@@ -57,7 +59,8 @@ class _MemoryStream(httpcore.AsyncNetworkStream):
 
 class MemoryBackend(httpcore.AsyncNetworkBackend):
     """An httpcore network backend whose every connection is a fresh memory stream pair; the
-    server half is handed to ``connect``."""
+    server half is handed to ``connect``, which raises :class:`ApiServerError` when the server
+    cannot take it (the connection then fails with ``httpcore.ConnectError``)."""
 
     def __init__(self, connect: Connector) -> None:
         self._connect = connect
@@ -73,7 +76,7 @@ class MemoryBackend(httpcore.AsyncNetworkBackend):
         client, server = trio.testing.memory_stream_pair()
         try:
             self._connect(server)
-        except RuntimeError as exc:
+        except ApiServerError as exc:
             raise httpcore.ConnectError(f"the embedded API server is not running: {exc}") from exc
         await trio.lowlevel.checkpoint()
         return _MemoryStream(client)

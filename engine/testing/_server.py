@@ -23,7 +23,7 @@ from ._errors import ApiServerError
 from ._faults import Faults
 from ._http import serve_http
 from ._memory import MemoryTransport
-from ._store import Store
+from ._storage import ObjectStorage
 from ._tls import TlsMaterial, common_name
 
 __all__ = ["ApiServer"]
@@ -72,7 +72,7 @@ class ApiServer:
     wall_clock: Callable[[], float] = time.time
     faults: Faults = attrs.field(factory=Faults, init=False, repr=False)
     """Fault injection; see :class:`~engine.testing.Faults`."""
-    store: Store = attrs.field(init=False, repr=False)
+    store: ObjectStorage = attrs.field(init=False, repr=False)
     """The object store (synchronous; for seeding and inspecting state from tests)."""
     _router: Router = attrs.field(init=False, repr=False)
     _state: _State = attrs.field(default=_State.UNOPENED, init=False, repr=False)
@@ -86,7 +86,7 @@ class ApiServer:
             raise ValueError("bookmark_interval must be > 0")
         if self.tls and not self.listen:
             raise ValueError("tls=True needs listen=True: the memory transport is plain HTTP")
-        self.store = Store(
+        self.store = ObjectStorage(
             history_size=self.history_size, watch_buffer=self.watch_buffer, seed=self.seed, wall_clock=self.wall_clock
         )
         self._router = Router(self.store, self.faults, bookmark_interval=self.bookmark_interval)
@@ -220,8 +220,11 @@ class ApiServer:
 
         def connect(server_side: trio.abc.Stream) -> None:
             if self._nursery is None:
-                raise RuntimeError("the server has stopped")
-            self._nursery.start_soon(self._serve_memory, server_side)
+                raise ApiServerError("the server has stopped")
+            try:
+                self._nursery.start_soon(self._serve_memory, server_side)
+            except RuntimeError as exc:
+                raise ApiServerError("the server is stopping") from exc
 
         return MemoryTransport(connect)
 

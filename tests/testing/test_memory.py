@@ -26,6 +26,14 @@ async def test_memory_transport_keeps_connections_alive(autojump_clock: trio.tes
             assert len(pool.connections) == 1
 
 
+async def test_a_stopped_server_refuses_new_memory_connections(autojump_clock: trio.testing.MockClock) -> None:
+    async with ApiServer(listen=False) as api:
+        transport = api.memory_transport()
+    async with httpx.AsyncClient(transport=transport, base_url=api.url) as client:
+        with pytest.raises(httpx.ConnectError, match=r"^the embedded API server is not running: the server has stopped$"):
+            await client.get(CM)
+
+
 async def test_bookmarks_and_timeouts_follow_trio_clock(autojump_clock: trio.testing.MockClock) -> None:
     async with ApiServer(listen=False, bookmark_interval=30) as api:
         async with httpx.AsyncClient(transport=api.memory_transport(), base_url=api.url, timeout=None) as client:

@@ -1,0 +1,33 @@
+"""Building HTTP responses: JSON bodies, ``Status`` failures, objects with their type."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from ._errors import RequestRejected
+from ._http import Response
+from ._resources import ResourceType
+
+__all__ = ["json_response", "status_response", "typed"]
+
+_JSON = [("content-type", "application/json")]
+
+
+def json_response(status: int, body: Any, headers: list[tuple[str, str]] | None = None) -> Response:
+    """A compact JSON response."""
+    return Response(status, _JSON + (headers or []), json.dumps(body, separators=(",", ":")).encode())
+
+
+def status_response(exc: RequestRejected, headers: list[tuple[str, str]] | None = None) -> Response:
+    """The ``Status`` body of ``exc`` with its HTTP status code."""
+    return json_response(exc.code, exc.status, headers)
+
+
+def typed(rt: ResourceType, obj: dict[str, Any]) -> dict[str, Any]:
+    """``obj`` with ``apiVersion`` and ``kind`` of ``rt`` first, as the server answers it."""
+    return {
+        "apiVersion": rt.api_version,
+        "kind": rt.kind,
+        **{k: v for k, v in obj.items() if k not in ("apiVersion", "kind")},
+    }

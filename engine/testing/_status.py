@@ -1,0 +1,73 @@
+"""The failures the embedded server answers with, built the way the real API server words them.
+
+Each function returns a :class:`RequestRejected` carrying the complete ``Status`` body; callers
+raise it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ._errors import RequestRejected
+from ._resources import ResourceType
+
+__all__ = ["not_found", "already_exists", "invalid", "conflict"]
+
+
+def _resource(rt: ResourceType) -> str:
+    return f"{rt.plural}.{rt.group}" if rt.group else rt.plural
+
+
+def not_found(rt: ResourceType, name: str) -> RequestRejected:
+    """404 NotFound for the object ``name`` of ``rt``."""
+    return RequestRejected(
+        404,
+        "NotFound",
+        f'{_resource(rt)} "{name}" not found',
+        details={"name": name, "group": rt.group, "kind": rt.plural},
+    )
+
+
+def already_exists(rt: ResourceType, name: str) -> RequestRejected:
+    """409 AlreadyExists for a create of an existing ``name``."""
+    return RequestRejected(
+        409,
+        "AlreadyExists",
+        f'{_resource(rt)} "{name}" already exists',
+        details={"name": name, "group": rt.group, "kind": rt.plural},
+    )
+
+
+def invalid(rt: ResourceType, name: str, causes: list[tuple[str, str]]) -> RequestRejected:
+    """422 Invalid; ``causes`` are ``(field, message)`` pairs."""
+    qualified = f"{rt.kind}.{rt.group}" if rt.group else rt.kind
+    text = ", ".join(f"{field}: {message}" for field, message in causes)
+    return RequestRejected(
+        422,
+        "Invalid",
+        f'{qualified} "{name}" is invalid: {text}',
+        details={
+            "name": name,
+            "group": rt.group,
+            "kind": rt.kind,
+            "causes": [
+                {"reason": "FieldValueInvalid", "message": message, "field": field}
+                for field, message in causes
+            ],
+        },
+    )
+
+
+def conflict(
+    rt: ResourceType, name: str, message: str, causes: list[dict[str, str]] | None = None
+) -> RequestRejected:
+    """409 Conflict on the object ``name``: ``Operation cannot be fulfilled ...: message``."""
+    details: dict[str, Any] = {"name": name, "group": rt.group, "kind": rt.plural}
+    if causes:
+        details["causes"] = causes
+    return RequestRejected(
+        409,
+        "Conflict",
+        f'Operation cannot be fulfilled on {_resource(rt)} "{name}": {message}',
+        details=details,
+    )

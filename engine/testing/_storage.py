@@ -1,0 +1,617 @@
+"""Object storage: API semantics over per-resource maps, resourceVersions and the watch history.
+
+Every method is synchronous and never awaits, so each operation is atomic with respect to every
+other task: there are no locks. Stored objects are never mutated after they are stored; every
+write stores a fresh copy.
+
+Semantics kept from the real API server: one global, monotonically increasing resourceVersion;
+``uid``, ``creationTimestamp`` and ``generation`` (bumped when anything outside ``metadata`` and,
+with a status subresource, ``status`` changes, and when deletion starts); optimistic concurrency;
+namespaces that must exist; watches replayed from a bounded history. The rest lives next door:
+per-type validation and defaults in :mod:`._strategies`, field ownership and server-side apply
+in :mod:`._apply`, deletion and garbage collection in :mod:`._deletion`.
+
+Simplified: lists always read the latest state (``resourceVersion`` and ``resourceVersionMatch``
+on lists are ignored) and a ``continue`` token resumes after the last key of the previous page
+rather than from a snapshot. Core ``v1`` events and ``events.k8s.io/v1`` events are stored
+separately. There is no persistence.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import bisect
+import collections
+import copy
+import json
+import logging
+import operator
+import random
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import attrs
+import trio
+
+from . import _apply, _deletion
+from ._errors import RequestRejected
+from ._objects import SYSTEM_METADATA, Key, Obj, format_time, meta
+from ._resources import BUILTIN_TYPES, ResourceType, resource_types_from_crd
+from ._selectors import FieldSelector, LabelSelector
+from ._status import already_exists, conflict, invalid, not_found
+from ._strategies import strategy_for
+
+__all__ = ["ObjectStorage", "Change", "Subscription", "DEFAULT_NAMESPACES"]
+
+logger = logging.getLogger("engine.testing.storage")
+
+DEFAULT_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
+_NAMESPACES = ("", "namespaces")
+_namespace_of = operator.itemgetter(0)
+
+
+@attrs.frozen
+class Change:
+    """One committed change, as kept in the watch history."""
+
+    rv: int
+    key: tuple[str, str]
+    type: str
+    obj: Obj
+    old: Obj | None
+    time: float
+
+
+@attrs.define(eq=False)
+class Subscription:
+    """A watcher's view of the change feed: a bounded buffer filled by :class:`ObjectStorage`.
+
+    When the buffer is full the storage closes it (``overflowed`` becomes true): a slow watcher
+    loses its stream instead of slowing down writers.
+    """
+
+    key: tuple[str, str]
+    namespace: str | None
+    send: trio.MemorySendChannel[Change]
+    receive: trio.MemoryReceiveChannel[Change]
+    overflowed: bool = False
+    dropped: bool = False
+    abrupt: bool = False
+    closed: trio.Event = attrs.Factory(trio.Event)
+
+
+@attrs.define(eq=False)
+class _Bucket:
+    """The objects of one resource, with their keys kept in sorted order as they are written.
+
+    Lists and pages read ranges of :attr:`keys` (found by bisection) instead of sorting the
+    whole resource on every request.
+    """
+
+    objects: dict[Key, Obj] = attrs.Factory(dict)
+    keys: list[Key] = attrs.Factory(list)
+
+    def put(self, key: Key, obj: Obj) -> None:
+        if key not in self.objects:
+            bisect.insort(self.keys, key)
+        self.objects[key] = obj
+
+    def pop(self, key: Key) -> None:
+        if self.objects.pop(key, None) is not None:
+            del self.keys[bisect.bisect_left(self.keys, key)]
+
+    def span(self, namespace: str | None, after: Key | None) -> range:
+        """Indexes into :attr:`keys` of the keys in ``namespace`` (every namespace when
+        ``None``) that sort after ``after``."""
+        lo, hi = 0, len(self.keys)
+        if namespace is not None:
+            lo = bisect.bisect_left(self.keys, namespace, key=_namespace_of)
+            hi = bisect.bisect_right(self.keys, namespace, lo, key=_namespace_of)
+        if after is not None:
+            lo = max(lo, bisect.bisect_right(self.keys, after))
+        return range(lo, max(lo, hi))
+
+    def in_namespace(self, namespace: str) -> bool:
+        return bool(self.span(namespace, None))
+
+    def snapshot(self, namespace: str | None) -> list[tuple[Key, Obj]]:
+        """``(key, object)`` pairs in ``namespace`` (or all), in key order, as of now."""
+        return [(self.keys[i], self.objects[self.keys[i]]) for i in self.span(namespace, None)]
+
+
+@attrs.define(eq=False)
+class ObjectStorage:
+    """The embedded server's state: resource types, objects, the change history and watches.
+
+    ``history_size`` bounds the change history that watches replay from; ``watch_buffer`` bounds
+    each watcher's buffer. ``seed`` makes generated uids and names reproducible;
+    ``wall_clock`` (seconds since the epoch) dates ``creationTimestamp``, ``deletionTimestamp``
+    and ``managedFields``, so a simulation can make those reproducible too.
+    """
+
+    history_size: int = 10_000
+    watch_buffer: int = 1_000
+    seed: int | None = None
+    wall_clock: Callable[[], float] = time.time
+    _rv: int = attrs.field(default=1, init=False, repr=False)
+    _types: dict[tuple[str, str, str], ResourceType] = attrs.field(factory=dict, init=False, repr=False)
+    _objects: dict[tuple[str, str], _Bucket] = attrs.field(factory=dict, init=False, repr=False)
+    _history: collections.deque[Change] = attrs.field(factory=collections.deque, init=False, repr=False)
+    _floor: int = attrs.field(default=0, init=False, repr=False)
+    _subs: dict[tuple[str, str], set[Subscription]] = attrs.field(factory=dict, init=False, repr=False)
+    _rng: random.Random = attrs.field(init=False, repr=False)
+    _crd_types: dict[str, list[ResourceType]] = attrs.field(factory=dict, init=False, repr=False)
+
+    def _timestamp(self) -> str:
+        return format_time(self.wall_clock())
+
+    def __attrs_post_init__(self) -> None:
+        if self.history_size < 1:
+            raise ValueError("history_size must be >= 1")
+        if self.watch_buffer < 1:
+            raise ValueError("watch_buffer must be >= 1")
+        self._rng = random.Random(self.seed)
+        for rt in BUILTIN_TYPES:
+            self._register(rt)
+        ns = self.find_type("", "v1", "namespaces")
+        assert ns is not None
+        for name in DEFAULT_NAMESPACES:
+            self.create(ns, None, {"metadata": {"name": name}})
+
+    # ----- resource types -----
+
+    def _register(self, rt: ResourceType) -> None:
+        self._types[(rt.group, rt.version, rt.plural)] = rt
+        self._objects.setdefault(rt.storage_key, _Bucket())
+
+    def find_type(self, group: str, version: str, plural: str) -> ResourceType | None:
+        """The served type ``group/version/plural``, or ``None``."""
+        return self._types.get((group, version, plural))
+
+    def types(self) -> list[ResourceType]:
+        """Every served type, built-in types first, in registration order."""
+        return list(self._types.values())
+
+    @property
+    def resource_version(self) -> int:
+        """The latest resourceVersion handed out."""
+        return self._rv
+
+    @property
+    def history_floor(self) -> int:
+        """Watches from a resourceVersion below this answer 410 Gone."""
+        return self._floor
+
+    def _storage_type(self, key: tuple[str, str]) -> ResourceType | None:
+        return next((t for t in self._types.values() if t.storage_key == key), None)
+
+    def _check_crd_collision(self, crd: Obj) -> None:
+        for t in resource_types_from_crd(crd):
+            if (t.group, t.version, t.plural) in self._types:
+                raise RequestRejected(
+                    409, "AlreadyExists", f"{t.plural}.{t.group} is already served by another definition"
+                )
+
+    def _serve_crd(self, crd: Obj) -> None:
+        name = meta(crd)["name"]
+        for t in self._crd_types.pop(name, []):
+            self._types.pop((t.group, t.version, t.plural), None)
+        types = resource_types_from_crd(crd)
+        for t in types:
+            self._register(t)
+        self._crd_types[name] = types
+
+    def _unserve_crd(self, crd: Obj) -> None:
+        name = meta(crd)["name"]
+        types = self._crd_types.pop(name, [])
+        if not types:
+            return
+        key = types[0].storage_key
+        bucket = self._objects.get(key)
+        for obj in list(bucket.objects.values()) if bucket else []:
+            self._commit(types[0], "DELETED", obj, obj)
+        for sub in list(self._subs.get(key, ())):
+            self.unsubscribe(sub)
+        for t in types:
+            self._types.pop((t.group, t.version, t.plural), None)
+        self._objects.pop(key, None)
+
+    # ----- commits and watch fan-out -----
+
+    def _commit(self, rt: ResourceType, type_: str, obj: Obj, old: Obj | None) -> Obj:
+        self._rv += 1
+        obj = copy.deepcopy(obj)
+        obj["apiVersion"] = rt.api_version
+        obj["kind"] = rt.kind
+        meta(obj)["resourceVersion"] = str(self._rv)
+        metadata = meta(obj)
+        key = (metadata.get("namespace", ""), metadata["name"])
+        bucket = self._objects.setdefault(rt.storage_key, _Bucket())
+        if type_ == "DELETED":
+            bucket.pop(key)
+        else:
+            bucket.put(key, obj)
+        change = Change(self._rv, rt.storage_key, type_, obj, old, trio.current_time() if _in_trio() else 0.0)
+        if len(self._history) >= self.history_size:
+            self._floor = self._history.popleft().rv
+        self._history.append(change)
+        for sub in list(self._subs.get(rt.storage_key, ())):
+            if sub.namespace is not None and key[0] != sub.namespace:
+                continue
+            try:
+                sub.send.send_nowait(change)
+            except trio.WouldBlock:
+                logger.info("closing a watch on %s whose buffer is full", rt.plural)
+                sub.overflowed = sub.dropped = True
+                self.unsubscribe(sub)
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                self.unsubscribe(sub)
+        return obj
+
+    def subscribe(
+        self, rt: ResourceType, namespace: str | None, since: int | None
+    ) -> tuple[list[Change], Subscription]:
+        """Start a subscription; returns the changes to replay first and the subscription.
+
+        ``since=None`` replays the current objects as ``ADDED``; otherwise the history after
+        ``since`` is replayed, or :class:`RequestRejected` (410 Expired) is raised when that part
+        of the history is gone. Not a checkpoint.
+        """
+        if since is not None and since < self._floor:
+            raise RequestRejected(
+                410, "Expired", f"too old resource version: {since} ({self._floor})"
+            )
+        now = trio.current_time()
+        if since is None:
+            bucket = self._objects.get(rt.storage_key)
+            replay = [
+                Change(int(meta(o)["resourceVersion"]), rt.storage_key, "ADDED", o, None, now)
+                for _, o in (bucket.snapshot(namespace) if bucket else [])
+            ]
+        else:
+            replay = [
+                c
+                for c in self._history
+                if c.rv > since
+                and c.key == rt.storage_key
+                and (namespace is None or meta(c.obj).get("namespace", "") == namespace)
+            ]
+        send, receive = trio.open_memory_channel[Change](self.watch_buffer)
+        sub = Subscription(rt.storage_key, namespace, send, receive)
+        self._subs.setdefault(rt.storage_key, set()).add(sub)
+        return replay, sub
+
+    def unsubscribe(self, sub: Subscription) -> None:
+        """End a subscription; idempotent, not a checkpoint."""
+        self._subs.get(sub.key, set()).discard(sub)
+        sub.send.close()
+        sub.closed.set()
+
+    def subscriptions(self, key: tuple[str, str] | None = None) -> list[Subscription]:
+        """Active subscriptions, for one storage key or all."""
+        if key is not None:
+            return list(self._subs.get(key, ()))
+        return [s for subs in self._subs.values() for s in subs]
+
+    # ----- reads -----
+
+    def check_namespace(self, rt: ResourceType, namespace: str | None) -> str | None:
+        """The namespace to use for ``rt``; 400 when one is missing, 404 when it does not exist."""
+        if not rt.namespaced:
+            return None
+        if not namespace:
+            raise RequestRejected(400, "BadRequest", f"{rt.plural} is namespaced: a namespace is required")
+        if ("", namespace) not in self._objects[_NAMESPACES].objects:
+            raise RequestRejected(
+                404,
+                "NotFound",
+                f'namespaces "{namespace}" not found',
+                details={"name": namespace, "kind": "namespaces"},
+            )
+        return namespace
+
+    def lookup(self, rt: ResourceType, namespace: str | None, name: str) -> Obj | None:
+        """The stored object (do not modify it), or ``None``."""
+        key = (namespace or "", name) if rt.namespaced else ("", name)
+        bucket = self._objects.get(rt.storage_key)
+        return bucket.objects.get(key) if bucket else None
+
+    def get(self, rt: ResourceType, namespace: str | None, name: str) -> Obj:
+        """The stored object (do not modify it); 404 when absent."""
+        obj = self.lookup(rt, namespace, name)
+        if obj is None:
+            raise not_found(rt, name)
+        return obj
+
+    def list_objects(
+        self,
+        rt: ResourceType,
+        namespace: str | None,
+        labels: LabelSelector,
+        fields: FieldSelector,
+        *,
+        limit: int | None = None,
+        continue_token: str | None = None,
+    ) -> tuple[list[Obj], int, str | None, int | None]:
+        """``(items, resourceVersion, continue, remainingItemCount)`` for one page, in
+        ``(namespace, name)`` order.
+
+        A page costs a bisection plus its own length when there are no selectors; with
+        selectors, the objects after the page are still matched to count them. Raises
+        :class:`RequestRejected`: 400 for a malformed ``continue`` token, 410 Expired for one
+        older than the history.
+        """
+        list_rv = self._rv
+        after: Key | None = None
+        if continue_token:
+            try:
+                state = json.loads(base64.urlsafe_b64decode(continue_token.encode()))
+                list_rv, after = int(state["rv"]), (str(state["ns"]), str(state["name"]))
+            except (ValueError, KeyError, TypeError, binascii.Error):
+                raise RequestRejected(400, "BadRequest", "the continue token is malformed") from None
+            if list_rv < self._floor:
+                raise RequestRejected(
+                    410,
+                    "Expired",
+                    "The provided continue parameter is too old to display a consistent list "
+                    "result. You can start a new list without the continue parameter.",
+                )
+        bucket = self._objects.get(rt.storage_key) or _Bucket()
+        span = bucket.span(namespace, after)
+        wanted = limit if limit is not None and limit > 0 else None
+        page: list[Key] = []
+        if not labels.requirements and not fields.requirements:
+            matched = len(span)
+            page = bucket.keys[span.start : span.stop if wanted is None else min(span.stop, span.start + wanted)]
+        else:
+            matched = 0
+            for i in span:
+                key = bucket.keys[i]
+                obj = bucket.objects[key]
+                if labels.matches(meta(obj).get("labels")) and fields.matches(obj):
+                    matched += 1
+                    if wanted is None or len(page) < wanted:
+                        page.append(key)
+        items = [bucket.objects[k] for k in page]
+        if wanted is not None and wanted < matched:
+            last = page[-1]
+            token = base64.urlsafe_b64encode(
+                json.dumps({"rv": list_rv, "ns": last[0], "name": last[1]}).encode()
+            ).decode()
+            return items, list_rv, token, matched - wanted
+        return items, list_rv, None, None
+
+    # ----- writes -----
+
+    def _new_uid(self) -> str:
+        return str(uuid.UUID(int=self._rng.getrandbits(128), version=4))
+
+    def _prepare_body(self, rt: ResourceType, namespace: str | None, body: Any, name: str | None) -> Obj:
+        if not isinstance(body, dict):
+            raise RequestRejected(400, "BadRequest", "the request body must be a JSON object")
+        obj = copy.deepcopy(body)
+        if obj.get("kind") not in (None, "", rt.kind):
+            raise RequestRejected(
+                400, "BadRequest", f"the kind of the object ({obj.get('kind')}) does not match the resource ({rt.kind})"
+            )
+        if (
+            obj.get("apiVersion") not in (None, "")
+            and obj["apiVersion"].split("/")[0] != (rt.group or "v1")
+            and obj["apiVersion"] != rt.api_version
+        ):
+            raise RequestRejected(
+                400,
+                "BadRequest",
+                f"the API version of the object ({obj['apiVersion']}) does not match the resource ({rt.api_version})",
+            )
+        metadata = obj.setdefault("metadata", {})
+        if not isinstance(metadata, dict):
+            raise RequestRejected(400, "BadRequest", "metadata must be a JSON object")
+        if rt.namespaced:
+            if metadata.get("namespace") not in (None, "", namespace):
+                raise RequestRejected(
+                    400,
+                    "BadRequest",
+                    "the namespace of the provided object does not match the namespace sent on the request",
+                )
+            metadata["namespace"] = namespace
+        else:
+            metadata.pop("namespace", None)
+        if name is not None:
+            if metadata.get("name") not in (None, "", name):
+                raise RequestRejected(400, "BadRequest", "the name of the object does not match the name on the URL")
+            metadata["name"] = name
+        return obj
+
+    def create(
+        self,
+        rt: ResourceType,
+        namespace: str | None,
+        body: Any,
+        *,
+        dry_run: bool = False,
+        manager: str | None = None,
+        _managed_fields: list[dict[str, Any]] | None = None,
+    ) -> Obj:
+        """Create an object. Raises :class:`RequestRejected`: 400, 404 (namespace), 409
+        AlreadyExists, 403 (namespace terminating), 422 Invalid."""
+        obj = self._prepare_body(rt, namespace, body, None)
+        namespace = self.check_namespace(rt, namespace)
+        metadata = obj["metadata"]
+        if not metadata.get("name") and metadata.get("generateName"):
+            alphabet = "bcdfghjklmnpqrstvwxz2456789"
+            metadata["name"] = metadata["generateName"] + "".join(self._rng.choice(alphabet) for _ in range(5))
+        if not metadata.get("name"):
+            raise invalid(rt, "", [("metadata.name", "Required value: name or generateName is required")])
+        if namespace is not None:
+            ns_obj = self._objects[_NAMESPACES].objects[("", namespace)]
+            if meta(ns_obj).get("deletionTimestamp"):
+                raise RequestRejected(
+                    403,
+                    "Forbidden",
+                    f'{rt.plural} "{metadata["name"]}" is forbidden: unable to create new content in '
+                    f"namespace {namespace} because it is being terminated",
+                    details={"name": metadata["name"], "group": rt.group, "kind": rt.plural},
+                )
+        if (namespace or "", metadata["name"]) in self._objects[rt.storage_key].objects:
+            raise already_exists(rt, metadata["name"])
+        for field in SYSTEM_METADATA:
+            if field not in ("name", "namespace"):
+                metadata.pop(field, None)
+        if rt.has_status:
+            obj.pop("status", None)
+        strategy_for(rt).prepare(rt, obj, self._timestamp)
+        metadata["uid"] = self._new_uid()
+        metadata["creationTimestamp"] = self._timestamp()
+        metadata["generation"] = 1
+        if _managed_fields is not None:
+            metadata["managedFields"] = _managed_fields
+        elif manager:
+            _apply.record_update(rt, obj, None, manager, self._timestamp)
+        is_crd = rt.storage_key == ("apiextensions.k8s.io", "customresourcedefinitions")
+        if is_crd:
+            self._check_crd_collision(obj)
+        if dry_run:
+            obj["apiVersion"], obj["kind"] = rt.api_version, rt.kind
+            return obj
+        stored = self._commit(rt, "ADDED", obj, None)
+        if is_crd:
+            self._serve_crd(stored)
+        return stored
+
+    def update(
+        self,
+        rt: ResourceType,
+        namespace: str | None,
+        name: str,
+        body: Any,
+        *,
+        subresource: str | None = None,
+        dry_run: bool = False,
+        manager: str | None = None,
+        check_version: bool = True,
+        _ownership_changed: bool = False,
+    ) -> Obj:
+        """Replace an object (or its status). Raises :class:`RequestRejected`: 404, 409 Conflict
+        on a stale ``metadata.resourceVersion``, 400, 422. A write that changes nothing is a
+        no-op that keeps the resourceVersion; one that clears the last finalizer of an object
+        being deleted removes it."""
+        namespace = self.check_namespace(rt, namespace)
+        old = self.get(rt, namespace, name)
+        obj = self._prepare_body(rt, namespace, body, name)
+        metadata = obj["metadata"]
+        sent_rv = metadata.get("resourceVersion")
+        if check_version and sent_rv not in (None, "") and sent_rv != meta(old)["resourceVersion"]:
+            raise conflict(
+                rt, name, "the object has been modified; please apply your changes to the latest version and try again"
+            )
+        old_meta = meta(old)
+        if subresource == "status":
+            new = copy.deepcopy(old)
+            if "status" in obj:
+                new["status"] = obj["status"]
+            else:
+                new.pop("status", None)
+            if _ownership_changed and "managedFields" in metadata:
+                new["metadata"]["managedFields"] = metadata["managedFields"]
+            obj = new
+            metadata = obj["metadata"]
+        else:
+            for field in ("uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds", "generation"):
+                if field in old_meta:
+                    metadata[field] = old_meta[field]
+                else:
+                    metadata.pop(field, None)
+            if "managedFields" not in metadata and "managedFields" in old_meta:
+                metadata["managedFields"] = old_meta["managedFields"]
+            if rt.has_status:
+                if "status" in old:
+                    obj["status"] = copy.deepcopy(old["status"])
+                else:
+                    obj.pop("status", None)
+        metadata["resourceVersion"] = old_meta["resourceVersion"]
+        strategy_for(rt).prepare(rt, obj, self._timestamp)
+        if old_meta.get("deletionTimestamp"):
+            new_finalizers = set(metadata.get("finalizers") or []) - set(old_meta.get("finalizers") or [])
+            if new_finalizers:
+                raise RequestRejected(
+                    422,
+                    "Invalid",
+                    "metadata.finalizers: Forbidden: no new finalizers can be added if the object is being "
+                    f"deleted, found new finalizers {sorted(new_finalizers)!r}",
+                    details={"name": name, "group": rt.group, "kind": rt.kind},
+                )
+        if _spec_part(obj, rt) != _spec_part(old, rt):
+            metadata["generation"] = int(old_meta.get("generation", 1)) + 1
+        if manager:
+            _apply.record_update(rt, obj, old, manager, self._timestamp)
+        ignored = () if _ownership_changed else ("managedFields",)
+        comparable_new = {**obj, "metadata": {k: v for k, v in metadata.items() if k not in ignored}}
+        comparable_old = {**old, "metadata": {k: v for k, v in old_meta.items() if k not in ignored}}
+        comparable_new["apiVersion"], comparable_new["kind"] = old.get("apiVersion"), old.get("kind")
+        if comparable_new == comparable_old:
+            return old
+        if dry_run:
+            obj["apiVersion"], obj["kind"] = rt.api_version, rt.kind
+            return obj
+        if metadata.get("deletionTimestamp") and not metadata.get("finalizers"):
+            return _deletion.remove(self, rt, obj)
+        stored = self._commit(rt, "MODIFIED", obj, old)
+        if rt.storage_key == ("apiextensions.k8s.io", "customresourcedefinitions"):
+            self._serve_crd(stored)
+        return stored
+
+    def apply(
+        self,
+        rt: ResourceType,
+        namespace: str | None,
+        name: str,
+        config: Any,
+        *,
+        manager: str,
+        force: bool,
+        subresource: str | None = None,
+        dry_run: bool = False,
+    ) -> tuple[Obj, bool]:
+        """Server-side apply (simplified ownership, see the README); returns ``(object, created)``.
+
+        Ownership is a set of leaf paths per manager (lists are atomic leaves). Applying a path
+        whose current value differs and that another manager owns is a 409 conflict unless
+        ``force``; paths this manager applied before and omits now are removed unless another
+        manager owns them too.
+        """
+        return _apply.apply(
+            self, rt, namespace, name, config, manager=manager, force=force, subresource=subresource, dry_run=dry_run
+        )
+
+    def delete(
+        self,
+        rt: ResourceType,
+        namespace: str | None,
+        name: str,
+        options: dict[str, Any] | None = None,
+        *,
+        dry_run: bool = False,
+    ) -> tuple[Obj, bool]:
+        """Delete an object; returns ``(object, gone)``; ``gone`` is false while finalizers
+        hold it. ``options`` is a ``DeleteOptions`` body (``preconditions``,
+        ``propagationPolicy``). Raises :class:`RequestRejected`: 404, 409 on a failed
+        precondition, 400 on an unknown propagation policy. Garbage collection of dependents
+        happens within the call."""
+        return _deletion.delete(self, rt, namespace, name, options, dry_run=dry_run)
+
+
+def _spec_part(obj: Obj, rt: ResourceType) -> Obj:
+    skip = {"metadata", "apiVersion", "kind"} | ({"status"} if rt.has_status else set())
+    return {k: v for k, v in obj.items() if k not in skip}
+
+
+def _in_trio() -> bool:
+    try:
+        trio.lowlevel.current_task()
+    except RuntimeError:
+        return False
+    return True

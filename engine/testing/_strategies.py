@@ -1,0 +1,122 @@
+"""Per-type strategies: what the server does to an object of one type before storing it.
+
+The real API server gives every resource a strategy (prepare, validate, canonicalize). Here a
+:class:`Strategy` holds the type's name rule, its validation beyond metadata and its
+canonicalization (defaults and derived fields). Types without an entry use the default strategy:
+metadata validation only.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from collections.abc import Callable
+
+import attrs
+
+from ._objects import Obj, meta
+from ._resources import ResourceType, resource_types_from_crd
+from ._status import invalid
+from ._validation import NameRule, validate_metadata
+
+__all__ = ["Strategy", "strategy_for"]
+
+Clock = Callable[[], str]
+
+
+def _no_rules(rt: ResourceType, obj: Obj) -> None:
+    pass
+
+
+def _no_changes(rt: ResourceType, obj: Obj, now: Clock) -> None:
+    pass
+
+
+@attrs.frozen
+class Strategy:
+    """How objects of one type are validated and canonicalized on every create and update."""
+
+    name_rule: NameRule = "subdomain"
+    """What ``metadata.name`` must be."""
+    validate_type: Callable[[ResourceType, Obj], None] = _no_rules
+    """Type-specific validation, run after metadata validation; raises ``RequestRejected``."""
+    canonicalize: Callable[[ResourceType, Obj, Clock], None] = _no_changes
+    """Fills defaults and derived fields in place; ``now()`` gives the current timestamp. May raise
+    ``RequestRejected`` for values that cannot be canonicalized."""
+
+    def prepare(self, rt: ResourceType, obj: Obj, now: Clock) -> None:
+        """Validate ``obj`` then canonicalize it in place; raises :class:`RequestRejected`."""
+        validate_metadata(rt, obj, self.name_rule)
+        self.validate_type(rt, obj)
+        self.canonicalize(rt, obj, now)
+
+
+def _canonicalize_secret(rt: ResourceType, obj: Obj, now: Clock) -> None:
+    if "stringData" in obj:
+        string_data = obj.pop("stringData") or {}
+        data = dict(obj.get("data") or {})
+        for k, v in string_data.items():
+            data[k] = base64.b64encode(str(v).encode()).decode()
+        obj["data"] = data
+    obj.setdefault("type", "Opaque")
+    if isinstance(obj.get("data"), dict):
+        for k, v in obj["data"].items():
+            try:
+                base64.b64decode(str(v), validate=True)
+            except binascii.Error:
+                raise invalid(rt, meta(obj).get("name", ""), [(f"data[{k}]", "Invalid value: must be base64")]) from None
+
+
+def _canonicalize_namespace(rt: ResourceType, obj: Obj, now: Clock) -> None:
+    status = dict(obj.get("status") or {})
+    status.setdefault("phase", "Active")
+    obj["status"] = status
+    labels = dict(meta(obj).get("labels") or {})
+    labels["kubernetes.io/metadata.name"] = meta(obj)["name"]
+    obj["metadata"]["labels"] = labels
+
+
+def _validate_crd(rt: ResourceType, obj: Obj) -> None:
+    resource_types_from_crd(obj)
+
+
+def _canonicalize_crd(rt: ResourceType, obj: Obj, now: Clock) -> None:
+    spec = obj["spec"]
+    status = dict(obj.get("status") or {})
+    timestamp = now()
+    status["acceptedNames"] = {k: v for k, v in spec["names"].items()}
+    status["acceptedNames"].setdefault("singular", spec["names"]["kind"].lower())
+    status["acceptedNames"].setdefault("listKind", spec["names"]["kind"] + "List")
+    status["storedVersions"] = [v["name"] for v in spec["versions"] if v.get("storage")]
+    status["conditions"] = [
+        {
+            "type": "NamesAccepted",
+            "status": "True",
+            "reason": "NoConflicts",
+            "message": "no conflicts found",
+            "lastTransitionTime": timestamp,
+        },
+        {
+            "type": "Established",
+            "status": "True",
+            "reason": "InitialNamesAccepted",
+            "message": "the initial names have been accepted",
+            "lastTransitionTime": timestamp,
+        },
+    ]
+    obj["status"] = status
+
+
+_DEFAULT = Strategy()
+_STRATEGIES: dict[tuple[str, str], Strategy] = {
+    ("", "secrets"): Strategy(canonicalize=_canonicalize_secret),
+    ("", "namespaces"): Strategy(name_rule="label", canonicalize=_canonicalize_namespace),
+    ("apiextensions.k8s.io", "customresourcedefinitions"): Strategy(
+        validate_type=_validate_crd, canonicalize=_canonicalize_crd
+    ),
+}
+
+
+def strategy_for(rt: ResourceType) -> Strategy:
+    """The strategy for ``rt``'s objects (keyed by group and plural, whatever the version)."""
+    return _STRATEGIES.get(rt.storage_key, _DEFAULT)

@@ -1,0 +1,193 @@
+"""Watch requests: replay, the change stream, bookmarks, timeouts and injected watch faults."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import AsyncIterator
+from typing import Any
+
+import attrs
+import trio
+
+from ._errors import RequestRejected
+from ._faults import Faults, FaultScope, RequestInfo
+from ._http import AbortStream, Request, Response
+from ._resources import ResourceType
+from ._responses import typed
+from ._routing import Target, flag
+from ._selectors import FieldSelector, LabelSelector, parse_field_selector, parse_label_selector
+from ._storage import Change, ObjectStorage, Subscription
+
+__all__ = ["Watches"]
+
+
+@attrs.define(eq=False)
+class _ActiveWatch:
+    info: RequestInfo
+    sub: Subscription
+
+
+def _event_line(type_: str, obj: dict[str, Any]) -> bytes:
+    return json.dumps({"type": type_, "object": obj}, separators=(",", ":")).encode() + b"\n"
+
+
+def _translate(change: Change, labels: LabelSelector, fields: FieldSelector) -> tuple[str, dict[str, Any]] | None:
+    def ok(obj: dict[str, Any] | None) -> bool:
+        return obj is not None and labels.matches(obj.get("metadata", {}).get("labels")) and fields.matches(obj)
+
+    if change.type == "MODIFIED":
+        was, now = ok(change.old), ok(change.obj)
+        if was and now:
+            return "MODIFIED", change.obj
+        if was:
+            return "DELETED", change.obj
+        if now:
+            return "ADDED", change.obj
+        return None
+    return (change.type, change.obj) if ok(change.obj) else None
+
+
+@attrs.define(eq=False)
+class Watches:
+    """The open watches of one server; ``bookmark_interval`` is in seconds of trio time."""
+
+    store: ObjectStorage
+    faults: Faults
+    bookmark_interval: float = 60.0
+    _active: set[_ActiveWatch] = attrs.field(factory=set, init=False, repr=False)
+
+    def drop(self, scope: FaultScope, abrupt: bool) -> int:
+        """End the watches ``scope`` matches (cleanly, or ``abrupt``ly by resetting the
+        connection); returns how many. Not a checkpoint."""
+        dropped = 0
+        for watch in list(self._active):
+            if scope.matches(watch.info):
+                watch.sub.dropped = True
+                watch.sub.abrupt = abrupt
+                self.store.unsubscribe(watch.sub)
+                self._active.discard(watch)
+                dropped += 1
+        return dropped
+
+    def open(self, request: Request, target: Target, info: RequestInfo) -> Response:
+        """Start a watch and return its streaming response; raises :class:`RequestRejected`
+        for malformed parameters. An expired resourceVersion is answered in the stream, as an
+        ``ERROR`` event. Not a checkpoint."""
+        rt, ns, q = target.rt, target.namespace, request.query
+        labels = parse_label_selector(q.get("labelSelector"))
+        fields = parse_field_selector(q.get("fieldSelector"))
+        if target.name is not None:
+            fields = FieldSelector(fields.requirements + (("metadata.name", "=", target.name),))
+        if ns is not None:
+            self.store.check_namespace(rt, ns)
+        bookmarks = flag(q, "allowWatchBookmarks")
+        initial_events = flag(q, "sendInitialEvents")
+        timeout: float | None = None
+        if q.get("timeoutSeconds"):
+            try:
+                timeout = float(q["timeoutSeconds"])
+            except ValueError:
+                raise RequestRejected(400, "BadRequest", "timeoutSeconds must be a number") from None
+        raw_rv = q.get("resourceVersion", "")
+        since: int | None
+        if raw_rv in ("", "0") or initial_events:
+            since = None
+        else:
+            try:
+                since = int(raw_rv)
+            except ValueError:
+                raise RequestRejected(
+                    400, "BadRequest", f"resourceVersion {raw_rv!r} is not a valid resource version"
+                ) from None
+        expired: RequestRejected | None = None
+        if self.faults.take("expire_watch", info) is not None:
+            expired = RequestRejected(
+                410, "Expired", f"too old resource version: {raw_rv or 0} ({self.store.resource_version})"
+            )
+        replay: list[Change] = []
+        sub: Subscription | None = None
+        if expired is None:
+            try:
+                replay, sub = self.store.subscribe(rt, ns, since)
+            except RequestRejected as exc:
+                expired = exc
+        headers = [("content-type", "application/json")]
+        if expired is not None:
+            error = expired
+
+            async def gone() -> AsyncIterator[bytes]:
+                yield _event_line("ERROR", error.status)
+
+            return Response(200, headers, stream=gone())
+        assert sub is not None
+        active = _ActiveWatch(info, sub)
+        self._active.add(active)
+        stream = self._stream(rt, sub, active, replay, labels, fields, bookmarks, initial_events and bookmarks, timeout)
+        return Response(200, headers, stream=stream)
+
+    async def _stream(
+        self,
+        rt: ResourceType,
+        sub: Subscription,
+        active: _ActiveWatch,
+        replay: list[Change],
+        labels: LabelSelector,
+        fields: FieldSelector,
+        bookmarks: bool,
+        initial_end: bool,
+        timeout: float | None,
+    ) -> AsyncIterator[bytes]:
+        store = self.store
+        last_rv = 0
+
+        def bookmark(annotations: dict[str, str] | None = None) -> bytes:
+            rv = store.resource_version if sub.receive.statistics().current_buffer_used == 0 else last_rv
+            meta: dict[str, Any] = {"resourceVersion": str(max(rv, last_rv))}
+            if annotations:
+                meta["annotations"] = annotations
+            return _event_line("BOOKMARK", {"kind": rt.kind, "apiVersion": rt.api_version, "metadata": meta})
+
+        # No ``yield`` may happen inside a cancel scope (an async generator suspended there
+        # corrupts trio's cancel scope stack), so the watch timeout is checked by hand.
+        deadline = trio.current_time() + timeout if timeout is not None else math.inf
+        try:
+            for replayed in replay:
+                event = _translate(replayed, labels, fields)
+                last_rv = max(last_rv, replayed.rv)
+                if event is not None:
+                    yield _event_line(event[0], typed(rt, event[1]))
+            if initial_end:
+                last_rv = max(last_rv, store.resource_version)
+                yield bookmark({"k8s.io/initial-events-end": "true"})
+            next_bookmark = trio.current_time() + self.bookmark_interval
+            while not sub.dropped and trio.current_time() < deadline:
+                change: Change | None = None
+                with trio.move_on_at(min(next_bookmark if bookmarks else math.inf, deadline)):
+                    try:
+                        change = await sub.receive.receive()
+                    except trio.EndOfChannel:
+                        break
+                if sub.dropped:
+                    break
+                if change is None:
+                    if trio.current_time() >= deadline:
+                        break
+                    yield bookmark()
+                    next_bookmark = trio.current_time() + self.bookmark_interval
+                    continue
+                delay = self.faults.watch_delay(active.info)
+                if delay > 0:
+                    with trio.move_on_at(min(change.time + delay, deadline)):
+                        await sub.closed.wait()
+                    if sub.dropped or trio.current_time() >= deadline:
+                        break
+                last_rv = max(last_rv, change.rv)
+                event = _translate(change, labels, fields)
+                if event is not None:
+                    yield _event_line(event[0], typed(rt, event[1]))
+            if sub.dropped and sub.abrupt:
+                raise AbortStream("watch dropped by fault injection")
+        finally:
+            store.unsubscribe(sub)
+            self._active.discard(active)
