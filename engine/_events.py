@@ -20,6 +20,7 @@ import attrs
 import trio
 
 from ._refs import ObjectRef
+from ._text import summarize
 
 __all__ = [
     "EventType",
@@ -333,7 +334,7 @@ class EventRecorder:
                 slot.failed += 1
                 logger.warning(
                     "event sink %s failed to deliver %s %s: %s",
-                    slot.sink.name, event.reason, event.involved, _summary(exc),
+                    slot.sink.name, event.reason, event.involved, summarize(exc),
                 )
             else:
                 slot.delivered += 1
@@ -350,11 +351,6 @@ class EventRecorder:
     async def wait_flushed(self) -> None:
         """Wait until :meth:`run` has returned (everything delivered, or it was cancelled)."""
         await self._done.wait()
-
-
-def _summary(exc: BaseException) -> str:
-    text = str(exc) or type(exc).__name__
-    return text if len(text) <= 200 else text[:197] + "..."
 
 
 class ObjectEvents:

@@ -23,7 +23,7 @@ from ._client import Selector as Selector
 from ._client import WatchEvent as WatchEvent
 from ._client import WatchEventType as WatchEventType
 from ._client import WatchStream as WatchStream
-from ._client import error_from_status as error_from_status
+from ._errors import error_from_status as error_from_status
 from ._errors import AlreadyExistsError as AlreadyExistsError
 from ._errors import ApiError as ApiError
 from ._errors import BadRequestError as BadRequestError
