@@ -13,16 +13,16 @@ from ._config import Config as Config
 from ._errors import ConfigError as ConfigError
 from ._errors import KubeError as KubeError
 
-# --- client, resources and API errors (engine.kube._client, engine.kube._errors) ---
+# --- client, watch streams, retries, resources and API errors (engine.kube._client, _watch, _retry, _errors) ---
 from ._client import Client as Client
 from ._client import ClientConfig as ClientConfig
 from ._client import ObjectList as ObjectList
 from ._client import PatchType as PatchType
-from ._client import RetryPolicy as RetryPolicy
+from ._retry import RetryPolicy as RetryPolicy
 from ._client import Selector as Selector
-from ._client import WatchEvent as WatchEvent
-from ._client import WatchEventType as WatchEventType
-from ._client import WatchStream as WatchStream
+from ._watch import WatchEvent as WatchEvent
+from ._watch import WatchEventType as WatchEventType
+from ._watch import WatchStream as WatchStream
 from ._errors import error_from_status as error_from_status
 from ._errors import AlreadyExistsError as AlreadyExistsError
 from ._errors import ApiError as ApiError
@@ -42,7 +42,15 @@ from ._errors import UnauthorizedError as UnauthorizedError
 from ._errors import WatchStalledError as WatchStalledError
 from ._resource import Resource as Resource
 
-# --- informers and stores (engine.kube._informer, engine.kube._store) ---
+# --- watchers, stores and informers (engine.kube._watcher, _store, _informer) ---
+from ._watcher import Added as Added
+from ._watcher import Bookmark as Bookmark
+from ._watcher import Deleted as Deleted
+from ._watcher import Modified as Modified
+from ._watcher import Restarted as Restarted
+from ._watcher import Watcher as Watcher
+from ._watcher import WatcherEvent as WatcherEvent
+from ._watcher import WatcherStatistics as WatcherStatistics
 from ._informer import Handler as Handler
 from ._informer import Informer as Informer
 from ._informer import InformerEvent as InformerEvent
