@@ -31,7 +31,7 @@ import trio
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from engine.kube import Client, Config, Informer, Resource, RetryPolicy  # noqa: E402
+from engine.kube import Client, Config, Informer, ObjectList, Resource, RetryPolicy, Watcher  # noqa: E402
 from engine.testing import ApiServer  # noqa: E402
 
 CONFIGMAPS = Resource(group="", version="v1", kind="ConfigMap", plural="configmaps", namespaced=True)
@@ -55,19 +55,27 @@ def configmap(i: int) -> dict[str, Any]:
     }
 
 
-class _ReplayInformer(Informer):
-    """An informer whose first list is replaced by 'empty at resourceVersion R', so its watch
-    loop replays (and stores) everything committed after R: the watch path alone."""
+class _ReplayWatcher(Watcher):
+    """A watcher whose first list is replaced by 'empty at resourceVersion R', so its watch
+    loop replays everything committed after R: the watch path alone."""
 
     def __init__(self, *args: Any, start_rv: str, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._start_rv: str | None = start_rv
 
-    async def _relist(self) -> str:
+    async def _list(self) -> ObjectList:
         if self._start_rv is not None:
             rv, self._start_rv = self._start_rv, None
-            return rv
-        return await super()._relist()
+            return ObjectList(items=[], resource_version=rv)
+        return await super()._list()
+
+
+class _ReplayInformer(Informer):
+    """An informer fed by a :class:`_ReplayWatcher`: it stores what the watch path replays."""
+
+    def __init__(self, client: Client, resource: Resource, *, namespace: str, start_rv: str) -> None:
+        super().__init__(client, resource, namespace=namespace)
+        self.watcher = _ReplayWatcher(client, resource, namespace=namespace, start_rv=start_rv)
 
 
 async def seed(client: Client, namespace: str, n: int) -> str:

@@ -32,6 +32,7 @@ from ._outcome import (
 from ._ratelimit import RateLimiter
 from ._refs import ObjectRef, Trigger
 from ._run import Run, RunContext
+from ._text import summarize
 from ._workqueue import QueueObserver, WorkQueue
 
 __all__ = [
@@ -508,9 +509,6 @@ def _single_leaf(error: BaseException) -> BaseException:
 
 
 def _summary(error: BaseException | None) -> str:
-    if error is None:
-        return "unknown error"
-    text = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
-    return text if len(text) <= 500 else text[:497] + "..."
+    return "unknown error" if error is None else summarize(error)
 
 

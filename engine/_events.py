@@ -20,6 +20,7 @@ import attrs
 import trio
 
 from ._refs import ObjectRef
+from ._text import summarize
 
 __all__ = [
     "EventType",
@@ -367,7 +368,7 @@ class EventRecorder:
                 slot.failed += 1
                 logger.warning(
                     "event sink %s failed to deliver %s %s: %s",
-                    slot.sink.name, event.reason, event.involved, _summary(exc),
+                    slot.sink.name, event.reason, event.involved, summarize(exc),
                 )
             else:
                 slot.delivered += 1
@@ -387,11 +388,6 @@ class EventRecorder:
         Cancellation: a checkpoint; nothing changes.
         """
         await self._done.wait()
-
-
-def _summary(exc: BaseException) -> str:
-    text = str(exc) or type(exc).__name__
-    return text if len(text) <= 200 else text[:197] + "..."
 
 
 class ObjectEvents:

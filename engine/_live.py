@@ -43,6 +43,7 @@ from ._observer import RunObserver
 from ._outcome import Outcome, OutcomeKind
 from ._refs import ObjectRef, Trigger
 from ._run import Run
+from ._text import summarize
 
 if TYPE_CHECKING:
     from ._controller import Controller
@@ -105,10 +106,7 @@ class _Client:
 
 
 def _summary(error: BaseException | None) -> str | None:
-    if error is None:
-        return None
-    text = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
-    return text if len(text) <= 500 else text[:497] + "..."
+    return None if error is None else summarize(error)
 
 
 class LiveStream(RunObserver):

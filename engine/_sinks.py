@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import email.utils
 import logging
-import random
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
@@ -12,6 +10,7 @@ from typing import Any
 import httpx
 import trio
 
+from ._backoff import jittered_backoff, parse_retry_after
 from ._events import Event, EventType
 
 __all__ = ["MemorySink", "LogSink", "WebhookSink", "WebhookDeliveryError", "event_to_json"]
@@ -152,7 +151,6 @@ class WebhookSink:
         if client is None:
             client = self._client = httpx.AsyncClient(timeout=None)
         body = event_to_json(event)
-        delay = self._backoff
         last_error = "no attempt made"
         for attempt in range(1, self._max_attempts + 1):
             self.attempts += 1
@@ -167,7 +165,7 @@ class WebhookSink:
                         return
                     last_error = f"HTTP {response.status_code}"
                     if response.status_code in (429, 503):
-                        retry_after = _retry_after(response.headers.get("Retry-After"))
+                        retry_after = parse_retry_after(response.headers.get("Retry-After"))
                     elif response.status_code < 500:
                         self.gave_up += 1
                         raise WebhookDeliveryError(f"webhook {self.name} refused event: {last_error}")
@@ -175,9 +173,9 @@ class WebhookSink:
                 last_error = f"attempt timed out after {self._timeout}s"
             if attempt == self._max_attempts:
                 break
-            wait = retry_after if retry_after is not None else delay * random.uniform(0.5, 1.0)
-            await trio.sleep(min(wait, self._max_backoff))
-            delay = min(delay * 2, self._max_backoff)
+            if retry_after is None:
+                retry_after = jittered_backoff(attempt - 1, base=self._backoff, cap=self._max_backoff)
+            await trio.sleep(min(retry_after, self._max_backoff))
         self.gave_up += 1
         raise WebhookDeliveryError(
             f"webhook {self.name} gave up after {self._max_attempts} attempts: {last_error}"
@@ -196,16 +194,3 @@ class WebhookSink:
 class WebhookDeliveryError(Exception):
     """A webhook sink could not deliver an event."""
 
-
-def _retry_after(value: str | None) -> float | None:
-    if not value:
-        return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    return max(0.0, when.timestamp() - datetime.now(tz=UTC).timestamp())

@@ -1,29 +1,31 @@
-"""The Kubernetes adapter: configuration, an httpx client, informers and their stores.
+"""The Kubernetes adapter: configuration, an httpx client, watchers, informers and their stores.
 
-Nothing in the core engine imports this package.
+Nothing in the core engine imports this package. Low-level helpers (raw Lease and Event
+functions, resource constants, exec credential plugin support) live in
+:mod:`engine.kube.lowlevel`.
 """
+
+import warnings as _warnings
+from typing import Any as _Any
 
 # --- configuration (engine.kube._config) ---
 from ._auth import BearerTokenAuth as BearerTokenAuth
-from ._auth import ExecAuth as ExecAuth
-from ._auth import ExecConfig as ExecConfig
-from ._auth import ExecCredential as ExecCredential
 from ._auth import TokenFileAuth as TokenFileAuth
 from ._config import Config as Config
 from ._errors import ConfigError as ConfigError
 from ._errors import KubeError as KubeError
 
-# --- client, resources and API errors (engine.kube._client, engine.kube._errors) ---
+# --- client, watch streams, retries, resources and API errors (engine.kube._client, _watch, _retry, _errors) ---
 from ._client import Client as Client
 from ._client import ClientConfig as ClientConfig
 from ._client import ObjectList as ObjectList
 from ._client import PatchType as PatchType
-from ._client import RetryPolicy as RetryPolicy
+from ._retry import RetryPolicy as RetryPolicy
 from ._client import Selector as Selector
-from ._client import WatchEvent as WatchEvent
-from ._client import WatchEventType as WatchEventType
-from ._client import WatchStream as WatchStream
-from ._client import error_from_status as error_from_status
+from ._watch import WatchEvent as WatchEvent
+from ._watch import WatchEventType as WatchEventType
+from ._watch import WatchStream as WatchStream
+from ._errors import error_from_status as error_from_status
 from ._errors import AlreadyExistsError as AlreadyExistsError
 from ._errors import ApiError as ApiError
 from ._errors import BadRequestError as BadRequestError
@@ -42,7 +44,15 @@ from ._errors import UnauthorizedError as UnauthorizedError
 from ._errors import WatchStalledError as WatchStalledError
 from ._resource import Resource as Resource
 
-# --- informers and stores (engine.kube._informer, engine.kube._store) ---
+# --- watchers, stores and informers (engine.kube._watcher, _store, _informer) ---
+from ._watcher import Added as Added
+from ._watcher import Bookmark as Bookmark
+from ._watcher import Deleted as Deleted
+from ._watcher import Modified as Modified
+from ._watcher import Restarted as Restarted
+from ._watcher import Watcher as Watcher
+from ._watcher import WatcherEvent as WatcherEvent
+from ._watcher import WatcherStatistics as WatcherStatistics
 from ._informer import Handler as Handler
 from ._informer import Informer as Informer
 from ._informer import InformerEvent as InformerEvent
@@ -54,18 +64,9 @@ from ._store import ObjectKey as ObjectKey
 from ._store import Store as Store
 from ._store import object_key as object_key
 
-# --- leases and events helpers (engine.kube._lease, engine.kube._events) ---
-from ._events import CORE_EVENTS_RESOURCE as CORE_EVENTS_RESOURCE
-from ._events import EVENTS_RESOURCE as EVENTS_RESOURCE
-from ._events import build_event as build_event
-from ._events import create_event as create_event
-from ._events import patch_event_series as patch_event_series
+# --- leader election and Kubernetes Events (engine.kube._leader, _event_sink, _lease) ---
 from ._event_sink import KubernetesEventSink as KubernetesEventSink
-from ._lease import LEASE_RESOURCE as LEASE_RESOURCE
 from ._lease import Lease as Lease
-from ._lease import create_lease as create_lease
-from ._lease import get_lease as get_lease
-from ._lease import update_lease as update_lease
 from ._leader import LeaderElector as LeaderElector
 from ._leader import LeaderElectorStatistics as LeaderElectorStatistics
 
@@ -95,3 +96,33 @@ from ._status import get_condition as get_condition
 from ._status import is_ready as is_ready
 from ._status import patch_status as patch_status
 from ._status import set_condition as set_condition
+
+_MOVED_TO_LOWLEVEL = frozenset(
+    {
+        "CORE_EVENTS_RESOURCE",
+        "EVENTS_RESOURCE",
+        "LEASE_RESOURCE",
+        "ExecAuth",
+        "ExecConfig",
+        "ExecCredential",
+        "build_event",
+        "create_event",
+        "create_lease",
+        "get_lease",
+        "patch_event_series",
+        "update_lease",
+    }
+)
+
+
+def __getattr__(name: str) -> _Any:
+    if name in _MOVED_TO_LOWLEVEL:
+        _warnings.warn(
+            f"engine.kube.{name} moved to engine.kube.lowlevel; import it from there",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        from . import lowlevel
+
+        return getattr(lowlevel, name)
+    raise AttributeError(f"module 'engine.kube' has no attribute {name!r}")

@@ -1,36 +1,17 @@
 """An httpx-based Kubernetes API client for trio.
 
-Retry policy
-------------
-A request is retried only when doing it twice cannot do harm:
-
-* **Reads** (``get``, ``list``, discovery) and **establishing a watch** are retried on
-  ``429 Too Many Requests`` (waiting for ``Retry-After``), on ``5xx`` answers and on transport
-  failures (connection refused or reset, timeouts).
-* **Mutations** (``create``, ``update``, ``patch``, ``apply``, ``delete``) are retried only on
-  ``429``: the API server's priority-and-fairness sheds such a request before acting on it. A
-  ``5xx`` or a broken connection leaves it unknown whether the write happened, so those errors
-  reach the caller, who knows whether the write is idempotent.
-* Attempts are bounded by :attr:`RetryPolicy.max_attempts`; the delay between attempts is
-  exponential with jitter (``base_delay * 2**n``, capped at ``max_delay``, scaled by a random
-  factor in ``[0.5, 1]``) or the server's ``Retry-After`` when it sent one (up to
-  ``max_retry_after``; a longer demand is not waited for and the error is raised).
-* A stream that breaks *after* a watch was established is not retried here: the iterator raises
-  and the caller (normally an :class:`Informer`) resumes from the last ``resourceVersion``.
-
-All waiting uses trio's clock, so it runs in virtual time under ``trio.testing.MockClock``.
+Which failed requests are retried, and after how long, is described in
+:mod:`engine.kube._retry`; watch streams are read by :class:`WatchStream` (``_watch``). All
+waiting uses trio's clock, so it runs in virtual time under ``trio.testing.MockClock``.
 Request and response headers are never logged, so bearer tokens never reach the logs.
 """
 
 from __future__ import annotations
 
-import email.utils
 import enum
 import json
 import logging
-import math
 import random
-import time
 from collections.abc import Mapping
 from types import TracebackType
 from typing import Any, Literal, Protocol
@@ -40,24 +21,17 @@ import httpx
 import trio
 
 from ._errors import (
-    AlreadyExistsError,
     ApiError,
-    BadRequestError,
     ClientStateError,
-    ConflictError,
-    ForbiddenError,
-    GoneError,
-    InvalidError,
     NotFoundError,
     ResourceNotFoundError,
     ResponseError,
-    ServerError,
-    TooManyRequestsError,
     TransportError,
-    UnauthorizedError,
-    WatchStalledError,
+    error_from_status,
 )
 from ._resource import Resource, parse_resource_list, split_api_version
+from ._retry import RetryPolicy, call_with_retries, parse_retry_after
+from ._watch import WatchEvent, WatchEventType, WatchStream
 
 __all__ = [
     "Client",
@@ -81,6 +55,7 @@ equalities (``{"app": "web"}``)."""
 PropagationPolicy = Literal["Foreground", "Background", "Orphan"]
 
 _USER_AGENT = "trio-reconciler-engine/0.1"
+_DEFAULT_RETRY = RetryPolicy()
 
 
 class ClientConfig(Protocol):
@@ -96,27 +71,6 @@ class ClientConfig(Protocol):
         ...
 
 
-@attrs.frozen
-class RetryPolicy:
-    """When and how long :class:`Client` waits before repeating a failed request.
-
-    See the module documentation for which failures are retried for which requests.
-    """
-
-    max_attempts: int = attrs.field(default=5, validator=attrs.validators.ge(1))
-    """Total attempts per request, the first included (``1`` disables retries)."""
-    base_delay: float = attrs.field(default=0.2, validator=attrs.validators.gt(0))
-    """Delay before the first retry, doubled for each further one."""
-    max_delay: float = attrs.field(default=10.0, validator=attrs.validators.gt(0))
-    """Cap on the exponential delay."""
-    max_retry_after: float = attrs.field(default=60.0, validator=attrs.validators.ge(0))
-    """The longest ``Retry-After`` honoured; a longer one makes the error reach the caller."""
-
-    def backoff(self, retry: int, rng: random.Random) -> float:
-        """The jittered delay before retry number ``retry`` (``0`` for the first)."""
-        return min(self.max_delay, self.base_delay * 2.0 ** min(retry, 62)) * rng.uniform(0.5, 1.0)
-
-
 class PatchType(enum.Enum):
     """The patch formats the API server accepts, valued by their content type."""
 
@@ -128,32 +82,6 @@ class PatchType(enum.Enum):
     """Kubernetes strategic merge patch (built-in types only)."""
     APPLY = "application/apply-patch+yaml"
     """Server-side apply; needs a field manager."""
-
-
-class WatchEventType(enum.Enum):
-    """The type of a watch event (``ERROR`` events are raised, never yielded)."""
-
-    ADDED = "ADDED"
-    MODIFIED = "MODIFIED"
-    DELETED = "DELETED"
-    BOOKMARK = "BOOKMARK"
-
-
-@attrs.frozen
-class WatchEvent:
-    """One event from a watch stream."""
-
-    type: WatchEventType
-    """What happened."""
-    object: dict[str, Any]
-    """The object after the change (before it, for ``DELETED``); for ``BOOKMARK`` only its
-    ``metadata.resourceVersion`` is meaningful."""
-
-    @property
-    def resource_version(self) -> str | None:
-        """The event's ``metadata.resourceVersion``, the point to resume a watch from."""
-        rv = self.object.get("metadata", {}).get("resourceVersion")
-        return rv if isinstance(rv, str) and rv else None
 
 
 @attrs.frozen
@@ -176,70 +104,6 @@ def _selector(value: Selector | None) -> str | None:
     return ",".join(f"{k}={v}" for k, v in value.items()) or None
 
 
-def _retry_after(value: str | None) -> float | None:
-    if not value:
-        return None
-    try:
-        seconds = float(value)
-    except ValueError:
-        try:
-            when = email.utils.parsedate_to_datetime(value)
-        except (TypeError, ValueError):
-            return None
-        seconds = when.timestamp() - time.time()
-    if math.isnan(seconds):
-        return None
-    return max(0.0, seconds)
-
-
-_ERRORS_BY_CODE: dict[int, type[ApiError]] = {
-    400: BadRequestError,
-    401: UnauthorizedError,
-    403: ForbiddenError,
-    404: NotFoundError,
-    409: ConflictError,
-    410: GoneError,
-    422: InvalidError,
-    429: TooManyRequestsError,
-}
-
-
-def error_from_status(
-    status: Mapping[str, Any] | None,
-    *,
-    code: int,
-    retry_after: float | None = None,
-) -> ApiError:
-    """Build the typed :class:`ApiError` for a ``Status`` body (or its absence) and HTTP code.
-
-    ``Status.code`` takes precedence over ``code`` when the body carries one (watch ``ERROR``
-    events arrive on a ``200`` stream).
-    """
-    body = dict(status) if isinstance(status, Mapping) else None
-    if body is not None and isinstance(body.get("code"), int) and body["code"] >= 400:
-        code = body["code"]
-    reason = str(body.get("reason") or "") if body else ""
-    message = str(body.get("message") or "") if body else ""
-    if not message:
-        message = f"the API server answered HTTP {code} without a Status message"
-    cls: type[ApiError]
-    if code == 409 and reason == "AlreadyExists":
-        cls = AlreadyExistsError
-    elif code >= 500:
-        cls = ServerError
-    else:
-        cls = _ERRORS_BY_CODE.get(code, ApiError)
-    if cls is TooManyRequestsError:
-        if retry_after is None and body:
-            details = body.get("details")
-            if isinstance(details, dict) and isinstance(details.get("retryAfterSeconds"), int):
-                retry_after = float(details["retryAfterSeconds"])
-        return TooManyRequestsError(
-            message, code=code, reason=reason, status=body, retry_after=retry_after
-        )
-    return cls(message, code=code, reason=reason, status=body)
-
-
 def _error_from_response(response: httpx.Response) -> ApiError:
     body: Any = None
     try:
@@ -251,7 +115,7 @@ def _error_from_response(response: httpx.Response) -> ApiError:
     return error_from_status(
         body,
         code=response.status_code,
-        retry_after=_retry_after(response.headers.get("retry-after")),
+        retry_after=parse_retry_after(response.headers.get("retry-after")),
     )
 
 
@@ -308,7 +172,7 @@ class Client:
         config: ClientConfig,
         *,
         transport: httpx.AsyncBaseTransport | None = None,
-        retry: RetryPolicy = RetryPolicy(),
+        retry: RetryPolicy = _DEFAULT_RETRY,
         timeout: float = 30.0,
         field_manager: str = "trio-reconciler-engine",
         user_agent: str = _USER_AGENT,
@@ -386,30 +250,6 @@ class Client:
             )
         return self._http
 
-    async def _sleep_before_retry(self, err: KubeErrorLike, retry: int, what: str) -> bool:
-        delay = self.retry.backoff(retry, self._rng)
-        if isinstance(err, TooManyRequestsError) and err.retry_after is not None:
-            if err.retry_after > self.retry.max_retry_after:
-                return False
-            delay = err.retry_after
-        log.warning(
-            "retrying %s in %.3fs after %s (attempt %d of %d)",
-            what,
-            delay,
-            type(err).__name__,
-            retry + 2,
-            self.retry.max_attempts,
-            extra={"request": what, "error": type(err).__name__, "delay": delay, "attempt": retry + 2},
-        )
-        await trio.sleep(delay)
-        return True
-
-    @staticmethod
-    def _retryable(err: Exception, safe: bool) -> bool:
-        if isinstance(err, TooManyRequestsError):
-            return True
-        return safe and isinstance(err, ServerError | TransportError)
-
     async def _send(
         self,
         method: str,
@@ -427,43 +267,37 @@ class Client:
         headers = {"Content-Type": content_type} if content is not None else None
         timeout = httpx.Timeout(self._timeout, read=None) if stream else None
         what = f"{method} {path}"
-        retry = 0
-        while True:
-            err: ApiError | TransportError
+
+        async def attempt() -> httpx.Response:
+            request = http.build_request(
+                method,
+                path,
+                params=query,
+                content=content,
+                headers=headers,
+                timeout=timeout if timeout is not None else httpx.USE_CLIENT_DEFAULT,
+            )
             try:
-                request = http.build_request(
-                    method,
-                    path,
-                    params=query,
-                    content=content,
-                    headers=headers,
-                    timeout=timeout if timeout is not None else httpx.USE_CLIENT_DEFAULT,
-                )
                 response = await http.send(request, stream=stream)
             except httpx.TransportError as exc:
-                err = TransportError(f"{what} failed: {type(exc).__name__}: {exc}")
-                err.__cause__ = exc
-            else:
-                if response.status_code < 400:
-                    log.debug("%s -> %d", what, response.status_code)
-                    return response
-                if stream:
-                    try:
-                        await response.aread()
-                    except httpx.HTTPError:
-                        pass
-                    finally:
-                        await response.aclose()
-                err = _error_from_response(response)
-                log.debug("%s -> %d %s", what, response.status_code, err.reason)
-            if (
-                retry + 1 < self.retry.max_attempts
-                and self._retryable(err, safe)
-                and await self._sleep_before_retry(err, retry, what)
-            ):
-                retry += 1
-                continue
+                raise TransportError(f"{what} failed: {type(exc).__name__}: {exc}") from exc
+            if response.status_code < 400:
+                log.debug("%s -> %d", what, response.status_code)
+                return response
+            if stream:
+                try:
+                    await response.aread()
+                except httpx.HTTPError:
+                    pass
+                finally:
+                    await response.aclose()
+            err = _error_from_response(response)
+            log.debug("%s -> %d %s", what, response.status_code, err.reason)
             raise err
+
+        return await call_with_retries(
+            attempt, policy=self.retry, rng=self._rng, safe=safe, what=what
+        )
 
     async def _request_json(
         self,
@@ -899,191 +733,3 @@ class Client:
         }
         ns = namespace if resource.namespaced else None
         return WatchStream(self, resource, resource.path(namespace=ns), params, idle_timeout)
-
-
-KubeErrorLike = ApiError | TransportError
-
-
-_MAX_LINE = 64 * 1024 * 1024
-
-
-class WatchStream:
-    """An open watch: an async context manager and an async iterator of :class:`WatchEvent`.
-
-    Lines that are not valid watch events (bad JSON, unknown type, an object without
-    ``metadata.name`` or ``metadata.resourceVersion``) are logged and skipped. An ``ERROR``
-    event is raised as the matching :class:`ApiError` (:class:`GoneError` for 410). A broken
-    connection raises :class:`TransportError`; a server that ends the stream ends iteration.
-    """
-
-    def __init__(
-        self,
-        client: Client,
-        resource: Resource,
-        path: str,
-        params: Mapping[str, Any],
-        idle_timeout: float | None,
-    ) -> None:
-        self._client = client
-        self._resource = resource
-        self._path = path
-        self._params = params
-        self._idle_timeout = idle_timeout
-        self._response: httpx.Response | None = None
-        self._chunks: Any = None
-        self._buffer = bytearray()
-        self._scanned = 0
-        self._eof = False
-        self.skipped = 0
-        """How many malformed lines this stream skipped."""
-
-    async def __aenter__(self) -> WatchStream:
-        """Establish the stream (retried per the read policy).
-
-        Cancellation: a checkpoint; a half-open response is closed.
-        """
-        self._response = await self._client._send(
-            "GET", self._path, params=self._params, safe=True, stream=True
-        )
-        self._chunks = self._response.aiter_bytes()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
-
-    async def aclose(self) -> None:
-        """Close the stream and its connection. Idempotent.
-
-        Cancellation: shielded, bounded to one second of trio time.
-        """
-        chunks, response = self._chunks, self._response
-        self._chunks = self._response = None
-        self._eof = True
-        with trio.CancelScope(shield=True, deadline=trio.current_time() + 1.0):
-            try:
-                if chunks is not None:
-                    await chunks.aclose()
-            except (httpx.HTTPError, RuntimeError):
-                pass
-            if response is not None:
-                try:
-                    await response.aclose()
-                except httpx.HTTPError:
-                    pass
-
-    def __aiter__(self) -> WatchStream:
-        return self
-
-    async def __anext__(self) -> WatchEvent:
-        """The next valid event.
-
-        Cancellation: a checkpoint; a cancelled read leaves the stream unusable (close it).
-        """
-        while True:
-            line = await self._next_line()
-            if line is None:
-                raise StopAsyncIteration
-            event = self._decode(line)
-            if event is not None:
-                return event
-
-    async def _read_chunk(self) -> bytes | None:
-        if self._chunks is None:
-            return None
-        try:
-            if self._idle_timeout is None:
-                return bytes(await self._chunks.__anext__())
-            with trio.move_on_after(self._idle_timeout):
-                return bytes(await self._chunks.__anext__())
-        except StopAsyncIteration:
-            return None
-        except httpx.TransportError as exc:
-            raise TransportError(
-                f"the watch stream of {self._resource} broke: {type(exc).__name__}"
-            ) from exc
-        except httpx.HTTPError as exc:
-            raise ResponseError(
-                f"the watch stream of {self._resource} must be decodable: {type(exc).__name__}"
-            ) from exc
-        raise WatchStalledError(
-            f"a watch on {self._resource} must deliver bytes within "
-            f"{self._idle_timeout:g}s (idle_timeout), and none arrived"
-        )
-
-    async def _next_line(self) -> bytes | None:
-        while True:
-            newline = self._buffer.find(b"\n", self._scanned)
-            if newline >= 0:
-                line = bytes(self._buffer[:newline])
-                del self._buffer[: newline + 1]
-                self._scanned = 0
-                return line
-            self._scanned = len(self._buffer)
-            if self._eof:
-                if self._buffer.strip():
-                    line = bytes(self._buffer)
-                    self._buffer.clear()
-                    self._scanned = 0
-                    return line
-                return None
-            chunk = await self._read_chunk()
-            if chunk is None:
-                self._eof = True
-            else:
-                self._buffer += chunk
-                if len(self._buffer) > _MAX_LINE:
-                    raise ResponseError(
-                        f"a watch event of {self._resource} must be at most {_MAX_LINE} bytes"
-                    )
-
-    def _skip(self, why: str, line: bytes) -> None:
-        self.skipped += 1
-        log.warning(
-            "skipping a malformed watch line of %s: %s (%d bytes)", self._resource, why, len(line)
-        )
-
-    def _decode(self, line: bytes) -> WatchEvent | None:
-        if not line.strip():
-            return None
-        try:
-            data = json.loads(line)
-        except ValueError:
-            self._skip("not JSON", line)
-            return None
-        if not isinstance(data, dict):
-            self._skip("not a JSON object", line)
-            return None
-        type_, obj = data.get("type"), data.get("object")
-        if type_ == "ERROR":
-            raise error_from_status(obj if isinstance(obj, dict) else None, code=500)
-        try:
-            event_type = WatchEventType(type_)
-        except ValueError:
-            self._skip("unknown event type", line)
-            return None
-        if not isinstance(obj, dict) or not isinstance(obj.get("metadata"), dict):
-            self._skip("object without metadata", line)
-            return None
-        meta = obj["metadata"]
-        if event_type is not WatchEventType.BOOKMARK:
-            name = meta.get("name")
-            if not isinstance(name, str) or not name:
-                self._skip("object without metadata.name", line)
-                return None
-            ns = meta.get("namespace")
-            if ns is not None and not isinstance(ns, str):
-                self._skip("object with a non-string metadata.namespace", line)
-                return None
-            obj.setdefault("apiVersion", self._resource.api_version)
-            obj.setdefault("kind", self._resource.kind)
-        rv = meta.get("resourceVersion")
-        if not isinstance(rv, str) or not rv:
-            self._skip("object without metadata.resourceVersion", line)
-            return None
-        return WatchEvent(type=event_type, object=obj)
-

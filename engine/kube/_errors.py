@@ -21,6 +21,7 @@ contain tokens, passwords, key material or exec plugin output.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from typing import Any
 
 from engine._errors import EngineError
@@ -44,6 +45,7 @@ __all__ = [
     "TransportError",
     "UnauthorizedError",
     "WatchStalledError",
+    "error_from_status",
 ]
 
 
@@ -76,7 +78,7 @@ class ConfigError(KubeError):
         super().__init__(f"{': '.join(where)}: {message}" if where else message)
 
 
-# --- API errors (engine.kube._client) ---
+# --- API errors (engine.kube._client, built by error_from_status) ---
 
 
 class ApiError(KubeError):
@@ -209,3 +211,51 @@ class WatchStalledError(KubeError):
 
 class ClientStateError(KubeError):
     """A client was used outside its lifecycle (before it was opened or after it was closed)."""
+
+
+_ERRORS_BY_CODE: dict[int, type[ApiError]] = {
+    400: BadRequestError,
+    401: UnauthorizedError,
+    403: ForbiddenError,
+    404: NotFoundError,
+    409: ConflictError,
+    410: GoneError,
+    422: InvalidError,
+    429: TooManyRequestsError,
+}
+
+
+def error_from_status(
+    status: Mapping[str, Any] | None,
+    *,
+    code: int,
+    retry_after: float | None = None,
+) -> ApiError:
+    """Build the typed :class:`ApiError` for a ``Status`` body (or its absence) and HTTP code.
+
+    ``Status.code`` takes precedence over ``code`` when the body carries one (watch ``ERROR``
+    events arrive on a ``200`` stream).
+    """
+    body = dict(status) if isinstance(status, Mapping) else None
+    if body is not None and isinstance(body.get("code"), int) and body["code"] >= 400:
+        code = body["code"]
+    reason = str(body.get("reason") or "") if body else ""
+    message = str(body.get("message") or "") if body else ""
+    if not message:
+        message = f"the API server answered HTTP {code} without a Status message"
+    cls: type[ApiError]
+    if code == 409 and reason == "AlreadyExists":
+        cls = AlreadyExistsError
+    elif code >= 500:
+        cls = ServerError
+    else:
+        cls = _ERRORS_BY_CODE.get(code, ApiError)
+    if cls is TooManyRequestsError:
+        if retry_after is None and body:
+            details = body.get("details")
+            if isinstance(details, dict) and isinstance(details.get("retryAfterSeconds"), int):
+                retry_after = float(details["retryAfterSeconds"])
+        return TooManyRequestsError(
+            message, code=code, reason=reason, status=body, retry_after=retry_after
+        )
+    return cls(message, code=code, reason=reason, status=body)

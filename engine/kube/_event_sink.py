@@ -18,8 +18,10 @@ from typing import Any, TypeVar
 
 import trio
 
+from engine._backoff import jittered_backoff
 from engine._events import Event
 from engine._refs import ObjectRef
+from engine._text import summarize
 
 from ._client import Client
 from ._errors import (
@@ -32,6 +34,7 @@ from ._errors import (
     TransportError,
 )
 from ._events import EVENTS_RESOURCE, build_event, create_event, patch_event_series
+from ._retry import retry_after_of
 
 __all__ = ["KubernetesEventSink"]
 
@@ -41,21 +44,6 @@ T = TypeVar("T")
 
 _Key = tuple[ObjectRef, str, str, str, str]
 _RETRYABLE = (TooManyRequestsError, ServerError, TransportError)
-
-
-def _summary(exc: BaseException) -> str:
-    text = f"{type(exc).__name__}: {exc}"
-    return text if len(text) <= 300 else text[:297] + "..."
-
-
-def _retry_after(exc: Exception) -> float | None:
-    if isinstance(exc, TooManyRequestsError) and exc.retry_after is not None:
-        return exc.retry_after
-    if isinstance(exc, ServerError):
-        seconds = exc.details.get("retryAfterSeconds")
-        if isinstance(seconds, int | float) and seconds >= 0:
-            return float(seconds)
-    return None
 
 
 class KubernetesEventSink:
@@ -158,7 +146,7 @@ class KubernetesEventSink:
         error = TransportError(
             f"delivering event {event.reason} about {event.involved} must finish within "
             f"{self._timeout:g}s (delivery_timeout), and it did not"
-            + (f"; last error: {_summary(last[-1])}" if last else "")
+            + (f"; last error: {summarize(last[-1])}" if last else "")
         )
         raise error from (last[-1] if last else None)
 
@@ -246,7 +234,7 @@ class KubernetesEventSink:
         *,
         retry_on: tuple[type[Exception], ...] = _RETRYABLE,
     ) -> T:
-        delay = self._backoff
+        backoffs = 0
         for attempt in range(1, self._max_attempts + 1):
             try:
                 return await operation()
@@ -257,9 +245,14 @@ class KubernetesEventSink:
                 if isinstance(exc, AlreadyExistsError):
                     wait = 0.0
                 else:
-                    demanded = _retry_after(exc)
-                    wait = demanded if demanded is not None else delay * self._rng.uniform(0.5, 1.0)
-                    delay = min(delay * 2, self._max_backoff)
+                    demanded = retry_after_of(exc)
+                    if demanded is not None:
+                        wait = demanded
+                    else:
+                        wait = jittered_backoff(
+                            backoffs, base=self._backoff, cap=self._max_backoff, rng=self._rng
+                        )
+                    backoffs += 1
                 if trio.current_time() + wait >= deadline:
                     raise
                 logger.info(
@@ -308,7 +301,7 @@ class KubernetesEventSink:
         except KubeError as exc:
             logger.info(
                 "event sink %s could not resolve the apiVersion of %s (%s); posting without it",
-                self.name, ref, _summary(exc),
+                self.name, ref, summarize(exc),
             )
             return None
         found = self._versions.get(key)

@@ -12,6 +12,8 @@ import logging
 from collections.abc import Mapping
 from typing import Any, Literal
 
+from engine._text import truncate
+
 from ._client import Client, PatchType
 from ._lease import format_microtime
 from ._resource import Resource
@@ -74,13 +76,6 @@ def _reference(obj: Mapping[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in ref.items() if v}
 
 
-def _truncate(text: str, limit: int) -> str:
-    data = text.encode()
-    if len(data) <= limit:
-        return text
-    return data[: limit - 3].decode(errors="ignore") + "..."
-
-
 def _resource_of(event: Mapping[str, Any]) -> Resource:
     api_version = event.get("apiVersion")
     if api_version == EVENTS_RESOURCE.api_version:
@@ -120,8 +115,8 @@ def build_event(
     namespace = ref.get("namespace") or "default"
     stamp = int(when.timestamp() * 1_000_000) * 1000
     meta = {"name": f"{ref['name']}.{stamp:x}", "namespace": namespace}
-    reason = _truncate(reason, _REASON_LIMIT)
-    note = _truncate(note, _NOTE_LIMIT)
+    reason = truncate(reason, _REASON_LIMIT)
+    note = truncate(note, _NOTE_LIMIT)
     if api_version == "v1":
         core: dict[str, Any] = {
             "apiVersion": "v1",

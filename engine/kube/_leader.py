@@ -46,7 +46,9 @@ from collections.abc import Callable
 import attrs
 import trio
 
+from engine._backoff import jittered_backoff
 from engine._errors import ManagerStateError
+from engine._text import summarize
 
 from ._client import Client
 from ._errors import AlreadyExistsError, ConflictError, KubeError, NotFoundError
@@ -107,11 +109,6 @@ def _spec(lease: Lease) -> tuple[object, ...]:
         lease.renew_time,
         lease.lease_transitions,
     )
-
-
-def _summary(exc: BaseException) -> str:
-    text = f"{type(exc).__name__}: {exc}"
-    return text if len(text) <= 300 else text[:297] + "..."
 
 
 def _default_identity(rng: random.Random | None) -> str:
@@ -298,7 +295,7 @@ class LeaderElector:
                     logger.warning(
                         "%s lease %s/%s failed: %s",
                         "renewing" if self._leading else "acquiring",
-                        self.namespace, self.name, _summary(exc),
+                        self.namespace, self.name, summarize(exc),
                     )
             if attempt.cancelled_caught:
                 self._failed += 1
@@ -316,7 +313,9 @@ class LeaderElector:
                 if holder is not None and holder != self.identity:
                     self._lose(f"the lease is now held by {holder!r}")
                     return
-            wake = trio.current_time() + self.retry_period * self._rng.uniform(0.5, 1.0)
+            wake = trio.current_time() + jittered_backoff(
+                0, base=self.retry_period, cap=self.retry_period, rng=self._rng
+            )
             if self._leading:
                 assert self._renewed_at is not None
                 wake = min(wake, self._renewed_at + self.renew_deadline)
@@ -449,7 +448,7 @@ class LeaderElector:
             except KubeError as exc:
                 logger.warning(
                     "releasing lease %s/%s failed (it expires after %ss): %s",
-                    self.namespace, self.name, self._duration_seconds, _summary(exc),
+                    self.namespace, self.name, self._duration_seconds, summarize(exc),
                 )
         if bound.cancelled_caught:
             logger.warning(

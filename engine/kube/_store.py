@@ -1,4 +1,4 @@
-"""The informer's cache: one writer (the informer), many readers, with indexes."""
+"""The informer's cache: one writer (:meth:`Store.apply`), many readers, with indexes."""
 
 from __future__ import annotations
 
@@ -6,7 +6,20 @@ import builtins
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
-__all__ = ["Store", "IndexFunc", "ObjectKey", "NAMESPACE_INDEX", "OWNER_INDEX", "object_key"]
+import attrs
+
+from ._watch import WatchEventType
+from ._watcher import Added, Bookmark, Deleted, Modified, Restarted, WatcherEvent
+
+__all__ = [
+    "Store",
+    "InformerEvent",
+    "IndexFunc",
+    "ObjectKey",
+    "NAMESPACE_INDEX",
+    "OWNER_INDEX",
+    "object_key",
+]
 
 ObjectKey = tuple[str | None, str]
 """``(namespace, name)``; the namespace is ``None`` for cluster-scoped objects."""
@@ -20,10 +33,27 @@ OWNER_INDEX = "owner"
 """Built-in index: objects by the ``uid`` of each of their ``metadata.ownerReferences``."""
 
 
+@attrs.frozen
+class InformerEvent:
+    """A change an informer applied to its store."""
+
+    type: WatchEventType
+    """``ADDED``, ``MODIFIED`` or ``DELETED`` (never ``BOOKMARK``)."""
+    obj: dict[str, Any]
+    """The object as it is now; for ``DELETED``, its last known state."""
+    old: dict[str, Any] | None = None
+    """The cached object before the change (``None`` for ``ADDED``)."""
+
+
 def object_key(obj: Mapping[str, Any]) -> ObjectKey:
     """The store key of an object: ``(metadata.namespace or None, metadata.name)``."""
     meta = obj["metadata"]
     return (meta.get("namespace") or None, meta["name"])
+
+
+def _rv(obj: Mapping[str, Any]) -> str | None:
+    rv = obj.get("metadata", {}).get("resourceVersion")
+    return rv if isinstance(rv, str) else None
 
 
 def _by_namespace(obj: Mapping[str, Any]) -> Iterable[str]:
@@ -49,7 +79,7 @@ class Store:
 
     Indexes file each object under the values an index function returns. ``namespace`` and
     ``owner`` (owner reference uids) are built in; :meth:`add_index` adds more by name, at any
-    time. Only the informer writes, through the private ``_put``/``_remove`` methods.
+    time. There is one writer, :meth:`apply`, called by the informer that owns the store.
     """
 
     def __init__(self) -> None:
@@ -109,6 +139,56 @@ class Store:
     def __iter__(self) -> Iterator[dict[str, Any]]:
         return iter(list(self._objects.values()))
 
+    # --- the writer ---
+
+    def apply(self, event: WatcherEvent) -> builtins.list[InformerEvent]:
+        """Apply a watcher event and return the changes it made, in order.
+
+        ``Added``/``Modified`` store the object (no change when the cached one has the same
+        ``resourceVersion``); ``Deleted`` removes it (reported even when it was not cached);
+        ``Restarted`` replaces the contents with the list, reporting additions and
+        modifications in list order, then deletions; ``Bookmark`` changes nothing. Atomic: if
+        an index function raises, the store is left as it was and the exception propagates.
+        """
+        if isinstance(event, Added | Modified):
+            key = object_key(event.obj)
+            current = self._objects.get(key)
+            if current is not None and _rv(current) == _rv(event.obj):
+                return []
+            return [self._change(event.obj, self._put(event.obj))]
+        if isinstance(event, Deleted):
+            old = self._remove(object_key(event.obj))
+            return [InformerEvent(WatchEventType.DELETED, event.obj, old)]
+        if isinstance(event, Restarted):
+            return self._replace(event.objects)
+        assert isinstance(event, Bookmark)
+        return []
+
+    @staticmethod
+    def _change(obj: dict[str, Any], old: dict[str, Any] | None) -> InformerEvent:
+        kind = WatchEventType.ADDED if old is None else WatchEventType.MODIFIED
+        return InformerEvent(kind, obj, old)
+
+    def _replace(self, objects: Iterable[dict[str, Any]]) -> builtins.list[InformerEvent]:
+        seen: set[ObjectKey] = set()
+        planned = []
+        for obj in objects:
+            key = object_key(obj)
+            seen.add(key)
+            current = self._objects.get(key)
+            if current is not None and _rv(current) == _rv(obj):
+                continue
+            planned.append((obj, self._index_values(obj)))
+        changes = [self._change(obj, self._insert(obj, values)) for obj, values in planned]
+        for key in [k for k in self._objects if k not in seen]:
+            old = self._remove(key)
+            if old is not None:
+                changes.append(InformerEvent(WatchEventType.DELETED, old, old))
+        return changes
+
+    def _index_values(self, obj: Mapping[str, Any]) -> dict[str, tuple[str, ...]]:
+        return {index: tuple(dict.fromkeys(f(obj))) for index, f in self._index_funcs.items()}
+
     def _file(self, index: str, key: ObjectKey, obj: Mapping[str, Any]) -> None:
         values = tuple(dict.fromkeys(self._index_funcs[index](obj)))
         buckets = self._indexes[index]
@@ -128,8 +208,10 @@ class Store:
                     del buckets[value]
 
     def _put(self, obj: dict[str, Any]) -> dict[str, Any] | None:
+        return self._insert(obj, self._index_values(obj))
+
+    def _insert(self, obj: dict[str, Any], new_values: dict[str, tuple[str, ...]]) -> dict[str, Any] | None:
         key = object_key(obj)
-        new_values = {index: tuple(dict.fromkeys(f(obj))) for index, f in self._index_funcs.items()}
         old = self._objects.get(key)
         if old is not None:
             for index in self._index_funcs:

@@ -25,6 +25,7 @@ from engine.kube import (
     any_of,
     generation_changed,
     is_ready,
+    ref_for,
     requested_at_changed,
     set_condition,
     set_finalizer,
@@ -316,10 +317,7 @@ async def setup(ctx: PluginContext) -> None:
 
     def bundles_of(source: Mapping[str, Any]) -> list[ObjectRef]:
         key = f"{source['metadata'].get('namespace')}/{source['metadata']['name']}"
-        return [
-            ObjectRef("Bundle", b["metadata"]["name"], b["metadata"].get("namespace"), resource.group)
-            for b in bundle_informer.store.by_index(SOURCE_INDEX, key)
-        ]
+        return [ref_for(resource, b) for b in bundle_informer.store.by_index(SOURCE_INDEX, key)]
 
     cluster.watches_mapped(
         controller, source_informer, bundles_of, predicates=[generation_changed], reason="source revision changed"

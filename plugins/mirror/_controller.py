@@ -14,6 +14,7 @@ from engine.kube import (
     Plugin,
     PluginContext,
     Resource,
+    ref_for,
     set_finalizer,
 )
 
@@ -144,7 +145,7 @@ async def setup(ctx: PluginContext) -> None:
         return [ObjectRef("ConfigMap", name, ns)] if name else []
 
     def all_sources(_: Mapping[str, Any]) -> list[ObjectRef]:
-        return [ObjectRef("ConfigMap", s["metadata"]["name"], s["metadata"].get("namespace")) for s in sources.store.list()]
+        return [ref_for(sources.resource, s) for s in sources.store.list()]
 
     cluster.watches_mapped(controller, copies, source_of_copy, reason="mirrored copy changed")
     cluster.watches_mapped(controller, namespaces, all_sources, reason="namespace changed")

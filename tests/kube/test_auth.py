@@ -20,10 +20,12 @@ from engine.kube import (
     BearerTokenAuth,
     Config,
     ConfigError,
+    TokenFileAuth,
+)
+from engine.kube.lowlevel import (
     ExecAuth,
     ExecConfig,
     ExecCredential,
-    TokenFileAuth,
 )
 
 SECRET = "sekrit-TOKEN-0123456789"

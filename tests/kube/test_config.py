@@ -14,7 +14,8 @@ import trio
 import trustme
 import yaml  # type: ignore[import-untyped]
 
-from engine.kube import BearerTokenAuth, Config, ConfigError, ExecAuth, TokenFileAuth
+from engine.kube import BearerTokenAuth, Config, ConfigError, TokenFileAuth
+from engine.kube.lowlevel import ExecAuth
 
 SECRET = "sekrit-TOKEN-0123456789"
 

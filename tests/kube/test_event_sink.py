@@ -15,7 +15,6 @@ import trio.testing
 
 from engine import Controller, Event, EventSinkStatistics, EventType, Manager, ObjectRef, RunContext
 from engine.kube import (
-    EVENTS_RESOURCE,
     Client,
     Config,
     KubernetesEventSink,
@@ -23,6 +22,9 @@ from engine.kube import (
     ServerError,
     TooManyRequestsError,
     TransportError,
+)
+from engine.kube.lowlevel import (
+    EVENTS_RESOURCE,
     build_event,
     create_event,
 )

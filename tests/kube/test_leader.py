@@ -17,12 +17,14 @@ import trio.testing
 
 from engine import Controller, Manager, ManagerStateError, ObjectRef, Result, RunContext
 from engine.kube import (
-    LEASE_RESOURCE,
     Client,
     Config,
     LeaderElector,
     Lease,
     RetryPolicy,
+)
+from engine.kube.lowlevel import (
+    LEASE_RESOURCE,
     get_lease,
     update_lease,
 )

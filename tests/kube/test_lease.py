@@ -11,14 +11,16 @@ import trio
 import trio.testing
 
 from engine.kube import (
-    CORE_EVENTS_RESOURCE,
-    EVENTS_RESOURCE,
     AlreadyExistsError,
     Client,
     Config,
     ConflictError,
     Lease,
     NotFoundError,
+)
+from engine.kube.lowlevel import (
+    CORE_EVENTS_RESOURCE,
+    EVENTS_RESOURCE,
     build_event,
     create_event,
     create_lease,

@@ -2,13 +2,25 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine.kube import NAMESPACE_INDEX, OWNER_INDEX, Store, object_key
+from engine.kube import (
+    NAMESPACE_INDEX,
+    OWNER_INDEX,
+    Added,
+    Bookmark,
+    Deleted,
+    Modified,
+    Restarted,
+    Store,
+    WatcherEvent,
+    object_key,
+)
 
 
 def obj(name: str, namespace: str | None = "default", owners: list[str] = (), **labels: str) -> dict[str, Any]:  # type: ignore[assignment]
@@ -119,3 +131,60 @@ def test_indexes_agree_with_a_scan(operations: list[tuple[bool, str, str, list[s
             o for o in store.list() if any(r["uid"] == uid for r in o["metadata"].get("ownerReferences", []))
         ]
         assert names(store.by_index(OWNER_INDEX, uid)) == names(expected)
+
+
+def versioned(name: str, rv: str, namespace: str | None = "default", **labels: str) -> dict[str, Any]:
+    o = obj(name, namespace, **labels)
+    o["metadata"]["resourceVersion"] = rv
+    return o
+
+
+def changes(store: Store, event: WatcherEvent) -> list[tuple[str, str, str | None]]:
+    return [
+        (c.type.value, c.obj["metadata"]["name"], c.old["metadata"]["resourceVersion"] if c.old else None)
+        for c in store.apply(event)
+    ]
+
+
+def test_apply_watch_events() -> None:
+    store = Store()
+    a1, a2 = versioned("a", "1"), versioned("a", "2")
+    assert changes(store, Added(a1)) == [("ADDED", "a", None)]
+    assert changes(store, Modified(versioned("a", "1"))) == []
+    assert store.get("default", "a") is a1
+    assert changes(store, Modified(a2)) == [("MODIFIED", "a", "1")]
+    assert changes(store, Added(versioned("a", "3"))) == [("MODIFIED", "a", "2")]
+    assert changes(store, Bookmark("9")) == []
+    assert changes(store, Deleted(versioned("a", "4"))) == [("DELETED", "a", "3")]
+    assert "a" not in names(store.list())
+    assert changes(store, Deleted(versioned("ghost", "5"))) == [("DELETED", "ghost", None)]
+
+
+def test_apply_restarted_emits_the_difference_after_the_whole_list_is_stored() -> None:
+    store = Store()
+    store.apply(Restarted([versioned("keep", "1"), versioned("change", "1"), versioned("gone", "1")], "1"))
+    new = [versioned("keep", "1"), versioned("change", "2"), versioned("added", "3")]
+    assert changes(store, Restarted(new, "3")) == [
+        ("MODIFIED", "change", "1"),
+        ("ADDED", "added", None),
+        ("DELETED", "gone", "1"),
+    ]
+    assert names(store.list()) == ["added", "change", "keep"]
+
+
+def test_apply_restarted_is_atomic_when_an_index_function_raises() -> None:
+    store = Store()
+    store.apply(Restarted([versioned("a", "1", app="web")], "1"))
+
+    def by_app(o: Mapping[str, Any]) -> list[str]:
+        if o["metadata"]["name"] == "bad":
+            raise RuntimeError("index function failed")
+        return [o["metadata"]["labels"].get("app", "")]
+
+    store.add_index("app", by_app)
+    with pytest.raises(RuntimeError, match=r"^index function failed$"):
+        store.apply(Restarted([versioned("a", "2", app="db"), versioned("bad", "2")], "2"))
+    assert store.get("default", "a") is not None
+    assert store.get("default", "a")["metadata"]["resourceVersion"] == "1"  # type: ignore[index]
+    assert names(store.by_index("app", "web")) == ["a"]
+    assert store.get("default", "bad") is None
