@@ -69,7 +69,7 @@ class Transcript:
         return comparable(actual)
 
 
-def _ssl_context(cluster: dict[str, Any], tmp: Path) -> ssl.SSLContext | bool:
+def _ssl_context(cluster: dict[str, Any]) -> ssl.SSLContext | bool:
     if cluster.get("insecure-skip-tls-verify"):
         return False
     context = ssl.create_default_context()
@@ -91,7 +91,7 @@ def _kubeconfig_client(path: str) -> Iterator[httpx.Client]:
     if "token" in user:
         headers["Authorization"] = f"Bearer {user['token']}"
     with tempfile.TemporaryDirectory() as tmp:
-        verify = _ssl_context(cluster, Path(tmp))
+        verify = _ssl_context(cluster)
         if isinstance(verify, ssl.SSLContext):
             cert = user.get("client-certificate"), user.get("client-key")
             if "client-certificate-data" in user:
