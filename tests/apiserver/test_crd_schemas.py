@@ -1,0 +1,15 @@
+"""CRD structural schemas: validation (422 causes), pruning, defaulting, status
+subresource validation, CEL rules, ``fieldValidation=Strict`` and its warnings."""
+
+from __future__ import annotations
+
+import pytest
+
+from ._cases import cases, check
+from ._runner import Transcript
+from ._script import Step
+
+
+@pytest.mark.parametrize("step", cases("schema"))
+def test_step(transcript: Transcript, step: Step) -> None:
+    check(transcript, step)

@@ -1,0 +1,15 @@
+"""Namespace lifecycle: ``spec.finalizers``, ``Terminating``, 403 in a terminating namespace,
+``/finalize``."""
+
+from __future__ import annotations
+
+import pytest
+
+from ._cases import cases, check
+from ._runner import Transcript
+from ._script import Step
+
+
+@pytest.mark.parametrize("step", cases("cleanup", "ns2", "nslife"))
+def test_step(transcript: Transcript, step: Step) -> None:
+    check(transcript, step)
