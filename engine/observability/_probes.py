@@ -26,7 +26,7 @@ import trio
 from ._http import Request, Response
 
 if TYPE_CHECKING:
-    from ._manager import Manager
+    from .._manager import Manager
 
 __all__ = ["Probes", "Check", "CheckFailed"]
 

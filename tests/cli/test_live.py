@@ -12,10 +12,10 @@ import trio
 import trio.testing
 
 from engine import Controller, Manager, ObjectRef, Observability, RunContext, TerminalError
-from engine._watch import WatchState, format_line, main
+from engine.cli._live import WatchState, format_line, main
 
-from ._observability_support import Recorder
-from ._support import running
+from .._support import running
+from ..observability._support import Recorder
 
 OK = ObjectRef("Widget", "ok", "ns")
 BAD = ObjectRef("Widget", "bad", "ns")

@@ -8,10 +8,10 @@ import importlib
 __all__ = ["main"]
 
 _COMMANDS = {
-    "demo": ("engine._demo", "Run the three failure scenarios of DESIGN.md in-process and print verdicts."),
-    "apiserver": ("engine.testing._cli", "Run the embedded Kubernetes-compatible API server on loopback."),
-    "run": ("engine._runner", "Run plugins against a cluster (--kubeconfig) or the embedded API server (--embedded)."),
-    "watch": ("engine._watch", "Watch a manager's live stream: a live table of objects, or raw lifecycle lines."),
+    "demo": ("engine.cli._demo", "Run the three failure scenarios of DESIGN.md in-process and print verdicts."),
+    "apiserver": ("engine.cli._apiserver", "Run the embedded Kubernetes-compatible API server on loopback."),
+    "run": ("engine.cli._run", "Run plugins against a cluster (--kubeconfig) or the embedded API server (--embedded)."),
+    "watch": ("engine.cli._live", "Watch a manager's live stream: a live table of objects, or raw lifecycle lines."),
 }
 
 

@@ -14,7 +14,7 @@ from ._metrics import EngineMetrics
 from ._probes import Check, Probes
 
 if TYPE_CHECKING:
-    from ._manager import Manager, ShutdownReport
+    from .._manager import Manager, ShutdownReport
 
 __all__ = ["Observability"]
 

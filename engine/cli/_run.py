@@ -21,9 +21,9 @@ from typing import Any
 import trio
 import yaml  # type: ignore[import-untyped]
 
-from ._logging import configure_logging
-from ._manager import Manager
-from ._sinks import WebhookSink
+from .._logging import configure_logging
+from .._manager import Manager
+from .._sinks import WebhookSink
 
 __all__ = ["main"]
 
@@ -70,7 +70,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _selector(args: argparse.Namespace) -> str | None:
-    from .kube import SHARD_LABEL
+    from ..kube import SHARD_LABEL
 
     parts = []
     if args.shard:
@@ -129,7 +129,7 @@ async def _run(args: argparse.Namespace) -> int:
 
 
 async def _start_and_run(args: argparse.Namespace, box: list[Manager]) -> int:
-    from .kube import Client, Cluster, Config, ConfigError, PluginContext, PluginError, install_crds, load_plugins
+    from ..kube import Client, Cluster, Config, ConfigError, PluginContext, PluginError, install_crds, load_plugins
 
     plugins, errors = load_plugins(args.plugin, strict=False)
     if errors and args.strict_plugins:
@@ -148,7 +148,7 @@ async def _start_and_run(args: argparse.Namespace, box: list[Manager]) -> int:
 
     async with contextlib.AsyncExitStack() as stack:
         if args.embedded:
-            from .testing import ApiServer
+            from ..testing import ApiServer
 
             api = await stack.enter_async_context(ApiServer(port=args.apiserver_port))
             kubeconfig = Path(args.write_kubeconfig or "embedded.kubeconfig").resolve()
@@ -171,7 +171,7 @@ async def _start_and_run(args: argparse.Namespace, box: list[Manager]) -> int:
 
         leader = None
         if args.leader_elect:
-            from .kube import LeaderElector
+            from ..kube import LeaderElector
 
             lease_name = args.leader_election_id or "-".join(["engine", *sorted(p.name for p in plugins)]
                                                                + ([args.shard] if args.shard else []))
@@ -186,7 +186,7 @@ async def _start_and_run(args: argparse.Namespace, box: list[Manager]) -> int:
             )
         manager = Manager(grace_period=args.grace_period, leader_election=leader, handle_signals=False)
         if not args.no_cluster_events:
-            from .kube import KubernetesEventSink
+            from ..kube import KubernetesEventSink
 
             manager.add_sink(KubernetesEventSink(client, reporting_controller="engine", reporting_instance=identity))
         if args.event_webhook:
@@ -243,7 +243,7 @@ async def _start_and_run(args: argparse.Namespace, box: list[Manager]) -> int:
 def _observability(manager: Manager, cluster: Any, leader: Any, args: argparse.Namespace) -> Any:
     if args.metrics_bind_address == "0" and args.health_probe_bind_address == "0" and args.live_bind_address == "0":
         return None
-    from ._observability import Observability
+    from ..observability import Observability
 
     obs = Observability(
         manager,
