@@ -264,7 +264,7 @@ def _print_addresses(obs: Any) -> None:
         if address is not None:
             print(f"{what} on http://{address[0]}:{address[1]}", flush=True)
     if obs.live_url is not None:
-        print(f"live stream on {obs.live_url} (python -m engine watch {obs.live_url})", flush=True)
+        print(f"live stream on {obs.live_url} (python -m engine live {obs.live_url})", flush=True)
 
 
 def main(argv: list[str]) -> int:
