@@ -12,9 +12,9 @@ import attrs
 import trio
 import yaml  # type: ignore[import-untyped]  # no types-PyYAML installed
 
+from ..observability._http import AbortStream, Request, Response
 from ._errors import RequestRejected
 from ._faults import Fault, Faults, FaultScope, RequestInfo
-from ._http import AbortStream, Request, Response
 from ._openapi import gv_path, openapi_document, openapi_index
 from ._patch import json_patch, merge_patch, strategic_merge_patch
 from ._protobuf import decode_protobuf
