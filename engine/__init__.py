@@ -5,7 +5,10 @@ Start with :class:`Manager` and :class:`Controller`: a controller runs a reconci
 has its own cancel scope and a typed :class:`CancelCause` when the engine cancels it; events
 go through a non-blocking :class:`EventRecorder` to sinks.
 
-The Kubernetes adapter lives in :mod:`engine.kube`, test helpers in :mod:`engine.testing`.
+Metrics, health probes and the live stream live in :mod:`engine.observability` (their names
+are exported here too). The Kubernetes adapter lives in :mod:`engine.kube`, test helpers in
+:mod:`engine.testing`, the ``python -m engine`` commands in :mod:`engine.cli`; none of the
+modules above imports them.
 """
 
 from ._controller import Controller as Controller
