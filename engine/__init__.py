@@ -5,7 +5,10 @@ Start with :class:`Manager` and :class:`Controller`: a controller runs a reconci
 has its own cancel scope and a typed :class:`CancelCause` when the engine cancels it; events
 go through a non-blocking :class:`EventRecorder` to sinks.
 
-The Kubernetes adapter lives in :mod:`engine.kube`, test helpers in :mod:`engine.testing`.
+Metrics, health probes and the live stream live in :mod:`engine.observability` (their names
+are exported here too). The Kubernetes adapter lives in :mod:`engine.kube`, test helpers in
+:mod:`engine.testing`, the ``python -m engine`` commands in :mod:`engine.cli`; none of the
+modules above imports them.
 """
 
 from ._controller import Controller as Controller
@@ -24,17 +27,12 @@ from ._events import EventSink as EventSink
 from ._events import EventSinkStatistics as EventSinkStatistics
 from ._events import EventType as EventType
 from ._events import ObjectEvents as ObjectEvents
-from ._http import parse_bind_address as parse_bind_address
-from ._live import LiveStatistics as LiveStatistics
-from ._live import LiveStream as LiveStream
 from ._logging import JSONFormatter as JSONFormatter
 from ._logging import TextFormatter as TextFormatter
 from ._logging import configure_logging as configure_logging
 from ._manager import LeaderElection as LeaderElection
 from ._manager import Manager as Manager
 from ._manager import ShutdownReport as ShutdownReport
-from ._metrics import EngineMetrics as EngineMetrics
-from ._observability import Observability as Observability
 from ._observer import RunLog as RunLog
 from ._observer import RunRecord as RunRecord
 from ._outcome import CancelCause as CancelCause
@@ -43,8 +41,6 @@ from ._outcome import Outcome as Outcome
 from ._outcome import OutcomeKind as OutcomeKind
 from ._outcome import Result as Result
 from ._outcome import TerminalError as TerminalError
-from ._probes import CheckFailed as CheckFailed
-from ._probes import Probes as Probes
 from ._ratelimit import ExponentialBackoffLimiter as ExponentialBackoffLimiter
 from ._ratelimit import MaxOfLimiter as MaxOfLimiter
 from ._ratelimit import RateLimiter as RateLimiter
@@ -67,13 +63,20 @@ from ._sources import TimerSource as TimerSource
 from ._workqueue import QueueObserver as QueueObserver
 from ._workqueue import WorkQueue as WorkQueue
 from ._workqueue import WorkQueueStatistics as WorkQueueStatistics
+from .observability import CheckFailed as CheckFailed
+from .observability import EngineMetrics as EngineMetrics
+from .observability import LiveStatistics as LiveStatistics
+from .observability import LiveStream as LiveStream
+from .observability import Observability as Observability
+from .observability import Probes as Probes
+from .observability import parse_bind_address as parse_bind_address
 
 __version__ = "0.1.0.dev0"
 
 
 def _fix_module() -> None:
     for name, value in list(globals().items()):
-        if not name.startswith("_") and getattr(value, "__module__", "").startswith("engine._"):
+        if not name.startswith("_") and getattr(value, "__module__", "").startswith(("engine._", "engine.observability._")):
             try:
                 value.__module__ = "engine"
             except (AttributeError, TypeError):

@@ -86,9 +86,11 @@ from ._plugin import ENTRY_POINT_GROUP as ENTRY_POINT_GROUP
 from ._plugin import Plugin as Plugin
 from ._plugin import PluginContext as PluginContext
 from ._plugin import PluginError as PluginError
+from ._plugin import PluginHost as PluginHost
 from ._plugin import install_crds as install_crds
 from ._plugin import load_plugin as load_plugin
 from ._plugin import load_plugins as load_plugins
+from ._plugin import run_plugins as run_plugins
 from ._status import READY as READY
 from ._status import RECONCILING as RECONCILING
 from ._status import STALLED as STALLED

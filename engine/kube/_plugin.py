@@ -2,7 +2,8 @@
 
 A plugin module exposes a :class:`Plugin` (conventionally as ``plugin``). The runner finds
 plugins three ways: ``module:attr``, an entry point in the ``engine.plugins`` group, or a
-bundled plugin in the ``plugins`` package by name.
+bundled plugin in the ``plugins`` package by name. :func:`run_plugins` hosts plugins: it
+installs their CRDs, sets them up on one manager and cluster, and runs the manager.
 """
 
 from __future__ import annotations
@@ -11,18 +12,32 @@ import importlib
 import importlib.metadata
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 import trio
 
 from .._errors import EngineError
-from .._manager import Manager
+from .._manager import Manager, ShutdownReport
 from ._client import Client
-from ._cluster import Cluster
+from ._cluster import SHARD_LABEL, Cluster
 from ._errors import NotFoundError, ResourceNotFoundError
+from ._leader import LeaderElector
 
-__all__ = ["Plugin", "PluginContext", "PluginError", "load_plugin", "load_plugins", "install_crds", "ENTRY_POINT_GROUP"]
+if TYPE_CHECKING:
+    from ..observability import Observability
+
+__all__ = [
+    "Plugin",
+    "PluginContext",
+    "PluginError",
+    "PluginHost",
+    "load_plugin",
+    "load_plugins",
+    "install_crds",
+    "run_plugins",
+    "ENTRY_POINT_GROUP",
+]
 
 logger = logging.getLogger("engine.kube.plugins")
 
@@ -187,3 +202,123 @@ async def install_crds(
                     await trio.sleep(0.05)
     if scope.cancelled_caught:
         raise PluginError(f"CRDs not served by the API server within {timeout}s")
+
+
+@attrs.define(eq=False)
+class PluginHost:
+    """What :func:`run_plugins` built, reported once the manager runs."""
+
+    client: Client
+    manager: Manager
+    cluster: Cluster
+    plugins: list[Plugin]
+    """The plugins that were set up, in the order given."""
+    errors: list[PluginError]
+    """The plugins skipped because they failed to load or to set up (only without ``strict``)."""
+    examples_applied: int = 0
+    """How many example manifests were applied (``apply_examples=True``)."""
+
+
+async def run_plugins(
+    client: Client,
+    plugins: Iterable[Plugin | str],
+    *,
+    manager: Manager | None = None,
+    config: Mapping[str, Mapping[str, Any] | None] | None = None,
+    namespace: str | None = None,
+    shard: str | None = None,
+    label_selector: str | None = None,
+    install: bool = True,
+    strict: bool = False,
+    apply_examples: bool = False,
+    observability: Observability | None = None,
+    task_status: trio.TaskStatus[PluginHost] = trio.TASK_STATUS_IGNORED,
+) -> ShutdownReport:
+    """Host ``plugins`` on one manager and cluster, run the manager, return its shutdown report.
+
+    In order: plugins given by name are loaded (:func:`load_plugin`); one :class:`Cluster`
+    is built on ``client`` and ``manager`` (a new ``Manager()``, which handles SIGTERM and
+    SIGINT, when not given) watching ``namespace`` (``None``: all) and the objects matching
+    ``label_selector`` and, with ``shard``, the label ``sharding.engine.dev/key=<shard>``;
+    for each plugin its CRDs are installed (with ``install=False`` only checked, see
+    :func:`install_crds`) and its ``setup`` is called with its default configuration
+    updated by ``config[plugin.name]``; with ``apply_examples`` the set-up plugins' example
+    manifests are applied (server-side apply); then the manager runs until it is stopped
+    (:meth:`Manager.stop`, a signal, leadership lost).
+
+    A plugin that fails to load or set up is logged and skipped (listed in
+    :attr:`PluginHost.errors`); with ``strict`` its :class:`PluginError` is raised instead.
+    :class:`PluginError` is also raised when no plugin could be set up. With
+    ``observability``, the readiness checks ``informers`` (every informer synced) and, when
+    the manager's leader election is a :class:`LeaderElector`, ``leader-election`` (the
+    lease state is known) are added. ``task_status.started(host)`` is called once the
+    manager started its controllers.
+
+    Cancellation: during set-up, CRDs already applied stay applied and the manager never
+    runs; once the manager runs, cancelling cancels its runs at once, without the grace
+    period (as :meth:`Manager.run`), and ``Cancelled`` propagates. For a graceful stop call
+    ``host.manager.stop()``.
+    """
+    manager = manager if manager is not None else Manager()
+    config = config or {}
+    loaded: list[Plugin] = []
+    errors: list[PluginError] = []
+    for item in plugins:
+        if isinstance(item, Plugin):
+            loaded.append(item)
+            continue
+        try:
+            loaded.append(load_plugin(item))
+        except PluginError as exc:
+            if strict:
+                raise
+            logger.error("skipping plugin: %s", exc)
+            errors.append(exc)
+    selector = ",".join([*([f"{SHARD_LABEL}={shard}"] if shard else []), *([label_selector] if label_selector else [])])
+    cluster = Cluster(client, manager, namespace=namespace, label_selector=selector or None)
+    host = PluginHost(client=client, manager=manager, cluster=cluster, plugins=[], errors=errors)
+    for plugin in loaded:
+        try:
+            await install_crds(client, plugin.crds, install=install)
+            await plugin.setup(PluginContext(
+                name=plugin.name, manager=manager, cluster=cluster, client=client,
+                config={**plugin.config, **(config.get(plugin.name) or {})}, namespace=namespace, shard=shard,
+            ))
+        except Exception as exc:
+            err = exc if isinstance(exc, PluginError) else PluginError(
+                f"plugin {plugin.name!r} failed to set up: {_brief(exc)}"
+            )
+            if strict:
+                if err is exc:
+                    raise
+                raise err from exc
+            logger.error("plugin setup failed", exc_info=exc, extra={"plugin": plugin.name})
+            errors.append(err)
+            continue
+        host.plugins.append(plugin)
+        logger.info("plugin %s set up", plugin.name)
+    if not host.plugins:
+        reasons = "; ".join(str(e) for e in errors)
+        raise PluginError("no plugin could be set up" + (f": {reasons}" if reasons else ""))
+    if apply_examples:
+        for plugin in host.plugins:
+            for manifest in plugin.examples:
+                resource = await client.resource(manifest["apiVersion"], manifest["kind"])
+                await client.apply(resource, dict(manifest), field_manager="engine-examples", force=True)
+                host.examples_applied += 1
+    if observability is not None:
+        observability.add_readiness_check("informers", lambda: cluster.synced)
+        leader = manager.leader_election
+        if isinstance(leader, LeaderElector):
+            elector = leader
+            observability.add_readiness_check("leader-election", lambda: elector.statistics().state_known)
+
+    reports: list[ShutdownReport] = []
+
+    async def run_manager(*, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        reports.append(await manager.run(task_status=task_status))
+
+    async with trio.open_nursery() as nursery:
+        await nursery.start(run_manager)
+        task_status.started(host)
+    return reports[0]

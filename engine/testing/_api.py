@@ -15,7 +15,7 @@ from ._discovery import discovery_response
 from ._errors import RequestRejected
 from ._faults import Fault, Faults
 from ._handlers import handle_resource
-from ._http import Request, Response
+from ..observability._http import Request, Response
 from ._responses import json_response, status_response
 from ._routing import request_info, resolve
 from ._storage import ObjectStorage

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from ._errors import RequestRejected
-from ._http import Request, Response
+from ..observability._http import Request, Response
 from ._openapi import gv_path, openapi_document, openapi_index
 from ._resources import ResourceType
 from ._responses import json_response

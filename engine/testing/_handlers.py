@@ -13,7 +13,7 @@ import yaml  # type: ignore[import-untyped]  # no types-PyYAML installed
 
 from ._errors import RequestRejected
 from ._faults import RequestInfo
-from ._http import Request, Response
+from ..observability._http import Request, Response
 from ._patch import json_patch, merge_patch, strategic_merge_patch
 from ._protobuf import decode_protobuf
 from ._resources import BUILTIN_TYPES, ResourceType

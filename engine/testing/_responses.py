@@ -6,7 +6,7 @@ import json
 from typing import Any
 
 from ._errors import RequestRejected
-from ._http import Response
+from ..observability._http import Response
 from ._resources import ResourceType
 
 __all__ = ["json_response", "status_response", "typed"]

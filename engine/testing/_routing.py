@@ -6,7 +6,7 @@ import attrs
 
 from ._errors import RequestRejected
 from ._faults import RequestInfo
-from ._http import Request
+from ..observability._http import Request
 from ._resources import ResourceType
 from ._storage import ObjectStorage
 

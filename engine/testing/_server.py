@@ -18,10 +18,10 @@ import attrs
 import trio
 import yaml  # type: ignore[import-untyped]  # no types-PyYAML installed
 
+from ..observability._http import serve_http
 from ._api import Router
 from ._errors import ApiServerError
 from ._faults import Faults
-from ._http import serve_http
 from ._memory import MemoryTransport
 from ._storage import ObjectStorage
 from ._tls import TlsMaterial, common_name

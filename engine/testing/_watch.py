@@ -12,7 +12,7 @@ import trio
 
 from ._errors import RequestRejected
 from ._faults import Faults, FaultScope, RequestInfo
-from ._http import AbortStream, Request, Response
+from ..observability._http import AbortStream, Request, Response
 from ._resources import ResourceType
 from ._responses import typed
 from ._routing import Target, flag

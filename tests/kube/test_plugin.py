@@ -4,11 +4,28 @@ import importlib.metadata
 import os
 import subprocess
 import sys
+from functools import partial
 from pathlib import Path
 
 import pytest
+import trio
 
-from engine.kube import Plugin, PluginError, load_plugin, load_plugins
+from engine import Controller, Manager, Observability, RunContext
+from engine.kube import (
+    SHARD_LABEL,
+    Client,
+    Config,
+    Plugin,
+    PluginContext,
+    PluginError,
+    PluginHost,
+    load_plugin,
+    load_plugins,
+    run_plugins,
+)
+from engine.testing import ApiServer
+
+from ..observability._support import get
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -104,3 +121,97 @@ def test_runner_names_the_bad_kubeconfig_field(tmp_path: Path) -> None:
 def test_missing_module_of_a_module_attr_spec() -> None:
     with pytest.raises(PluginError, match=r"^plugin 'nosuchpkg.mod:plugin' not found: no module named 'nosuchpkg.mod'$"):
         load_plugin("nosuchpkg.mod:plugin")
+
+
+WIDGET_CRD = {
+    "apiVersion": "apiextensions.k8s.io/v1",
+    "kind": "CustomResourceDefinition",
+    "metadata": {"name": "widgets.test.engine.dev"},
+    "spec": {
+        "group": "test.engine.dev",
+        "scope": "Namespaced",
+        "names": {"kind": "Widget", "plural": "widgets", "singular": "widget", "listKind": "WidgetList"},
+        "versions": [{
+            "name": "v1", "served": True, "storage": True,
+            "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}},
+        }],
+    },
+}
+
+
+def _widget(name: str, **labels: str) -> dict[str, object]:
+    return {"apiVersion": "test.engine.dev/v1", "kind": "Widget",
+            "metadata": {"name": name, "namespace": "default", "labels": labels}}
+
+
+def _widgets_plugin(seen: list[str], contexts: list[PluginContext]) -> Plugin:
+    async def setup(ctx: PluginContext) -> None:
+        contexts.append(ctx)
+
+        async def reconcile(run: RunContext) -> None:
+            seen.append(run.ref.name)
+
+        controller = ctx.manager.add_controller(Controller("widgets", reconcile))
+        informer = await ctx.cluster.informer("test.engine.dev/v1", "Widget", label_selector=ctx.cluster.label_selector)
+        ctx.cluster.watches(controller, informer)
+
+    return Plugin(name="widgets", setup=setup, crds=(WIDGET_CRD,), config={"size": 1, "colour": "red"},
+                  examples=(_widget("example", **{SHARD_LABEL: "a"}),))
+
+
+async def test_run_plugins_installs_sets_up_applies_examples_and_runs_until_stopped() -> None:
+    seen: list[str] = []
+    contexts: list[PluginContext] = []
+    async with ApiServer() as api, Client(Config.from_dict(api.kubeconfig)) as client:
+        manager = Manager(handle_signals=False, grace_period=1)
+        obs = Observability(manager, health_probe_bind_address=":0")
+        async with trio.open_nursery() as nursery:
+            with trio.fail_after(20):
+                host: PluginHost = await nursery.start(partial(
+                    run_plugins, client, [_widgets_plugin(seen, contexts), "tests.programs.plugins_for_tests:broken_setup"],
+                    manager=manager, config={"widgets": {"size": 3}}, namespace="default", shard="a",
+                    apply_examples=True, observability=obs,
+                ))
+            assert (host.manager, host.client, [p.name for p in host.plugins], host.examples_applied) == (
+                manager, client, ["widgets"], 1)
+            assert [str(e) for e in host.errors] == [
+                "plugin 'broken' failed to set up: RuntimeError: cannot reach the widget service"]
+            ctx = contexts[0]
+            assert (ctx.config, ctx.namespace, ctx.shard, ctx.cluster) == (
+                {"size": 3, "colour": "red"}, "default", "a", host.cluster)
+            assert host.cluster.label_selector == f"{SHARD_LABEL}=a"
+            widgets = await client.resource("test.engine.dev/v1", "Widget")
+            await client.create(widgets, _widget("other-shard", **{SHARD_LABEL: "b"}))
+            await client.create(widgets, _widget("mine", **{SHARD_LABEL: "a"}))
+            with trio.fail_after(20):
+                while "mine" not in seen:
+                    await trio.sleep(0.01)
+            ready = await get(obs.health_probe_address, "/readyz", params={"verbose": ""})
+            assert ready.text == "[+]manager ok\n[+]informers ok\nreadyz check passed\n"
+            manager.stop("test over")
+    assert sorted(seen) == ["example", "mine"]
+
+
+async def test_run_plugins_strict_raises_the_first_failure_and_never_runs_the_manager() -> None:
+    async with ApiServer() as api, Client(Config.from_dict(api.kubeconfig)) as client:
+        manager = Manager(handle_signals=False)
+        with pytest.raises(PluginError, match=r"^plugin 'nope' not found \(no module 'plugins.nope', no entry point"):
+            await run_plugins(client, ["nope", "tests.programs.plugins_for_tests:good"], manager=manager, strict=True)
+        with pytest.raises(
+            PluginError, match=r"^plugin 'broken' failed to set up: RuntimeError: cannot reach the widget service$"
+        ):
+            await run_plugins(client, ["tests.programs.plugins_for_tests:broken_setup"], manager=manager, strict=True)
+        assert not manager.started and not manager.stopping
+
+
+async def test_run_plugins_without_any_plugin_set_up_says_why() -> None:
+    async with ApiServer() as api, Client(Config.from_dict(api.kubeconfig)) as client:
+        with pytest.raises(PluginError, match=(
+            r"^no plugin could be set up: plugin 'nope' not found \(.*\); "
+            r"plugin 'broken' failed to set up: RuntimeError: cannot reach the widget service$"
+        )):
+            await run_plugins(client, ["nope", "tests.programs.plugins_for_tests:broken_setup"],
+                              manager=Manager(handle_signals=False))
+        with pytest.raises(PluginError, match=r"^CRD widgets.test.engine.dev is not installed"):
+            await run_plugins(client, [_widgets_plugin([], [])], manager=Manager(handle_signals=False),
+                              install=False, strict=True)

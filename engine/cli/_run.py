@@ -16,14 +16,18 @@ import signal
 import socket
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import trio
 import yaml  # type: ignore[import-untyped]
 
-from ._logging import configure_logging
-from ._manager import Manager
-from ._sinks import WebhookSink
+from .._logging import configure_logging
+from .._manager import Manager, ShutdownReport
+from .._sinks import WebhookSink
+
+if TYPE_CHECKING:
+    from ..kube import PluginHost
+    from ..observability import Observability
 
 __all__ = ["main"]
 
@@ -69,17 +73,6 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def _selector(args: argparse.Namespace) -> str | None:
-    from .kube import SHARD_LABEL
-
-    parts = []
-    if args.shard:
-        parts.append(f"{SHARD_LABEL}={args.shard}")
-    if args.watch_label_selector:
-        parts.append(args.watch_label_selector)
-    return ",".join(parts) or None
-
-
 def _plugin_config(path: str | None) -> dict[str, Any]:
     if not path:
         return {}
@@ -89,12 +82,6 @@ def _plugin_config(path: str | None) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise ValueError(f"{path}: the plugin configuration must be a mapping of plugin name to settings")
     return data
-
-
-async def _apply_examples(client: Any, manifests: list[dict[str, Any]]) -> None:
-    for manifest in manifests:
-        resource = await client.resource(manifest["apiVersion"], manifest["kind"])
-        await client.apply(resource, manifest, field_manager="engine-examples", force=True)
 
 
 async def _run(args: argparse.Namespace) -> int:
@@ -129,7 +116,7 @@ async def _run(args: argparse.Namespace) -> int:
 
 
 async def _start_and_run(args: argparse.Namespace, box: list[Manager]) -> int:
-    from .kube import Client, Cluster, Config, ConfigError, PluginContext, PluginError, install_crds, load_plugins
+    from ..kube import Client, Config, ConfigError, PluginError, load_plugins, run_plugins
 
     plugins, errors = load_plugins(args.plugin, strict=False)
     if errors and args.strict_plugins:
@@ -148,7 +135,7 @@ async def _start_and_run(args: argparse.Namespace, box: list[Manager]) -> int:
 
     async with contextlib.AsyncExitStack() as stack:
         if args.embedded:
-            from .testing import ApiServer
+            from ..testing import ApiServer
 
             api = await stack.enter_async_context(ApiServer(port=args.apiserver_port))
             kubeconfig = Path(args.write_kubeconfig or "embedded.kubeconfig").resolve()
@@ -171,7 +158,7 @@ async def _start_and_run(args: argparse.Namespace, box: list[Manager]) -> int:
 
         leader = None
         if args.leader_elect:
-            from .kube import LeaderElector
+            from ..kube import LeaderElector
 
             lease_name = args.leader_election_id or "-".join(["engine", *sorted(p.name for p in plugins)]
                                                                + ([args.shard] if args.shard else []))
@@ -186,49 +173,40 @@ async def _start_and_run(args: argparse.Namespace, box: list[Manager]) -> int:
             )
         manager = Manager(grace_period=args.grace_period, leader_election=leader, handle_signals=False)
         if not args.no_cluster_events:
-            from .kube import KubernetesEventSink
+            from ..kube import KubernetesEventSink
 
             manager.add_sink(KubernetesEventSink(client, reporting_controller="engine", reporting_instance=identity))
         if args.event_webhook:
             manager.add_sink(WebhookSink(args.event_webhook))
-        cluster = Cluster(client, manager, namespace=args.namespace, label_selector=_selector(args))
+        obs = _observability(manager, args)
 
-        examples: list[dict[str, Any]] = []
-        for plugin in plugins:
-            try:
-                await install_crds(client, plugin.crds, install=not args.skip_crd_install)
-                config_for = {**plugin.config, **(plugin_config.get(plugin.name) or {})}
-                await plugin.setup(PluginContext(
-                    name=plugin.name, manager=manager, cluster=cluster, client=client, config=config_for,
-                    namespace=args.namespace, shard=args.shard,
-                ))
-            except Exception as exc:
-                err = exc if isinstance(exc, PluginError) else PluginError(f"plugin {plugin.name!r} failed to set up: {type(exc).__name__}: {exc}")
-                print(f"error: {err}", file=sys.stderr)
-                logger.error("plugin setup failed", exc_info=exc, extra={"plugin": plugin.name})
-                if args.strict_plugins:
-                    return 1
-                continue
-            examples.extend(dict(m) for m in plugin.examples)
-            logger.info("plugin %s set up", plugin.name)
-        if not manager.controllers:
-            print("error: no plugin could be set up", file=sys.stderr)
-            return 1
-        if args.embedded and not args.no_examples and examples:
-            await _apply_examples(client, examples)
-            print(f"applied {len(examples)} example objects", flush=True)
-
-        obs = _observability(manager, cluster, leader, args)
-        box.append(manager)
-        async with trio.open_nursery() as nursery:
-            reports = []
-
-            async def run_manager(task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-                reports.append(await manager.run(task_status=task_status))
-
+        async def starting(*, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+            box.append(manager)
             if leader is not None:
                 print("waiting for leadership", flush=True)
-            await nursery.start(run_manager)
+            task_status.started()
+
+        manager.add_service(starting)
+        async with trio.open_nursery() as nursery:
+            reports: list[ShutdownReport] = []
+
+            async def host_plugins(*, task_status: trio.TaskStatus[PluginHost] = trio.TASK_STATUS_IGNORED) -> None:
+                reports.append(await run_plugins(
+                    client, plugins, manager=manager, config=plugin_config, namespace=args.namespace,
+                    shard=args.shard, label_selector=args.watch_label_selector, install=not args.skip_crd_install,
+                    strict=args.strict_plugins, apply_examples=args.embedded and not args.no_examples,
+                    observability=obs, task_status=task_status,
+                ))
+
+            try:
+                host: PluginHost = await nursery.start(host_plugins)
+            except PluginError as exc:
+                print(f"error: {exc}", file=sys.stderr)
+                return 1
+            for err in host.errors:
+                print(f"error: {err}", file=sys.stderr)
+            if host.examples_applied:
+                print(f"applied {host.examples_applied} example objects", flush=True)
             _print_addresses(obs)
             print("running; press Ctrl-C to stop", flush=True)
         report = reports[0]
@@ -240,31 +218,27 @@ async def _start_and_run(args: argparse.Namespace, box: list[Manager]) -> int:
     return 130 if report.forced else 0
 
 
-def _observability(manager: Manager, cluster: Any, leader: Any, args: argparse.Namespace) -> Any:
+def _observability(manager: Manager, args: argparse.Namespace) -> Observability | None:
     if args.metrics_bind_address == "0" and args.health_probe_bind_address == "0" and args.live_bind_address == "0":
         return None
-    from ._observability import Observability
+    from ..observability import Observability
 
-    obs = Observability(
+    return Observability(
         manager,
         metrics_bind_address=args.metrics_bind_address,
         health_probe_bind_address=args.health_probe_bind_address,
         live_bind_address=args.live_bind_address,
     )
-    obs.add_readiness_check("informers", lambda: cluster.synced)
-    if leader is not None:
-        obs.add_readiness_check("leader-election", lambda: leader.statistics().state_known)
-    return obs
 
 
-def _print_addresses(obs: Any) -> None:
+def _print_addresses(obs: Observability | None) -> None:
     if obs is None:
         return
     for what, address in (("metrics", obs.metrics_address), ("health probes", obs.health_probe_address)):
         if address is not None:
             print(f"{what} on http://{address[0]}:{address[1]}", flush=True)
     if obs.live_url is not None:
-        print(f"live stream on {obs.live_url} (python -m engine watch {obs.live_url})", flush=True)
+        print(f"live stream on {obs.live_url} (python -m engine live {obs.live_url})", flush=True)
 
 
 def main(argv: list[str]) -> int:

@@ -1,4 +1,4 @@
-"""``python -m engine watch URL``: a terminal client of the live stream.
+"""``python -m engine live URL``: a terminal client of the live stream (alias: ``watch``).
 
 On a terminal it shows a live table: per controller its queue depth and runs in flight, per
 object its last step, attempt, whether it is running and the last error. ``--follow`` (or any
@@ -30,7 +30,7 @@ from trio_websocket import (
     open_websocket_url,
 )
 
-__all__ = ["main", "WatchState", "format_line"]
+__all__ = ["main", "LiveState", "format_line"]
 
 TOKEN_ENV = "ENGINE_LIVE_TOKEN"
 
@@ -60,7 +60,7 @@ class _ControllerRow:
 
 
 @attrs.define
-class WatchState:
+class LiveState:
     """What the table shows, folded from live-stream messages by :meth:`apply`."""
 
     rows: dict[tuple[str, str], _Row] = attrs.field(factory=dict)
@@ -167,7 +167,7 @@ def format_line(message: dict[str, Any]) -> str:
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m engine watch",
+        prog="python -m engine live",
         description="Watch a manager's live stream: a live table, or raw lifecycle lines.",
     )
     parser.add_argument("url", help="the live stream, for example ws://127.0.0.1:8082/live")
@@ -194,7 +194,7 @@ def _stream_url(args: argparse.Namespace) -> str:
 
 
 def main(argv: list[str], *, stdout: IO[str] | None = None, stderr: IO[str] | None = None) -> int:
-    """Run the watch command; returns the exit code."""
+    """Run the live command; returns the exit code."""
     out = stdout if stdout is not None else sys.stdout
     err = stderr if stderr is not None else sys.stderr
     try:
@@ -202,17 +202,17 @@ def main(argv: list[str], *, stdout: IO[str] | None = None, stderr: IO[str] | No
     except SystemExit as exc:
         return int(exc.code or 0)
     if args.count is not None and args.count < 1:
-        print("watch: --count must be >= 1", file=err)
+        print("live: --count must be >= 1", file=err)
         return 2
     try:
         url = _stream_url(args)
     except ValueError as exc:
-        print(f"watch: {exc}", file=err)
+        print(f"live: {exc}", file=err)
         return 2
     token = args.token or os.environ.get(TOKEN_ENV) or None
     interactive = out.isatty() and not args.follow and args.count is None and not args.once
     try:
-        return trio.run(_watch, args, url, token, out, err, interactive)
+        return trio.run(_follow, args, url, token, out, err, interactive)
     except KeyboardInterrupt:
         if interactive:
             out.write(_SHOW_CURSOR + "\n")
@@ -220,11 +220,11 @@ def main(argv: list[str], *, stdout: IO[str] | None = None, stderr: IO[str] | No
         return 130
 
 
-async def _watch(
+async def _follow(
     args: argparse.Namespace, url: str, token: str | None, out: IO[str], err: IO[str], interactive: bool
 ) -> int:
     headers = [(b"authorization", f"Bearer {token}".encode())] if token else None
-    state = WatchState()
+    state = LiveState()
     shown = args.url
     try:
         async with open_websocket_url(url, extra_headers=headers, connect_timeout=args.timeout) as ws:
@@ -238,11 +238,11 @@ async def _watch(
             return await _loop(ws, state, args, out, err, interactive)
     except ConnectionRejected as exc:
         hint = " (check --token)" if exc.status_code in (401, 403) else ""
-        print(f"watch: cannot connect to {shown}: the server refused the handshake with HTTP {exc.status_code}{hint}",
+        print(f"live: cannot connect to {shown}: the server refused the handshake with HTTP {exc.status_code}{hint}",
               file=err)
         return 1
     except (HandshakeError, OSError) as exc:
-        print(f"watch: cannot connect to {shown}: {_reason(exc)}", file=err)
+        print(f"live: cannot connect to {shown}: {_reason(exc)}", file=err)
         return 1
     finally:
         if interactive:
@@ -251,7 +251,7 @@ async def _watch(
 
 
 async def _loop(
-    ws: Any, state: WatchState, args: argparse.Namespace, out: IO[str], err: IO[str], interactive: bool
+    ws: Any, state: LiveState, args: argparse.Namespace, out: IO[str], err: IO[str], interactive: bool
 ) -> int:
     if interactive:
         out.write(_HIDE_CURSOR)
@@ -280,7 +280,7 @@ async def _loop(
         detail = ""
         if reason is not None:
             detail = f" (code {reason.code}" + (f": {reason.reason}" if reason.reason else "") + ")"
-        print(f"watch: the server closed the stream{detail}", file=err)
+        print(f"live: the server closed the stream{detail}", file=err)
         return 0
 
 
@@ -306,7 +306,7 @@ def _reason(exc: BaseException) -> str:
     return fallback or type(exc).__name__
 
 
-def _draw(state: WatchState, out: IO[str]) -> None:
+def _draw(state: LiveState, out: IO[str]) -> None:
     try:
         size = os.get_terminal_size(out.fileno())
         width, height = size.columns or 120, size.lines or 50
@@ -317,5 +317,5 @@ def _draw(state: WatchState, out: IO[str]) -> None:
     out.flush()
 
 
-def _print_table(state: WatchState, out: IO[str]) -> None:
+def _print_table(state: LiveState, out: IO[str]) -> None:
     print("\n".join(state.render(10_000)), file=out, flush=True)

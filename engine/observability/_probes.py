@@ -26,7 +26,7 @@ import trio
 from ._http import Request, Response
 
 if TYPE_CHECKING:
-    from ._manager import Manager
+    from .._manager import Manager
 
 __all__ = ["Probes", "Check", "CheckFailed"]
 
@@ -128,25 +128,25 @@ class Probes:
         async def handle(request: Request) -> Response:
             rest = request.path[len(kind) + 2:]
             only = rest or None
-            exclude = frozenset(v for values in request.query.get("exclude", []) for v in values.split(","))
+            exclude = frozenset(v for values in request.query_values.get("exclude", []) for v in values.split(","))
             try:
                 results = await self.run_checks(kind, only=only, exclude=exclude)
             except KeyError:
-                return Response(404, f"no {kind} check named {only!r}\n".encode())
+                return Response.text(404, f"no {kind} check named {only!r}\n".encode())
             failed = any(reason is not None for _, reason in results)
             if only is not None:
                 reason = results[0][1]
                 if reason is None:
-                    return Response(200, b"ok")
-                return Response(500, f"[-]{only} failed: {reason}\n{kind} check failed\n".encode())
+                    return Response.text(200, b"ok")
+                return Response.text(500, f"[-]{only} failed: {reason}\n{kind} check failed\n".encode())
             if not failed and "verbose" not in request.query:
-                return Response(200, b"ok")
+                return Response.text(200, b"ok")
             lines = [f"[+]{n} ok" if r is None else f"[-]{n} failed: {r}" for n, r in results]
             for name in sorted(exclude):
                 lines.append(f"[+]{name} excluded: ok")
             lines.append(f"{kind} check {'failed' if failed else 'passed'}")
             if failed:
                 logger.debug("%s check failed", kind, extra={"checks": {n: r for n, r in results if r}})
-            return Response(500 if failed else 200, ("\n".join(lines) + "\n").encode())
+            return Response.text(500 if failed else 200, ("\n".join(lines) + "\n").encode())
 
         return handle

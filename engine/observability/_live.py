@@ -37,17 +37,17 @@ import trio
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from trio_websocket import ConnectionClosed, WebSocketConnection, WebSocketRequest, WebSocketServer
 
-from ._events import Event
+from .._events import Event
+from .._observer import RunObserver
+from .._outcome import Outcome, OutcomeKind
+from .._refs import ObjectRef, Trigger
+from .._run import Run
 from ._http import open_listeners
-from ._observer import RunObserver
-from ._outcome import Outcome, OutcomeKind
-from ._refs import ObjectRef, Trigger
-from ._run import Run
-from ._text import summarize
+from .._text import summarize
 
 if TYPE_CHECKING:
-    from ._controller import Controller
-    from ._manager import Manager
+    from .._controller import Controller
+    from .._manager import Manager
 
 __all__ = ["LiveStream", "LiveStatistics", "LIVE_PATH"]
 

@@ -43,14 +43,14 @@ from prometheus_client.core import (
     Metric,
 )
 
-from ._observer import RunObserver
-from ._outcome import Outcome, OutcomeKind
-from ._run import Run
-from ._workqueue import QueueObserver
+from .._observer import RunObserver
+from .._outcome import Outcome, OutcomeKind
+from .._run import Run
+from .._workqueue import QueueObserver
 
 if TYPE_CHECKING:
-    from ._controller import Controller
-    from ._manager import Manager
+    from .._controller import Controller
+    from .._manager import Manager
 
 __all__ = ["EngineMetrics", "RECONCILE_TIME_BUCKETS", "WORKQUEUE_DURATION_BUCKETS"]
 

@@ -8,7 +8,7 @@ import sys
 
 import trio
 
-from ._server import ApiServer
+from ..testing._server import ApiServer
 
 __all__ = ["main"]
 

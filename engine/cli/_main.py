@@ -8,11 +8,14 @@ import importlib
 __all__ = ["main"]
 
 _COMMANDS = {
-    "demo": ("engine._demo", "Run the three failure scenarios of DESIGN.md in-process and print verdicts."),
-    "apiserver": ("engine.testing._cli", "Run the embedded Kubernetes-compatible API server on loopback."),
-    "run": ("engine._runner", "Run plugins against a cluster (--kubeconfig) or the embedded API server (--embedded)."),
-    "watch": ("engine._watch", "Watch a manager's live stream: a live table of objects, or raw lifecycle lines."),
+    "demo": ("engine.cli._demo", "Run the three failure scenarios of DESIGN.md in-process and print verdicts."),
+    "apiserver": ("engine.cli._apiserver", "Run the embedded Kubernetes-compatible API server on loopback."),
+    "run": ("engine.cli._run", "Run plugins against a cluster (--kubeconfig) or the embedded API server (--embedded)."),
+    "live": ("engine.cli._live", "Follow a manager's live stream: a live table of objects, or raw lifecycle lines."),
 }
+
+_ALIASES = {"watch": "live"}
+"""Former names that keep working; they are not listed in the help."""
 
 
 def main(argv: list[str]) -> int:
@@ -24,7 +27,7 @@ def main(argv: list[str]) -> int:
     if not argv or argv[0] in ("-h", "--help"):
         parser.print_help()
         return 0 if argv else 2
-    command, rest = argv[0], argv[1:]
+    command, rest = _ALIASES.get(argv[0], argv[0]), argv[1:]
     if command not in _COMMANDS:
         parser.error(f"unknown command {command!r} (choose from {', '.join(_COMMANDS)})")
     module = importlib.import_module(_COMMANDS[command][0])

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from ._e2e import ROOT, cluster, runner
+from .._e2e import ROOT, cluster, runner
 
 KUBECTL = shutil.which("kubectl")
 

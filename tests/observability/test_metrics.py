@@ -21,10 +21,10 @@ from engine import (
     RunContext,
     TerminalError,
 )
-from engine._metrics import RECONCILE_TIME_BUCKETS
+from engine.observability._metrics import RECONCILE_TIME_BUCKETS
 
-from ._observability_support import Recorder, Samples, get, parse, value
-from ._support import running
+from .._support import running
+from ._support import Recorder, Samples, get, parse, value
 
 OK = ObjectRef("Widget", "ok", "ns")
 BAD = ObjectRef("Widget", "bad", "ns")

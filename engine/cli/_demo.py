@@ -12,15 +12,15 @@ from collections.abc import Awaitable, Callable
 
 import trio
 
-from ._controller import Controller, SupersedePolicy
-from ._events import EventType
-from ._logging import configure_logging
-from ._manager import Manager
-from ._observer import RunLog
-from ._outcome import DependencyNotReady, OutcomeKind
-from ._refs import ObjectRef
-from ._run import RunContext
-from ._sinks import MemorySink, WebhookSink
+from .._controller import Controller, SupersedePolicy
+from .._events import EventType
+from .._logging import configure_logging
+from .._manager import Manager
+from .._observer import RunLog
+from .._outcome import DependencyNotReady, OutcomeKind
+from .._refs import ObjectRef
+from .._run import RunContext
+from .._sinks import MemorySink, WebhookSink
 
 __all__ = ["main"]
 

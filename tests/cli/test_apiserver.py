@@ -1,4 +1,4 @@
-"""`python -m engine apiserver` (engine.testing._cli.main) as a real subprocess."""
+"""`python -m engine apiserver` (engine.cli._apiserver.main) as a real subprocess."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ import pytest
 import trio
 import yaml
 
-from engine.testing._cli import main
+from engine.cli._apiserver import main
 
-CODE = "import sys; from engine.testing._cli import main; sys.exit(main(sys.argv[1:]))"
+CODE = "import sys; from engine.cli._apiserver import main; sys.exit(main(sys.argv[1:]))"
 
 
 async def read_lines(stream: trio.abc.ReceiveStream, count: int) -> list[str]:

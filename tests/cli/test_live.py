@@ -12,10 +12,10 @@ import trio
 import trio.testing
 
 from engine import Controller, Manager, ObjectRef, Observability, RunContext, TerminalError
-from engine._watch import WatchState, format_line, main
+from engine.cli._live import LiveState, format_line, main
 
-from ._observability_support import Recorder
-from ._support import running
+from .._support import running
+from ..observability._support import Recorder
 
 OK = ObjectRef("Widget", "ok", "ns")
 BAD = ObjectRef("Widget", "bad", "ns")
@@ -136,10 +136,10 @@ def test_watch_says_clearly_when_it_cannot_connect() -> None:
     assert out.getvalue() == ""
     lines = err.getvalue().splitlines()
     assert len(lines) == 1
-    assert lines[0].startswith(f"watch: cannot connect to {url}: ")
+    assert lines[0].startswith(f"live: cannot connect to {url}: ")
     err = io.StringIO()
     assert main(["http://127.0.0.1:1/live"], stdout=out, stderr=err) == 2
-    assert err.getvalue() == "watch: the URL must start with ws:// or wss://\n"
+    assert err.getvalue() == "live: the URL must start with ws:// or wss://\n"
 
 
 async def test_watch_token_from_flag_or_environment_and_once() -> None:
@@ -163,7 +163,7 @@ async def test_watch_token_from_flag_or_environment_and_once() -> None:
             finally:
                 del os.environ["ENGINE_LIVE_TOKEN"]
     assert results["none"] == (
-        1, "", f"watch: cannot connect to {url}: the server refused the handshake with HTTP 401 (check --token)\n",
+        1, "", f"live: cannot connect to {url}: the server refused the handshake with HTTP 401 (check --token)\n",
     )
     for name in ("flag", "env"):
         code, out, err = results[name]
@@ -177,7 +177,7 @@ async def test_watch_token_from_flag_or_environment_and_once() -> None:
 
 
 def test_watch_state_table_and_lines() -> None:
-    state = WatchState()
+    state = LiveState()
     state.apply({"type": "hello", "manager": "m", "controllers": [
         {"name": "c", "queue_depth": 2, "in_flight": 1, "max_concurrent": 4,
          "running": [{"object": "K/ns/a", "run_id": "c-7", "attempt": 3}]},

@@ -14,7 +14,7 @@ from ._metrics import EngineMetrics
 from ._probes import Check, Probes
 
 if TYPE_CHECKING:
-    from ._manager import Manager, ShutdownReport
+    from .._manager import Manager, ShutdownReport
 
 __all__ = ["Observability"]
 
@@ -107,7 +107,7 @@ class Observability:
 
     async def _metrics(self, request: Request) -> Response:
         body, content_type = self.metrics.generate(request.headers.get("accept"))
-        return Response(200, body, content_type)
+        return Response.text(200, body, content_type)
 
     async def _serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Start every enabled endpoint, report started, and serve until cancelled."""

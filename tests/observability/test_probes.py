@@ -19,8 +19,8 @@ from engine import (
     parse_bind_address,
 )
 
-from ._observability_support import get
-from ._support import running
+from .._support import running
+from ._support import get
 
 
 async def noop(ctx: RunContext) -> None:

@@ -24,8 +24,8 @@ from engine import (
     TerminalError,
 )
 
-from ._observability_support import Recorder, get
-from ._support import running
+from .._support import running
+from ._support import Recorder, get
 
 OK = ObjectRef("Widget", "ok", "ns")
 BAD = ObjectRef("Widget", "bad", "ns")
