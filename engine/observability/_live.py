@@ -42,8 +42,8 @@ from .._observer import RunObserver
 from .._outcome import Outcome, OutcomeKind
 from .._refs import ObjectRef, Trigger
 from .._run import Run
-from ._http import open_listeners
 from .._text import summarize
+from ._http import open_listeners
 
 if TYPE_CHECKING:
     from .._controller import Controller

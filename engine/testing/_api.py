@@ -11,11 +11,11 @@ from typing import Any
 import attrs
 import trio
 
+from ..observability._http import Request, Response
 from ._discovery import discovery_response
 from ._errors import RequestRejected
 from ._faults import Fault, Faults
 from ._handlers import handle_resource
-from ..observability._http import Request, Response
 from ._responses import json_response, status_response
 from ._routing import request_info, resolve
 from ._storage import ObjectStorage

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._errors import RequestRejected
 from ..observability._http import Request, Response
+from ._errors import RequestRejected
 from ._openapi import gv_path, openapi_document, openapi_index
 from ._resources import ResourceType
 from ._responses import json_response

@@ -11,9 +11,9 @@ from typing import Any
 
 import yaml  # type: ignore[import-untyped]  # no types-PyYAML installed
 
+from ..observability._http import Request, Response
 from ._errors import RequestRejected
 from ._faults import RequestInfo
-from ..observability._http import Request, Response
 from ._patch import json_patch, merge_patch, strategic_merge_patch
 from ._protobuf import decode_protobuf
 from ._resources import BUILTIN_TYPES, ResourceType

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ._errors import RequestRejected
 from ..observability._http import Response
+from ._errors import RequestRejected
 from ._resources import ResourceType
 
 __all__ = ["json_response", "status_response", "typed"]

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import attrs
 
+from ..observability._http import Request
 from ._errors import RequestRejected
 from ._faults import RequestInfo
-from ..observability._http import Request
 from ._resources import ResourceType
 from ._storage import ObjectStorage
 

@@ -10,9 +10,9 @@ from typing import Any
 import attrs
 import trio
 
+from ..observability._http import AbortStream, Request, Response
 from ._errors import RequestRejected
 from ._faults import Faults, FaultScope, RequestInfo
-from ..observability._http import AbortStream, Request, Response
 from ._resources import ResourceType
 from ._responses import typed
 from ._routing import Target, flag
