@@ -104,6 +104,14 @@ def _selector(value: Selector | None) -> str | None:
     return ",".join(f"{k}={v}" for k, v in value.items()) or None
 
 
+def join_selectors(*selectors: Selector | None) -> str | None:
+    """The label selector matching what every one of ``selectors`` matches (``None`` if none)::
+
+        join_selectors("app=web", {"tier": "front"}, None) == "app=web,tier=front"
+    """
+    return ",".join(s for s in map(_selector, selectors) if s) or None
+
+
 def _error_from_response(response: httpx.Response) -> ApiError:
     body: Any = None
     try:

@@ -22,6 +22,8 @@ import attrs
 import h11
 import trio
 
+from .._errors import EngineError
+
 __all__ = [
     "Request",
     "Response",
@@ -108,7 +110,7 @@ class Response:
         return cls(status, [("content-type", content_type)], body)
 
 
-class AbortStream(Exception):
+class AbortStream(EngineError):
     """Raised by a response stream to drop the connection without finishing the response."""
 
 

@@ -246,7 +246,10 @@ class LiveStream(RunObserver):
             logger.exception("live stream hook failed")
 
     async def deliver(self, event: Event) -> None:
-        """Event-sink side: fan ``event`` out to clients; never blocks (not a checkpoint)."""
+        """Event-sink side: fan ``event`` out to clients; never blocks.
+
+        Cancellation: not a checkpoint; it returns at once and cannot be cancelled.
+        """
         if not self._clients:
             return
         ref = event.involved
@@ -291,7 +294,7 @@ class LiveStream(RunObserver):
     async def bind(self, host: str, port: int) -> list[trio.SocketListener]:
         """Open the listening sockets and set :attr:`address`; raises ``OSError`` naming it.
 
-        If cancelled, nothing is left open.
+        Cancellation: if cancelled, nothing is left open.
         """
         listeners, self.address = await open_listeners("the live stream", host, port)
         return listeners
@@ -304,8 +307,9 @@ class LiveStream(RunObserver):
     ) -> None:
         """Accept websocket clients on ``listeners`` (from :meth:`bind`) until cancelled.
 
-        ``task_status.started`` receives the bound address. Cancellation closes every client
-        connection at once.
+        ``task_status.started`` receives the bound address.
+
+        Cancellation: runs until cancelled; cancelling closes every client connection at once.
         """
         assert self.address is not None
         server = WebSocketServer(

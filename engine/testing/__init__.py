@@ -11,9 +11,8 @@ whole system can run inside one trio run under ``MockClock``. ``api.faults`` inj
 ``api.store`` is the server's :class:`ObjectStorage`, for seeding and inspecting state.
 """
 
-import warnings as _warnings
-from typing import Any as _Any
-
+from .._exports import moved_names as _moved_names
+from .._exports import publish as _publish
 from ._errors import ApiServerError as ApiServerError
 from ._errors import RequestRejected as RequestRejected
 from ._faults import Fault as Fault
@@ -36,18 +35,5 @@ __all__ = [
     "ResourceType",
 ]
 
-for _name in __all__:
-    globals()[_name].__module__ = __name__
-del _name
-
-
-def __getattr__(name: str) -> _Any:
-    if name == "Store":
-        _warnings.warn(
-            "engine.testing.Store is deprecated: it is now engine.testing.ObjectStorage "
-            "(engine.kube.Store is the informer cache, a different thing)",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return ObjectStorage
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+_publish(globals())
+__getattr__ = _moved_names(__name__, {"Store": "engine.testing:ObjectStorage"})

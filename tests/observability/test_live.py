@@ -13,16 +13,8 @@ import trio
 import trio.testing
 from trio_websocket import ConnectionClosed, ConnectionRejected, WebSocketConnection, open_websocket_url
 
-from engine import (
-    Controller,
-    DependencyNotReady,
-    Manager,
-    ObjectRef,
-    Observability,
-    Result,
-    RunContext,
-    TerminalError,
-)
+from engine import Controller, DependencyNotReady, Manager, ObjectRef, Result, RunContext, TerminalError
+from engine.observability import Observability
 
 from .._support import running
 from ._support import Recorder, get
