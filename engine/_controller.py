@@ -366,10 +366,11 @@ class Controller:
                     self._running.pop(key, None)
                     queue.done(key)
                 raise
-            except trio.Cancelled:
-                if run is not None:
-                    # The controllers nursery itself is cancelled (a forced shutdown, or the
-                    # caller of Manager.run was cancelled): record the run, then unwind.
+            except BaseException:
+                # Cancelled, bare or as a group of only Cancelled from the reconciler's own
+                # nurseries: the controllers nursery itself is cancelled (a forced shutdown, or
+                # the caller of Manager.run was cancelled). Record the run, then unwind.
+                if run is not None and run.finished_at is None:
                     self._end(run, Outcome(OutcomeKind.SHUTDOWN, reason=run.cancel_reason or "cancelled"))
                 raise
             if run is not None:
