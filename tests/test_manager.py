@@ -285,3 +285,21 @@ async def test_runs_inside_nested_nurseries_end_when_the_caller_of_run_is_cancel
         nursery.cancel_scope.cancel()
     assert log.kinds() == [OutcomeKind.SHUTDOWN, OutcomeKind.SHUTDOWN]
     _assert_every_started_run_ended_once(controller, log)
+
+
+async def test_drain_seconds_after_stop_then_force_stop_is_the_time_to_the_last_run_ending(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    async def reconcile(ctx: RunContext) -> None:
+        await trio.sleep(3600)
+
+    manager, controller, log, _ = setup(reconcile, grace=30)
+    async with running(manager) as reports:
+        controller.trigger(SLOW)
+        await trio.sleep(1)
+        manager.stop("test")
+        await trio.sleep(2.5)
+        manager.force_stop("second signal")
+    assert reports[0].forced
+    assert reports[0].drain_seconds == pytest.approx(2.5)
+    assert log.records[-1].finished_at - log.records[-1].started_at == pytest.approx(3.5)
