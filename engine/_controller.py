@@ -162,6 +162,9 @@ class Controller:
         self._live_workers = 0
         self.worker_failures = 0
         """Workers that died on an unexpected (engine or observer) error."""
+        self.trigger_errors = 0
+        """Times user code on the way to this controller raised for one item (a source's
+        mapper or key function, an observer's ``on_trigger``); that item was skipped."""
         self.outcomes: dict[OutcomeKind, int] = dict.fromkeys(OutcomeKind, 0)
 
     def __repr__(self) -> str:
@@ -215,8 +218,20 @@ class Controller:
                     run.cancel(CancelCause.SUPERSEDED, why)
                     superseded = run
         for observer in self._observers:
-            observer.on_trigger(self, trig, superseded)
+            try:
+                observer.on_trigger(self, trig, superseded)
+            except Exception as exc:
+                self.trigger_errors += 1
+                logger.error(
+                    "run observer %s raised on a trigger of %s: %s", type(observer).__name__, ref, _summary(exc),
+                    exc_info=exc, extra={"controller": self.name, "object": str(ref)},
+                )
         return trig
+
+    def count_trigger_error(self) -> None:
+        """Count one item a source skipped because user code raised for it (in
+        :attr:`trigger_errors`). Synchronous; sources call it, after logging the item."""
+        self.trigger_errors += 1
 
     # -- introspection -----------------------------------------------------------------------
 
