@@ -210,3 +210,37 @@ async def test_emits_after_a_forced_stop_count_as_closed_without_an_error_log(
         manager.events.normal(A, "Progressing", "late")
     assert manager.events.drops() == {("stuck", "not_flushed"): 3, ("*", "closed"): 1}
     assert [r for r in caplog.records if r.name == "engine.events" and r.levelno >= 30] == []
+
+
+async def test_every_event_is_accounted_for_with_a_flush_timeout_of_zero(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    class SlowSink:
+        name = "slow"
+
+        def __init__(self) -> None:
+            self.started = 0
+            self.delivered = 0
+
+        async def deliver(self, event: Event) -> None:
+            self.started += 1
+            await trio.sleep(1)
+            self.delivered += 1
+
+    manager = Manager(handle_signals=False, event_flush_timeout=0)
+    slow = SlowSink()
+    manager.add_sink(slow)
+
+    async def emit_on_the_way_out() -> None:  # the last events before the flush
+        for i in range(5):
+            manager.events.normal(ObjectRef("K", f"o{i}"), "R", "m")
+
+    manager.add_shutdown_hook(emit_on_the_way_out)
+    async with running(manager) as reports:
+        pass
+    assert not reports[0].events_flushed
+    in_flight = slow.started - slow.delivered
+    stats = manager.events.statistics()
+    not_flushed = stats.drops.get(("slow", "not_flushed"), 0)
+    assert stats.sinks["slow"].delivered + in_flight + not_flushed == 5
+    assert not_flushed == 5 - in_flight
