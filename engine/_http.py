@@ -16,7 +16,10 @@ import attrs
 import h11
 import trio
 
-__all__ = ["Request", "Response", "HTTPServer", "parse_bind_address", "BindAddress", "open_listeners"]
+__all__ = [
+    "Request", "Response", "HTTPServer", "parse_bind_address", "BindAddress", "open_listeners",
+    "PrefixedStream", "read_request_head", "is_websocket_upgrade",
+]
 
 logger = logging.getLogger("engine.http")
 
@@ -24,7 +27,7 @@ BindAddress = tuple[str, int]
 
 _MAX_HEADER_BYTES = 16 * 1024
 _IDLE_TIMEOUT = 30.0
-_REASONS = {200: b"OK", 400: b"Bad Request", 404: b"Not Found", 405: b"Method Not Allowed",
+_REASONS = {200: b"OK", 400: b"Bad Request", 401: b"Unauthorized", 404: b"Not Found", 405: b"Method Not Allowed",
             500: b"Internal Server Error", 503: b"Service Unavailable"}
 
 
@@ -124,11 +127,15 @@ class HTTPServer:
         """
         assert self.address is not None
         async with trio.open_nursery() as nursery:
-            await nursery.start(partial(trio.serve_listeners, self._connection, listeners))
+            await nursery.start(partial(trio.serve_listeners, self.handle_connection, listeners))
             logger.info("%s server listening", self.name, extra={"address": f"{self.address[0]}:{self.address[1]}"})
             task_status.started(self.address)
 
-    async def _connection(self, stream: trio.SocketStream) -> None:
+    async def handle_connection(self, stream: trio.abc.Stream) -> None:
+        """Serve requests on one accepted connection until it closes or idles; closes it.
+
+        Cancellation closes the connection (a response in progress is cut).
+        """
         conn = h11.Connection(h11.SERVER, max_incomplete_event_size=_MAX_HEADER_BYTES)
         try:
             while True:
@@ -152,7 +159,7 @@ class HTTPServer:
         finally:
             await stream.aclose()
 
-    async def _read_request(self, conn: h11.Connection, stream: trio.SocketStream) -> Request | Response | None:
+    async def _read_request(self, conn: h11.Connection, stream: trio.abc.Stream) -> Request | Response | None:
         request: h11.Request | None = None
         while True:
             try:
@@ -163,7 +170,7 @@ class HTTPServer:
                 data = await stream.receive_some(65536)
                 if not data and conn.their_state is h11.IDLE:
                     return None
-                conn.receive_data(data)
+                conn.receive_data(bytes(data))
                 continue
             if isinstance(event, h11.Request):
                 request = event
@@ -203,7 +210,7 @@ class HTTPServer:
             logger.exception("%s handler for %s failed", self.name, request.path)
             return Response(500, b"internal error\n")
 
-    async def _send(self, conn: h11.Connection, stream: trio.SocketStream, response: Response, *, head: bool) -> None:
+    async def _send(self, conn: h11.Connection, stream: trio.abc.Stream, response: Response, *, head: bool) -> None:
         headers = [
             (b"content-type", response.content_type.encode("latin-1")),
             (b"content-length", str(len(response.body)).encode("ascii")),
@@ -220,3 +227,68 @@ class HTTPServer:
         except h11.LocalProtocolError:
             return
         await stream.send_all(data)
+
+
+class PrefixedStream(trio.abc.Stream):
+    """``stream`` with ``prefix`` (bytes already read from it) put back in front.
+
+    Lets one listener serve plain HTTP and websockets: the request head is read, looked at,
+    and the stream handed on as if nothing had been read. ``repr`` is the peer's address.
+    """
+
+    def __init__(self, stream: trio.SocketStream, prefix: bytes) -> None:
+        self._stream = stream
+        self._prefix = prefix
+        try:
+            host, port, *_ = stream.socket.getpeername()
+            self._peer = f"{host}:{port}"
+        except (OSError, ValueError):
+            self._peer = "unknown"
+
+    def __repr__(self) -> str:
+        return self._peer
+
+    async def receive_some(self, max_bytes: int | None = None) -> bytes:
+        if self._prefix:
+            if max_bytes is None:
+                max_bytes = len(self._prefix)
+            data, self._prefix = self._prefix[:max_bytes], self._prefix[max_bytes:]
+            await trio.lowlevel.checkpoint()
+            return data
+        return await self._stream.receive_some(max_bytes)
+
+    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
+        await self._stream.send_all(data)
+
+    async def wait_send_all_might_not_block(self) -> None:
+        await self._stream.wait_send_all_might_not_block()
+
+    async def aclose(self) -> None:
+        await self._stream.aclose()
+
+
+async def read_request_head(stream: trio.abc.Stream, *, limit: int = _MAX_HEADER_BYTES) -> bytes | None:
+    """Read from ``stream`` until the end of an HTTP request head (``\\r\\n\\r\\n``).
+
+    Returns everything read (the head and whatever followed it in the same reads), or ``None``
+    if the peer closed first or the head exceeds ``limit`` bytes. Cancellation loses what was
+    read; the caller closes the stream.
+    """
+    data = b""
+    while b"\r\n\r\n" not in data:
+        if len(data) > limit:
+            return None
+        chunk = bytes(await stream.receive_some(4096))
+        if not chunk:
+            return None
+        data += chunk
+    return data
+
+
+def is_websocket_upgrade(head: bytes) -> bool:
+    """Whether a request head asks for ``Upgrade: websocket``."""
+    for line in head.split(b"\r\n\r\n", 1)[0].split(b"\r\n")[1:]:
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"upgrade" and b"websocket" in value.lower():
+            return True
+    return False
