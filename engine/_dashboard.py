@@ -43,6 +43,8 @@ def dashboard_routes(authorized: Callable[[Request], bool]) -> dict[str, Handler
         name, content_type = DASHBOARD_ASSETS[path]
 
         async def handler(request: Request) -> Response:
+            if request.path != path:  # "/" would also serve every path under it
+                return Response(404, b"not found; the dashboard is at /\n")
             if path not in _PUBLIC and not authorized(request):
                 return Response(401, b"unauthorized: open this page as /?token=<live stream token>\n")
             body = cache.get(name)
