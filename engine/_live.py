@@ -391,8 +391,12 @@ class LiveStream(RunObserver):
             task_status.started(self.address)
 
     async def _connection(self, pages: HTTPServer, stream: trio.SocketStream) -> None:
+        head = None
         with trio.move_on_after(_CONNECT_TIMEOUT):
-            head = await read_request_head(stream)
+            try:
+                head = await read_request_head(stream)
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                return
         if not head:
             return
         prefixed = PrefixedStream(stream, head)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
+import struct
 import subprocess
 import sys
 from pathlib import Path
@@ -132,6 +134,26 @@ async def test_token_is_required_for_the_page_and_accepted_in_the_query_for_live
     assert by_query.headers["content-type"] == "text/html; charset=utf-8"
     assert script.status_code == 200, "the script is public package data, it carries no data"
     assert rejected.value.status_code == 401
+
+
+async def test_clients_that_reset_or_send_nothing_do_not_stop_the_server() -> None:
+    manager = Manager(handle_signals=False)
+    obs = Observability(manager, live_bind_address=":0")
+    with trio.fail_after(10):
+        async with running(manager):
+            assert obs.live_address is not None
+            host, port = obs.live_address
+            silent = await trio.open_tcp_stream(host, port)
+            await silent.aclose()
+            reset = await trio.open_tcp_stream(host, port)
+            await reset.send_all(b"GET / HTTP/1.1\r\nHost: x\r\n")
+            reset.socket.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            await reset.aclose()
+            async with httpx.AsyncClient() as http:
+                page = await http.get(f"http://{host}:{port}/")
+            async with open_websocket_url(obs.live_url) as ws:
+                assert json.loads(await ws.get_message())["type"] == "hello"
+    assert page.status_code == 200
 
 
 # -- in a browser ------------------------------------------------------------------------------
