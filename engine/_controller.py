@@ -93,6 +93,9 @@ class RunObserver:
     def on_run_finished(self, controller: Controller, run: Run, outcome: Outcome) -> None:
         """A run ended with ``outcome``."""
 
+    def on_ready(self, ref: ObjectRef, revision: str | None) -> None:
+        """``ref`` was reported ready (``Manager.mark_ready``), before its dependents are triggered."""
+
 
 @attrs.frozen
 class ControllerWiring:

@@ -250,6 +250,8 @@ class Manager:
 
     def mark_ready(self, ref: ObjectRef, *, revision: str | None = None) -> int:
         """``ref`` became ready: trigger its dependents now. Synchronous; returns how many."""
+        for observer in self._observers:
+            observer.on_ready(ref, revision)
         return self.dependencies.mark_ready(ref, revision=revision)
 
     # -- stopping ----------------------------------------------------------------------------

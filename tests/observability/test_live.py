@@ -30,11 +30,17 @@ SLOW = ObjectRef("Widget", "slow", "ns")
 SOURCE = ObjectRef("Source", "repo", "ns")
 
 
+SNAPSHOT_AND_STATS = ("objects", "events", "controllers")
+"""Connect-time snapshot and periodic messages (tested in tests/observability/test_dashboard.py)."""
+
+
 async def collect(ws: WebSocketConnection, into: list[dict[str, Any]], until: Any = None) -> None:
     """Read messages into ``into`` until ``until(message)`` or the connection closes."""
     try:
         while True:
             message = json.loads(await ws.get_message())
+            if message["type"] in SNAPSHOT_AND_STATS:
+                continue
             into.append(message)
             if until is not None and until(message):
                 return
