@@ -77,6 +77,7 @@ Condition = str | Callable[[dict[str, Any] | None], bool]
 or a function of the object (``None`` while it does not exist)."""
 
 _CRD = ("apiextensions.k8s.io/v1", "CustomResourceDefinition")
+DRIVER_USER_AGENT = "engine-test-driver/1.0"
 _T = TypeVar("_T")
 
 
@@ -166,7 +167,10 @@ class PluginHarness:
 
     target: KubeTarget
     client: Client
-    """This replica's client (apply, get and waits use it too)."""
+    """The test's own client (User-Agent ``engine-test-driver/1.0``): apply, get and waits use it,
+    so faults scoped to the replica leave the test's requests alone."""
+    replica_client: Client
+    """The client the plugin, its informers, leader election and events sink use."""
     manager: Manager
     cluster: Cluster | None
     """The plugin's :class:`~engine.kube.Cluster` (``None`` for a manager you built)."""
@@ -194,13 +198,14 @@ class PluginHarness:
     @property
     def faults(self) -> Faults:
         """Fault injection on the embedded server (:class:`~engine.testing.HarnessError` on a
-        real one). This replica's requests carry User-Agent ``engine-test/<identity>``."""
+        real one); pass ``client=h.user_agent`` to aim at this replica alone."""
         return self.target.faults
 
     @property
     def user_agent(self) -> str:
-        """This replica's User-Agent: the ``client=`` to scope faults to it alone."""
-        return f"engine-test/{self.identity}"
+        """The User-Agent prefix of this replica's requests (``<identity>/``), for ``client=``
+        of :class:`~engine.testing.Faults`."""
+        return f"{self.identity}/"
 
     @property
     def runs(self) -> list[RunRecord]:
@@ -540,7 +545,7 @@ async def open_plugin_test(
     """Run a plugin (or a manager you built) against ``target`` and yield a :class:`PluginHarness`.
 
     For a :class:`~engine.kube.Plugin`, as ``python -m engine run`` would: open a client
-    (User-Agent ``engine-test/<identity>``), install the plugin's CRDs, create ``namespace``
+    (User-Agent ``<identity>/engine-test``; the test's own requests use another), install the plugin's CRDs, create ``namespace``
     (default: the target's), apply ``manifests`` (and the plugin's ``examples``), build a
     :class:`~engine.Manager` (``grace_period``; a :class:`~engine.kube.LeaderElector` on the
     Lease ``engine-<plugin>`` with client-go's timings when ``leader_election`` is true, or
@@ -549,8 +554,8 @@ async def open_plugin_test(
     ``shard``, ``informer_options``), then call ``plugin.setup`` with the plugin's config
     updated by ``config``.
 
-    For a :class:`~engine.Manager` (not yet run) whose controllers you added yourself, only
-    the client for the handle is opened and the manager is run.
+    For a :class:`~engine.Manager` (not yet run) whose controllers you added yourself, it is
+    run as it is (``replica_client`` is then unused by it).
 
     Either way a run recorder and a memory sink are added, and the manager is started; unless
     it waits for leadership, entering returns once its controllers run (informers synced).
@@ -568,9 +573,10 @@ async def open_plugin_test(
     sink = MemorySink(name="engine-test")
     async with contextlib.AsyncExitStack() as stack:
         client = await stack.enter_async_context(
-            target.client(user_agent=f"engine-test/{identity}", rng=random.Random(identity))
+            target.client(user_agent=f"{identity}/engine-test", rng=random.Random(identity))
         )
-        await ensure_namespace(client, namespace)
+        driver = await stack.enter_async_context(target.client(user_agent=DRIVER_USER_AGENT))
+        await ensure_namespace(driver, namespace)
         cluster: Cluster | None = None
         if isinstance(subject, Manager):
             if leader_election is not False:
@@ -579,7 +585,7 @@ async def open_plugin_test(
                 raise HarnessError("open_plugin_test needs a Manager that has not run")
             manager = subject
         elif isinstance(subject, Plugin):
-            await install_crds(client, subject.crds)
+            await install_crds(driver, subject.crds)
             manager = Manager(
                 handle_signals=False,
                 grace_period=grace_period,
@@ -597,7 +603,7 @@ async def open_plugin_test(
             raise HarnessError(f"open_plugin_test runs a Plugin or a Manager, got {type(subject).__name__}")
         manager.add_observer(recorder)
         manager.add_sink(sink)
-        harness = PluginHarness(target, client, manager, cluster, identity, namespace, recorder, sink)
+        harness = PluginHarness(target, driver, client, manager, cluster, identity, namespace, recorder, sink)
         await harness.apply(manifests)
         if isinstance(subject, Plugin):
             assert cluster is not None
