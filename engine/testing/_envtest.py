@@ -42,7 +42,7 @@ from types import TracebackType
 from typing import Any, Literal
 
 import attrs
-import yaml  # type: ignore[import-untyped]  # no types-PyYAML installed
+import yaml  # type: ignore[import-untyped, unused-ignore]  # types-PyYAML may be missing
 
 from engine.kube import Config
 
@@ -256,7 +256,9 @@ class EnvTest:
         """A kubeconfig (cluster, user and context ``envtest``) for the ``admin`` user."""
         if self._certs is None:
             raise EnvTestError("the control plane is not started")
-        b64 = lambda data: base64.b64encode(data).decode()  # noqa: E731
+        def b64(data: bytes) -> str:
+            return base64.b64encode(data).decode()
+
         return {
             "apiVersion": "v1",
             "kind": "Config",

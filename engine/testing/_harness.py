@@ -16,6 +16,7 @@ Every ``timeout`` here is in seconds of trio time.
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import logging
 import random
@@ -24,7 +25,7 @@ from typing import Any, TypeVar
 
 import attrs
 import trio
-import yaml  # type: ignore[import-untyped]  # no types-PyYAML installed
+import yaml  # type: ignore[import-untyped, unused-ignore]  # types-PyYAML may be missing
 
 from engine import (
     Controller,
@@ -333,7 +334,7 @@ class PluginHarness:
     async def list(
         self, spec: ResourceSpec, *, namespace: str | None = None, all_namespaces: bool = False,
         label_selector: str | Mapping[str, str] | None = None,
-    ) -> list[dict[str, Any]]:
+    ) -> builtins.list[dict[str, Any]]:
         """Objects of a type in :attr:`namespace` (or ``namespace``, or all). Cancellation: a
         checkpoint."""
         resource = await self.resource(spec)
@@ -435,11 +436,11 @@ class PluginHarness:
         controller: str | None = None,
         kind: OutcomeKind | None = None,
         timeout: float = 60.0,
-    ) -> list[RunRecord]:
+    ) -> builtins.list[RunRecord]:
         """Wait until ``count`` finished runs match (see :meth:`runs_for`; ``kind`` filters by
         outcome); return the matching runs. Cancellation: a checkpoint; nothing to undo."""
 
-        def probe() -> list[RunRecord] | None:
+        def probe() -> builtins.list[RunRecord] | None:
             runs = [r for r in self.runs_for(name=name, key=key, controller=controller) if kind is None or r.kind is kind]
             return runs if len(runs) >= count else None
 
@@ -449,11 +450,11 @@ class PluginHarness:
 
     async def wait_events(
         self, count: int = 1, *, reason: str | None = None, name: str | None = None, timeout: float = 60.0
-    ) -> list[Event]:
+    ) -> builtins.list[Event]:
         """Wait until ``count`` delivered events match ``reason`` and the involved object's
         ``name``; return them. Cancellation: a checkpoint; nothing to undo."""
 
-        def matching() -> list[Event]:
+        def matching() -> builtins.list[Event]:
             return [e for e in self._sink.events
                     if (reason is None or e.reason == reason) and (name is None or e.involved.name == name)]
 
@@ -470,7 +471,7 @@ class PluginHarness:
             return
         raise WaitTimeout(f"{self.identity} did not start leading within {timeout:g}s")
 
-    async def cluster_events(self, *, name: str | None = None, namespace: str | None = None) -> list[dict[str, Any]]:
+    async def cluster_events(self, *, name: str | None = None, namespace: str | None = None) -> builtins.list[dict[str, Any]]:
         """``events.k8s.io/v1`` Events recorded in the cluster (in :attr:`namespace`), about
         ``name`` if given. Cancellation: a checkpoint."""
         events = await self.client.resource("events.k8s.io/v1", "Event")
