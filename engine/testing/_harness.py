@@ -30,6 +30,7 @@ import yaml  # type: ignore[import-untyped, unused-ignore]  # types-PyYAML may b
 from engine import (
     Controller,
     Event,
+    EventSink,
     LeaderElection,
     Manager,
     MemorySink,
@@ -514,7 +515,8 @@ class PluginHarness:
 
 
 def _leader(
-    leader_election: bool | Callable[[Client], LeaderElection], client: Client, name: str, namespace: str, identity: str
+    leader_election: bool | Callable[[Client, str], LeaderElection], client: Client, name: str, namespace: str,
+    identity: str,
 ) -> LeaderElection | None:
     if leader_election is False:
         return None
@@ -522,7 +524,7 @@ def _leader(
         return LeaderElector(
             client, name=f"engine-{name}", namespace=namespace, identity=identity, rng=random.Random(identity)
         )
-    return leader_election(client)
+    return leader_election(client, identity)
 
 
 @contextlib.asynccontextmanager
@@ -537,8 +539,9 @@ async def open_plugin_test(
     manifests: str | Mapping[str, Any] | Sequence[Mapping[str, Any]] = (),
     examples: bool = False,
     identity: str | None = None,
-    leader_election: bool | Callable[[Client], LeaderElection] = False,
+    leader_election: bool | Callable[[Client, str], LeaderElection] = False,
     cluster_events: bool = True,
+    sinks: Sequence[EventSink] = (),
     grace_period: float = 5.0,
     informer_options: Mapping[str, Any] | None = None,
     start_timeout: float = 60.0,
@@ -550,8 +553,8 @@ async def open_plugin_test(
     (default: the target's), apply ``manifests`` (and the plugin's ``examples``), build a
     :class:`~engine.Manager` (``grace_period``; a :class:`~engine.kube.LeaderElector` on the
     Lease ``engine-<plugin>`` with client-go's timings when ``leader_election`` is true, or
-    the one a given factory builds from the client), a Kubernetes events sink unless
-    ``cluster_events`` is false, and a :class:`~engine.kube.Cluster` (``watch_namespace``,
+    the one a given factory builds from the client and identity), a Kubernetes events sink unless
+    ``cluster_events`` is false, the given ``sinks``, and a :class:`~engine.kube.Cluster` (``watch_namespace``,
     ``shard``, ``informer_options``), then call ``plugin.setup`` with the plugin's config
     updated by ``config``.
 
@@ -593,6 +596,8 @@ async def open_plugin_test(
                 leader_election=_leader(leader_election, client, subject.name, namespace, identity),
                 name=identity,
             )
+            for extra in sinks:
+                manager.add_sink(extra)
             if cluster_events:
                 manager.add_sink(KubernetesEventSink(
                     client, reporting_controller="engine", reporting_instance=identity, rng=random.Random(identity)))

@@ -9,7 +9,7 @@ import pytest
 import trio
 
 from engine import Controller, OutcomeKind, Result, RunContext
-from engine.kube import Client, Cluster, LeaderElector, Plugin, PluginContext, generation_changed, patch_status
+from engine.kube import Cluster, Plugin, PluginContext, generation_changed, patch_status
 from engine.testing import ApiServer, HarnessError, KubeTarget, WaitTimeout, open_plugin_test
 from engine.testing._harness import parse_manifests
 
@@ -205,5 +205,3 @@ async def test_a_harness_on_a_listening_server_and_misuse(tmp_path: Any) -> None
     with pytest.raises(HarnessError, match=r"^fault injection needs the embedded API server \(engine.testing.ApiServer\); "
                                            r"this test runs against envtest at http://127\.0\.0\.1:\d+$"):
         real.faults  # noqa: B018
-    lease_factory = lambda c: LeaderElector(c, name="x", namespace="test")  # noqa: E731
-    assert isinstance(lease_factory(Client(real.config)), LeaderElector)
