@@ -11,7 +11,9 @@
 On the embedded server without sockets the whole stack (server, informers, controllers,
 requeues, leader election, event sinks) runs on trio's clock, so under
 ``MockClock(autojump_threshold=0)`` a test waits through hours of requeues in milliseconds.
-Every ``timeout`` here is in seconds of trio time.
+Every ``timeout`` here is in seconds of trio time. Under ``MockClock`` the clock jumps whenever
+every task waits, so anything that waits on real I/O (a webhook sink on a socket, a listening
+server) does not mix with virtual time: against a listening or real server, use the real clock.
 """
 
 from __future__ import annotations
@@ -603,7 +605,8 @@ async def open_plugin_test(
                     client, reporting_controller="engine", reporting_instance=identity, rng=random.Random(identity)))
             cluster = Cluster(
                 client, manager, namespace=watch_namespace,
-                label_selector=f"{SHARD_LABEL}={shard}" if shard else None, informer_options=informer_options,
+                label_selector=f"{SHARD_LABEL}={shard}" if shard else None,
+                informer_options={"rng": random.Random(identity), **(informer_options or {})},
             )
         else:
             raise HarnessError(f"open_plugin_test runs a Plugin or a Manager, got {type(subject).__name__}")

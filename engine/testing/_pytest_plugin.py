@@ -3,7 +3,8 @@
 Fixtures (all function-scoped, for trio tests):
 
 * ``kube_target``: a :class:`~engine.testing.KubeTarget` with a namespace of the test's own;
-  by default the embedded API server without sockets, created for the test;
+  by default the embedded API server without sockets (``seed=0``: reproducible uids and
+  names), created for the test, with the namespace ``test``;
 * ``kube_api``: that embedded :class:`~engine.testing.ApiServer` (``faults``, ``store``);
 * ``kube_client``: an open :class:`~engine.kube.Client` on the target;
 * ``kube_cluster``: a :class:`~engine.kube.Cluster` on ``kube_client`` with a fresh
@@ -143,7 +144,7 @@ def _kube_real(request: pytest.FixtureRequest) -> tuple[RealServer, Config] | No
 async def kube_target(_kube_real: tuple[RealServer, Config] | None) -> AsyncIterator[KubeTarget]:
     """The target of this test, with its namespace (``test`` on the embedded server)."""
     if _kube_real is None:
-        async with open_embedded_target(namespace="test") as target:
+        async with open_embedded_target(namespace="test", seed=0) as target:
             yield target
     else:
         server, config = _kube_real
