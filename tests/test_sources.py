@@ -12,7 +12,6 @@ from engine import (
     Change,
     ChannelSource,
     Controller,
-    EngineMetrics,
     Manager,
     MappedSource,
     ObjectRef,
@@ -26,6 +25,7 @@ from engine import (
     Trigger,
     Triggerable,
 )
+from engine.observability import EngineMetrics
 
 from ._support import running
 
