@@ -13,6 +13,7 @@ import json
 import logging
 import random
 from collections.abc import Mapping
+from functools import partial
 from types import TracebackType
 from typing import Any, Literal, Protocol
 
@@ -740,4 +741,5 @@ class Client:
             "timeoutSeconds": timeout_seconds,
         }
         ns = namespace if resource.namespaced else None
-        return WatchStream(self, resource, resource.path(namespace=ns), params, idle_timeout)
+        open_response = partial(self._send, "GET", resource.path(namespace=ns), params=params, safe=True, stream=True)
+        return WatchStream(open_response, resource, idle_timeout)
