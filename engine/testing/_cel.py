@@ -26,11 +26,6 @@ from collections.abc import Callable
 from typing import Any
 
 import attrs
-import celpy
-from celpy import celtypes
-from celpy.adapter import json_to_cel
-from celpy.celparser import CELParseError
-from celpy.evaluation import CELEvalError
 
 __all__ = ["Rule", "Failure"]
 
@@ -39,37 +34,53 @@ logger = logging.getLogger("engine.testing.cel")
 _OLD_SELF = re.compile(r"\boldSelf\b")
 
 
+@functools.cache
+def _celpy() -> Any:
+    """cel-python's modules, imported on first use (importing them costs ~0.4s)."""
+    import celpy
+    import celpy.adapter
+    import celpy.celparser
+    import celpy.celtypes
+    import celpy.evaluation
+
+    return celpy
+
+
+def _types() -> Any:
+    return _celpy().celtypes
+
+
 def _str(value: Any) -> Any:
-    return celtypes.StringType(value)
+    return _types().StringType(value)
 
 
 def _index_of(target: Any, needle: Any, start: Any = None) -> Any:
     if isinstance(target, str):
         begin = int(start) if start is not None else 0
-        return celtypes.IntType(target.find(str(needle), begin))
+        return _types().IntType(target.find(str(needle), begin))
     try:
-        return celtypes.IntType(list(target).index(needle))
+        return _types().IntType(list(target).index(needle))
     except ValueError:
-        return celtypes.IntType(-1)
+        return _types().IntType(-1)
 
 
 def _last_index_of(target: Any, needle: Any) -> Any:
     if isinstance(target, str):
-        return celtypes.IntType(target.rfind(str(needle)))
+        return _types().IntType(target.rfind(str(needle)))
     items = list(target)
     for i in range(len(items) - 1, -1, -1):
         if items[i] == needle:
-            return celtypes.IntType(i)
-    return celtypes.IntType(-1)
+            return _types().IntType(i)
+    return _types().IntType(-1)
 
 
 def _split(target: Any, sep: Any, limit: Any = None) -> Any:
     if limit is not None and int(limit) == 0:
-        return celtypes.ListType([])
+        return _types().ListType([])
     parts = str(target).split(str(sep)) if str(sep) else list(str(target))
     if limit is not None and int(limit) > 0 and len(parts) > int(limit):
         parts = parts[: int(limit) - 1] + [str(sep).join(parts[int(limit) - 1 :])]
-    return celtypes.ListType([_str(p) for p in parts])
+    return _types().ListType([_str(p) for p in parts])
 
 
 def _substring(target: Any, start: Any, end: Any = None) -> Any:
@@ -90,13 +101,13 @@ def _join(target: Any, sep: Any = "") -> Any:
 
 def _is_sorted(target: Any) -> Any:
     items = list(target)
-    return celtypes.BoolType(all(items[i] <= items[i + 1] for i in range(len(items) - 1)))
+    return _types().BoolType(all(items[i] <= items[i + 1] for i in range(len(items) - 1)))
 
 
 def _sum(target: Any) -> Any:
     items = list(target)
     if not items:
-        return celtypes.IntType(0)
+        return _types().IntType(0)
     total = items[0]
     for item in items[1:]:
         total = total + item
@@ -130,14 +141,31 @@ _FUNCTIONS: dict[str, Callable[..., Any]] = {
     "max": _extreme(max),
 }
 
-_ENV = celpy.Environment()
+@functools.cache
+def _environment() -> Any:
+    return _celpy().Environment()
 
 
 @functools.lru_cache(maxsize=4096)
 def _program(expression: str) -> Any:
     """The compiled program for ``expression`` (cached: compile once per distinct rule);
-    raises ``CELParseError``."""
-    return _ENV.program(_ENV.compile(expression), functions=_FUNCTIONS)
+    raises cel-python's ``CELParseError``."""
+    env = _environment()
+    return env.program(env.compile(expression), functions=_FUNCTIONS)
+
+
+def _parse_error() -> type[Exception]:
+    error: type[Exception] = _celpy().celparser.CELParseError
+    return error
+
+
+def _eval_error() -> type[Exception]:
+    error: type[Exception] = _celpy().evaluation.CELEvalError
+    return error
+
+
+def _to_cel(value: Any) -> Any:
+    return _celpy().adapter.json_to_cel(value)
 
 
 def _error_text(exc: Exception) -> str:
@@ -205,7 +233,7 @@ class Rule:
                 continue
             try:
                 _program(expression)
-            except CELParseError as exc:
+            except _parse_error() as exc:
                 first = str(exc).strip().splitlines()[0] if str(exc).strip() else "syntax error"
                 return f"compilation failed: ERROR: <input>: Syntax error: {first}"
         return None
@@ -225,14 +253,14 @@ class Rule:
             return None
         try:
             program = _program(self.rule)
-        except CELParseError:
+        except _parse_error():
             return Failure("FieldValueInvalid", f"rule compile error: {self.compile_error()}")
-        activation = {"self": json_to_cel(value)}
+        activation = {"self": _to_cel(value)}
         if self.uses_old_self:
-            activation["oldSelf"] = json_to_cel(old)
+            activation["oldSelf"] = _to_cel(old)
         try:
             result = program.evaluate(activation)
-        except CELEvalError as exc:
+        except _eval_error() as exc:
             text = _error_text(exc)
             if text == "no such overload":
                 return Failure(
@@ -241,7 +269,7 @@ class Rule:
                     f"signature for rule: {self._error_string()}",
                 )
             return Failure("FieldValueInvalid", f"{text} evaluating rule: {self._error_string()}")
-        if isinstance(result, celtypes.BoolType) and bool(result):
+        if isinstance(result, _types().BoolType) and bool(result):
             return None
         return Failure(self.reason, self._message(activation))
 
@@ -250,7 +278,7 @@ class Rule:
             return self._default_message()
         try:
             text = _program(self.message_expression).evaluate(activation)
-        except (CELParseError, CELEvalError) as exc:
+        except (_parse_error(), _eval_error()) as exc:
             logger.debug("messageExpression of rule %r failed: %s", self.rule, exc)
             return self._default_message()
         if not isinstance(text, str) or not text.strip() or "\n" in text:

@@ -43,7 +43,9 @@ __all__ = [
     "compile_schema",
     "structural_errors",
     "go_value",
+    "go_float",
     "blocking",
+    "check_object",
 ]
 
 _MISSING: Any = object()
