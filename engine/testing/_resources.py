@@ -9,8 +9,9 @@ from typing import Any
 import attrs
 
 from ._errors import RequestRejected
+from ._schema import CompiledSchema, compile_schema
 
-__all__ = ["ResourceType", "BUILTIN_TYPES", "resource_types_from_crd", "VERBS"]
+__all__ = ["ResourceType", "BUILTIN_TYPES", "resource_types_from_crd", "openapi_schema", "VERBS"]
 
 VERBS = ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]
 
@@ -39,6 +40,8 @@ class ResourceType:
     """Categories such as ``all``."""
     printer_columns: tuple[dict[str, Any], ...] = ()
     """``additionalPrinterColumns`` of a custom resource (informational)."""
+    schema: CompiledSchema | None = attrs.field(default=None, eq=False, repr=False)
+    """A custom resource's compiled ``openAPIV3Schema`` (``None`` for built-in types)."""
 
     @property
     def api_version(self) -> str:
@@ -118,6 +121,12 @@ def _crd_invalid(name: str, field: str, message: str) -> RequestRejected:
     )
 
 
+def openapi_schema(version: dict[str, Any]) -> Any:
+    """A CRD version's ``schema.openAPIV3Schema``, or ``None``."""
+    schema = version.get("schema")
+    return schema.get("openAPIV3Schema") if isinstance(schema, dict) else None
+
+
 def resource_types_from_crd(crd: dict[str, Any]) -> list[ResourceType]:
     """The served resource types a CustomResourceDefinition declares, storage version first.
 
@@ -170,6 +179,7 @@ def resource_types_from_crd(crd: dict[str, Any]) -> list[ResourceType]:
                 has_status="status" in subresources,
                 categories=tuple(names.get("categories") or ()),
                 printer_columns=tuple(version.get("additionalPrinterColumns") or ()),
+                schema=compile_schema(openapi_schema(version)),
             )
         )
     return types
