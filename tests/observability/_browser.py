@@ -108,7 +108,7 @@ async def _call(
 @asynccontextmanager
 async def open_page(chromium: str, *, width: int = 1400, height: int = 860) -> AsyncIterator[Page]:
     """Start headless Chromium with a fresh profile and yield a blank page of the given size."""
-    with tempfile.TemporaryDirectory(prefix="engine-chromium-") as profile:
+    with tempfile.TemporaryDirectory(prefix="engine-chromium-", ignore_cleanup_errors=True) as profile:
         proc = await trio.lowlevel.open_process(
             [chromium, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", "--remote-debugging-port=0",
              f"--window-size={width},{height}", "about:blank"],
