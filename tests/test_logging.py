@@ -19,7 +19,7 @@ from engine import (
     TextFormatter,
     configure_logging,
 )
-from engine._logging import redact
+from engine._text import redact
 
 from ._support import running
 

@@ -21,7 +21,7 @@ from .._errors import EngineError
 from .._manager import Manager, ShutdownReport
 from ._client import Client
 from ._cluster import SHARD_LABEL, Cluster
-from ._errors import NotFoundError, ResourceNotFoundError
+from ._errors import ConfigError, NotFoundError, ResourceNotFoundError, TransportError, UnauthorizedError
 from ._leader import LeaderElector
 
 if TYPE_CHECKING:
@@ -44,6 +44,9 @@ logger = logging.getLogger("engine.kube.plugins")
 ENTRY_POINT_GROUP = "engine.plugins"
 
 _CRD_RESOURCE_ARGS = ("apiextensions.k8s.io/v1", "CustomResourceDefinition")
+
+_CLUSTER_PROBLEMS = (TransportError, ConfigError, UnauthorizedError)
+"""Errors of the cluster connection, not of a plugin: raised as they are, never as PluginError."""
 
 
 class PluginError(EngineError):
@@ -252,6 +255,10 @@ async def run_plugins(
 
     A plugin that fails to load or set up is logged and skipped (listed in
     :attr:`PluginHost.errors`); with ``strict`` its :class:`PluginError` is raised instead.
+    A problem of the cluster connection met during set-up is no plugin's fault and is
+    raised as it is, strict or not: :class:`TransportError` (the API server cannot be reached,
+    or its certificate fails verification), :class:`ConfigError` (credentials cannot be
+    obtained) and :class:`UnauthorizedError` (the server rejects them).
     :class:`PluginError` is also raised when no plugin could be set up. With
     ``observability``, the readiness checks ``informers`` (every informer synced) and, when
     the manager's leader election is a :class:`LeaderElector`, ``leader-election`` (the
@@ -288,6 +295,8 @@ async def run_plugins(
                 name=plugin.name, manager=manager, cluster=cluster, client=client,
                 config={**plugin.config, **(config.get(plugin.name) or {})}, namespace=namespace, shard=shard,
             ))
+        except _CLUSTER_PROBLEMS:
+            raise
         except Exception as exc:
             err = exc if isinstance(exc, PluginError) else PluginError(
                 f"plugin {plugin.name!r} failed to set up: {_brief(exc)}"

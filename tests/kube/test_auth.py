@@ -391,7 +391,8 @@ async def test_exec_command_not_found(tmp_path: Path) -> None:
     )
     with pytest.raises(
         ConfigError,
-        match=r"^/home/me/\.kube/config: users\[name=u\]\.user\.exec: exec plugin '.*/nope' cannot be run \(FileNotFoundError\); brew install nope$",
+        match=r"^/home/me/\.kube/config: users\[name=u\]\.user\.exec\.command: exec plugin '.*/nope' was not found "
+        r"\(is it installed\?\); brew install nope$",
     ):
         await auth.get_credential()
 
