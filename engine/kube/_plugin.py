@@ -19,6 +19,7 @@ import trio
 
 from .._errors import EngineError
 from .._manager import Manager, ShutdownReport
+from .._text import summarize
 from ._client import Client
 from ._cluster import SHARD_LABEL, Cluster
 from ._errors import ConfigError, NotFoundError, ResourceNotFoundError, TransportError, UnauthorizedError
@@ -155,7 +156,7 @@ def _import(spec: str, module_name: str, *, bundled: bool = False) -> Any:
 
 
 def _brief(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}"
+    return summarize(exc)
 
 
 def load_plugins(specs: Iterable[str], *, strict: bool = False) -> tuple[list[Plugin], list[PluginError]]:
