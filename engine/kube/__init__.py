@@ -37,6 +37,7 @@ from ._errors import NotFoundError as NotFoundError
 from ._errors import ResourceNotFoundError as ResourceNotFoundError
 from ._errors import ResponseError as ResponseError
 from ._errors import ServerError as ServerError
+from ._errors import TLSVerificationError as TLSVerificationError
 from ._errors import TooManyRequestsError as TooManyRequestsError
 from ._errors import TransportError as TransportError
 from ._errors import UnauthorizedError as UnauthorizedError
@@ -157,6 +158,7 @@ __all__ = [
     "Store",
     "TokenFileAuth",
     "TooManyRequestsError",
+    "TLSVerificationError",
     "TransportError",
     "UnauthorizedError",
     "WatchEvent",
