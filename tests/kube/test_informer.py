@@ -442,7 +442,7 @@ async def test_malformed_list_items_and_stream_lines_are_skipped(
         await feed.send(b'ce": "d", "resourceVersion": "11"}}}\n{this is not json}\n')
         await feed.send(line("ADDED", None, "12"))
         await feed.send(b'{"type": "ADDED", "object": {"metadata": {"name": "bad-ns", "namespace": 7, "resourceVersion": "13"}}}\n')
-        await feed.send(b"[]\n" + line("MODIFIED", "good", "14"))
+        await feed.send(b"\xff\xfe not UTF-8\n[]\n" + line("MODIFIED", "good", "14"))
         await wait_for(lambda: len(events) == 3)
         assert events == [(ADDED, "good"), (ADDED, "x"), (MODIFIED, "good")]
         assert informer.resource_version == "14"
@@ -450,7 +450,7 @@ async def test_malformed_list_items_and_stream_lines_are_skipped(
         await feed.aclose()
         await wait_for(lambda: len(server.watches) == 2)
         assert server.watch_rvs == ["10", "14"]
-        assert informer.statistics().skipped == 2 + 4
+        assert informer.statistics().skipped == 2 + 5
         assert informer.synced
         assert "skipping a malformed watch line" in caplog.text
         assert "skipping a malformed list item" in caplog.text
