@@ -135,7 +135,8 @@ async def test_one_object_raising_in_user_code_stops_nothing_else(
                 )
             readiness: list[bool] = []
             async with running(manager):
-                await cluster.wait_synced()
+                with trio.fail_after(60):
+                    await cluster.wait_synced()
                 for i in range(50, 100):
                     await client.create(cms, numbered(i, bad), namespace="default")
                     readiness.append(cluster.synced)

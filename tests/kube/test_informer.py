@@ -274,7 +274,8 @@ async def test_an_index_function_raising_for_one_object_leaves_the_informer_runn
         rec = Recorder(informer)
         informer.add_handler(rec)
         await nursery.start(informer.run)
-        await informer.wait_synced()
+        with trio.fail_after(60):
+            await informer.wait_synced()
         poison = await client.create(CONFIGMAPS, cm("watched-poison"))
         await client.create(CONFIGMAPS, cm("c", flavour="x"))
         await wait_for(lambda: (ADDED, "c") in rec.events)
