@@ -68,6 +68,7 @@ def handle_resource(storage: ObjectStorage, request: Request, target: Target, in
         fields = parse_field_selector(q.get("fieldSelector"))
         if ns is not None:
             storage.check_namespace(rt, ns)
+        storage.check_not_newer(q.get("resourceVersion"))
         limit = None
         if q.get("limit"):
             try:
@@ -87,6 +88,7 @@ def handle_resource(storage: ObjectStorage, request: Request, target: Target, in
         )
     if info.verb == "get":
         assert name is not None
+        storage.check_not_newer(q.get("resourceVersion"))
         return json_response(200, typed(rt, storage.get(rt, ns, name)))
     if info.verb == "create":
         if name is not None:

@@ -12,7 +12,8 @@ per-type validation and defaults in :mod:`._strategies`, field ownership and ser
 in :mod:`._apply`, deletion and garbage collection in :mod:`._deletion`.
 
 Simplified: lists always read the latest state (``resourceVersion`` and ``resourceVersionMatch``
-on lists are ignored) and a ``continue`` token resumes after the last key of the previous page
+on lists are ignored, except that a ``resourceVersion`` newer than the latest is refused, see
+:meth:`ObjectStorage.check_not_newer`) and a ``continue`` token resumes after the last key of the previous page
 rather than from a snapshot. Core ``v1`` events and ``events.k8s.io/v1`` events are stored
 separately. There is no persistence.
 """
@@ -184,6 +185,26 @@ class ObjectStorage:
     def history_floor(self) -> int:
         """Watches from a resourceVersion below this answer 410 Gone."""
         return self._floor
+
+    def check_not_newer(self, resource_version: str | None) -> None:
+        """Refuse a read from a ``resourceVersion`` newer than the latest handed out, as the
+        real server does once its wait for it (about 3 s) runs out: 504 ``Timeout`` with cause
+        ``ResourceVersionTooLarge``. This one answers at once. Values that are not integers
+        are left to the caller. Not a checkpoint."""
+        try:
+            wanted = int(resource_version or 0)
+        except ValueError:
+            return
+        if wanted > self._rv:
+            raise RequestRejected(
+                504,
+                "Timeout",
+                f"Timeout: Too large resource version: {wanted}, current: {self._rv}",
+                details={
+                    "causes": [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}],
+                    "retryAfterSeconds": 1,
+                },
+            )
 
     def _storage_type(self, key: tuple[str, str]) -> ResourceType | None:
         return next((t for t in self._types.values() if t.storage_key == key), None)
