@@ -55,6 +55,7 @@ from ._watcher import WatcherEvent as WatcherEvent
 from ._watcher import WatcherStatistics as WatcherStatistics
 from ._informer import Handler as Handler
 from ._informer import Informer as Informer
+from ._metrics import InformerCollector as InformerCollector
 from ._informer import InformerEvent as InformerEvent
 from ._informer import InformerStatistics as InformerStatistics
 from ._store import NAMESPACE_INDEX as NAMESPACE_INDEX
@@ -123,6 +124,7 @@ __all__ = [
     "Handler",
     "IndexFunc",
     "Informer",
+    "InformerCollector",
     "InformerEvent",
     "InformerStatistics",
     "InvalidError",

@@ -321,6 +321,9 @@ async def run_plugins(
                 await client.apply(resource, dict(manifest), field_manager="engine-examples", force=True)
                 host.examples_applied += 1
     if observability is not None:
+        from ._metrics import InformerCollector
+
+        observability.metrics.registry.register(InformerCollector(cluster))
         observability.add_readiness_check("informers", lambda: cluster.synced)
         leader = manager.leader_election
         if isinstance(leader, LeaderElector):

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 import trio
 import trio.testing
+from prometheus_client import CollectorRegistry
 
 from engine import Controller, Manager, ObjectRef, RunContext, RunLog
 from engine.kube import (
@@ -17,6 +18,7 @@ from engine.kube import (
     Client,
     Cluster,
     Config,
+    InformerCollector,
     RetryPolicy,
     any_of,
     generation_changed,
@@ -153,6 +155,14 @@ async def test_one_object_raising_in_user_code_stops_nothing_else(
                 assert len(informer.store.by_index("source", "platform")) == 99
                 assert informer.store.get("default", bad_name) is not None
             assert all(readiness)
-            assert (stats.lists, stats.restarts, stats.stream_failures, stats.object_errors) == (1, 0, 0, 1)
+            # a mapper runs in the controller's MappedSource, which counts it as a trigger error
+            contained_by_informer = 0 if where == "mapper" else 1
+            assert (stats.lists, stats.restarts, stats.stream_failures) == (1, 0, 0)
+            assert (stats.object_errors, controller.trigger_errors) == (contained_by_informer, 1 - contained_by_informer)
+            registry = CollectorRegistry()
+            registry.register(InformerCollector(cluster))
+            assert registry.get_sample_value(
+                "engine_informer_object_errors_total", {"resource": "configmaps/v1"}
+            ) == contained_by_informer
             lines = [r.getMessage() for r in caplog.records if "raised for" in r.getMessage()]
             assert len(lines) == 1 and f"default/{bad_name}" in lines[0] and "TypeError" in lines[0], lines
