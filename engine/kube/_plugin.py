@@ -21,7 +21,7 @@ from .._errors import EngineError
 from .._manager import Manager, ShutdownReport
 from ._client import Client
 from ._cluster import SHARD_LABEL, Cluster
-from ._errors import NotFoundError, ResourceNotFoundError
+from ._errors import ConfigError, NotFoundError, ResourceNotFoundError, TransportError
 from ._leader import LeaderElector
 
 if TYPE_CHECKING:
@@ -233,7 +233,7 @@ async def run_plugins(
     shard: str | None = None,
     label_selector: str | None = None,
     install: bool = True,
-    strict: bool = False,
+    strict: bool = True,
     apply_examples: bool = False,
     observability: Observability | None = None,
     task_status: trio.TaskStatus[PluginHost] = trio.TASK_STATUS_IGNORED,
@@ -250,9 +250,14 @@ async def run_plugins(
     manifests are applied (server-side apply); then the manager runs until it is stopped
     (:meth:`Manager.stop`, a signal, leadership lost).
 
-    A plugin that fails to load or set up is logged and skipped (listed in
-    :attr:`PluginHost.errors`); with ``strict`` its :class:`PluginError` is raised instead.
-    :class:`PluginError` is also raised when no plugin could be set up. With
+    Everything that can be checked without the cluster is checked before anything is written
+    to it: every plugin is loaded and every plugin's configuration must be a mapping. With
+    ``strict`` (the default) the first plugin that fails to load or set up raises its
+    :class:`PluginError`; with ``strict=False`` it is logged and skipped (listed in
+    :attr:`PluginHost.errors`), and :class:`PluginError` is raised only when no plugin could be
+    set up. A cluster problem met while setting a plugin up (the server cannot be reached, the
+    credentials cannot be obtained) is not the plugin's fault: that :class:`TransportError` or
+    :class:`ConfigError` propagates as it is, strict or not. With
     ``observability``, the readiness checks ``informers`` (every informer synced) and, when
     the manager's leader election is a :class:`LeaderElector`, ``leader-election`` (the
     lease state is known) are added. ``task_status.started(host)`` is called once the
@@ -278,6 +283,12 @@ async def run_plugins(
                 raise
             logger.error("skipping plugin: %s", exc)
             errors.append(exc)
+    for plugin in loaded:
+        settings = config.get(plugin.name)
+        if settings is not None and not isinstance(settings, Mapping):
+            raise PluginError(
+                f"plugin {plugin.name!r}: its configuration must be a mapping, got {type(settings).__name__}"
+            )
     selector = ",".join([*([f"{SHARD_LABEL}={shard}"] if shard else []), *([label_selector] if label_selector else [])])
     cluster = Cluster(client, manager, namespace=namespace, label_selector=selector or None)
     host = PluginHost(client=client, manager=manager, cluster=cluster, plugins=[], errors=errors)
@@ -288,6 +299,8 @@ async def run_plugins(
                 name=plugin.name, manager=manager, cluster=cluster, client=client,
                 config={**plugin.config, **(config.get(plugin.name) or {})}, namespace=namespace, shard=shard,
             ))
+        except (TransportError, ConfigError):
+            raise
         except Exception as exc:
             err = exc if isinstance(exc, PluginError) else PluginError(
                 f"plugin {plugin.name!r} failed to set up: {_brief(exc)}"
