@@ -197,9 +197,13 @@ async def _main() -> bool:
     return all(results)
 
 
-def main(argv: list[str]) -> int:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m engine demo", description=_DESCRIPTION)
     parser.add_argument("-v", "--verbose", action="store_true", help="show the engine's logs")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str]) -> int:
+    args = _parser().parse_args(argv)
     configure_logging(logging.INFO if args.verbose else logging.CRITICAL)
     return 0 if trio.run(_main) else 1

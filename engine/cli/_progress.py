@@ -62,6 +62,7 @@ class TerminalProgress(RunObserver):
         self._objects: dict[ObjectRef, _Object] = {}
         self._send, self._receive = trio.open_memory_channel[str](_BUFFER)
         self._changed = trio.Event()
+        self._cancelled = 0
         self.dropped = 0
         """Lines not printed because the buffer was full."""
 
@@ -135,6 +136,8 @@ class TerminalProgress(RunObserver):
             if outcome.dependencies != state.waiting:
                 self.say("waiting", show(run.key), "for " + ", ".join(show(d) for d in outcome.dependencies))
             state.waiting = outcome.dependencies
+        elif kind is OutcomeKind.SHUTDOWN:
+            self._cancelled += 1
         self._changed.set()
 
     def on_ready(self, ref: ObjectRef, revision: str | None) -> None:
@@ -155,31 +158,28 @@ class TerminalProgress(RunObserver):
     async def report_shutdown(self, reason: str, *, tick: float = 5.0) -> None:
         """Print the graceful shutdown's progress, started by a stop for ``reason``: runs in
         flight and grace left whenever a run ends and every ``tick`` seconds, then how long the
-        drain took. Returns once no run is in flight.
+        drain took and how many runs were cancelled at its end. Returns once no run is in flight.
 
         Cancellation: stops reporting; nothing else changes.
         """
         manager = self._manager
         start = trio.current_time()
         grace = manager.grace_period
+        self._cancelled = 0
         in_flight = self._in_flight()
         self.say("stopping", f"on {reason}", f"{_runs(in_flight)} in flight, grace period {grace:g} s")
-        cancelling = False
         while in_flight:
             self._changed = trio.Event()
             with trio.move_on_after(tick):
                 await self._changed.wait()
-            now_in_flight = self._in_flight()
+            in_flight = self._in_flight()
             left = grace - (trio.current_time() - start)
-            if left <= 0 and now_in_flight and not cancelling:
-                cancelling = True
-                self.say("cancelling", _runs(now_in_flight), "grace period over; cancelled as SHUTDOWN")
-            elif left > 0 and now_in_flight:
-                self.say("draining", f"{_runs(now_in_flight)} in flight", f"{left:.0f} s of grace left")
-            in_flight = now_in_flight
+            if in_flight and left > 0:
+                self.say("draining", f"{_runs(in_flight)} in flight", f"{left:.0f} s of grace left")
+        cancelled = f", {_runs(self._cancelled)} cancelled at the end of the grace period" if self._cancelled else ""
         self.say(
             "drained",
-            f"all runs ended in {trio.current_time() - start:.1f} s",
+            f"all runs ended in {trio.current_time() - start:.1f} s{cancelled}",
             f"flushing events (up to {manager.event_flush_timeout:g} s)",
         )
 
