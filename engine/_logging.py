@@ -31,6 +31,7 @@ _STANDARD = frozenset(vars(logging.LogRecord("", 0, "", 0, "", (), None)).keys()
 }
 _LEVELS = {"WARNING": "warn", "CRITICAL": "critical"}
 _FIRST = ("controller", "object", "namespace", "name", "reconcileID")
+_HTTP_LOGGERS = ("httpx", "httpcore")
 
 
 def _clean(value: Any) -> Any:
@@ -112,7 +113,9 @@ def configure_logging(
     """Send all logs to ``stream`` (stderr): JSON lines unless it is a terminal.
 
     Replaces the root logger's handlers and sets its level (a name such as ``"debug"`` is
-    accepted); returns the handler installed.
+    accepted); returns the handler installed. Unless the level is ``DEBUG`` the HTTP libraries'
+    loggers (``httpx``, ``httpcore``), which log every request at ``INFO``, are set to
+    ``WARNING``.
     """
     stream = stream if stream is not None else sys.stderr
     if json_lines is None:
@@ -123,4 +126,7 @@ def configure_logging(
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper() if isinstance(level, str) else level)
+    quiet = root.getEffectiveLevel() > logging.DEBUG
+    for name in _HTTP_LOGGERS:
+        logging.getLogger(name).setLevel(logging.WARNING if quiet else logging.NOTSET)
     return handler

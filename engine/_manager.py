@@ -42,6 +42,15 @@ __all__ = ["Manager", "ShutdownReport", "LeaderElection"]
 
 logger = logging.getLogger("engine.manager")
 
+DEFAULT_GRACE_PERIOD = 15.0
+"""Seconds running runs get after a stop. Kubernetes kills a pod ``terminationGracePeriodSeconds``
+(default 30) after SIGTERM; the whole shutdown must fit in it: this drain, then the
+``SHUTDOWN`` cancellation with the runs' shielded status writes (``ctx.shield(seconds)``, a
+few seconds), the lease release, then the event flush (:data:`DEFAULT_EVENT_FLUSH_TIMEOUT`).
+15 + 5 leaves 10 s for the rest; raise ``terminationGracePeriodSeconds`` with the grace period."""
+DEFAULT_EVENT_FLUSH_TIMEOUT = 5.0
+"""Seconds event sinks get to deliver what is queued at the end of a shutdown."""
+
 Service = Callable[..., Awaitable[Any]]
 ShutdownHook = Callable[[], Awaitable[None]]
 
@@ -115,17 +124,19 @@ class ShutdownReport:
 class Manager:
     """Runs controllers, sources and services under one nursery tree until stopped.
 
-    ``grace_period`` (default 30 s, controller-runtime's ``GracefulShutdownTimeout``) is how
-    long running runs get after a stop; ``event_flush_timeout`` how long sinks get to deliver
-    what is queued. With ``handle_signals`` (and when run in the main thread) the first
+    ``grace_period`` (controller-runtime's ``GracefulShutdownTimeout``; default 15 s, so that
+    the drain, the cancellation with its shielded status writes and the event flush all fit in
+    a pod's default 30 s ``terminationGracePeriodSeconds``, see :data:`DEFAULT_GRACE_PERIOD`) is
+    how long running runs get after a stop; ``event_flush_timeout`` (default 5 s) how long
+    sinks get to deliver what is queued. With ``handle_signals`` (and when run in the main thread) the first
     SIGTERM/SIGINT starts a graceful shutdown and the second cancels everything at once.
     """
 
     def __init__(
         self,
         *,
-        grace_period: float = 30.0,
-        event_flush_timeout: float = 5.0,
+        grace_period: float = DEFAULT_GRACE_PERIOD,
+        event_flush_timeout: float = DEFAULT_EVENT_FLUSH_TIMEOUT,
         handle_signals: bool = True,
         event_buffer_size: int = 1024,
         leader_election: LeaderElection | None = None,

@@ -1,4 +1,4 @@
-"""``python -m engine demo``: the three failures of DESIGN.md, replayed against this engine.
+"""``python -m engine demo``: three production failures of controller runtimes, replayed here.
 
 Each scenario runs in-process on the real clock in about a second or two, prints what
 happened, and ends with a one-line verdict. The command exits 1 if any verdict fails.
@@ -23,6 +23,13 @@ from .._run import RunContext
 from .._sinks import MemorySink, WebhookSink
 
 __all__ = ["main"]
+
+_DESCRIPTION = """\
+Replay, in-process and on the real clock, three production failures of controller runtimes
+that this engine makes impossible: a superseded run never re-run, a shutdown reported as
+failures, and a slow event endpoint delaying dependents. Each scenario prints what happened
+and a verdict; the command exits 1 if any verdict fails.
+"""
 
 
 def _say(text: str) -> None:
@@ -190,9 +197,13 @@ async def _main() -> bool:
     return all(results)
 
 
-def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="python -m engine demo", description=__doc__)
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m engine demo", description=_DESCRIPTION)
     parser.add_argument("-v", "--verbose", action="store_true", help="show the engine's logs")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str]) -> int:
+    args = _parser().parse_args(argv)
     configure_logging(logging.INFO if args.verbose else logging.CRITICAL)
     return 0 if trio.run(_main) else 1

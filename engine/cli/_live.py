@@ -1,10 +1,11 @@
 """``python -m engine live URL``: a terminal client of the live stream (alias: ``watch``).
 
 On a terminal it shows a live table: per controller its queue depth and runs in flight, per
-object its last step, attempt, whether it is running and the last error. ``--follow`` (or any
-output that is not a terminal) prints one plain line per message instead. ``--count N`` stops
-after N run or event messages and then prints the table; ``--once`` prints the table of the
-connect-time snapshot and exits.
+object its last step, attempt, how long its run in progress has been running and the last
+error. ``--follow`` (or any output that is not a terminal) prints one plain line per message
+instead. ``--count N`` stops after N run or event messages and then prints the table;
+``--once`` prints the table of the connect-time snapshot (every object the stream remembers,
+sent in ``objects`` messages after ``hello``) and exits.
 
 Exit codes: 0 when done (``--count``/``--once`` reached, or the server closed the stream), 1
 when it cannot connect (one line on stderr says why), 2 for usage errors, 130 on Ctrl-C.
@@ -36,6 +37,9 @@ TOKEN_ENV = "ENGINE_LIVE_TOKEN"
 
 _LINE_TYPES = frozenset({"run", "event", "skipped"})
 """Messages ``--follow`` prints; the dashboard's snapshot and statistics messages are not."""
+_SNAPSHOT_END = "events"
+"""The last message of the connect-time snapshot (``hello``, ``objects``..., ``events``)."""
+_FAILED_STEPS = frozenset({"failed", "terminal_error", "deadline"})
 _CLEAR = "\x1b[H\x1b[2J"
 _HIDE_CURSOR = "\x1b[?25l"
 _SHOW_CURSOR = "\x1b[?25h"
@@ -51,6 +55,8 @@ class _Row:
     run_id: str = "-"
     error: str = ""
     updated: float = 0.0
+    started: float | None = None
+    """Wall-clock start of the run in progress, when known."""
 
 
 @attrs.define
@@ -84,6 +90,19 @@ class LiveState:
                     row = self._row(c["name"], run["object"])
                     row.last, row.running, row.run_id = "started", True, run.get("run_id", "-")
                     row.attempt = run.get("attempt", row.attempt)
+                    if "running_for" in run:
+                        row.started = float(message.get("ts", 0.0)) - float(run["running_for"])
+            return
+        if kind == "objects":
+            for entry in message.get("objects", []):
+                self._apply_object(entry)
+            return
+        if kind == "controllers":
+            for c in message.get("controllers", []):
+                crow = self.controllers.setdefault(c["name"], _ControllerRow(c["name"]))
+                crow.queue_depth = int(c.get("queue_depth", crow.queue_depth))
+                crow.in_flight = int(c.get("in_flight", crow.in_flight))
+                crow.max_concurrent = int(c.get("max_concurrent", crow.max_concurrent))
             return
         if kind == "skipped":
             self.skipped += int(message.get("count", 0))
@@ -107,8 +126,31 @@ class LiveState:
         row.run_id = str(message.get("run_id", row.run_id))
         row.running = step == "started"
         if step == "started":
+            row.started = row.updated
             return
-        row.error = str(message.get("error", "")) if step in ("failed", "terminal_error", "deadline") else ""
+        row.started = None
+        row.error = str(message.get("error", "")) if step in _FAILED_STEPS else ""
+
+    def _apply_object(self, entry: dict[str, Any]) -> None:
+        """Fold one entry of an ``objects`` snapshot message (the stream's memory of an object)."""
+        row = self._row(str(entry.get("controller", "")), str(entry.get("object", "")))
+        last = entry.get("last") or {}
+        running = entry.get("running")
+        if last:
+            row.last = str(last.get("step", row.last))
+            row.attempt = int(last.get("attempt", row.attempt))
+            row.run_id = str(last.get("run_id", row.run_id))
+            row.updated = float(last.get("ts", row.updated))
+            row.error = str(last.get("error", "")) if row.last in _FAILED_STEPS else ""
+        if entry.get("queued"):
+            row.last = "queued"
+        row.running = bool(running)
+        row.started = None
+        if running:
+            row.last = "started"
+            row.run_id = str(running.get("run_id", row.run_id))
+            row.attempt = int(running.get("attempt", row.attempt))
+            row.started = float(running["ts"]) if running.get("ts") is not None else None
 
     def _row(self, controller: str, obj: str) -> _Row:
         row = self.rows.get((controller, obj))
@@ -116,8 +158,10 @@ class LiveState:
             row = self.rows[(controller, obj)] = _Row(controller, obj)
         return row
 
-    def render(self, width: int = 120) -> list[str]:
-        """The table as lines, at most ``width`` characters each."""
+    def render(self, width: int = 120, *, now: float | None = None) -> list[str]:
+        """The table as lines, at most ``width`` characters each; ``now`` (wall clock, default
+        the current time) measures how long runs in progress have been running."""
+        now = time.time() if now is None else now
         header = f"manager {self.manager!r}" if self.manager else "manager"
         lines = [header + (f"  ({self.skipped} messages skipped: this client fell behind)" if self.skipped else "")]
         lines.append(_columns(["CONTROLLER", "QUEUE", "IN-FLIGHT", "WORKERS"],
@@ -125,11 +169,23 @@ class LiveState:
                                for c in self.controllers.values()]))
         lines.append("")
         body = [
-            [r.controller, r.object, r.last, str(r.attempt or "-"), "yes" if r.running else "-", r.run_id, r.error]
+            [r.controller, r.object, r.last, str(r.attempt or "-"), _running_for(r, now), r.run_id, r.error]
             for r in sorted(self.rows.values(), key=lambda r: (r.controller, r.object))
         ]
         lines.append(_columns(["CONTROLLER", "OBJECT", "LAST", "ATTEMPT", "RUNNING", "RUN", "ERROR"], body))
         return [line[:width] for text in lines for line in text.split("\n")]
+
+
+def _running_for(row: _Row, now: float) -> str:
+    if not row.running:
+        return "-"
+    if row.started is None:
+        return "yes"
+    seconds = max(now - row.started, 0.0)
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    minutes, seconds = divmod(int(seconds), 60)
+    return f"{minutes}m{seconds:02d}s" if minutes < 60 else f"{minutes // 60}h{minutes % 60:02d}m"
 
 
 def _columns(headers: list[str], rows: list[list[str]]) -> str:
@@ -233,6 +289,7 @@ async def _follow(
             hello = json.loads(await ws.get_message())
             state.apply(hello)
             if args.once:
+                await _read_snapshot(ws, state, args.timeout)
                 _print_table(state, out)
                 return 0
             if not interactive:
@@ -286,6 +343,20 @@ async def _loop(
             detail = f" (code {reason.code}" + (f": {reason.reason}" if reason.reason else "") + ")"
         print(f"live: the server closed the stream{detail}", file=err)
         return 0
+
+
+async def _read_snapshot(ws: Any, state: LiveState, timeout: float) -> None:
+    """Fold the rest of the connect-time snapshot (``objects``... then ``events``) into ``state``;
+    gives up after ``timeout`` seconds without a message (a server that sends no snapshot)."""
+    while True:
+        message: dict[str, Any] | None = None
+        with trio.move_on_after(timeout):
+            message = json.loads(await ws.get_message())
+        if message is None:
+            return
+        state.apply(message)
+        if message.get("type") == _SNAPSHOT_END:
+            return
 
 
 def _reason(exc: BaseException) -> str:

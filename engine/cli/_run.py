@@ -4,6 +4,11 @@ Flags follow controller-runtime based managers (``--kubeconfig``, ``--leader-ele
 ``--metrics-bind-address``, ``--health-probe-bind-address``...). ``--embedded`` starts the
 embedded API server, installs the plugins' CRDs, applies their example manifests, writes a
 kubeconfig for ``kubectl``, and runs until Ctrl-C.
+
+Every flag is checked before anything is written to the cluster: the values themselves (exit
+code 2, usage errors), then the plugins are loaded and the metrics, probe and live-stream
+addresses are bound once (exit code 1). Every failure is one ``error: ...`` line on stderr;
+``--log-level debug`` adds the traceback.
 """
 
 from __future__ import annotations
@@ -11,31 +16,66 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
+import math
 import os
 import signal
 import socket
 import sys
+import traceback
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import attrs
 import trio
 import yaml
 
+from .._errors import EngineError
 from .._logging import configure_logging
-from .._manager import Manager, ShutdownReport
+from .._manager import DEFAULT_EVENT_FLUSH_TIMEOUT, DEFAULT_GRACE_PERIOD, Manager, ShutdownReport
 from .._sinks import WebhookSink
+from .._text import summarize
+from ._live import TOKEN_ENV
+from ._progress import TerminalProgress
 
 if TYPE_CHECKING:
-    from ..kube import PluginHost
+    from ..kube import Plugin, PluginHost
     from ..observability import Observability
 
-__all__ = ["main"]
+__all__ = ["main", "first_cause", "describe"]
 
 logger = logging.getLogger("engine.runner")
 
+PROGRESS_ENV = "ENGINE_PROGRESS"
+"""``always`` or ``never`` overrides ``--progress auto`` (tests force terminal output with it)."""
+
+_DESCRIPTION = """\
+Run plugins against a cluster (--kubeconfig, as controller-runtime managers do) or against
+the embedded API server (--embedded), until SIGTERM or Ctrl-C; a second signal forces the
+stop. --embedded installs the plugins' CRDs, applies their example objects and writes a
+kubeconfig for kubectl.
+
+Exit codes: 0 after a graceful stop, 1 when start-up or the run fails (one "error:" line
+says why), 2 for a bad flag, 130 when a second signal forced the stop.
+"""
+
+
+class _UsageError(Exception):
+    """A flag has a value the runner cannot use: exit code 2."""
+
+
+class _StartupError(Exception):
+    """Start-up cannot go on (a plugin, a file, an address): exit code 1."""
+
+
+def default_kubeconfig_path() -> Path:
+    """Where ``--embedded`` writes its kubeconfig unless told: the user's cache directory,
+    never the working directory (which is often a source tree)."""
+    cache = os.environ.get("XDG_CACHE_HOME") or str(Path("~/.cache").expanduser())
+    return Path(cache) / "engine" / "embedded.kubeconfig"
+
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m engine run", description=__doc__,
+    p = argparse.ArgumentParser(prog="python -m engine run", description=_DESCRIPTION,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     target = p.add_argument_group("cluster")
     target.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, then ~/.kube/config, then in-cluster)")
@@ -43,51 +83,201 @@ def _parser() -> argparse.ArgumentParser:
     target.add_argument("--embedded", action="store_true", help="start the embedded API server and run against it")
     target.add_argument("--apiserver-port", type=int, default=0, help="--embedded: API server port (default: a free one)")
     target.add_argument("--write-kubeconfig", metavar="PATH", default=None,
-                        help="--embedded: where to write the kubeconfig (default: ./embedded.kubeconfig)")
+                        help="--embedded: where to write the kubeconfig "
+                             "(default: $XDG_CACHE_HOME/engine/embedded.kubeconfig, else ~/.cache/engine/...)")
     target.add_argument("--no-examples", action="store_true", help="--embedded: do not apply the plugins' example manifests")
     run = p.add_argument_group("controllers")
     run.add_argument("--plugin", action="append", default=[], metavar="NAME|module:attr",
                      help="a plugin to run (repeatable): a bundled name, an entry point, or module:attr")
     run.add_argument("--plugin-config", metavar="FILE", help="YAML mapping of plugin name to its configuration")
-    run.add_argument("--strict-plugins", action="store_true", help="exit if any plugin fails to load or set up")
+    run.add_argument("--strict-plugins", action=argparse.BooleanOptionalAction, default=True,
+                     help="exit if any plugin fails to load or set up (the default); with --no-strict-plugins, "
+                          "report such plugins and run the others")
     run.add_argument("--skip-crd-install", action="store_true", help="only check that the plugins' CRDs exist")
     run.add_argument("--namespace", help="watch only this namespace (default: all)")
     run.add_argument("--shard", help="watch only objects labelled sharding.engine.dev/key=SHARD")
     run.add_argument("--watch-label-selector", help="watch only objects matching this label selector")
-    run.add_argument("--grace-period", type=float, default=30.0, help="graceful shutdown timeout in seconds (default 30)")
+    run.add_argument("--grace-period", type=float, default=DEFAULT_GRACE_PERIOD, metavar="SECONDS",
+                     help=f"how long running reconciles get to finish after SIGTERM before they are cancelled "
+                          f"(default {DEFAULT_GRACE_PERIOD:g}; with the {DEFAULT_EVENT_FLUSH_TIMEOUT:g} s event flush "
+                          f"and shielded status writes this fits a pod's default 30 s terminationGracePeriodSeconds)")
     run.add_argument("--event-webhook", metavar="URL", help="also POST every event to this URL")
     run.add_argument("--no-cluster-events", action="store_true", help="do not record events in the cluster")
     le = p.add_argument_group("leader election")
     le.add_argument("--leader-elect", action="store_true", help="run only while holding a coordination.k8s.io Lease")
     le.add_argument("--leader-election-id", help="the Lease name (default: engine-<plugins>[-<shard>])")
     le.add_argument("--leader-election-namespace", help="the Lease namespace (default: the kubeconfig's namespace)")
-    le.add_argument("--leader-elect-lease-duration", type=float, default=15.0)
-    le.add_argument("--leader-elect-renew-deadline", type=float, default=10.0)
-    le.add_argument("--leader-elect-retry-period", type=float, default=2.0)
+    le.add_argument("--leader-elect-lease-duration", type=float, default=15.0, metavar="SECONDS",
+                    help="how long standbys wait after the last renewal before taking the Lease over (default 15)")
+    le.add_argument("--leader-elect-renew-deadline", type=float, default=10.0, metavar="SECONDS",
+                    help="how long the leader keeps trying to renew before it gives up leading; "
+                         "must be below the lease duration (default 10)")
+    le.add_argument("--leader-elect-retry-period", type=float, default=2.0, metavar="SECONDS",
+                    help="time between attempts to acquire or renew the Lease; "
+                         "must be below the renew deadline (default 2)")
     ops = p.add_argument_group("operations")
-    ops.add_argument("--metrics-bind-address", default="0", help='metrics address, e.g. ":8080"; "0" disables (default)')
-    ops.add_argument("--health-probe-bind-address", default="0", help='probes address, e.g. ":8081"; "0" disables (default)')
-    ops.add_argument("--live-bind-address", default="0", help='live run stream address; "0" disables (default)')
-    ops.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
-    ops.add_argument("--log-format", choices=["json", "text"], help="default: json unless stderr is a terminal")
+    ops.add_argument("--metrics-bind-address", default="0", metavar="ADDRESS",
+                     help='metrics address, e.g. ":8080" (loopback) or "0.0.0.0:8080"; "0" disables (default)')
+    ops.add_argument("--health-probe-bind-address", default="0", metavar="ADDRESS",
+                     help='health probes address (/healthz, /readyz), e.g. ":8081"; "0" disables (default)')
+    ops.add_argument("--live-bind-address", default="0", metavar="ADDRESS",
+                     help='live stream and dashboard address, e.g. ":8082"; "0" disables (default)')
+    ops.add_argument("--live-token", metavar="TOKEN", default=None,
+                     help=f"bearer token the live stream and dashboard require (default: ${TOKEN_ENV}; "
+                          "none when unset)")
+    ops.add_argument("--progress", choices=["auto", "always", "never"], default="auto",
+                     help=f"print each object's progress (ready, failed, rollouts, shutdown) on stdout: "
+                          f"auto does so when stdout is a terminal (default auto; ${PROGRESS_ENV} overrides auto)")
+    ops.add_argument("--log-level", choices=["debug", "info", "warning", "error"],
+                     help="log level (default: warning while progress is printed, else info); "
+                          "debug also logs every HTTP request and prints tracebacks")
+    ops.add_argument("--log-format", choices=["json", "text"], help="log format (default: json unless stderr is a terminal)")
     return p
+
+
+# -- validation before anything runs -----------------------------------------------------------
+
+
+def _check(args: argparse.Namespace) -> None:
+    """Raise :class:`_UsageError` for the first flag whose value cannot work."""
+    from ..observability import parse_bind_address
+
+    if args.embedded and (args.kubeconfig or args.context):
+        raise _UsageError("--embedded and --kubeconfig/--context are exclusive")
+    if not args.plugin:
+        raise _UsageError("no plugin to run (give --plugin NAME, e.g. --plugin bundles)")
+    if not 0 <= args.apiserver_port <= 65535:
+        raise _UsageError(f"--apiserver-port must be between 0 and 65535, got {args.apiserver_port}")
+    if not (math.isfinite(args.grace_period) and args.grace_period >= 0):
+        raise _UsageError(f"--grace-period must be a number of seconds >= 0, got {args.grace_period:g}")
+    lease, renew, retry = (args.leader_elect_lease_duration, args.leader_elect_renew_deadline,
+                           args.leader_elect_retry_period)
+    if not all(math.isfinite(v) for v in (lease, renew, retry)):
+        raise _UsageError("the --leader-elect-* durations must be finite numbers of seconds")
+    if not retry > 0:
+        raise _UsageError(f"--leader-elect-retry-period must be > 0, got {retry:g}")
+    if not renew > retry:
+        raise _UsageError(f"--leader-elect-renew-deadline ({renew:g}) must be greater than "
+                          f"--leader-elect-retry-period ({retry:g})")
+    if not lease > renew:
+        raise _UsageError(f"--leader-elect-lease-duration ({lease:g}) must be greater than "
+                          f"--leader-elect-renew-deadline ({renew:g})")
+    seen: dict[tuple[str, int], str] = {}
+    for flag, address in _addresses(args):
+        try:
+            bind = parse_bind_address(address)
+        except ValueError as exc:
+            raise _UsageError(f"{flag}: {exc}") from None
+        if bind is None or bind[1] == 0:
+            continue
+        other = seen.get(bind)
+        shared = {flag, other} == {"--metrics-bind-address", "--health-probe-bind-address"}
+        if other is not None and not shared:
+            raise _UsageError(f"{flag} and {other} both ask for {bind[0]}:{bind[1]}")
+        seen[bind] = flag
+
+
+def _addresses(args: argparse.Namespace) -> list[tuple[str, str]]:
+    return [
+        ("--metrics-bind-address", args.metrics_bind_address),
+        ("--health-probe-bind-address", args.health_probe_bind_address),
+        ("--live-bind-address", args.live_bind_address),
+    ]
+
+
+async def _check_listeners(args: argparse.Namespace) -> None:
+    """Bind each enabled address once and let it go, so that a port in use or a host that does
+    not resolve stops the start-up before the cluster is touched."""
+    from ..observability import parse_bind_address
+
+    done: set[tuple[str, int]] = set()
+    for flag, address in _addresses(args):
+        bind = parse_bind_address(address)
+        if bind is None or bind in done:
+            continue
+        done.add(bind)
+        host, port = bind
+        try:
+            listeners = await trio.open_tcp_listeners(port, host=host)
+        except OSError as exc:
+            raise _StartupError(f"{flag} {address}: cannot listen on {host}:{port}: {_os_reason(exc)}") from exc
+        for listener in listeners:
+            await listener.aclose()
+
+
+def _os_reason(exc: OSError) -> str:
+    return str(exc.strerror) if exc.strerror else str(exc)
 
 
 def _plugin_config(path: str | None) -> dict[str, Any]:
     if not path:
         return {}
-    data = yaml.safe_load(Path(path).read_text())
+    try:
+        data = yaml.safe_load(Path(path).read_text())
+    except OSError as exc:
+        raise _StartupError(f"--plugin-config {path}: {_os_reason(exc)}") from exc
+    except yaml.YAMLError as exc:
+        raise _StartupError(f"--plugin-config {path}: not valid YAML: {exc}".splitlines()[0]) from exc
     if data is None:
         return {}
     if not isinstance(data, dict):
-        raise ValueError(f"{path}: the plugin configuration must be a mapping of plugin name to settings")
+        raise _StartupError(f"--plugin-config {path}: must be a mapping of plugin name to its settings")
     return data
 
 
-async def _run(args: argparse.Namespace) -> int:
+# -- errors --------------------------------------------------------------------------------------
+
+
+def first_cause(exc: BaseException) -> BaseException:
+    """The exception that says what went wrong: inside (nested) exception groups, the first
+    one that is not a ``trio.Cancelled``."""
+    if isinstance(exc, BaseExceptionGroup):
+        for sub in exc.exceptions:
+            cause = first_cause(sub)
+            if not isinstance(cause, trio.Cancelled):
+                return cause
+        return first_cause(exc.exceptions[0])
+    return exc
+
+
+def describe(exc: BaseException) -> str:
+    """One line for ``exc``: the engine's own errors and OS errors say it themselves; anything
+    else is named by its type."""
+    if isinstance(exc, (_UsageError, _StartupError, EngineError)):
+        text = str(exc) or type(exc).__name__
+    elif isinstance(exc, OSError) and exc.strerror:
+        text = f"{exc.filename}: {exc.strerror}" if exc.filename else str(exc.strerror)
+    else:
+        text = summarize(exc)
+    return " ".join(text.split())
+
+
+# -- running -------------------------------------------------------------------------------------
+
+
+@attrs.define(eq=False)
+class _Running:
+    """What a signal acts on once the manager exists."""
+
+    manager: Manager
+    progress: TerminalProgress | None
+    nursery: trio.Nursery
+    report_scope: trio.CancelScope = attrs.field(factory=trio.CancelScope)
+
+    def stop(self, name: str) -> None:
+        self.manager.stop(name)
+        if self.progress is not None:
+            self.nursery.start_soon(self._report, self.progress, name)
+
+    async def _report(self, progress: TerminalProgress, name: str) -> None:
+        with self.report_scope:
+            await progress.report_shutdown(name)
+
+
+async def _run(args: argparse.Namespace, progress: bool) -> int:
     """Start-up and run under one signal handler: a signal during start-up ends it cleanly,
     once running the first signal is a graceful shutdown and the second forces it."""
-    box: list[Manager] = []
+    box: list[_Running] = []
     code = 0
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         async with trio.open_nursery() as nursery:
@@ -103,11 +293,11 @@ async def _run(args: argparse.Namespace) -> int:
                     if count == 1:
                         box[0].stop(name)
                     else:
-                        box[0].force_stop(f"second signal ({name})")
+                        box[0].manager.force_stop(f"second signal ({name})")
 
             async def main() -> None:
                 nonlocal code
-                code = await _start_and_run(args, box)
+                code = await _start_and_run(args, box, progress)
                 nursery.cancel_scope.cancel()
 
             nursery.start_soon(forward)
@@ -115,44 +305,37 @@ async def _run(args: argparse.Namespace) -> int:
     return code
 
 
-async def _start_and_run(args: argparse.Namespace, box: list[Manager]) -> int:
-    from ..kube import Client, Config, ConfigError, PluginError, load_plugins, run_plugins
+async def _start_and_run(args: argparse.Namespace, box: list[_Running], progress: bool) -> int:
+    from ..kube import Client, Config, PluginError, load_plugins, run_plugins
 
-    plugins, errors = load_plugins(args.plugin, strict=False)
-    if errors and args.strict_plugins:
-        print(f"error: {errors[0]}", file=sys.stderr)
-        return 1
-    for err in errors:
-        print(f"error: {err}", file=sys.stderr)
-    if not plugins:
-        print("error: no plugin to run (give --plugin NAME, e.g. --plugin bundles)", file=sys.stderr)
-        return 1
     try:
-        plugin_config = _plugin_config(args.plugin_config)
-    except (OSError, ValueError, yaml.YAMLError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
+        plugins, errors = load_plugins(args.plugin, strict=args.strict_plugins)
+    except PluginError as exc:
+        others = " (--no-strict-plugins runs the other plugins)" if len(args.plugin) > 1 else ""
+        raise _StartupError(f"{exc}{others}") from exc
+    for err in errors:
+        print(f"error: {err}", file=sys.stderr, flush=True)
+    if not plugins:
+        raise _StartupError("no plugin could be loaded")
+    plugin_config = _plugin_config(args.plugin_config)
+    await _check_listeners(args)
 
     async with contextlib.AsyncExitStack() as stack:
+        kubeconfig: Path | None = None
         if args.embedded:
             from ..testing import ApiServer
 
             api = await stack.enter_async_context(ApiServer(port=args.apiserver_port))
-            kubeconfig = Path(args.write_kubeconfig or "embedded.kubeconfig").resolve()
+            kubeconfig = Path(args.write_kubeconfig).resolve() if args.write_kubeconfig else default_kubeconfig_path()
+            kubeconfig.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
             api.write_kubeconfig(kubeconfig)
             print(f"embedded API server listening on {api.url}", flush=True)
             print(f"kubeconfig written to {kubeconfig}", flush=True)
-            print(f"try: kubectl --kubeconfig {kubeconfig} get bundles -A -w", flush=True)
             config = Config.from_kubeconfig(kubeconfig)
+        elif args.kubeconfig or args.context or os.environ.get("KUBECONFIG") or Path("~/.kube/config").expanduser().exists():
+            config = Config.from_kubeconfig(args.kubeconfig, context=args.context)
         else:
-            try:
-                if args.kubeconfig or args.context or os.environ.get("KUBECONFIG") or Path("~/.kube/config").expanduser().exists():
-                    config = Config.from_kubeconfig(args.kubeconfig, context=args.context)
-                else:
-                    config = Config.incluster()
-            except ConfigError as exc:
-                print(f"error: {exc}", file=sys.stderr)
-                return 1
+            config = Config.incluster()
         identity = f"{socket.gethostname()}_{os.getpid()}"
         client = await stack.enter_async_context(Client(config, user_agent=f"engine-runner/{identity}"))
 
@@ -179,37 +362,30 @@ async def _start_and_run(args: argparse.Namespace, box: list[Manager]) -> int:
         if args.event_webhook:
             manager.add_sink(WebhookSink(args.event_webhook))
         obs = _observability(manager, args)
+        printer = TerminalProgress(manager, sys.stdout) if progress else None
+        if printer is not None:
+            manager.add_observer(printer)
 
-        async def starting(*, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-            box.append(manager)
-            if leader is not None:
-                print("waiting for leadership", flush=True)
-            task_status.started()
+        async with trio.open_nursery() as ui:
+            if printer is not None:
+                ui.start_soon(printer.run)
+            running = _Running(manager, printer, ui)
 
-        manager.add_service(starting)
-        async with trio.open_nursery() as nursery:
-            reports: list[ShutdownReport] = []
+            async def starting(*, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+                box.append(running)
+                if leader is not None:
+                    print("waiting for leadership", flush=True)
+                task_status.started()
 
-            async def host_plugins(*, task_status: trio.TaskStatus[PluginHost] = trio.TASK_STATUS_IGNORED) -> None:
-                reports.append(await run_plugins(
-                    client, plugins, manager=manager, config=plugin_config, namespace=args.namespace,
-                    shard=args.shard, label_selector=args.watch_label_selector, install=not args.skip_crd_install,
-                    strict=args.strict_plugins, apply_examples=args.embedded and not args.no_examples,
-                    observability=obs, task_status=task_status,
-                ))
-
+            manager.add_service(starting)
             try:
-                host: PluginHost = await nursery.start(host_plugins)
-            except PluginError as exc:
-                print(f"error: {exc}", file=sys.stderr)
-                return 1
-            for err in host.errors:
-                print(f"error: {err}", file=sys.stderr)
-            if host.examples_applied:
-                print(f"applied {host.examples_applied} example objects", flush=True)
-            _print_addresses(obs)
-            print("running; press Ctrl-C to stop", flush=True)
-        report = reports[0]
+                report = await _host(args, client, plugins, manager, plugin_config, obs, kubeconfig, run_plugins)
+            finally:
+                running.report_scope.cancel()
+                if printer is not None:
+                    printer.close()
+        if printer is not None:
+            print(_stopped(report), flush=True)
         if obs is not None:
             obs.record_shutdown(report)
     if manager.leadership_lost:
@@ -218,8 +394,65 @@ async def _start_and_run(args: argparse.Namespace, box: list[Manager]) -> int:
     return 130 if report.forced else 0
 
 
+async def _host(
+    args: argparse.Namespace,
+    client: Any,
+    plugins: list[Plugin],
+    manager: Manager,
+    plugin_config: dict[str, Any],
+    obs: Observability | None,
+    kubeconfig: Path | None,
+    run_plugins: Any,
+) -> ShutdownReport:
+    reports: list[ShutdownReport] = []
+    async with trio.open_nursery() as nursery:
+        async def host_plugins(*, task_status: trio.TaskStatus[PluginHost] = trio.TASK_STATUS_IGNORED) -> None:
+            reports.append(await run_plugins(
+                client, plugins, manager=manager, config=plugin_config, namespace=args.namespace,
+                shard=args.shard, label_selector=args.watch_label_selector, install=not args.skip_crd_install,
+                strict=args.strict_plugins, apply_examples=args.embedded and not args.no_examples,
+                observability=obs, task_status=task_status,
+            ))
+
+        host: PluginHost = await nursery.start(host_plugins)
+        for err in host.errors:
+            print(f"error: {err}", file=sys.stderr, flush=True)
+        if host.examples_applied:
+            print(f"applied {host.examples_applied} example objects", flush=True)
+        if kubeconfig is not None:
+            hint = _hint(host, kubeconfig)
+            if hint:
+                print(hint, flush=True)
+        _print_addresses(obs)
+        print("running; press Ctrl-C to stop", flush=True)
+    return reports[0]
+
+
+def _hint(host: PluginHost, kubeconfig: Path) -> str | None:
+    """A kubectl command listing what the running plugins manage: their custom resources, or
+    for plugins without CRDs the resources they watch."""
+    names: list[str] = []
+    for plugin in host.plugins:
+        names.extend(crd["spec"]["names"]["plural"] for crd in plugin.crds)
+    if not names:
+        names.extend(informer.resource.plural for informer in host.cluster.informers)
+    names = list(dict.fromkeys(names))
+    if not names:
+        return None
+    return f"try: kubectl --kubeconfig {kubeconfig} get {','.join(names)} -A"
+
+
+def _stopped(report: ShutdownReport) -> str:
+    parts = [f"runs drained in {report.drain_seconds:.1f} s"]
+    if report.cancelled_runs:
+        parts.append(f"{report.cancelled_runs} cancelled at the end of the grace period")
+    parts.append("events flushed" if report.events_flushed else "events not all flushed")
+    forced = "; forced" if report.forced else ""
+    return f"stopped ({report.reason}{forced}): " + ", ".join(parts)
+
+
 def _observability(manager: Manager, args: argparse.Namespace) -> Observability | None:
-    if args.metrics_bind_address == "0" and args.health_probe_bind_address == "0" and args.live_bind_address == "0":
+    if all(address == "0" for _, address in _addresses(args)):
         return None
     from ..observability import Observability
 
@@ -228,6 +461,7 @@ def _observability(manager: Manager, args: argparse.Namespace) -> Observability 
         metrics_bind_address=args.metrics_bind_address,
         health_probe_bind_address=args.health_probe_bind_address,
         live_bind_address=args.live_bind_address,
+        live_token=args.live_token or os.environ.get(TOKEN_ENV) or None,
     )
 
 
@@ -241,16 +475,45 @@ def _print_addresses(obs: Observability | None) -> None:
         print(f"live stream on {obs.live_url} (python -m engine live {obs.live_url})", flush=True)
 
 
+def _progress_enabled(args: argparse.Namespace) -> bool:
+    choice = args.progress
+    if choice == "auto":
+        choice = os.environ.get(PROGRESS_ENV, "auto")
+    if choice == "always":
+        return True
+    if choice == "never":
+        return False
+    return sys.stdout.isatty()
+
+
 def main(argv: list[str]) -> int:
-    args = _parser().parse_args(argv)
-    if args.embedded and (args.kubeconfig or args.context):
-        print("error: --embedded and --kubeconfig/--context are exclusive", file=sys.stderr)
-        return 2
-    configure_logging(args.log_level.upper(), json_lines=None if args.log_format is None else args.log_format == "json")
-    if args.log_level != "debug":
-        for noisy in ("httpx", "httpcore"):
-            logging.getLogger(noisy).setLevel(logging.WARNING)
+    """Run the ``run`` command; returns the exit code (see the description above)."""
     try:
-        return trio.run(_run, args)
+        args = _parser().parse_args(argv)
+    except SystemExit as exc:
+        return int(exc.code or 0)
+    try:
+        _check(args)
+    except _UsageError as exc:
+        print(f"error: {exc}", file=sys.stderr, flush=True)
+        return 2
+    progress = _progress_enabled(args)
+    level = args.log_level or ("warning" if progress else "info")
+    configure_logging(level.upper(), json_lines=None if args.log_format is None else args.log_format == "json")
+    debug = level == "debug"
+    if not debug:
+        # stdout already says where the embedded server listens
+        logging.getLogger("engine.testing.server").setLevel(logging.WARNING)
+    try:
+        return trio.run(_run, args, progress)
     except KeyboardInterrupt:
         return 130
+    except Exception as exc:
+        cause = first_cause(exc)
+        if debug:
+            traceback.print_exception(exc, file=sys.stderr)
+        hint = ""
+        if not debug and not isinstance(cause, (_UsageError, _StartupError, EngineError, OSError)):
+            hint = " (--log-level debug shows the traceback)"
+        print(f"error: {describe(cause)}{hint}", file=sys.stderr, flush=True)
+        return 2 if isinstance(cause, _UsageError) else 1

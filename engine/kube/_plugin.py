@@ -237,7 +237,7 @@ async def run_plugins(
     shard: str | None = None,
     label_selector: str | None = None,
     install: bool = True,
-    strict: bool = False,
+    strict: bool = True,
     apply_examples: bool = False,
     observability: Observability | None = None,
     task_status: trio.TaskStatus[PluginHost] = trio.TASK_STATUS_IGNORED,
@@ -254,13 +254,15 @@ async def run_plugins(
     manifests are applied (server-side apply); then the manager runs until it is stopped
     (:meth:`Manager.stop`, a signal, leadership lost).
 
-    A plugin that fails to load or set up is logged and skipped (listed in
-    :attr:`PluginHost.errors`); with ``strict`` its :class:`PluginError` is raised instead.
-    A problem of the cluster connection met during set-up is no plugin's fault and is
-    raised as it is, strict or not: :class:`TransportError` (the API server cannot be reached,
-    or its certificate fails verification), :class:`ConfigError` (credentials cannot be
-    obtained) and :class:`UnauthorizedError` (the server rejects them).
-    :class:`PluginError` is also raised when no plugin could be set up. With
+    Everything that can be checked without the cluster is checked before anything is written
+    to it: every plugin is loaded and every plugin's configuration must be a mapping. With
+    ``strict`` (the default) the first plugin that fails to load or set up raises its
+    :class:`PluginError`; with ``strict=False`` it is logged and skipped (listed in
+    :attr:`PluginHost.errors`), and :class:`PluginError` is raised only when no plugin could be
+    set up. A cluster problem met while setting a plugin up (the server cannot be reached, the
+    credentials cannot be obtained or are rejected) is not the plugin's fault: that
+    :class:`TransportError`, :class:`ConfigError` or :class:`UnauthorizedError` propagates as
+    it is, strict or not. With
     ``observability``, the readiness checks ``informers`` (every informer synced) and, when
     the manager's leader election is a :class:`LeaderElector`, ``leader-election`` (the
     lease state is known) are added. ``task_status.started(host)`` is called once the
@@ -286,6 +288,12 @@ async def run_plugins(
                 raise
             logger.error("skipping plugin: %s", exc)
             errors.append(exc)
+    for plugin in loaded:
+        settings = config.get(plugin.name)
+        if settings is not None and not isinstance(settings, Mapping):
+            raise PluginError(
+                f"plugin {plugin.name!r}: its configuration must be a mapping, got {type(settings).__name__}"
+            )
     selector = ",".join([*([f"{SHARD_LABEL}={shard}"] if shard else []), *([label_selector] if label_selector else [])])
     cluster = Cluster(client, manager, namespace=namespace, label_selector=selector or None)
     host = PluginHost(client=client, manager=manager, cluster=cluster, plugins=[], errors=errors)

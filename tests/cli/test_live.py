@@ -197,3 +197,46 @@ def test_watch_state_table_and_lines() -> None:
     ]
     assert format_line(message).split(" ", 1)[1] == 'c K/ns/a failed run=c-7 attempt=3 error="ValueError: boom"'
     assert format_line({"type": "skipped", "count": 5, "ts": 0.0}).endswith("skipped 5 messages (this client fell behind)")
+
+
+async def test_once_shows_every_object_seen_even_after_their_runs_ended() -> None:
+    manager, controller, obs, recorder = setup()
+    result: list[tuple[int, str]] = []
+
+    def once() -> None:
+        out = io.StringIO()
+        result.append((main([str(obs.live_url), "--once"], stdout=out, stderr=io.StringIO()), out.getvalue()))
+
+    with trio.fail_after(10):
+        async with running(manager):
+            controller.trigger(OK)
+            controller.trigger(BAD)
+            await recorder.wait_until(lambda: len(recorder.finished) == 2)
+            await trio.to_thread.run_sync(once)
+    code, out = result[0]
+    assert code == 0
+    rows = out.splitlines()[4:]
+    assert rows[0].split() == ["CONTROLLER", "OBJECT", "LAST", "ATTEMPT", "RUNNING", "RUN", "ERROR"]
+    assert [row.split()[:6] for row in rows[1:]] == [
+        ["c", "Widget/ns/bad", "terminal_error", "1", "-", "c-2"],
+        ["c", "Widget/ns/ok", "succeeded", "1", "-", "c-1"],
+    ]
+    assert rows[1].endswith("TerminalError: bad spec")
+
+
+def test_the_table_shows_how_long_a_running_run_has_been_running() -> None:
+    state = LiveState()
+    state.apply({"type": "run", "step": "started", "controller": "c", "object": "K/ns/a", "run_id": "c-1",
+                 "attempt": 1, "ts": 1000.0})
+    state.apply({"type": "objects", "ts": 1001.0, "objects": [
+        {"controller": "c", "object": "K/ns/b", "running": {"run_id": "c-2", "attempt": 2, "ts": 900.0},
+         "last": {"step": "failed", "attempt": 1, "run_id": "c-1", "error": "E: x", "ts": 899.0}, "queued": False},
+        {"controller": "c", "object": "K/ns/c", "running": None, "queued": True,
+         "last": {"step": "succeeded", "attempt": 1, "run_id": "c-3", "ts": 950.0}},
+    ]})
+    assert state.render(now=1012.5)[-4:] == [
+        "CONTROLLER  OBJECT  LAST     ATTEMPT  RUNNING  RUN  ERROR",
+        "c           K/ns/a  started  1        12.5s    c-1",
+        "c           K/ns/b  started  2        1m52s    c-2  E: x",
+        "c           K/ns/c  queued   1        -        c-3",
+    ]

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import argparse
 import subprocess
 import sys
+
+import pytest
 
 
 def test_unknown_command_is_a_usage_error() -> None:
@@ -20,3 +23,37 @@ def test_live_is_listed_and_watch_stays_an_alias_of_it() -> None:
                              timeout=60)
         assert out.returncode == 0
         assert out.stdout.startswith("usage: python -m engine live ")
+
+
+def test_version() -> None:
+    import engine
+
+    out = subprocess.run([sys.executable, "-m", "engine", "--version"], capture_output=True, text=True, timeout=60)
+    assert (out.returncode, out.stdout, out.stderr) == (0, f"python -m engine {engine.__version__}\n", "")
+
+
+def _parsers() -> dict[str, argparse.ArgumentParser]:
+    from engine.cli import _apiserver, _demo, _live, _run
+
+    return {name: module._parser() for name, module in
+            (("run", _run), ("live", _live), ("apiserver", _apiserver), ("demo", _demo))}
+
+
+@pytest.mark.parametrize("command", ["run", "live", "apiserver", "demo"])
+def test_every_option_has_help_text_without_markup_or_missing_references(command: str) -> None:
+    parser = _parsers()[command]
+    undocumented = [
+        action.option_strings or action.dest for action in parser._actions if not (action.help or "").strip()
+    ]
+    assert undocumented == []
+    text = parser.format_help()
+    assert "``" not in text
+    assert "DESIGN.md" not in text
+    assert ":class:" not in text and ":meth:" not in text
+
+
+def test_top_level_help_has_no_markup_or_missing_references() -> None:
+    out = subprocess.run([sys.executable, "-m", "engine", "--help"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0
+    assert "--version" in out.stdout
+    assert "``" not in out.stdout and "DESIGN.md" not in out.stdout

@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
+import io
 import os
 import shutil
 import signal
 import subprocess
 import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 import trio
+
+from engine.kube import Client, Config
 
 from .._e2e import ROOT, cluster, runner
 
@@ -19,7 +25,8 @@ KUBECTL = shutil.which("kubectl")
 
 async def test_a_plugin_failing_setup_does_not_take_down_the_others() -> None:
     async with cluster() as (api, client, kubeconfig, nursery):
-        args = ("--plugin", "tests.programs.plugins_for_tests:broken_setup", "--plugin", "bundles", "--no-cluster-events")
+        args = ("--plugin", "tests.programs.plugins_for_tests:broken_setup", "--plugin", "bundles", "--no-cluster-events",
+                "--no-strict-plugins")
         async with runner(kubeconfig, *args) as run:
             assert any("broken" in e.get("msg", "") or "widget" in str(e) for e in run.logs)
             run.proc.send_signal(signal.SIGTERM)
@@ -89,3 +96,150 @@ async def test_runner_serves_metrics_and_probes_on_the_addresses_it_prints() -> 
             run.proc.send_signal(signal.SIGTERM)
             with trio.fail_after(20):
                 assert await run.proc.wait() == 0
+
+
+class _Embedded:
+    """``python -m engine run --embedded`` in a subprocess, started in an empty directory."""
+
+    def __init__(self, proc: trio.Process) -> None:
+        self.proc = proc
+        self.out = b""
+        self.err = b""
+        self._changed = trio.Event()
+
+    async def _pump(self, stream: Any, name: str) -> None:
+        async for chunk in stream:
+            setattr(self, name, getattr(self, name) + chunk)
+            self._changed.set()
+            self._changed = trio.Event()
+
+    async def wait_for(self, text: str) -> None:
+        while text.encode() not in self.out:
+            assert self.proc.returncode is None, (self.out + self.err).decode()
+            await self._changed.wait()
+
+    @property
+    def lines(self) -> list[str]:
+        return self.out.decode().splitlines()
+
+
+@asynccontextmanager
+async def _embedded(tmp_path: Path, *args: str, env: dict[str, str] | None = None) -> AsyncIterator[_Embedded]:
+    work = tmp_path / "work"
+    work.mkdir()
+    proc = await trio.lowlevel.open_process(
+        [sys.executable, "-m", "engine", "run", "--embedded", "--no-cluster-events", *args],
+        cwd=work, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        env={**os.environ, "PYTHONPATH": str(ROOT), "XDG_CACHE_HOME": str(tmp_path / "cache"), **(env or {})},
+    )
+    run = _Embedded(proc)
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(run._pump, proc.stdout, "out")
+            nursery.start_soon(run._pump, proc.stderr, "err")
+            with trio.fail_after(60):
+                await run.wait_for("running; press Ctrl-C to stop")
+            yield run
+            with trio.fail_after(30):
+                await proc.wait()
+            nursery.cancel_scope.cancel()
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            with trio.CancelScope(shield=True):
+                await proc.wait()
+
+
+async def test_embedded_start_up_prints_once_keeps_the_kubeconfig_out_of_the_working_directory(
+    tmp_path: Path,
+) -> None:
+    from engine.cli._live import main as live
+
+    async with _embedded(tmp_path, "--plugin", "bundles", "--live-bind-address", "127.0.0.1:0",
+                         "--progress", "never", env={"ENGINE_LIVE_TOKEN": "s3cret"}) as run:
+        kubeconfig = tmp_path / "cache" / "engine" / "embedded.kubeconfig"
+        assert f"kubeconfig written to {kubeconfig}" in run.lines
+        assert kubeconfig.exists()
+        assert list((tmp_path / "work").iterdir()) == []
+        assert f"try: kubectl --kubeconfig {kubeconfig} get sources,bundles -A" in run.lines
+        url = next(line.split()[3] for line in run.lines if line.startswith("live stream on "))
+        codes = {}
+        for name, argv in (("no token", [url, "--once"]), ("token", [url, "--once", "--token", "s3cret"])):
+            out, err = io.StringIO(), io.StringIO()
+            codes[name] = await trio.to_thread.run_sync(lambda argv=argv, out=out, err=err: live(argv, stdout=out, stderr=err))
+        assert codes == {"no token": 1, "token": 0}
+        run.proc.send_signal(signal.SIGTERM)
+    assert run.proc.returncode == 0
+    everything = (run.out + run.err).decode()
+    assert everything.count("embedded API server listening on") == 1
+    assert "HTTP Request" not in everything
+
+
+async def test_the_hint_fits_the_plugins_that_run(tmp_path: Path) -> None:
+    async with _embedded(tmp_path, "--plugin", "mirror", "--progress", "never") as run:
+        hints = [line for line in run.lines if line.startswith("try: ")]
+        assert len(hints) == 1
+        assert hints[0].endswith(" get configmaps,namespaces -A")
+        run.proc.send_signal(signal.SIGTERM)
+    assert run.proc.returncode == 0
+
+
+async def test_on_a_terminal_the_runner_shows_readiness_wakeups_rollouts_and_shutdown(tmp_path: Path) -> None:
+    async with _embedded(tmp_path, "--plugin", "bundles", env={"ENGINE_PROGRESS": "always"}) as run:
+        with trio.fail_after(60):
+            await run.wait_for("ready      Bundle demo/apps")
+        kubeconfig = tmp_path / "cache" / "engine" / "embedded.kubeconfig"
+        async with Client(Config.from_kubeconfig(kubeconfig)) as client:
+            sources = await client.resource("bundles.engine.dev/v1alpha1", "Source")
+            await client.patch(sources, "platform", {"spec": {"revision": "r2", "artifact": [
+                {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "platform-settings"},
+                 "data": {"revision": "r2"}}]}}, namespace="demo")
+        with trio.fail_after(60):
+            await run.wait_for("reconciled Bundle demo/infra  rollout finished in ")
+        run.proc.send_signal(signal.SIGTERM)
+    assert run.proc.returncode == 0
+    words = [line[10:] for line in run.lines if line[:2].isdigit()]
+    assert "waiting    Bundle demo/apps  for Bundle demo/infra" in words
+    assert "ready      Bundle demo/infra" in words
+    assert "woken      Bundle demo/apps  its dependency Bundle demo/infra is ready" in words
+    assert "rollout    Bundle demo/infra  source revision changed" in words
+    assert any(w.startswith("stopping   on SIGTERM  0 runs in flight, grace period 15 s") for w in words)
+    assert any(w.startswith("drained    all runs ended in ") for w in words)
+    assert run.lines[-1].startswith("stopped (SIGTERM): runs drained in ")
+    assert b'"level"' not in run.err  # logs at warning and above only: nothing went wrong
+
+
+def test_default_grace_period_leaves_room_in_a_pods_termination_grace_period() -> None:
+    from engine import Manager
+    from engine.cli._run import _parser
+
+    manager = Manager(handle_signals=False)
+    shielded_status_writes = 5.0
+    assert manager.grace_period + shielded_status_writes + manager.event_flush_timeout < 30.0
+    assert _parser().parse_args([]).grace_period == manager.grace_period
+
+
+async def test_the_example_runner_does_not_log_every_http_request(tmp_path: Path) -> None:
+    async with cluster() as (api, client, kubeconfig, nursery):
+        proc = await trio.lowlevel.open_process(
+            [sys.executable, str(ROOT / "examples" / "kubeconfig_runner.py"), "--kubeconfig", str(kubeconfig)],
+            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, "PYTHONPATH": str(ROOT)},
+        )
+        run = _Embedded(proc)
+        try:
+            async with trio.open_nursery() as pumps:
+                pumps.start_soon(run._pump, proc.stdout, "out")
+                pumps.start_soon(run._pump, proc.stderr, "err")
+                with trio.fail_after(60):
+                    while b"plugin bundles set up" not in run.err:
+                        assert proc.returncode is None, run.err.decode()
+                        await run._changed.wait()
+                proc.send_signal(signal.SIGTERM)
+                with trio.fail_after(30):
+                    await proc.wait()
+        finally:
+            if proc.returncode is None:
+                proc.kill()
+                with trio.CancelScope(shield=True):
+                    await proc.wait()
+    assert b"HTTP Request" not in run.err

@@ -15,10 +15,12 @@ from engine.kube import (
     SHARD_LABEL,
     Client,
     Config,
+    NotFoundError,
     Plugin,
     PluginContext,
     PluginError,
     PluginHost,
+    TransportError,
     load_plugin,
     load_plugins,
     run_plugins,
@@ -107,7 +109,7 @@ def test_runner_reports_a_bad_plugin_and_exits_when_strict(tmp_path: Path) -> No
 
 def test_runner_needs_a_plugin() -> None:
     out = _run("--embedded")
-    assert out.returncode == 1
+    assert out.returncode == 2
     assert "error: no plugin to run (give --plugin NAME, e.g. --plugin bundles)" in out.stderr
 
 
@@ -171,7 +173,7 @@ async def test_run_plugins_installs_sets_up_applies_examples_and_runs_until_stop
                 host: PluginHost = await nursery.start(partial(
                     run_plugins, client, [_widgets_plugin(seen, contexts), "tests.programs.plugins_for_tests:broken_setup"],
                     manager=manager, config={"widgets": {"size": 3}}, namespace="default", shard="a",
-                    apply_examples=True, observability=obs,
+                    apply_examples=True, observability=obs, strict=False,
                 ))
             assert (host.manager, host.client, [p.name for p in host.plugins], host.examples_applied) == (
                 manager, client, ["widgets"], 1)
@@ -212,7 +214,32 @@ async def test_run_plugins_without_any_plugin_set_up_says_why() -> None:
             r"plugin 'broken' failed to set up: RuntimeError: cannot reach the widget service$"
         )):
             await run_plugins(client, ["nope", "tests.programs.plugins_for_tests:broken_setup"],
-                              manager=Manager(handle_signals=False))
+                              manager=Manager(handle_signals=False), strict=False)
         with pytest.raises(PluginError, match=r"^CRD widgets.test.engine.dev is not installed"):
             await run_plugins(client, [_widgets_plugin([], [])], manager=Manager(handle_signals=False),
                               install=False, strict=True)
+
+
+async def test_run_plugins_is_strict_by_default_and_checks_configuration_before_writing() -> None:
+    async with ApiServer() as api, Client(Config.from_dict(api.kubeconfig)) as client:
+        with pytest.raises(PluginError, match=r"^plugin 'broken' failed to set up: RuntimeError: cannot reach"):
+            await run_plugins(client, ["tests.programs.plugins_for_tests:broken_setup", "bundles"],
+                              manager=Manager(handle_signals=False))
+        with pytest.raises(PluginError, match=r"^plugin 'widgets': its configuration must be a mapping, got list$"):
+            await run_plugins(client, [_widgets_plugin([], [])], manager=Manager(handle_signals=False),
+                              config={"widgets": ["size", 3]})
+        crds = await client.resource("apiextensions.k8s.io/v1", "CustomResourceDefinition")
+        with pytest.raises(NotFoundError):
+            await client.get(crds, WIDGET_CRD["metadata"]["name"])
+
+
+async def test_an_unreachable_server_is_not_blamed_on_a_plugin() -> None:
+    config = Config.from_dict({
+        "apiVersion": "v1", "kind": "Config", "current-context": "c",
+        "clusters": [{"name": "c", "cluster": {"server": "http://127.0.0.1:1"}}],
+        "users": [{"name": "u", "user": {}}],
+        "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
+    })
+    async with Client(config) as client:
+        with pytest.raises(TransportError):
+            await run_plugins(client, ["bundles"], manager=Manager(handle_signals=False), strict=False)

@@ -1,0 +1,169 @@
+"""``python -m engine run`` start-up failures: one ``error:`` line, exit code 2 for a bad flag and
+1 for a runtime problem, no traceback unless ``--log-level debug``, and nothing written to the
+cluster before every check passed."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import trio
+import yaml
+
+from engine.kube import Client, Config, NotFoundError
+from engine.testing import ApiServer
+
+from .._e2e import ROOT
+
+ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
+BUNDLE_CRD = "bundles.bundles.engine.dev"
+
+
+def _run(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "engine", "run", *args], cwd=ROOT, capture_output=True,
+                          text=True, timeout=timeout, env=ENV)
+
+
+async def _arun(*args: str) -> subprocess.CompletedProcess[bytes]:
+    with trio.fail_after(60):
+        return await trio.run_process([sys.executable, "-m", "engine", "run", *args], cwd=ROOT,
+                                      capture_stdout=True, capture_stderr=True, check=False, env=ENV)
+
+
+def _one_error(stderr: str) -> str:
+    lines = stderr.splitlines()
+    assert len(lines) == 1, stderr
+    assert lines[0].startswith("error: "), stderr
+    return lines[0]
+
+
+def _kubeconfig(tmp_path: Path, *, server: str = "http://127.0.0.1:1", user: dict[str, object] | None = None,
+                ca_data: str | None = None) -> Path:
+    cluster: dict[str, object] = {"server": server}
+    if ca_data is not None:
+        cluster["certificate-authority-data"] = ca_data
+    path = tmp_path / "kubeconfig"
+    path.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "c",
+        "clusters": [{"name": "c", "cluster": cluster}],
+        "users": [{"name": "u", "user": user or {}}],
+        "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
+    }))
+    return path
+
+
+@pytest.mark.parametrize(("flags", "message"), [
+    (("--grace-period", "-5"), "error: --grace-period must be a number of seconds >= 0, got -5"),
+    (("--leader-elect", "--leader-elect-lease-duration", "5"),
+     "error: --leader-elect-lease-duration (5) must be greater than --leader-elect-renew-deadline (10)"),
+    (("--leader-elect-renew-deadline", "2"),
+     "error: --leader-elect-renew-deadline (2) must be greater than --leader-elect-retry-period (2)"),
+    (("--metrics-bind-address", "foo"),
+     "error: --metrics-bind-address: bind address must be 'host:port', ':port' or '0' to disable, got 'foo'"),
+    (("--live-bind-address", ":9555", "--metrics-bind-address", "127.0.0.1:9555"),
+     "error: --live-bind-address and --metrics-bind-address both ask for 127.0.0.1:9555"),
+    (("--embedded", "--kubeconfig", "x"), "error: --embedded and --kubeconfig/--context are exclusive"),
+])
+def test_a_bad_flag_is_one_error_line_and_exit_code_2(tmp_path: Path, flags: tuple[str, ...], message: str) -> None:
+    out = _run("--kubeconfig", str(_kubeconfig(tmp_path)), "--plugin", "bundles", *flags)
+    assert out.returncode == 2, out.stderr
+    assert _one_error(out.stderr) == message
+
+
+def test_runner_without_a_plugin_is_a_usage_error() -> None:
+    out = _run("--embedded")
+    assert out.returncode == 2
+    assert _one_error(out.stderr) == "error: no plugin to run (give --plugin NAME, e.g. --plugin bundles)"
+
+
+def test_garbage_certificate_authority_data_names_the_kubeconfig_field(tmp_path: Path) -> None:
+    path = _kubeconfig(tmp_path, server="https://127.0.0.1:1", ca_data="Z2FyYmFnZQ==")
+    out = _run("--kubeconfig", str(path), "--plugin", "bundles")
+    assert out.returncode == 1
+    line = _one_error(out.stderr)
+    assert line.startswith(f"error: {path}: clusters[name=c].cluster.certificate-authority-data: ")
+
+
+@pytest.mark.parametrize(("command", "reason"), [
+    ("/nonexistent/kubectl-auth-plugin", "cannot be run"),
+    ("false", "exited with status 1"),
+])
+def test_an_exec_credential_plugin_that_fails_is_one_line(tmp_path: Path, command: str, reason: str) -> None:
+    user = {"exec": {"apiVersion": "client.authentication.k8s.io/v1", "command": command}}
+    path = _kubeconfig(tmp_path, user=user)
+    out = _run("--kubeconfig", str(path), "--plugin", "bundles")
+    assert out.returncode == 1
+    line = _one_error(out.stderr)
+    assert line.startswith(f"error: {path}: users[name=u].user.exec: ") and reason in line
+
+
+def test_debug_log_level_adds_the_traceback(tmp_path: Path) -> None:
+    path = _kubeconfig(tmp_path, server="https://127.0.0.1:1", ca_data="Z2FyYmFnZQ==")
+    out = _run("--kubeconfig", str(path), "--plugin", "bundles", "--log-level", "debug")
+    assert out.returncode == 1
+    assert "Traceback" in out.stderr
+    assert out.stderr.splitlines()[-1].startswith(f"error: {path}: clusters[name=c].cluster.certificate-authority-data")
+
+
+async def _bundle_crd_exists(client: Client) -> bool:
+    crds = await client.resource("apiextensions.k8s.io/v1", "CustomResourceDefinition")
+    try:
+        await client.get(crds, BUNDLE_CRD)
+    except NotFoundError:
+        return False
+    return True
+
+
+async def test_a_port_in_use_or_an_unknown_host_stops_the_start_up_before_the_cluster_is_written(
+    tmp_path: Path,
+) -> None:
+    busy = socket.socket()
+    busy.bind(("127.0.0.1", 0))
+    busy.listen()
+    port = busy.getsockname()[1]
+    try:
+        async with ApiServer() as api, Client(Config.from_dict(api.kubeconfig)) as client:
+            kubeconfig = tmp_path / "kubeconfig"
+            api.write_kubeconfig(kubeconfig)
+            for flag, address, reason in (
+                ("--metrics-bind-address", f"127.0.0.1:{port}", "Address already in use"),
+                ("--health-probe-bind-address", f"127.0.0.1:{port}", "Address already in use"),
+                ("--live-bind-address", "no-such-host.invalid:8080", ""),
+            ):
+                out = await _arun("--kubeconfig", str(kubeconfig), "--plugin", "bundles", flag, address)
+                assert out.returncode == 1, out.stderr
+                line = _one_error(out.stderr.decode())
+                assert line.startswith(f"error: {flag} {address}: cannot listen on ")
+                assert reason in line
+                assert not await _bundle_crd_exists(client)
+    finally:
+        busy.close()
+
+
+async def test_a_plugin_that_fails_to_load_stops_the_run_before_the_cluster_is_written(tmp_path: Path) -> None:
+    async with ApiServer() as api, Client(Config.from_dict(api.kubeconfig)) as client:
+        kubeconfig = tmp_path / "kubeconfig"
+        api.write_kubeconfig(kubeconfig)
+        out = await _arun("--kubeconfig", str(kubeconfig), "--plugin", "bundels", "--plugin", "bundles")
+        assert out.returncode == 1
+        assert _one_error(out.stderr.decode()) == (
+            "error: plugin 'bundels' not found (no module 'plugins.bundels', no entry point in 'engine.plugins') "
+            "(--no-strict-plugins runs the other plugins)"
+        )
+        assert not await _bundle_crd_exists(client)
+
+
+async def test_a_plugin_that_fails_to_set_up_stops_the_run_by_default(tmp_path: Path) -> None:
+    async with ApiServer() as api:
+        kubeconfig = tmp_path / "kubeconfig"
+        api.write_kubeconfig(kubeconfig)
+        out = await _arun("--kubeconfig", str(kubeconfig), "--plugin", "tests.programs.plugins_for_tests:broken_setup",
+                          "--plugin", "bundles", "--no-cluster-events")
+        assert out.returncode == 1
+        lines = [line for line in out.stderr.decode().splitlines() if not line.startswith("{")]
+        assert lines == ["error: plugin 'broken' failed to set up: RuntimeError: cannot reach the widget service"]
+        assert b"Traceback" not in out.stderr
