@@ -88,17 +88,17 @@ def test_garbage_certificate_authority_data_names_the_kubeconfig_field(tmp_path:
     assert line.startswith(f"error: {path}: clusters[name=c].cluster.certificate-authority-data: ")
 
 
-@pytest.mark.parametrize(("command", "reason"), [
-    ("/nonexistent/kubectl-auth-plugin", "cannot be run"),
-    ("false", "exited with status 1"),
+@pytest.mark.parametrize(("command", "field", "reason"), [
+    ("/nonexistent/kubectl-auth-plugin", "exec.command", "was not found"),
+    ("false", "exec", "exited with status 1"),
 ])
-def test_an_exec_credential_plugin_that_fails_is_one_line(tmp_path: Path, command: str, reason: str) -> None:
+def test_an_exec_credential_plugin_that_fails_is_one_line(tmp_path: Path, command: str, field: str, reason: str) -> None:
     user = {"exec": {"apiVersion": "client.authentication.k8s.io/v1", "command": command}}
     path = _kubeconfig(tmp_path, user=user)
     out = _run("--kubeconfig", str(path), "--plugin", "bundles")
     assert out.returncode == 1
     line = _one_error(out.stderr)
-    assert line.startswith(f"error: {path}: users[name=u].user.exec: ") and reason in line
+    assert line.startswith(f"error: {path}: users[name=u].user.{field}: ") and reason in line, line
 
 
 def test_debug_log_level_adds_the_traceback(tmp_path: Path) -> None:
