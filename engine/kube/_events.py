@@ -103,7 +103,7 @@ def build_event(
     ``reason`` is a short CamelCase machine-readable cause, ``note`` the human message
     (truncated to 1 KiB), ``action`` what was done or failed (``"Reconcile"``). The event lives
     in the object's namespace (``default`` for cluster-scoped objects) and is named like
-    client-go's (``<object name>.<hex nanoseconds>``). ``api_version="v1"`` builds a core Event
+    client-go's (``<object name>.<hex nanoseconds>``, the name cut to fit 253 characters). ``api_version="v1"`` builds a core Event
     (``involvedObject``, ``message``, ``source``, ``count``) instead of an ``events.k8s.io`` one.
     """
     if type not in ("Normal", "Warning"):
@@ -114,7 +114,9 @@ def build_event(
     ref = _reference(regarding)
     namespace = ref.get("namespace") or "default"
     stamp = int(when.timestamp() * 1_000_000) * 1000
-    meta = {"name": f"{ref['name']}.{stamp:x}", "namespace": namespace}
+    suffix = f".{stamp:x}"
+    prefix = ref["name"] if len(ref["name"]) + len(suffix) <= 253 else ref["name"][: 253 - len(suffix)].rstrip(".-")
+    meta = {"name": prefix + suffix, "namespace": namespace}
     reason = truncate(reason, _REASON_LIMIT)
     note = truncate(note, _NOTE_LIMIT)
     if api_version == "v1":

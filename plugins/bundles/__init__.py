@@ -15,6 +15,14 @@ references a Source, may depend on other Bundles (``dependsOn``), and has an ``i
 5. writes ``status`` (``Ready``, ``Reconciling``, ``observedGeneration``,
    ``lastAppliedRevision``, ``inventory``) inside ``ctx.shield``, and emits events.
 
+Every Bundle and Source is checked by the plugin itself (the CRDs' schemas reject most mistakes
+at admission, but schemas can be bypassed): a malformed Bundle gets ``Ready=False`` with reason
+``InvalidSpec`` naming each broken field, a malformed Source makes its Bundles ``InvalidSource``;
+both are terminal until the object changes. A Bundle that depends on itself is a terminal
+``DependencyCycle``; one in a longer cycle says ``dependency cycle: a -> b -> a`` and waits, woken
+when the cycle is broken. Bundle names longer than 63 characters are hashed into the owner label
+value (``bundles.engine.dev/name``).
+
 A superseded or shutdown-cancelled run writes no failure status and emits no failure event.
 With ``prune`` (the default) a Bundle carries the finalizer ``bundles.engine.dev/finalizer``:
 deleting it garbage-collects the objects it applied (those still labelled for it) first.

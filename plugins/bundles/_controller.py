@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import copy
 import logging
-import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -13,6 +12,7 @@ import trio
 import yaml
 
 from engine import Controller, DependencyNotReady, ObjectRef, Result, RunContext, SupersedePolicy, TerminalError
+from engine._text import summarize
 from engine.kube import (
     Client,
     ConflictError,
@@ -32,6 +32,18 @@ from engine.kube import (
 )
 
 from ._crds import API_VERSION, BUNDLE_CRD, GROUP, SOURCE_CRD
+from ._labels import label_value
+from ._spec import (
+    BundleSpec,
+    InvalidSpec,
+    dependency_names,
+    find_cycle,
+    mapping,
+    parse_bundle_spec,
+    parse_duration,
+    parse_source_spec,
+    source_name,
+)
 
 __all__ = ["plugin", "parse_duration", "BundleReconciler"]
 
@@ -41,28 +53,6 @@ FIELD_MANAGER = "bundles.engine.dev"
 OWNER_LABEL = "bundles.engine.dev/name"
 FINALIZER = "bundles.engine.dev/finalizer"
 SOURCE_INDEX = "bundles.engine.dev/sourceRef"
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
-_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
-
-
-def parse_duration(value: str | None, default: float) -> float:
-    """Parse a Go-style duration (``"1m30s"``, ``"500ms"``) into seconds."""
-    if value is None or value == "":
-        return default
-    text = str(value).strip()
-    if text == "0":
-        return 0.0
-    pos, total = 0, 0.0
-    for match in _DURATION.finditer(text):
-        if match.start() != pos:
-            break
-        total += float(match.group(1)) * _UNITS[match.group(2)]
-        pos = match.end()
-    if pos != len(text) or pos == 0:
-        raise ValueError(f"invalid duration {value!r} (use e.g. 30s, 5m, 1h30m, 500ms)")
-    return total
-
-
 def _ready_generation(bundle: Mapping[str, Any]) -> Any:
     for condition in (bundle.get("status") or {}).get("conditions") or ():
         if condition.get("type") == "Ready":
@@ -71,9 +61,10 @@ def _ready_generation(bundle: Mapping[str, Any]) -> Any:
 
 
 def _source_key(bundle: Mapping[str, Any]) -> list[str]:
-    ref = (bundle.get("spec") or {}).get("sourceRef") or {}
-    name = ref.get("name")
-    return [f"{bundle['metadata'].get('namespace')}/{name}"] if name else []
+    """The index key of the Source a Bundle refers to; none for a Bundle that names none (a
+    malformed one is reported by its reconcile, never by the watch path)."""
+    name = source_name(bundle)
+    return [f"{mapping(bundle.get('metadata')).get('namespace')}/{name}"] if name else []
 
 
 def _entry(obj: Mapping[str, Any], namespace: str | None) -> dict[str, Any]:
@@ -110,39 +101,30 @@ class BundleReconciler:
         bundle = self.bundle_store.get(ns, name)
         if bundle is None:
             return None
-        spec = bundle.get("spec") or {}
-        if bundle["metadata"].get("deletionTimestamp"):
+        if mapping(bundle.get("metadata")).get("deletionTimestamp"):
             await self._finalize(ctx, bundle)
             return None
-        if spec.get("prune", True) and FINALIZER not in (bundle["metadata"].get("finalizers") or []):
-            await set_finalizer(self.client, self.bundles, bundle, FINALIZER, present=True)
         try:
-            interval = parse_duration(spec.get("interval"), 600.0)
-            timeout = parse_duration(spec.get("timeout"), 300.0)
-            wait = parse_duration(spec.get("healthCheckWait"), 0.0)
-            if interval <= 0 or timeout <= 0:
-                raise ValueError("interval and timeout must be greater than 0")
-        except ValueError as exc:
+            spec = parse_bundle_spec(bundle)
+        except InvalidSpec as exc:
             await self._status(ctx, bundle, False, "InvalidSpec", str(exc))
-            raise TerminalError(str(exc)) from None
+            raise TerminalError(f"invalid spec: {exc}") from None
+        if spec.prune and FINALIZER not in (bundle["metadata"].get("finalizers") or []):
+            await set_finalizer(self.client, self.bundles, bundle, FINALIZER, present=True)
 
-        waiting = [
-            ObjectRef("Bundle", dep["name"], ns, GROUP)
-            for dep in spec.get("dependsOn") or ()
-            if not is_ready(self.bundle_store.get(ns, dep["name"]) or {})
-        ]
-        if waiting:
-            message = "dependencies not ready: " + ", ".join(r.name for r in waiting)
-            await self._status(ctx, bundle, False, "DependencyNotReady", message)
-            raise DependencyNotReady(waiting, retry_after=self.dependency_retry)
+        await self._check_dependencies(ctx, bundle, spec)
 
-        source_name = (spec.get("sourceRef") or {}).get("name", "")
-        source = self.source_store.get(ns, source_name)
+        source = self.source_store.get(ns, spec.source)
         if source is None:
-            await self._status(ctx, bundle, False, "SourceNotFound", f"Source {ns}/{source_name} not found")
-            return Result(requeue_after=interval)
-        revision = str((source.get("spec") or {}).get("revision", ""))
-        manifests = (source.get("spec") or {}).get("artifact") or []
+            await self._status(ctx, bundle, False, "SourceNotFound", f"Source {ns}/{spec.source} not found")
+            return Result(requeue_after=spec.interval)
+        try:
+            artifact = parse_source_spec(source)
+        except InvalidSpec as exc:
+            message = f"Source {ns}/{spec.source} is invalid: {exc}"
+            await self._status(ctx, bundle, False, "InvalidSource", message)
+            raise TerminalError(message) from None
+        revision, manifests, timeout = artifact.revision, artifact.artifact, spec.timeout
 
         try:
             inventory = await self._apply(ctx, name, ns, manifests)
@@ -152,17 +134,17 @@ class BundleReconciler:
                 extra={"inventory": inventory}, reconciling=True,
             )
             self._written[(ns, name)] = inventory
-            if spec.get("prune", True):
+            if spec.prune:
                 await self._prune(name, previous, inventory)
             ctx.log.info("applied revision %s (%d objects); checking health", revision, len(inventory))
             with ctx.interruptible():
                 with trio.move_on_after(timeout) as health:
-                    await self._wait_healthy(inventory, wait)
+                    await self._wait_healthy(inventory, spec.health_check_wait)
             if health.cancelled_caught:
                 raise TimeoutError(f"health check of revision {revision} timed out after {timeout:g}s")
         except Exception as exc:
             if ctx.cancel_cause is None:
-                await self._status(ctx, bundle, False, "ReconciliationFailed", f"{type(exc).__name__}: {exc}")
+                await self._status(ctx, bundle, False, "ReconciliationFailed", summarize(exc))
             raise
         await self._status(
             ctx, bundle, True, "ReconciliationSucceeded", f"Applied revision: {revision}",
@@ -171,20 +153,57 @@ class BundleReconciler:
         ctx.events.normal(
             "ReconciliationSucceeded", f"Applied revision {revision}", metadata={"revision": revision}
         )
-        return Result(requeue_after=interval)
+        return Result(requeue_after=spec.interval)
 
-    async def _apply(self, ctx: RunContext, bundle: str, ns: str | None, manifests: list[Any]) -> list[dict[str, Any]]:
+    async def _check_dependencies(self, ctx: RunContext, bundle: Mapping[str, Any], spec: BundleSpec) -> None:
+        """Return if every dependency is Ready; else write why not and raise.
+
+        A Bundle that depends on itself can never be Ready (``TerminalError``); one in a longer
+        cycle waits (``DependencyNotReady``) with a ``DependencyCycle`` condition naming the
+        cycle, since a change to another Bundle of the cycle can break it and wake this one.
+        """
+        ns, name = ctx.ref.namespace, ctx.ref.name
+        if not spec.depends_on:
+            return
+
+        def depends_on(other: str) -> list[str]:
+            if other == name:
+                return list(spec.depends_on)
+            return dependency_names(self.bundle_store.get(ns, other) or {})
+
+        cycle = find_cycle(name, depends_on)
+        waiting = [
+            dep for dep in spec.depends_on if not is_ready(self.bundle_store.get(ns, dep) or {})
+        ]
+        if cycle is not None:
+            message = "dependency cycle: " + " -> ".join(cycle)
+            await self._status(ctx, bundle, False, "DependencyCycle", message)
+            if len(cycle) == 2:
+                raise TerminalError(message)
+            raise DependencyNotReady(
+                [ObjectRef("Bundle", dep, ns, GROUP) for dep in waiting or cycle[1:2]],
+                retry_after=self.dependency_retry,
+            )
+        if waiting:
+            described = [dep if self.bundle_store.get(ns, dep) else f"{dep} (not found)" for dep in waiting]
+            message = "dependencies not ready: " + ", ".join(described)
+            await self._status(ctx, bundle, False, "DependencyNotReady", message)
+            raise DependencyNotReady(
+                [ObjectRef("Bundle", dep, ns, GROUP) for dep in waiting], retry_after=self.dependency_retry
+            )
+
+    async def _apply(
+        self, ctx: RunContext, bundle: str, ns: str | None, manifests: tuple[Mapping[str, Any], ...]
+    ) -> list[dict[str, Any]]:
         inventory = []
         for manifest in manifests:
-            if not isinstance(manifest, Mapping) or "apiVersion" not in manifest or "kind" not in manifest:
-                raise ValueError("every artifact entry must be a manifest with apiVersion, kind and metadata.name")
             obj = copy.deepcopy(dict(manifest))
             resource = await self.client.resource(obj["apiVersion"], obj["kind"])
             meta = obj.setdefault("metadata", {})
             target_ns = (meta.get("namespace") or ns) if resource.namespaced else None
             if target_ns:
                 meta["namespace"] = target_ns
-            meta.setdefault("labels", {})[OWNER_LABEL] = bundle
+            meta.setdefault("labels", {})[OWNER_LABEL] = label_value(bundle)
             await self.client.apply(resource, obj, field_manager=FIELD_MANAGER, force=True)
             inventory.append(_entry(obj, target_ns))
         return inventory
@@ -194,7 +213,7 @@ class BundleReconciler:
         if FINALIZER not in (bundle["metadata"].get("finalizers") or []):
             return
         meta = bundle["metadata"]
-        if (bundle.get("spec") or {}).get("prune", True):
+        if mapping(bundle.get("spec")).get("prune", True) is not False:
             await self._prune(meta["name"], self._previous(bundle), [])
         self._written.pop((meta.get("namespace"), meta["name"]), None)
         await set_finalizer(self.client, self.bundles, bundle, FINALIZER, present=False)
@@ -222,7 +241,7 @@ class BundleReconciler:
             namespace = entry.get("namespace") or None
             try:
                 current = await self.client.get(resource, entry["name"], namespace=namespace)
-                if (current["metadata"].get("labels") or {}).get(OWNER_LABEL) != bundle:
+                if (current["metadata"].get("labels") or {}).get(OWNER_LABEL) != label_value(bundle):
                     continue
                 await self.client.delete(
                     resource, entry["name"], namespace=namespace,
@@ -266,8 +285,8 @@ class BundleReconciler:
         extra: Mapping[str, Any] | None = None,
         reconciling: bool = False,
     ) -> None:
-        status = copy.deepcopy(dict(bundle.get("status") or {}))
-        conditions = list(status.get("conditions") or [])
+        status = copy.deepcopy(dict(mapping(bundle.get("status"))))
+        conditions = [c for c in status.get("conditions") or () if isinstance(c, Mapping)]
         generation = bundle["metadata"].get("generation")
         if reconciling:
             ready_value: bool | str = "Unknown" if not is_ready(bundle) else "True"
@@ -316,7 +335,8 @@ async def setup(ctx: PluginContext) -> None:
     resource = bundle_informer.resource
 
     def bundles_of(source: Mapping[str, Any]) -> list[ObjectRef]:
-        key = f"{source['metadata'].get('namespace')}/{source['metadata']['name']}"
+        meta = mapping(source.get("metadata"))
+        key = f"{meta.get('namespace')}/{meta.get('name')}"
         return [ref_for(resource, b) for b in bundle_informer.store.by_index(SOURCE_INDEX, key)]
 
     cluster.watches_mapped(

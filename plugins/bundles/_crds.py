@@ -6,11 +6,14 @@ from typing import Any
 
 GROUP = "bundles.engine.dev"
 _DURATION = r"^(0|([0-9]+(\.[0-9]+)?(ms|s|m|h))+)$"
+_DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 VERSION = "v1alpha1"
 API_VERSION = f"{GROUP}/{VERSION}"
 
 
-def _crd(kind: str, plural: str, spec_schema: dict[str, Any], columns: list[dict[str, Any]]) -> dict[str, Any]:
+def _crd(
+    kind: str, plural: str, spec_schema: dict[str, Any], status_schema: dict[str, Any], columns: list[dict[str, Any]]
+) -> dict[str, Any]:
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
@@ -32,7 +35,7 @@ def _crd(kind: str, plural: str, spec_schema: dict[str, Any], columns: list[dict
                             "required": ["spec"],
                             "properties": {
                                 "spec": spec_schema,
-                                "status": _STATUS_SCHEMA,
+                                "status": status_schema,
                             },
                         }
                     },
@@ -55,18 +58,48 @@ _CONDITION = {
     },
 }
 
-_STATUS_SCHEMA = {
-    "type": "object",
-    "properties": {
-        "conditions": {
-            "type": "array",
-            "items": _CONDITION,
-            "x-kubernetes-list-type": "map",
-            "x-kubernetes-list-map-keys": ["type"],
+
+def _status_schema(**fields: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "type": "object",
+        "properties": {
+            "conditions": {
+                "type": "array",
+                "items": _CONDITION,
+                "x-kubernetes-list-type": "map",
+                "x-kubernetes-list-map-keys": ["type"],
+            },
+            "observedGeneration": {"type": "integer", "format": "int64", "minimum": 0},
+            **fields,
         },
-        "observedGeneration": {"type": "integer", "format": "int64", "minimum": 0},
+    }
+
+
+_NAME = {
+    "type": "string",
+    "minLength": 1,
+    "maxLength": 253,
+    "pattern": _DNS_SUBDOMAIN,
+}
+"""An object name (a DNS subdomain), as in a reference to another object."""
+
+
+def _duration(default: str, description: str, *, positive: bool) -> dict[str, Any]:
+    schema: dict[str, Any] = {"type": "string", "pattern": _DURATION, "default": default, "description": description}
+    if positive:
+        schema["x-kubernetes-validations"] = [{"rule": "self.matches('[1-9]')", "message": "must be greater than 0"}]
+    return schema
+
+
+_INVENTORY_ENTRY = {
+    "type": "object",
+    "required": ["apiVersion", "kind", "name"],
+    "properties": {
+        "apiVersion": {"type": "string"},
+        "kind": {"type": "string"},
+        "namespace": {"type": "string"},
+        "name": {"type": "string"},
     },
-    "x-kubernetes-preserve-unknown-fields": True,
 }
 
 _READY_COLUMNS = [
@@ -86,10 +119,25 @@ SOURCE_CRD = _crd(
             "artifact": {
                 "type": "array",
                 "description": "The manifests of this revision.",
-                "items": {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
+                "items": {
+                    "type": "object",
+                    "required": ["apiVersion", "kind", "metadata"],
+                    "properties": {
+                        "apiVersion": {"type": "string", "minLength": 1},
+                        "kind": {"type": "string", "minLength": 1},
+                        "metadata": {
+                            "type": "object",
+                            "required": ["name"],
+                            "properties": {"name": {"type": "string", "minLength": 1}},
+                            "x-kubernetes-preserve-unknown-fields": True,
+                        },
+                    },
+                    "x-kubernetes-preserve-unknown-fields": True,
+                },
             },
         },
     },
+    _status_schema(),
     [{"name": "Revision", "type": "string", "jsonPath": ".spec.revision"}, *_READY_COLUMNS, _AGE_COLUMN],
 )
 
@@ -102,34 +150,32 @@ BUNDLE_CRD = _crd(
         "properties": {
             "sourceRef": {
                 "type": "object",
-                "properties": {"name": {"type": "string", "minLength": 1}},
+                "description": "The Source whose artifact this Bundle applies, in the same namespace.",
                 "required": ["name"],
+                "properties": {
+                    "kind": {"type": "string", "enum": ["Source"], "default": "Source"},
+                    "name": _NAME,
+                },
             },
             "dependsOn": {
                 "type": "array",
-                "items": {"type": "object", "properties": {"name": {"type": "string", "minLength": 1}}, "required": ["name"]},
+                "description": "Bundles in the same namespace that must be Ready before this one is applied.",
+                "items": {"type": "object", "required": ["name"], "properties": {"name": _NAME}},
+                "x-kubernetes-list-type": "map",
+                "x-kubernetes-list-map-keys": ["name"],
             },
-            "interval": {
-                "type": "string",
-                "pattern": _DURATION,
-                "default": "10m",
-                "description": "Periodic resync, e.g. 10m.",
-            },
-            "timeout": {
-                "type": "string",
-                "pattern": _DURATION,
-                "default": "5m",
-                "description": "Bound of the health check.",
-            },
-            "healthCheckWait": {
-                "type": "string",
-                "pattern": _DURATION,
-                "default": "0s",
-                "description": "How long applied objects must stay healthy before the bundle is Ready.",
-            },
+            "interval": _duration("10m", "Periodic resync, e.g. 10m.", positive=True),
+            "timeout": _duration("5m", "Bound of the health check.", positive=True),
+            "healthCheckWait": _duration(
+                "0s", "How long applied objects must stay healthy before the bundle is Ready.", positive=False
+            ),
             "prune": {"type": "boolean", "default": True, "description": "Delete objects no longer in the artifact."},
         },
     },
+    _status_schema(
+        lastAppliedRevision={"type": "string"},
+        inventory={"type": "array", "items": _INVENTORY_ENTRY},
+    ),
     [
         {"name": "Revision", "type": "string", "jsonPath": ".status.lastAppliedRevision"},
         *_READY_COLUMNS,

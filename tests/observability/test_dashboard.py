@@ -225,7 +225,7 @@ async def test_embedded_demo_in_a_browser(tmp_path: Path) -> None:
     assert "superseded" in infra["timeline"] and infra["timeline"][-1] in ("succeeded", "requeued")
     assert infra["revision"], "the trigger revision of the newest run"
     broken = row(summary, "/demo/broken")
-    assert "interval and timeout must be greater than 0" in broken["text"]
+    assert "dependency cycle: broken -> broken" in broken["text"]
     waiting = row(summary, "/demo/waiting")
     assert waiting["deps"] == [["missing", "false"]]
     assert waiting["timeline"] == ["dependency_not_ready"]
@@ -246,7 +246,7 @@ async def _add_variety(client: Client) -> None:
         return {"apiVersion": api, "kind": "Bundle", "metadata": {"name": name, "namespace": "demo"},
                 "spec": {"sourceRef": {"name": "apps"}, "interval": "10m", "timeout": "1m", **spec}}
 
-    await client.apply(bundles, bundle("broken", interval="0s"), field_manager="dashboard-test", force=True)
+    await client.apply(bundles, bundle("broken", dependsOn=[{"name": "broken"}]), field_manager="dashboard-test", force=True)
     await client.apply(bundles, bundle("waiting", dependsOn=[{"name": "missing"}]),
                        field_manager="dashboard-test", force=True)
     await client.apply(bundles, bundle("slow", healthCheckWait="10m", timeout="30m"),

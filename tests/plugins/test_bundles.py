@@ -4,13 +4,18 @@ DESIGN.md that do not need a separate process."""
 
 from __future__ import annotations
 
+import copy
+import re
+from collections.abc import Callable, Mapping
 from typing import Any
 
+import attrs
 import pytest
 import trio
 
 from engine import Event, EventType, OutcomeKind
-from engine.testing import KubeTarget, open_plugin_test
+from engine.kube import InvalidError, get_condition
+from engine.testing import KubeTarget, PluginHarness, open_plugin_test
 from plugins.bundles import plugin
 from plugins.bundles._controller import OWNER_LABEL, _identity, parse_duration
 
@@ -135,3 +140,151 @@ async def test_seed3_a_blackholed_event_sink_does_not_delay_a_dependent(kube_tar
         assert trio.current_time() - ready_seen < 0.1, "the dependent started at once, from the watch path"
         assert hole.attempts >= 1, "events were being delivered into the black hole"
         await h.wait_for(API + "/Bundle", "apps", condition=lambda o: ready_at(o, "a1"), timeout=30)
+
+
+# ----- the plugin's own validation (schemas bypassed) -----
+
+
+def _unchecked(crd: Mapping[str, Any]) -> dict[str, Any]:
+    """``crd`` with a schema that accepts anything, as an old CRD or a server that does not
+    validate would: what reaches the plugin is then only its own to check."""
+    crd = copy.deepcopy(dict(crd))
+    for version in crd["spec"]["versions"]:
+        version["schema"] = {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}}
+    return crd
+
+
+UNCHECKED = attrs.evolve(plugin, crds=tuple(_unchecked(crd) for crd in plugin.crds))
+
+
+def not_ready(reason: str, message: str | None = None) -> Callable[[dict[str, Any] | None], bool]:
+    def check(obj: dict[str, Any] | None) -> bool:
+        ready = get_condition(obj or {}, "Ready")
+        return (ready is not None and ready.get("status") == "False" and ready.get("reason") == reason
+                and ready.get("observedGeneration") == (obj or {})["metadata"]["generation"]
+                and (message is None or ready.get("message") == message))
+
+    return check
+
+
+def raw_bundle(name: str, spec: Mapping[str, Any]) -> dict[str, Any]:
+    return {"apiVersion": API, "kind": "Bundle", "metadata": {"name": name, "namespace": "e2e"}, "spec": dict(spec)}
+
+
+async def assert_terminal(h: PluginHarness, name: str) -> None:
+    """The last run of ``name`` was terminal, and an hour later it has not run again."""
+    await h.wait_runs(name=name, kind=OutcomeKind.TERMINAL, timeout=20)
+    runs = len(h.runs_for(name=name))
+    await trio.sleep(3600)
+    assert h.outcomes(name=name)[-1] is OutcomeKind.TERMINAL
+    assert len(h.runs_for(name=name)) == runs, f"retried: {h.outcomes(name=name)}"
+
+
+async def test_wrong_types_are_a_terminal_invalid_spec_until_the_spec_changes(kube_target: KubeTarget) -> None:
+    async with open_plugin_test(UNCHECKED, kube_target, namespace="e2e", manifests=[
+            source("repo", "r1", [configmap("a")]),
+            raw_bundle("app", {"sourceRef": {"name": "repo"}, "dependsOn": {"name": "infra"}, "prune": "yes"})]) as h:
+        message = ("spec.dependsOn must be a list such as [{name: other-bundle}], got object; "
+                   "spec.prune must be a boolean, got string 'yes'")
+        app = await h.wait_for(API + "/Bundle", "app", condition=not_ready("InvalidSpec", message), timeout=20)
+        assert app is not None and "finalizers" not in app["metadata"], "nothing was applied, nothing to clean up"
+        await assert_terminal(h, "app")
+        [warning] = [e for e in h.events if e.type is EventType.WARNING]
+        assert (warning.reason, warning.message) == ("ReconcileTerminalError", f"TerminalError: invalid spec: {message}")
+        await h.patch(API + "/Bundle", "app", {"spec": {"dependsOn": [], "prune": True}})
+        await h.wait_for(API + "/Bundle", "app", condition=lambda o: ready_at(o, "r1"), timeout=20)
+
+
+async def test_a_missing_source_ref_is_an_invalid_spec(kube_target: KubeTarget) -> None:
+    async with open_plugin_test(UNCHECKED, kube_target, namespace="e2e", manifests=[
+            raw_bundle("app", {"interval": "1m"})]) as h:
+        await h.wait_for(API + "/Bundle", "app", condition=not_ready("InvalidSpec", "spec.sourceRef is required"),
+                         timeout=20)
+        await assert_terminal(h, "app")
+
+
+async def test_a_string_source_ref_is_an_invalid_spec_and_other_bundles_flow_on(kube_target: KubeTarget) -> None:
+    async with open_plugin_test(UNCHECKED, kube_target, namespace="e2e", manifests=[
+            source("platform", "p1", [configmap("settings")]),
+            raw_bundle("bad", {"sourceRef": "platform"}),
+            bundle("good", "platform")]) as h:
+        await h.wait_for(API + "/Bundle", "good", condition=lambda o: ready_at(o, "p1"), timeout=20)
+        await h.wait_for(API + "/Bundle", "bad", timeout=20, condition=not_ready(
+            "InvalidSpec", "spec.sourceRef must be an object such as {name: my-source}, got string 'platform'"))
+        await assert_terminal(h, "bad")
+        await h.patch(API + "/Source", "platform", {"spec": {"revision": "p2"}})
+        await h.wait_for(API + "/Bundle", "good", condition=lambda o: ready_at(o, "p2"), timeout=20)
+
+
+async def test_a_bundle_that_depends_on_itself_is_a_terminal_dependency_cycle(kube_target: KubeTarget) -> None:
+    async with open_plugin_test(plugin, kube_target, namespace="e2e", manifests=[
+            source("repo", "r1", [configmap("a")]), bundle("app", "repo", depends_on=("app",))]) as h:
+        await h.wait_for(API + "/Bundle", "app", timeout=20,
+                         condition=not_ready("DependencyCycle", "dependency cycle: app -> app"))
+        await assert_terminal(h, "app")
+        await h.patch(API + "/Bundle", "app", {"spec": {"dependsOn": []}})
+        await h.wait_for(API + "/Bundle", "app", condition=lambda o: ready_at(o, "r1"), timeout=20)
+
+
+async def test_a_dependency_cycle_is_named_and_breaking_it_wakes_both(kube_target: KubeTarget) -> None:
+    async with open_plugin_test(plugin, kube_target, namespace="e2e", manifests=[
+            source("repo", "r1", [configmap("a")]),
+            bundle("a", "repo", depends_on=("b",)), bundle("b", "repo", depends_on=("a",))]) as h:
+        await h.wait_for(API + "/Bundle", "a", timeout=20,
+                         condition=not_ready("DependencyCycle", "dependency cycle: a -> b -> a"))
+        await h.wait_for(API + "/Bundle", "b", timeout=20,
+                         condition=not_ready("DependencyCycle", "dependency cycle: b -> a -> b"))
+        assert set(h.outcomes()) == {OutcomeKind.DEPENDENCY_NOT_READY}, "waiting, not failing"
+        await h.patch(API + "/Bundle", "b", {"spec": {"dependsOn": []}})
+        started = trio.current_time()
+        for name in "ba":
+            await h.wait_for(API + "/Bundle", name, condition=lambda o: ready_at(o, "r1"), timeout=20)
+        assert trio.current_time() - started < 5, "a was woken by b turning Ready, not by its fallback retry"
+
+
+async def test_a_253_character_name_is_hashed_into_its_label_value(kube_target: KubeTarget) -> None:
+    name = ".".join(["a" * 63, "b" * 63, "c" * 63, "d" * 61])
+    assert len(name) == 253
+    hashed = "a" * 52 + "-5fcf065db5"
+    async with open_plugin_test(plugin, kube_target, namespace="e2e", manifests=[
+            source("repo", "r1", [configmap("x"), configmap("y")]), bundle(name, "repo")]) as h:
+        await h.wait_for(API + "/Bundle", name, condition=lambda o: ready_at(o, "r1"), timeout=20)
+        with trio.fail_after(20):
+            while not (events := await h.cluster_events(name=name)):
+                await trio.sleep(0.1)
+        assert [e["reason"] for e in events] == ["ReconciliationSucceeded"], "its events are recorded too"
+        labelled = await h.list("ConfigMap", label_selector={OWNER_LABEL: hashed})
+        assert sorted(o["metadata"]["name"] for o in labelled) == ["x", "y"]
+        await h.patch(API + "/Source", "repo", {"spec": {"revision": "r2", "artifact": [configmap("x")]}})
+        await h.wait_for(API + "/Bundle", name, condition=lambda o: ready_at(o, "r2"), timeout=20)
+        assert await h.get("ConfigMap", "y") is None, "pruned: the hashed label is recognised as its own"
+        await h.delete(API + "/Bundle", name)
+        await h.wait_deleted(API + "/Bundle", name, timeout=20)
+        assert await h.get("ConfigMap", "x") is None
+
+
+async def test_an_invalid_source_is_terminal_until_the_source_changes(kube_target: KubeTarget) -> None:
+    async with open_plugin_test(UNCHECKED, kube_target, namespace="e2e", manifests=[
+            source("repo", "r1", [configmap("a"), {"kind": "ConfigMap"}]), bundle("app", "repo")]) as h:
+        await h.wait_for(API + "/Bundle", "app", timeout=20, condition=not_ready(
+            "InvalidSource",
+            "Source e2e/repo is invalid: spec.artifact[1] must be a manifest with apiVersion, kind and metadata.name"))
+        await assert_terminal(h, "app")
+        await h.patch(API + "/Source", "repo", {"spec": {"revision": "r2", "artifact": [configmap("a")]}})
+        await h.wait_for(API + "/Bundle", "app", condition=lambda o: ready_at(o, "r2"), timeout=20)
+
+
+@pytest.mark.parametrize(("spec", "field"), [
+    ({"sourceRef": "platform"}, "spec.sourceRef"),
+    ({"sourceRef": {"name": "p"}, "prune": "yes"}, "spec.prune"),
+    ({"sourceRef": {"name": "p"}, "dependsOn": {"name": "x"}}, "spec.dependsOn"),
+    ({"sourceRef": {"name": "p", "kind": "GitRepository"}}, "spec.sourceRef.kind"),
+    ({"sourceRef": {"name": "p"}, "interval": "0s"}, "spec.interval"),
+    ({"sourceRef": {"name": "p"}, "dependsOn": [{"name": "x"}, {"name": "x"}]}, "spec.dependsOn[1]"),
+    ({"dependsOn": []}, "spec.sourceRef"),
+])
+async def test_the_crd_schema_rejects_what_the_plugin_would(
+        kube_target: KubeTarget, spec: dict[str, Any], field: str) -> None:
+    async with open_plugin_test(plugin, kube_target, namespace="e2e") as h:
+        with pytest.raises(InvalidError, match=re.escape(field)):
+            await h.apply(raw_bundle("bad", spec))
