@@ -286,7 +286,7 @@ class BundleReconciler:
         reconciling: bool = False,
     ) -> None:
         status = copy.deepcopy(dict(mapping(bundle.get("status"))))
-        conditions = [c for c in status.get("conditions") or () if isinstance(c, Mapping)]
+        conditions: list[dict[str, Any]] = [dict(c) for c in status.get("conditions") or () if isinstance(c, Mapping)]
         generation = bundle["metadata"].get("generation")
         if reconciling:
             ready_value: bool | str = "Unknown" if not is_ready(bundle) else "True"
