@@ -6,22 +6,26 @@ Request bodies are decoded here (JSON, YAML, the protobuf envelope); the semanti
 
 from __future__ import annotations
 
+import copy
 import json
 from typing import Any
 
 import yaml  # type: ignore[import-untyped]  # no types-PyYAML installed
 
 from ..observability._http import Request, Response
+from ._access import review, token_request
 from ._errors import RequestRejected
 from ._events import field_selector, from_storage
 from ._faults import RequestInfo
-from ._patch import json_patch, merge_patch, strategic_merge_patch
+from ._patch import MERGE_KEYS, json_patch, merge_patch, strategic_merge_patch
 from ._protobuf import decode_protobuf
-from ._resources import BUILTIN_TYPES, ResourceType
+from ._resources import BUILTIN_TYPES, REVIEW_TYPES, ResourceType
 from ._responses import json_response, typed
 from ._routing import Target, flag
 from ._selectors import parse_field_selector, parse_label_selector
+from ._status import invalid_causes
 from ._storage import ObjectStorage
+from ._workloads import selector_string
 
 __all__ = ["handle_resource", "decode_body"]
 
@@ -49,6 +53,14 @@ def decode_body(request: Request) -> Any:
         raise RequestRejected(400, "BadRequest", "the request body is not valid JSON or YAML") from None
 
 
+MAX_BODY_BYTES = 3 * 1024 * 1024
+"""The largest request body the server reads (kube-apiserver's ``--max-resource-write-bytes``)."""
+
+
+def _large(request: Request) -> bool:
+    return len(request.body or b"") > 256 * 1024
+
+
 def _manager(request: Request) -> str:
     manager = request.query.get("fieldManager")
     if manager:
@@ -64,6 +76,31 @@ def handle_resource(storage: ObjectStorage, request: Request, target: Target, in
     dry_run = q.get("dryRun") == "All"
     if rt.namespaced and ns is None and info.verb not in ("list", "watch"):
         raise RequestRejected(404, "NotFound", "the server could not find the requested resource")
+    if len(request.body or b"") > MAX_BODY_BYTES:
+        raise RequestRejected(413, "RequestEntityTooLarge", f"Request entity too large: limit is {MAX_BODY_BYTES}")
+    if sub is None and info.verb not in rt.verbs:
+        raise RequestRejected(405, "MethodNotAllowed", "the server does not allow this method on the requested resource")
+    if rt.storage_key in REVIEW_TYPES:
+        return json_response(201, review(storage, rt, ns, decode_body(request), storage.wall_clock))
+    if sub == "token":
+        if info.verb != "create":
+            raise RequestRejected(405, "MethodNotAllowed", "the server does not allow this method on the requested resource")
+        assert name is not None
+        answer = token_request(storage, rt, ns, name, decode_body(request), storage.wall_clock)
+        answer["metadata"]["managedFields"] = [
+            {
+                "manager": _manager(request),
+                "operation": "Update",
+                "apiVersion": "authentication.k8s.io/v1",
+                "time": answer["metadata"]["creationTimestamp"],
+                "fieldsType": "FieldsV1",
+                "fieldsV1": {"f:spec": {f"f:{k}": {} for k in sorted((decode_body(request) or {}).get("spec") or {})}},
+                "subresource": "token",
+            }
+        ]
+        return json_response(201, answer)
+    if sub == "scale":
+        return _scale(storage, request, target, info, dry_run)
     if info.verb == "list":
         labels = parse_label_selector(q.get("labelSelector"))
         fields = field_selector(rt, parse_field_selector(q.get("fieldSelector")))
@@ -92,12 +129,21 @@ def handle_resource(storage: ObjectStorage, request: Request, target: Target, in
     if info.verb == "create":
         if name is not None:
             raise RequestRejected(405, "MethodNotAllowed", "POST is not allowed on a named object")
-        obj = storage.create(rt, ns, decode_body(request), dry_run=dry_run, manager=_manager(request))
+        obj = storage.create(
+            rt, ns, decode_body(request), dry_run=dry_run, manager=_manager(request), check_size=_large(request)
+        )
         return json_response(201, typed(rt, obj))
     if info.verb == "update":
         assert name is not None
         obj = storage.update(
-            rt, ns, name, decode_body(request), subresource=sub, dry_run=dry_run, manager=_manager(request)
+            rt,
+            ns,
+            name,
+            decode_body(request),
+            subresource=sub,
+            dry_run=dry_run,
+            manager=_manager(request),
+            check_size=_large(request),
         )
         return json_response(200, typed(rt, obj))
     if info.verb == "patch":
@@ -114,16 +160,85 @@ def handle_resource(storage: ObjectStorage, request: Request, target: Target, in
         options = _delete_options(request)
         labels = parse_label_selector(q.get("labelSelector"))
         fields = parse_field_selector(q.get("fieldSelector"))
+        fields = field_selector(rt, fields)
         items, _, _, _ = storage.list_objects(rt, ns, labels, fields)
+        deleted = []
         for obj in items:
             meta_ = obj["metadata"]
             try:
-                storage.delete(rt, meta_.get("namespace"), meta_["name"], options, dry_run=dry_run)
+                deleted.append(storage.delete(rt, meta_.get("namespace"), meta_["name"], options, dry_run=dry_run)[0])
             except RequestRejected as exc:
                 if exc.code != 404:
                     raise
-        return json_response(200, {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success"})
+        return json_response(
+            200,
+            {
+                "kind": rt.list_kind,
+                "apiVersion": rt.api_version,
+                "metadata": {"resourceVersion": str(storage.resource_version)},
+                "items": [typed(rt, o) for o in deleted],
+            },
+        )
     raise RequestRejected(405, "MethodNotAllowed", f"{request.method} is not allowed on {request.path}")
+
+
+SERVICE_MERGE_KEYS = {**MERGE_KEYS, "ports": "port"}
+
+
+def _scale_of(rt: ResourceType, obj: dict[str, Any]) -> dict[str, Any]:
+    metadata = obj["metadata"]
+    spec = obj.get("spec") or {}
+    status = obj.get("status") or {}
+    return {
+        "kind": "Scale",
+        "apiVersion": "autoscaling/v1",
+        "metadata": {k: metadata[k] for k in ("name", "namespace", "uid", "resourceVersion", "creationTimestamp") if k in metadata},
+        "spec": {"replicas": spec.get("replicas", 0)},
+        "status": {"replicas": status.get("replicas", 0), "selector": selector_string(spec.get("selector"))},
+    }
+
+
+_SCALE_RT = ResourceType("autoscaling", "v1", "scales", "scale", "Scale", True)
+
+
+def _scale(storage: ObjectStorage, request: Request, target: Target, info: RequestInfo, dry_run: bool) -> Response:
+    rt, ns, name = target.rt, target.namespace, target.name
+    assert name is not None
+    obj = storage.get(rt, ns, name)
+    current = _scale_of(rt, obj)
+    if info.verb == "get":
+        return json_response(200, current)
+    if info.verb == "update":
+        new = decode_body(request)
+    elif info.verb == "patch":
+        content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
+        patch = decode_body(request)
+        if content_type == "application/json-patch+json":
+            new = json_patch(current, patch)
+        elif content_type == "application/strategic-merge-patch+json":
+            new = strategic_merge_patch(current, patch)
+        elif content_type in ("application/merge-patch+json", "application/apply-patch+yaml"):
+            new = merge_patch(current, patch)
+        else:
+            raise RequestRejected(415, "UnsupportedMediaType", f"the body of the request was in an unknown format ({content_type})")
+    else:
+        raise RequestRejected(405, "MethodNotAllowed", "the server does not allow this method on the requested resource")
+    if not isinstance(new, dict):
+        raise RequestRejected(400, "BadRequest", "the request body must be a JSON object")
+    replicas = (new.get("spec") or {}).get("replicas", 0)
+    if not isinstance(replicas, int) or isinstance(replicas, bool) or replicas < 0:
+        raise invalid_causes(
+            _SCALE_RT, name, [("FieldValueInvalid", "spec.replicas", f"Invalid value: {replicas}: must be greater than or equal to 0")]
+        )
+    body = copy.deepcopy(obj)
+    body["spec"]["replicas"] = replicas
+    sent_rv = (new.get("metadata") or {}).get("resourceVersion")
+    if sent_rv:
+        body["metadata"]["resourceVersion"] = sent_rv
+    else:
+        body["metadata"].pop("resourceVersion", None)
+    stored = storage.update(rt, ns, name, body, dry_run=dry_run, manager=_manager(request))
+    return json_response(200, _scale_of(rt, stored))
 
 
 def _success(rt: ResourceType, obj: dict[str, Any]) -> dict[str, Any]:
@@ -173,7 +288,7 @@ def _patch(storage: ObjectStorage, request: Request, target: Target, dry_run: bo
     elif content_type == "application/json-patch+json":
         new = json_patch(current, patch)
     elif content_type == "application/strategic-merge-patch+json" and not custom:
-        new = strategic_merge_patch(current, patch)
+        new = strategic_merge_patch(current, patch, SERVICE_MERGE_KEYS if rt.storage_key == ("", "services") else None)
     else:
         accepted = "application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml"
         if not custom:
@@ -183,5 +298,7 @@ def _patch(storage: ObjectStorage, request: Request, target: Target, dry_run: bo
             "UnsupportedMediaType",
             f"the body of the request was in an unknown format - accepted media types include: {accepted}",
         )
-    obj = storage.update(rt, ns, name, new, subresource=sub, dry_run=dry_run, manager=_manager(request))
+    obj = storage.update(
+        rt, ns, name, new, subresource=sub, dry_run=dry_run, manager=_manager(request), check_size=_large(request)
+    )
     return json_response(200, typed(rt, obj))

@@ -36,7 +36,7 @@ from typing import Any
 import attrs
 import trio
 
-from . import _apply, _deletion, _events
+from . import _apply, _deletion, _events, _services
 from ._errors import RequestRejected
 from ._objects import SYSTEM_METADATA, Key, Obj, format_time, meta
 from ._resources import BUILTIN_TYPES, ResourceType, resource_types_from_crd
@@ -454,10 +454,12 @@ class ObjectStorage:
         *,
         dry_run: bool = False,
         manager: str | None = None,
+        check_size: bool = False,
         _managed_fields: list[dict[str, Any]] | None = None,
     ) -> Obj:
         """Create an object. Raises :class:`RequestRejected`: 400, 404 (namespace), 409
-        AlreadyExists, 403 (namespace terminating), 422 Invalid."""
+        AlreadyExists, 403 (namespace terminating), 422 Invalid; with ``check_size``, 500 for an
+        object larger than etcd stores (:data:`MAX_OBJECT_BYTES`)."""
         obj = self._prepare_body(rt, namespace, body, None)
         namespace = self.check_namespace(rt, namespace)
         metadata = obj["metadata"]
@@ -477,7 +479,9 @@ class ObjectStorage:
                 metadata.pop(field, None)
         if rt.has_status:
             obj.pop("status", None)
-        strategy_for(rt).prepare(rt, obj, self._timestamp)
+        strategy = strategy_for(rt)
+        strategy.prepare(rt, obj, self._timestamp)
+        strategy.check(rt, obj, None)
         metadata["uid"] = self._new_uid()
         metadata["creationTimestamp"] = self._timestamp()
         metadata["generation"] = 1
@@ -485,12 +489,16 @@ class ObjectStorage:
             metadata["managedFields"] = _managed_fields
         elif manager:
             _apply.record_update(rt, obj, None, manager, self._timestamp)
-        strategy_for(rt).prepare_create(rt, obj)
+        strategy.prepare_create(rt, obj)
+        if rt.storage_key == _services.SERVICES:
+            _services.allocate(obj, self._objects[rt.storage_key].objects.values(), self._rng)
         if _events.is_event(rt):
             obj, rt = self._event_for_storage(rt, obj, None)
         is_crd = rt.storage_key == ("apiextensions.k8s.io", "customresourcedefinitions")
         if is_crd:
             self._check_crd_collision(obj)
+        if check_size:
+            _check_size(obj)
         if dry_run:
             obj["apiVersion"], obj["kind"] = rt.api_version, rt.kind
             return obj
@@ -510,6 +518,7 @@ class ObjectStorage:
         dry_run: bool = False,
         manager: str | None = None,
         check_version: bool = True,
+        check_size: bool = False,
         _ownership_changed: bool = False,
     ) -> Obj:
         """Replace an object (or its status). Raises :class:`RequestRejected`: 404, 409 Conflict
@@ -554,7 +563,10 @@ class ObjectStorage:
         strategy = strategy_for(rt)
         strategy.prepare_update(rt, obj, old, subresource)
         metadata = obj["metadata"]
+        if rt.storage_key == _services.SERVICES:
+            _services.keep_allocated(obj, old)
         strategy.prepare(rt, obj, self._timestamp)
+        strategy.check(rt, obj, old)
         if old_meta.get("deletionTimestamp"):
             new_finalizers = set(metadata.get("finalizers") or []) - set(old_meta.get("finalizers") or [])
             if new_finalizers:
@@ -578,6 +590,8 @@ class ObjectStorage:
         comparable_new["apiVersion"], comparable_new["kind"] = old.get("apiVersion"), old.get("kind")
         if comparable_new == comparable_old:
             return old
+        if check_size:
+            _check_size(obj)
         if dry_run:
             obj["apiVersion"], obj["kind"] = rt.api_version, rt.kind
             return obj
@@ -626,6 +640,15 @@ class ObjectStorage:
         precondition, 400 on an unknown propagation policy. Garbage collection of dependents
         happens within the call."""
         return _deletion.delete(self, rt, namespace, name, options, dry_run=dry_run)
+
+
+MAX_OBJECT_BYTES = 1536 * 1024
+"""The largest object etcd stores (its default ``--max-request-bytes``, 1.5 MiB)."""
+
+
+def _check_size(obj: Obj) -> None:
+    if len(json.dumps(obj, separators=(",", ":"))) > MAX_OBJECT_BYTES:
+        raise RequestRejected(500, "", "etcdserver: request is too large")
 
 
 def _namespace_terminating(rt: ResourceType, name: str, namespace: str) -> RequestRejected:
