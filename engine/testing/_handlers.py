@@ -7,7 +7,6 @@ Request bodies are decoded here (JSON, YAML, the protobuf envelope); the semanti
 from __future__ import annotations
 
 import copy
-import json
 from typing import Any
 
 import yaml  # type: ignore[import-untyped]  # no types-PyYAML installed
@@ -17,6 +16,7 @@ from ._access import review, token_request
 from ._errors import RequestRejected
 from ._events import field_selector, from_storage
 from ._faults import RequestInfo
+from ._fields import field_validation, loads_with_duplicates, reject_or_warn, unknown_fields
 from ._patch import MERGE_KEYS, json_patch, merge_patch, strategic_merge_patch
 from ._protobuf import decode_protobuf
 from ._resources import BUILTIN_TYPES, REVIEW_TYPES, ResourceType
@@ -33,11 +33,16 @@ __all__ = ["handle_resource", "decode_body"]
 def decode_body(request: Request) -> Any:
     """The request body as data, ``None`` when empty; raises :class:`RequestRejected` (400,
     415) when it cannot be decoded."""
+    return decode_checked(request)[0]
+
+
+def decode_checked(request: Request) -> tuple[Any, list[str]]:
+    """:func:`decode_body` and the paths of the fields a JSON body gives twice."""
     if not request.body:
-        return None
+        return None, []
     content_type = request.headers.get("content-type", "application/json")
     if "protobuf" in content_type:
-        return decode_protobuf(request.body)
+        return decode_protobuf(request.body), []
     if "cbor" in content_type:
         raise RequestRejected(
             415,
@@ -47,10 +52,20 @@ def decode_body(request: Request) -> Any:
         )
     try:
         if "yaml" in content_type:
-            return yaml.safe_load(request.body)
-        return json.loads(request.body)
+            return yaml.safe_load(request.body), []
+        return loads_with_duplicates(request.body)
     except (ValueError, yaml.YAMLError):
         raise RequestRejected(400, "BadRequest", "the request body is not valid JSON or YAML") from None
+
+
+def _field_warnings(rt: ResourceType, request: Request, obj: Any, duplicates: list[str]) -> list[tuple[str, str]]:
+    """Drops the fields of ``obj`` a built-in type does not have and answers per
+    ``fieldValidation`` (``Warning`` headers, or 400 under ``Strict``)."""
+    mode = field_validation(request.query)
+    if rt not in BUILTIN_TYPES:
+        return []
+    unknown = unknown_fields(f"{rt.api_version}/{rt.kind}", obj) if isinstance(obj, dict) else []
+    return [("warning", w) for w in reject_or_warn(mode, rt.kind, rt.version, unknown, duplicates)]
 
 
 MAX_BODY_BYTES = 3 * 1024 * 1024
@@ -129,23 +144,25 @@ def handle_resource(storage: ObjectStorage, request: Request, target: Target, in
     if info.verb == "create":
         if name is not None:
             raise RequestRejected(405, "MethodNotAllowed", "POST is not allowed on a named object")
-        obj = storage.create(
-            rt, ns, decode_body(request), dry_run=dry_run, manager=_manager(request), check_size=_large(request)
-        )
-        return json_response(201, typed(rt, obj))
+        body, duplicates = decode_checked(request)
+        warnings = _field_warnings(rt, request, body, duplicates)
+        obj = storage.create(rt, ns, body, dry_run=dry_run, manager=_manager(request), check_size=_large(request))
+        return json_response(201, typed(rt, obj), warnings)
     if info.verb == "update":
         assert name is not None
+        body, duplicates = decode_checked(request)
+        warnings = _field_warnings(rt, request, body, duplicates)
         obj = storage.update(
             rt,
             ns,
             name,
-            decode_body(request),
+            body,
             subresource=sub,
             dry_run=dry_run,
             manager=_manager(request),
             check_size=_large(request),
         )
-        return json_response(200, typed(rt, obj))
+        return json_response(200, typed(rt, obj), warnings)
     if info.verb == "patch":
         assert name is not None
         return _patch(storage, request, target, dry_run)
@@ -270,7 +287,7 @@ def _patch(storage: ObjectStorage, request: Request, target: Target, dry_run: bo
     rt, ns, name, sub = target.rt, target.namespace, target.name, target.subresource
     assert name is not None
     content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
-    patch = decode_body(request)
+    patch, duplicates = decode_checked(request)
     custom = rt not in BUILTIN_TYPES
     if content_type == "application/apply-patch+yaml":
         manager = request.query.get("fieldManager")
@@ -278,10 +295,11 @@ def _patch(storage: ObjectStorage, request: Request, target: Target, dry_run: bo
             raise RequestRejected(
                 400, "BadRequest", "PATCH with application/apply-patch+yaml requires the fieldManager parameter"
             )
+        warnings = _field_warnings(rt, request, patch, duplicates)
         obj, created = storage.apply(
             rt, ns, name, patch, manager=manager, force=flag(request.query, "force"), subresource=sub, dry_run=dry_run
         )
-        return json_response(201 if created else 200, typed(rt, obj))
+        return json_response(201 if created else 200, typed(rt, obj), warnings)
     current = from_storage(rt, storage.get(rt, ns, name))
     if content_type == "application/merge-patch+json":
         new = merge_patch(current, patch)
@@ -298,7 +316,8 @@ def _patch(storage: ObjectStorage, request: Request, target: Target, dry_run: bo
             "UnsupportedMediaType",
             f"the body of the request was in an unknown format - accepted media types include: {accepted}",
         )
+    warnings = _field_warnings(rt, request, new, duplicates)
     obj = storage.update(
         rt, ns, name, new, subresource=sub, dry_run=dry_run, manager=_manager(request), check_size=_large(request)
     )
-    return json_response(200, typed(rt, obj))
+    return json_response(200, typed(rt, obj), warnings)
