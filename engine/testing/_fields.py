@@ -95,7 +95,11 @@ def loads_with_duplicates(text: bytes) -> tuple[Any, list[str]]:
         seen = True
         marked = _Duplicated(out)
         counted: set[str] = set()
-        marked.duplicates = [k for k, _ in items if k in counted or counted.add(k)]
+        marked.duplicates = []
+        for key, _ in items:
+            if key in counted:
+                marked.duplicates.append(key)
+            counted.add(key)
         return marked
 
     data = json.loads(text, object_pairs_hook=pairs)

@@ -23,7 +23,7 @@ from ._resources import BUILTIN_TYPES, REVIEW_TYPES, ResourceType
 from ._responses import json_response, typed
 from ._routing import Target, flag
 from ._selectors import parse_field_selector, parse_label_selector
-from ._status import invalid_causes
+from ._status import CauseSpec, invalid_causes
 from ._storage import ObjectStorage
 from ._workloads import selector_string
 
@@ -127,8 +127,11 @@ def handle_resource(storage: ObjectStorage, request: Request, target: Target, in
                 limit = int(q["limit"])
             except ValueError:
                 raise RequestRejected(400, "BadRequest", "limit must be an integer") from None
+        exact = _list_resource_version(q)
+        if q.get("resourceVersion") == "0" and not q.get("continue"):
+            limit = None
         items, rv, token, remaining = storage.list_objects(
-            rt, ns, labels, fields, limit=limit, continue_token=q.get("continue") or None
+            rt, ns, labels, fields, limit=limit, continue_token=q.get("continue") or None, exact=exact
         )
         meta: dict[str, Any] = {"resourceVersion": str(rv)}
         if token:
@@ -198,6 +201,35 @@ def handle_resource(storage: ObjectStorage, request: Request, target: Target, in
         )
     raise RequestRejected(405, "MethodNotAllowed", f"{request.method} is not allowed on {request.path}")
 
+
+def _list_resource_version(query: dict[str, str]) -> int | None:
+    """Validate a list's ``resourceVersion``/``resourceVersionMatch`` as ``ValidateListOptions``
+    does (422 on ``ListOptions``); the resourceVersion to list at exactly, if any. ``0`` (or
+    none) lists the latest state, any other number the latest state not older than it."""
+    rv, match = query.get("resourceVersion", ""), query.get("resourceVersionMatch", "")
+    causes: list[CauseSpec] = []
+    if match:
+        if not rv:
+            causes.append(("FieldValueForbidden", "resourceVersionMatch", "Forbidden: resourceVersionMatch is forbidden unless resourceVersion is provided"))
+        if query.get("continue"):
+            causes.append(("FieldValueForbidden", "resourceVersionMatch", "Forbidden: resourceVersionMatch is forbidden when continue is provided"))
+        if match not in ("Exact", "NotOlderThan"):
+            causes.append(("FieldValueNotSupported", "resourceVersionMatch", f'Unsupported value: "{match}": supported values: "Exact", "NotOlderThan", ""'))
+        if match == "Exact" and rv == "0":
+            causes.append(("FieldValueForbidden", "resourceVersionMatch", 'Forbidden: resourceVersionMatch "exact" is forbidden for resourceVersion "0"'))
+    if causes:
+        raise invalid_causes(_LIST_OPTIONS_RT, "", causes)
+    if rv:
+        try:
+            number = int(rv)
+        except ValueError:
+            raise RequestRejected(400, "BadRequest", f'invalid resource version "{rv}"') from None
+        if match == "Exact":
+            return number
+    return None
+
+
+_LIST_OPTIONS_RT = ResourceType("meta.k8s.io", "v1", "listoptions", "listoptions", "ListOptions", False)
 
 SERVICE_MERGE_KEYS = {**MERGE_KEYS, "ports": "port"}
 

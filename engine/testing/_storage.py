@@ -11,10 +11,10 @@ namespaces that must exist; watches replayed from a bounded history. The rest li
 per-type validation and defaults in :mod:`._strategies`, field ownership and server-side apply
 in :mod:`._apply`, deletion and garbage collection in :mod:`._deletion`.
 
-Simplified: lists always read the latest state (``resourceVersion`` and ``resourceVersionMatch``
-on lists are ignored) and a ``continue`` token resumes after the last key of the previous page
-rather than from a snapshot. Core ``v1`` events and ``events.k8s.io/v1`` events are stored
-separately. There is no persistence.
+Lists read the latest state, or with ``resourceVersionMatch=Exact`` the state at a
+resourceVersion the history still covers; the pages after the first read the first page's
+state, as on the real server. Core ``v1`` and ``events.k8s.io/v1`` Events are one storage (the
+core form) with two views (:mod:`._events`). There is no persistence.
 """
 
 from __future__ import annotations
@@ -343,16 +343,26 @@ class ObjectStorage:
         *,
         limit: int | None = None,
         continue_token: str | None = None,
+        exact: int | None = None,
     ) -> tuple[list[Obj], int, str | None, int | None]:
         """``(items, resourceVersion, continue, remainingItemCount)`` for one page, in
         ``(namespace, name)`` order.
 
-        A page costs a bisection plus its own length when there are no selectors; with
-        selectors, the objects after the page are still matched to count them. Raises
+        ``exact`` lists the objects as they were at that resourceVersion
+        (``resourceVersionMatch=Exact``); the pages after the first are read at the first
+        page's resourceVersion, as the real server reads them from etcd's history. A page of
+        the latest state costs a bisection plus its own length when there are no selectors;
+        with selectors, the objects after the page are still matched to count them. Raises
         :class:`RequestRejected`: 400 for a malformed ``continue`` token, 410 Expired for one
-        older than the history.
+        (or an ``exact`` resourceVersion) older than the history.
         """
         list_rv = self._rv
+        if exact is not None:
+            if exact < self._floor:
+                raise RequestRejected(
+                    410, "Expired", f"too old resource version: {exact} ({self._floor})"
+                )
+            list_rv = min(exact, self._rv)
         after: Key | None = None
         if continue_token:
             try:
@@ -368,6 +378,8 @@ class ObjectStorage:
                     "result. You can start a new list without the continue parameter.",
                 )
         bucket = self._objects.get(rt.storage_key) or _Bucket()
+        if list_rv < self._rv:
+            bucket = self._snapshot(rt.storage_key, bucket, list_rv)
         span = bucket.span(namespace, after)
         wanted = limit if limit is not None and limit > 0 else None
         page: list[Key] = []
@@ -391,6 +403,22 @@ class ObjectStorage:
             ).decode()
             return items, list_rv, token, matched - wanted
         return items, list_rv, None, None
+
+    def _snapshot(self, storage_key: tuple[str, str], bucket: _Bucket, rv: int) -> _Bucket:
+        """``bucket`` as it was at ``rv`` (which the history must still cover), rebuilt by
+        undoing the later changes."""
+        objects = dict(bucket.objects)
+        for change in reversed(self._history):
+            if change.rv <= rv:
+                break
+            if change.key != storage_key:
+                continue
+            key = (meta(change.obj).get("namespace", "") or "", meta(change.obj)["name"])
+            if change.type == "ADDED" or change.old is None:
+                objects.pop(key, None)
+            else:
+                objects[key] = change.old
+        return _Bucket(objects, sorted(objects))
 
     # ----- writes -----
 
