@@ -224,6 +224,28 @@ def _check_ingress(rt: ResourceType, obj: Obj, old: Obj | None) -> None:
         raise invalid_causes(rt, str(meta(obj).get("name", "")), causes)
 
 
+def _check_lease(rt: ResourceType, obj: Obj, old: Obj | None) -> None:
+    spec = _mapping(obj.get("spec"))
+    causes: list[CauseSpec] = []
+    duration = spec.get("leaseDurationSeconds")
+    if duration is not None and (not isinstance(duration, int) or duration <= 0):
+        causes.append(("FieldValueInvalid", "spec.leaseDurationSeconds", f"Invalid value: {duration}: must be greater than 0"))
+    transitions = spec.get("leaseTransitions")
+    if transitions is not None and (not isinstance(transitions, int) or transitions < 0):
+        causes.append(
+            ("FieldValueInvalid", "spec.leaseTransitions", f"Invalid value: {transitions}: must be greater than or equal to 0")
+        )
+    strategy = spec.get("strategy")
+    if strategy not in (None, "", "OldestEmulationVersion"):
+        causes.append(
+            ("FieldValueNotSupported", "spec.strategy", f'Unsupported value: "{strategy}": supported values: "OldestEmulationVersion"')
+        )
+    if spec.get("preferredHolder") and not strategy:
+        causes.append(("FieldValueForbidden", "spec.preferredHolder", "Forbidden: may only be specified if `strategy` is defined"))
+    if causes:
+        raise invalid_causes(rt, str(meta(obj).get("name", "")), causes)
+
+
 _WORKLOAD = Strategy(
     canonicalize=_workload_defaults, prepare_create=_workloads.prepare_create, check=_workloads.check
 )
@@ -233,6 +255,7 @@ _DEFAULT = Strategy()
 _STRATEGIES: dict[tuple[str, str], Strategy] = {
     ("", "secrets"): Strategy(canonicalize=_canonicalize_secret, check=_check_data_size),
     ("", "configmaps"): Strategy(check=_check_data_size),
+    ("coordination.k8s.io", "leases"): Strategy(check=_check_lease),
     ("", "services"): Strategy(canonicalize=_service_defaults, prepare_create=_load_balancer_status, check=_services.check),
     ("networking.k8s.io", "ingresses"): Strategy(prepare_create=_load_balancer_status, check=_check_ingress),
     **{key: _WORKLOAD for key in _workloads.WORKLOADS},
