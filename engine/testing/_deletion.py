@@ -2,7 +2,8 @@
 
 An object that nothing holds is removed at once. One that finalizers hold gets a
 ``deletionTimestamp`` (``deletionGracePeriodSeconds: 0``, and its ``generation`` bumped when it
-has one) and is removed by the write that clears its last finalizer. The propagation policy
+has one; namespaces and CustomResourceDefinitions get the timestamp only, as their registries
+set it) and is removed by the write that clears its last finalizer. The propagation policy
 becomes a finalizer, as on the real server: ``Foreground`` adds ``foregroundDeletion``,
 ``Orphan`` (or ``orphanDependents: true``) adds ``orphan``, ``Background`` removes both. A
 namespace is also held by its ``spec.finalizers`` (``kubernetes``, added at creation): deleting
@@ -149,7 +150,7 @@ def delete(
         new["metadata"]["deletionTimestamp"] = storage._timestamp()
         if rt.storage_key == _NAMESPACES:
             new["status"] = {**(new.get("status") or {}), "phase": "Terminating"}
-        else:
+        elif rt.storage_key != _CRDS:
             new["metadata"]["deletionGracePeriodSeconds"] = 0
             if metadata.get("generation"):
                 new["metadata"]["generation"] = int(metadata["generation"]) + 1

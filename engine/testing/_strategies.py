@@ -140,6 +140,7 @@ def _validate_crd(rt: ResourceType, obj: Obj) -> None:
 
 def _canonicalize_crd(rt: ResourceType, obj: Obj, now: Clock) -> None:
     spec = obj["spec"]
+    spec.setdefault("conversion", {"strategy": "None"})
     status = dict(obj.get("status") or {})
     timestamp = now()
     status["acceptedNames"] = {k: v for k, v in spec["names"].items()}
