@@ -9,7 +9,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-import yaml  # type: ignore[import-untyped]  # no types-PyYAML installed
+import yaml
 
 from ..observability._http import Request, Response
 from ._access import review, token_request

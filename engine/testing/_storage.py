@@ -204,6 +204,15 @@ class ObjectStorage:
         for t in types:
             self._register(t)
         self._crd_types[name] = types
+        schema = types[0].schema if types else None
+        bucket = self._objects.get(types[0].storage_key) if types else None
+        if schema is not None and bucket is not None:
+            # Defaulting on read: objects stored before a default was added read with it.
+            for key, obj in bucket.objects.items():
+                fresh = copy.deepcopy(obj)
+                schema.root.apply_defaults(fresh)
+                if fresh != obj:
+                    bucket.objects[key] = fresh
 
     def _unserve_crd(self, crd: Obj) -> None:
         name = meta(crd)["name"]
@@ -441,6 +450,10 @@ class ObjectStorage:
         if not isinstance(body, dict):
             raise RequestRejected(400, "BadRequest", "the request body must be a JSON object")
         obj = copy.deepcopy(body)
+        if obj.get("kind") not in (None, "", rt.kind) and rt.schema is not None:
+            kind = str(obj["kind"])
+            name_ = str((obj.get("metadata") or {}).get("name") or name or "")
+            raise invalid(rt, name_, [("kind", f'Invalid value: "{kind}": must be {rt.kind}')], kind=kind)
         if obj.get("kind") not in (None, "", rt.kind):
             raise RequestRejected(
                 400, "BadRequest", f"the kind of the object ({obj.get('kind')}) does not match the resource ({rt.kind})"
@@ -593,7 +606,7 @@ class ObjectStorage:
         metadata = obj["metadata"]
         if rt.storage_key == _services.SERVICES:
             _services.keep_allocated(obj, old)
-        strategy.prepare(rt, obj, self._timestamp)
+        strategy.prepare(rt, obj, self._timestamp, old=old, subresource=subresource)
         strategy.check(rt, obj, old)
         if old_meta.get("deletionTimestamp"):
             new_finalizers = set(metadata.get("finalizers") or []) - set(old_meta.get("finalizers") or [])

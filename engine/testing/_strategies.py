@@ -3,7 +3,8 @@
 The real API server gives every resource a strategy (prepare, validate, canonicalize). Here a
 :class:`Strategy` holds the type's name rule, its validation beyond metadata and its
 canonicalization (defaults and derived fields). Types without an entry use the default strategy:
-metadata validation only.
+metadata validation only. Custom resources use their definition's schema (:mod:`._schema`):
+pruning, defaults, validation and CEL rules; definitions are checked for structural schemas.
 """
 
 from __future__ import annotations
@@ -18,9 +19,10 @@ import attrs
 
 from . import _access, _services, _workloads
 from ._objects import Obj, meta
-from ._resources import ResourceType, resource_types_from_crd
+from ._resources import ResourceType, openapi_schema, resource_types_from_crd
+from ._schema import FieldError, check_object, structural_errors
 from ._status import CauseSpec, invalid, invalid_causes
-from ._validation import NameRule, validate_metadata
+from ._validation import NameRule, metadata_causes, validate_metadata
 
 __all__ = ["Strategy", "strategy_for"]
 
@@ -62,17 +64,38 @@ class Strategy:
     """Sets what the server owns on create (``PrepareForCreate``), in place; runs after field
     ownership is recorded, so what it sets is owned by no manager."""
     prepare_update: Callable[[ResourceType, Obj, Obj, str | None], None] = _nothing_on_update
+    """``(rt, new, old, subresource)``: keeps what a write through this endpoint may not change
+    (``PrepareForUpdate``), in place, before validation."""
     check: Callable[[ResourceType, Obj, Obj | None], None] = _no_check
     """``(rt, obj, old)``: validation that needs the defaults applied or the object an update
     replaces (``old``, ``None`` on create); raises ``RequestRejected``."""
-    """``(rt, new, old, subresource)``: keeps what a write through this endpoint may not change
-    (``PrepareForUpdate``), in place, before validation."""
 
-    def prepare(self, rt: ResourceType, obj: Obj, now: Clock) -> None:
-        """Validate ``obj`` then canonicalize it in place; raises :class:`RequestRejected`."""
+    def prepare(
+        self, rt: ResourceType, obj: Obj, now: Clock, *, old: Obj | None = None, subresource: str | None = None
+    ) -> list[str]:
+        """Validate ``obj`` then canonicalize it in place; raises :class:`RequestRejected`.
+
+        ``old`` is the stored object on updates, ``subresource`` the subresource written. Returns
+        the paths of the unknown fields a custom resource's schema pruned (for warnings)."""
+        if rt.schema is not None:
+            return _prepare_custom(rt, obj, old, subresource)
         validate_metadata(rt, obj, self.name_rule)
         self.validate_type(rt, obj)
         self.canonicalize(rt, obj, now)
+        return []
+
+
+def _prepare_custom(rt: ResourceType, obj: Obj, old: Obj | None, subresource: str | None) -> list[str]:
+    """Prune and default, then validate as the real server validates a custom resource: metadata
+    and the schema, then the CEL rules unless a blocking error came first."""
+    assert rt.schema is not None
+    unknown = rt.schema.prune_and_default(obj)
+    errors: list[FieldError | tuple[str, str]] = []
+    errors.extend(metadata_causes(obj))
+    errors.extend(check_object(rt.schema, obj, old, status_only=subresource == "status"))
+    if errors:
+        raise invalid(rt, str(meta(obj).get("name", "")), errors)
+    return unknown
 
 
 def _canonicalize_secret(rt: ResourceType, obj: Obj, now: Clock) -> None:
@@ -136,6 +159,11 @@ def _prepare_namespace_update(rt: ResourceType, obj: Obj, old: Obj, subresource:
 
 def _validate_crd(rt: ResourceType, obj: Obj) -> None:
     resource_types_from_crd(obj)
+    errors: list[FieldError] = []
+    for i, version in enumerate(obj["spec"]["versions"]):
+        errors.extend(structural_errors(openapi_schema(version), f"spec.versions[{i}].schema.openAPIV3Schema"))
+    if errors:
+        raise invalid(rt, str(meta(obj).get("name", "")), errors)
 
 
 def _canonicalize_crd(rt: ResourceType, obj: Obj, now: Clock) -> None:
