@@ -38,6 +38,7 @@ import trio
 
 from . import _apply, _deletion, _events, _services
 from ._errors import RequestRejected
+from ._fields import FieldCheck
 from ._objects import SYSTEM_METADATA, Key, Obj, format_time, meta
 from ._resources import BUILTIN_TYPES, ResourceType, resource_types_from_crd
 from ._selectors import FieldSelector, LabelSelector
@@ -496,11 +497,13 @@ class ObjectStorage:
         dry_run: bool = False,
         manager: str | None = None,
         check_size: bool = False,
+        fields: FieldCheck | None = None,
         _managed_fields: list[dict[str, Any]] | None = None,
     ) -> Obj:
         """Create an object. Raises :class:`RequestRejected`: 400, 404 (namespace), 409
         AlreadyExists, 403 (namespace terminating), 422 Invalid; with ``check_size``, 500 for an
-        object larger than etcd stores (:data:`MAX_OBJECT_BYTES`)."""
+        object larger than etcd stores (:data:`MAX_OBJECT_BYTES`). ``fields`` hears of the unknown
+        fields a custom resource's schema pruned (400 under ``fieldValidation=Strict``)."""
         obj = self._prepare_body(rt, namespace, body, None)
         namespace = self.check_namespace(rt, namespace)
         metadata = obj["metadata"]
@@ -521,7 +524,9 @@ class ObjectStorage:
         if rt.has_status:
             obj.pop("status", None)
         strategy = strategy_for(rt)
-        strategy.prepare(rt, obj, self._timestamp)
+        unknown = strategy.prepare(rt, obj, self._timestamp)
+        if fields is not None:
+            fields.report(unknown)
         strategy.check(rt, obj, None)
         metadata["uid"] = self._new_uid()
         metadata["creationTimestamp"] = self._timestamp()
@@ -560,6 +565,7 @@ class ObjectStorage:
         manager: str | None = None,
         check_version: bool = True,
         check_size: bool = False,
+        fields: FieldCheck | None = None,
         _ownership_changed: bool = False,
     ) -> Obj:
         """Replace an object (or its status). Raises :class:`RequestRejected`: 404, 409 Conflict
@@ -606,7 +612,9 @@ class ObjectStorage:
         metadata = obj["metadata"]
         if rt.storage_key == _services.SERVICES:
             _services.keep_allocated(obj, old)
-        strategy.prepare(rt, obj, self._timestamp, old=old, subresource=subresource)
+        unknown = strategy.prepare(rt, obj, self._timestamp, old=old, subresource=subresource)
+        if fields is not None:
+            fields.report(unknown)
         strategy.check(rt, obj, old)
         if old_meta.get("deletionTimestamp"):
             new_finalizers = set(metadata.get("finalizers") or []) - set(old_meta.get("finalizers") or [])

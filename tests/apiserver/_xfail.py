@@ -83,8 +83,6 @@ XFAIL: dict[str, str] = {
     "table.cm_get": "table: answers 200 ConfigMap, the real server 200 Table",
     "meta.partial_get": "meta: as=PartialObjectMetadata is ignored (answers the full ConfigMap)",
     "schema.create_defaults_pruning": "schema: no pruning of unknown fields, no defaults, no Warning headers for unknown fields",
-    "schema.create_unknown_strict": "schema: answers 201 Shape, the real server 400 Status",
-    "schema.create_duplicate_field_strict": "schema: answers 201 Shape, the real server 400 Status",
     "schema.update_unset_defaulted": "schema: no pruning/defaulting; generation bumped by the unpruned update",
     "schema.status_patch_valid": "schema: spec was not pruned/defaulted and the invalid update was accepted; generation differs",
     "schema.get_after_status": "schema: spec was not pruned/defaulted and the invalid update was accepted; generation differs",

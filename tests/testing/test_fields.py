@@ -69,3 +69,26 @@ async def test_list_resource_versions(client: httpx.AsyncClient) -> None:
     r = await client.get(CM, params={"resourceVersion": "0", "resourceVersionMatch": "Exact"})
     assert_status(r, 422, "Invalid")
     assert json.loads(r.text)["details"]["causes"][0]["field"] == "resourceVersionMatch"
+
+
+async def test_custom_resources_report_what_their_schema_prunes(client: httpx.AsyncClient) -> None:
+    schema = {"type": "object", "properties": {"spec": {"type": "object", "properties": {"size": {"type": "integer"}}}}}
+    crd = {
+        "metadata": {"name": "widgets.example.com"},
+        "spec": {
+            "group": "example.com",
+            "scope": "Namespaced",
+            "names": {"plural": "widgets", "singular": "widget", "kind": "Widget"},
+            "versions": [{"name": "v1", "served": True, "storage": True, "schema": {"openAPIV3Schema": schema}}],
+        },
+    }
+    assert (await client.post("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", json=crd)).status_code == 201
+    widgets = "/apis/example.com/v1/namespaces/default/widgets"
+    r = await client.post(widgets, json={"metadata": {"name": "w"}, "spec": {"size": 1, "colour": "red"}})
+    assert r.status_code == 201 and r.headers.get_list("warning") == ['299 - "unknown field \\"spec.colour\\""']
+    r = await client.post(widgets, json={"metadata": {"name": "s"}, "spec": {"colour": "red"}}, params={"fieldValidation": "Strict"})
+    assert_status(r, 400, "BadRequest")
+    assert r.json()["message"].endswith('strict decoding error: unknown field "spec.colour"')
+    raw = b'{"metadata": {"name": "d"}, "spec": {"size": 1, "size": 2}}'
+    r = await client.post(widgets, content=raw, headers={"content-type": "application/json"}, params={"fieldValidation": "Strict"})
+    assert r.json()["message"].endswith('strict decoding error: duplicate field "spec.size"')
