@@ -9,7 +9,7 @@ Semantics kept from the real API server: one global, monotonically increasing re
 with a status subresource, ``status`` changes, and when deletion starts); optimistic concurrency;
 namespaces that must exist; watches replayed from a bounded history. The rest lives next door:
 per-type validation and defaults in :mod:`._strategies`, field ownership and server-side apply
-in :mod:`._apply`, deletion and garbage collection in :mod:`._deletion`.
+in :mod:`._apply`, deletion in :mod:`._deletion`, garbage collection in :mod:`._controllers`.
 
 Lists read the latest state, or with ``resourceVersionMatch=Exact`` the state at a
 resourceVersion the history still covers; the pages after the first read the first page's
@@ -686,8 +686,9 @@ class ObjectStorage:
         """Delete an object; returns ``(object, gone)``; ``gone`` is false while finalizers
         hold it. ``options`` is a ``DeleteOptions`` body (``preconditions``,
         ``propagationPolicy``). Raises :class:`RequestRejected`: 404, 409 on a failed
-        precondition, 400 on an unknown propagation policy. Garbage collection of dependents
-        happens within the call."""
+        precondition, 400 on an unknown propagation policy, 403 for the namespaces that may not
+        be deleted. The propagation policy becomes a finalizer; collecting the dependents is
+        the controllers' work, after the call (see :mod:`._controllers`)."""
         return _deletion.delete(self, rt, namespace, name, options, dry_run=dry_run)
 
 

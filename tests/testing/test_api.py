@@ -386,3 +386,9 @@ async def test_unknown_routes(client: httpx.AsyncClient) -> None:
     assert_status(await client.get("/api/v1/namespaces/default/namespaces"), 404, "NotFound")
     assert_status(await client.get(f"{CM}/x/scale"), 404, "NotFound")
     assert (await client.get("/healthz")).text == "ok"
+
+
+async def test_the_system_namespaces_may_not_be_deleted(client: httpx.AsyncClient) -> None:
+    for name in ("default", "kube-system", "kube-public"):
+        assert_status(await client.delete(f"/api/v1/namespaces/{name}"), 403, "Forbidden")
+    assert (await client.get("/api/v1/namespaces/default")).json()["status"]["phase"] == "Active"
