@@ -19,6 +19,7 @@
     │   │   ├── ConflictError, AlreadyExistsError, GoneError, InvalidError,
     │   │   └── TooManyRequestsError, ServerError
     │   ├── TransportError         the API server could not be reached / the connection broke
+    │   │   └── TLSVerificationError  its certificate failed verification (never retried)
     │   ├── ResponseError          the server's answer broke the protocol
     │   ├── ResourceNotFoundError  discovery does not know a group/version and kind
     │   ├── WatchStalledError      a watch stream went silent past its idle timeout

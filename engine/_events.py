@@ -20,7 +20,7 @@ import attrs
 import trio
 
 from ._refs import ObjectRef
-from ._text import summarize
+from ._text import redact, redact_value, summarize
 
 __all__ = [
     "EventType",
@@ -238,18 +238,21 @@ class EventRecorder:
         metadata: Mapping[str, str] | None = None,
         run_id: str | None = None,
     ) -> None:
-        """Record one event. Never awaits, never raises; O(1). Dropped (and counted) if full."""
+        """Record one event. Never awaits, never raises; O(1). Dropped (and counted) if full.
+
+        Secrets in ``message`` and ``metadata`` are masked (:func:`engine._text.redact`) before any sink sees it.
+        """
         try:
             now = time.time()
             event = Event(
                 involved=involved,
                 type=type,
                 reason=str(reason),
-                message=str(message),
+                message=redact(str(message)),
                 controller=self.controller if controller is None else str(controller),
                 timestamp=now,
                 first_timestamp=now,
-                metadata=dict(metadata) if metadata else {},
+                metadata=redact_value(dict(metadata)) if metadata else {},
                 run_id=run_id,
             )
             self._emitted += 1

@@ -9,61 +9,34 @@ and, when the record carries them, ``controller``, ``object``, ``namespace``, ``
 
 Secrets are never written: the value of any extra whose key names a secret (``token``,
 ``password``, ``secret``, ``authorization``, ``cookie``, ``credential``, ``api_key``, client key
-data), at any depth of nested mappings, becomes ``<redacted>``; bearer tokens and
-``password=...``-style pairs in the message and the traceback are masked too.
+data), at any depth of nested mappings, becomes ``<redacted>``; the message, the error and the
+traceback go through :func:`engine._text.redact` (bearer tokens, ``password=...``-style pairs,
+URL passwords, PEM private keys), the same function event, status and live-stream messages use.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import re
 import sys
-from collections.abc import Mapping
 from typing import IO, Any
 
 from ._refs import ObjectRef
+from ._text import REDACTED, is_secret_name, redact, redact_value
 
-__all__ = ["JSONFormatter", "TextFormatter", "configure_logging", "redact"]
+__all__ = ["JSONFormatter", "TextFormatter", "configure_logging"]
 
 _STANDARD = frozenset(vars(logging.LogRecord("", 0, "", 0, "", (), None)).keys()) | {
     "message", "asctime", "taskName",
 }
-_SECRET_WORDS = (
-    "token", "password", "passwd", "secret", "authorization", "cookie", "credential",
-    "api_key", "apikey", "key-data", "key_data", "client-key", "client_key", "private_key",
-)
-_SECRET_TEXT = re.compile(
-    r"(?i)(\bbearer\s+)[^\s\"',;]+"
-    r"|(\b(?:token|password|passwd|secret|api[_-]?key|client[_-]key[_-]data)\b\s*[=:]\s*)[^\s\"',;&]+"
-)
 _LEVELS = {"WARNING": "warn", "CRITICAL": "critical"}
 _FIRST = ("controller", "object", "namespace", "name", "reconcileID")
-REDACTED = "<redacted>"
 
 
-def _secret_key(key: str) -> bool:
-    lowered = key.lower()
-    return any(word in lowered for word in _SECRET_WORDS)
-
-
-def redact(text: str) -> str:
-    """Mask bearer tokens and ``token=``/``password=``-style values in free text."""
-    return _SECRET_TEXT.sub(lambda m: (m.group(1) or m.group(2)) + REDACTED, text)
-
-
-def _clean(value: Any, depth: int = 0) -> Any:
-    if isinstance(value, Mapping) and depth < 5:
-        return {
-            str(k): REDACTED if _secret_key(str(k)) else _clean(v, depth + 1) for k, v in value.items()
-        }
-    if isinstance(value, (list, tuple)) and depth < 5:
-        return [_clean(v, depth + 1) for v in value]
+def _clean(value: Any) -> Any:
     if isinstance(value, ObjectRef):
         return str(value)
-    if isinstance(value, str):
-        return redact(value)
-    return value
+    return redact_value(value)
 
 
 def _extras(record: logging.LogRecord) -> dict[str, Any]:
@@ -81,7 +54,7 @@ def _extras(record: logging.LogRecord) -> dict[str, Any]:
     for key, value in items.items():
         if key in _STANDARD or key in out or key == "object_name" or key.startswith("_") or value is None:
             continue
-        out[key] = REDACTED if _secret_key(key) else _clean(value)
+        out[key] = REDACTED if is_secret_name(key) else _clean(value)
     return out
 
 

@@ -187,8 +187,9 @@ class MappedSource(Generic[T]):
             item = f"an item of type {type(event).__name__}"
         logger.error(
             "mapper of source %r raised for %s; item skipped: %s", self._reason, item, _summary(error),
-            exc_info=error, extra={"controller": self.controller.name, "object": item},
+            extra={"controller": self.controller.name, "object": item},
         )
+        logger.debug("mapper traceback", exc_info=error)
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Handle each event received until the channel is closed (without ``receive``, just

@@ -22,6 +22,7 @@ from engine import (
     TerminalError,
 )
 
+from ._secrets import SECRET_CASES
 from ._support import running
 
 A = ObjectRef("Bundle", "a", "ns")
@@ -389,6 +390,27 @@ async def test_error_inside_reconciler_nursery_is_a_failure(autojump_clock: trio
         controller.trigger(A)
         await trio.sleep(0.001)
     assert log.kinds()[0] is OutcomeKind.FAILED
+
+
+@pytest.mark.parametrize(("text", "secret"), SECRET_CASES)
+async def test_a_failure_event_is_one_line_with_type_and_message_and_no_secret(
+    autojump_clock: trio.testing.MockClock, text: str, secret: str
+) -> None:
+    async def boom() -> None:
+        raise PermissionError(text)
+
+    async def reconcile(ctx: RunContext) -> None:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(boom)
+
+    manager, controller, _, sink = make(reconcile)
+    async with running(manager):
+        controller.trigger(A)
+        await trio.sleep(0.001)
+    warning = next(e for e in sink.events if e.reason == "ReconcileFailed")
+    assert warning.message.startswith(f"PermissionError: {text.split()[0]} ")
+    assert "\n" not in warning.message and "Traceback" not in warning.message
+    assert secret not in warning.message
 
 
 async def test_dependency_not_ready_inside_nursery_is_unwrapped(autojump_clock: trio.testing.MockClock) -> None:

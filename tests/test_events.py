@@ -18,7 +18,9 @@ from engine import (
     ObjectRef,
     RunContext,
 )
+from engine._text import redact
 
+from ._secrets import SECRET_CASES
 from ._support import running
 
 A = ObjectRef("Bundle", "a", "ns")
@@ -170,6 +172,20 @@ async def test_odd_event_arguments_are_stringified_not_fatal(autojump_clock: tri
         manager.events.normal(A, "Progressing", ["not", "a", "string"])  # type: ignore[arg-type]
         await trio.sleep(1)
     assert [e.message for e in memory.events] == ["['not', 'a', 'string']"]
+
+
+@pytest.mark.parametrize(("text", "secret"), SECRET_CASES)
+async def test_no_kind_of_secret_reaches_a_sink(autojump_clock: trio.testing.MockClock, text: str, secret: str) -> None:
+    manager = Manager(handle_signals=False)
+    memory = MemorySink()
+    manager.add_sink(memory)
+    async with running(manager):
+        manager.events.warning(A, "CallFailed", f"call failed: {text}", metadata={"detail": text, "token": secret})
+        await trio.sleep(1)
+    [event] = memory.events
+    assert event.message.startswith("call failed: ")
+    assert secret not in event.message
+    assert event.metadata == {"detail": redact(text), "token": "<redacted>"}
 
 
 async def test_events_still_in_the_recorders_buffer_when_it_is_cancelled_count_as_not_flushed(

@@ -19,8 +19,9 @@ from engine import (
     TextFormatter,
     configure_logging,
 )
-from engine._logging import redact
+from engine._text import redact
 
+from ._secrets import SECRET_CASES
 from ._support import running
 
 REF = ObjectRef("Widget", "w1", "ns")
@@ -145,3 +146,14 @@ async def test_a_runs_log_lines_carry_its_run_id(autojump_clock: trio.testing.Mo
     )
     assert error["error"] == "RuntimeError: apply failed"
     assert "stacktrace" in error
+
+
+@pytest.mark.parametrize(("text", "secret"), SECRET_CASES)
+def test_no_kind_of_secret_reaches_a_log_line(text: str, secret: str) -> None:
+    try:
+        raise RuntimeError(text)
+    except RuntimeError as exc:
+        caught = exc
+    rec = record(f"request failed: {text}", logging.ERROR, exc=caught, detail=text)
+    for formatter in (JSONFormatter(), TextFormatter()):
+        assert secret not in formatter.format(rec), formatter

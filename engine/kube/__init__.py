@@ -37,6 +37,7 @@ from ._errors import NotFoundError as NotFoundError
 from ._errors import ResourceNotFoundError as ResourceNotFoundError
 from ._errors import ResponseError as ResponseError
 from ._errors import ServerError as ServerError
+from ._errors import TLSVerificationError as TLSVerificationError
 from ._errors import TooManyRequestsError as TooManyRequestsError
 from ._errors import TransportError as TransportError
 from ._errors import UnauthorizedError as UnauthorizedError
@@ -54,6 +55,7 @@ from ._watcher import WatcherEvent as WatcherEvent
 from ._watcher import WatcherStatistics as WatcherStatistics
 from ._informer import Handler as Handler
 from ._informer import Informer as Informer
+from ._metrics import InformerCollector as InformerCollector
 from ._informer import InformerEvent as InformerEvent
 from ._informer import InformerStatistics as InformerStatistics
 from ._store import NAMESPACE_INDEX as NAMESPACE_INDEX
@@ -122,6 +124,7 @@ __all__ = [
     "Handler",
     "IndexFunc",
     "Informer",
+    "InformerCollector",
     "InformerEvent",
     "InformerStatistics",
     "InvalidError",
@@ -157,6 +160,7 @@ __all__ = [
     "Store",
     "TokenFileAuth",
     "TooManyRequestsError",
+    "TLSVerificationError",
     "TransportError",
     "UnauthorizedError",
     "WatchEvent",

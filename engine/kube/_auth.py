@@ -23,6 +23,8 @@ import attrs
 import httpx
 import trio
 
+from engine._text import REDACTED, redact, truncate
+
 from ._errors import ConfigError
 
 __all__ = [
@@ -42,11 +44,8 @@ EXEC_API_VERSIONS = (
 )
 """The ExecCredential API versions :class:`ExecAuth` speaks."""
 
-_REDACTED = "<redacted>"
-
-
 def _redact(value: object) -> str:
-    return _REDACTED if value else repr(value)
+    return REDACTED if value else repr(value)
 
 
 def _utcnow() -> datetime:
@@ -60,7 +59,7 @@ class BearerTokenAuth(httpx.Auth):
         self._token = token
 
     def __repr__(self) -> str:
-        return f"BearerTokenAuth(token={_REDACTED})"
+        return f"BearerTokenAuth(token={REDACTED})"
 
     def auth_flow(
         self, request: httpx.Request
@@ -149,7 +148,7 @@ class TokenFileAuth(httpx.Auth):
 
 
 def _env_repr(env: tuple[tuple[str, str], ...]) -> str:
-    return "(" + ", ".join(f"({name!r}, {_REDACTED})" for name, _ in env) + ")"
+    return "(" + ", ".join(f"({name!r}, {REDACTED})" for name, _ in env) + ")"
 
 
 @attrs.frozen(kw_only=True)
@@ -160,8 +159,8 @@ class ExecConfig:
     """The program to run (relative paths with a separator resolved against the kubeconfig)."""
     api_version: str
     """The ExecCredential API version the plugin speaks, one of :data:`EXEC_API_VERSIONS`."""
-    args: tuple[str, ...] = ()
-    """Arguments passed to the program."""
+    args: tuple[str, ...] = attrs.field(default=(), repr=_redact)
+    """Arguments passed to the program (redacted in the repr: they may carry a token)."""
     env: tuple[tuple[str, str], ...] = attrs.field(default=(), repr=_env_repr)
     """Extra environment ``(name, value)`` pairs, merged over ``os.environ``; values redacted."""
     install_hint: str | None = None
@@ -267,15 +266,31 @@ class ExecAuth(httpx.Auth):
             if self._config.install_hint
             else ""
         )
-        return self._error(
-            f"exec plugin {self._config.command!r} cannot be run ({type(exc).__name__}){hint}"
-        )
+        command = self._config.command
+        if isinstance(exc, FileNotFoundError):
+            where = "" if os.sep in command else " on PATH"
+            reason = f"was not found{where} (is it installed?)"
+        elif isinstance(exc, PermissionError):
+            reason = "is not executable"
+        else:
+            reason = f"cannot be run: {exc.strerror or type(exc).__name__}"
+        field = f"{self._field}.command" if self._field else "command"
+        return ConfigError(f"exec plugin {command!r} {reason}{hint}", path=self._source, field=field)
+
+    def _scrub(self, text: str) -> str:
+        """``text`` (plugin output) with the configured env values and secrets masked."""
+        for _, value in self._config.env:
+            if len(value) >= 3:
+                text = text.replace(value, REDACTED)
+        return redact(text)
 
     def _parse(self, returncode: int, stdout: bytes, stderr: bytes) -> ExecCredential:
         command = self._config.command
         if returncode != 0:
-            lines = stderr.decode("utf-8", "replace").strip().splitlines()
-            detail = f": {lines[0].strip()}" if lines else ""
+            lines = [line.strip() for line in stderr.decode("utf-8", "replace").splitlines() if line.strip()]
+            if lines and lines[0].startswith("Traceback (most recent call last)"):
+                lines = lines[-1:]
+            detail = f": {truncate(self._scrub(lines[0]), 300)}" if lines else ""
             raise self._error(
                 f"exec plugin {command!r} exited with status {returncode}{detail}"
             )

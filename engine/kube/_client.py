@@ -27,8 +27,8 @@ from ._errors import (
     NotFoundError,
     ResourceNotFoundError,
     ResponseError,
-    TransportError,
     error_from_status,
+    transport_error,
 )
 from ._resource import Resource, parse_resource_list, split_api_version
 from ._retry import RetryPolicy, call_with_retries, parse_retry_after
@@ -289,7 +289,7 @@ class Client:
             try:
                 response = await http.send(request, stream=stream)
             except httpx.TransportError as exc:
-                raise TransportError(f"{what} failed: {type(exc).__name__}: {exc}") from exc
+                raise self._transport_error(exc, what) from exc
             if response.status_code < 400:
                 log.debug("%s -> %d", what, response.status_code)
                 return response
@@ -306,6 +306,16 @@ class Client:
 
         return await call_with_retries(
             attempt, policy=self.retry, rng=self._rng, safe=safe, what=what
+        )
+
+    def _transport_error(self, exc: httpx.TransportError, what: str) -> Exception:
+        http = self._client()
+        return transport_error(
+            exc,
+            server=str(http.base_url),
+            request=what,
+            ca_source=getattr(self._config, "ca_source", None) if http.base_url.scheme == "https" else None,
+            server_name=getattr(self._config, "tls_server_name", None),
         )
 
     async def _request_json(

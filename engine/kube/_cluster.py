@@ -2,7 +2,10 @@
 
 Every trigger raised here comes from an informer handler, which runs only after the informer's
 store holds the triggering object (read-your-trigger), and goes through ``Controller.trigger``,
-so a supersede is always paired with its enqueue.
+so a supersede is always paired with its enqueue. Predicates, mappers and key functions run
+inside those handlers: one that raises for an object skips that object for that watch only,
+and is logged once per object and ``resourceVersion`` and counted by the informer (see
+:mod:`engine.kube._informer`); every other object and watch goes on.
 """
 
 from __future__ import annotations

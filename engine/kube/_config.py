@@ -11,6 +11,7 @@ import base64
 import binascii
 import logging
 import os
+import re
 import socket
 import ssl
 import tempfile
@@ -20,6 +21,8 @@ from typing import Any, Literal
 import attrs
 import httpx
 import yaml
+
+from engine._text import REDACTED, redact
 
 from ._auth import (
     EXEC_API_VERSIONS,
@@ -42,7 +45,11 @@ AuthKind = Literal["none", "token", "token-file", "basic", "exec"]
 
 
 def _redact(value: object) -> str:
-    return "<redacted>" if value else repr(value)
+    return REDACTED if value else repr(value)
+
+
+def _redact_url(value: str | None) -> str:
+    return repr(redact(value) if value is not None else None)
 
 
 @attrs.frozen
@@ -96,9 +103,13 @@ class _ServerNameSSLContext(ssl.SSLContext):
 
 @attrs.frozen(kw_only=True)
 class Config:
-    """How to reach one API server as one user. Secrets are redacted in the repr."""
+    """How to reach one API server as one user.
 
-    server: str
+    The repr shows no secret: tokens, passwords, key and certificate data, URL passwords, exec
+    plugin arguments and environment values are ``<redacted>``.
+    """
+
+    server: str = attrs.field(repr=_redact_url)
     """Base URL of the API server, e.g. ``https://10.0.0.1:6443``."""
     namespace: str = "default"
     """The context's namespace (in-cluster: the pod's namespace)."""
@@ -124,8 +135,9 @@ class Config:
     """PEM client key file."""
     client_key_data: bytes | None = attrs.field(default=None, repr=_redact)
     """PEM client key, decoded from ``client-key-data`` (redacted in the repr)."""
-    proxy_url: str | None = None
-    """Proxy for all requests; ``None`` lets httpx honour ``HTTPS_PROXY`` and friends."""
+    proxy_url: str | None = attrs.field(default=None, repr=_redact_url)
+    """Proxy for all requests; ``None`` lets httpx honour ``HTTPS_PROXY`` and friends (a
+    password in it is redacted in the repr)."""
     token: str | None = attrs.field(default=None, repr=_redact)
     """Static bearer token (redacted in the repr)."""
     token_file: str | None = None
@@ -157,6 +169,25 @@ class Config:
         if self.username is not None or self.password is not None:
             return "basic"
         return "none"
+
+    @property
+    def ca_source(self) -> str:
+        """Where the certificate authorities trusted for the API server come from, as error
+        messages name it: ``certificate-authority-data of cluster "c" in kubeconfig PATH``,
+        ``certificate-authority PATH of cluster ...``, a CA file, or ``the system trust store``."""
+        if self.insecure_skip_tls_verify:
+            return "no CA (insecure-skip-tls-verify is set)"
+        origin = self._cluster_origin
+        where = ""
+        if self.cluster is not None:
+            where = f' of cluster "{self.cluster}" in ' + (
+                f"kubeconfig {origin.path}" if origin.path else "the kubeconfig"
+            )
+        if self.ca_data is not None:
+            return f"certificate-authority-data{where}" if where else "the configured CA data"
+        if self.ca_file is not None:
+            return f"certificate-authority {self.ca_file}{where}" if where else f"CA file {self.ca_file}"
+        return "the system trust store"
 
     # --- loading
 
@@ -323,7 +354,7 @@ class Config:
             else:
                 key = (
                     "certificate-authority-data"
-                    if self.ca_data
+                    if self.ca_data is not None
                     else "certificate-authority"
                 )
                 try:
@@ -337,11 +368,10 @@ class Config:
         cert: bytes | None
         key_pem: bytes | None
         if credential is not None and credential.client_certificate_data is not None:
-            cert, key_pem, uo = (
-                credential.client_certificate_data,
-                credential.client_key_data,
-                _Origin(uo.path, f"{uo.field}.exec" if uo.field else "exec"),
-            )
+            uo = _Origin(uo.path, _field(uo, "exec"))
+            cert, key_pem = credential.client_certificate_data, credential.client_key_data
+            names = ("the exec plugin's status.clientCertificateData", "the exec plugin's status.clientKeyData")
+            fields = (uo.field, uo.field)
         else:
             cert = self.client_cert_data
             if cert is None and self.client_cert_file is not None:
@@ -349,6 +379,10 @@ class Config:
             key_pem = self.client_key_data
             if key_pem is None and self.client_key_file is not None:
                 key_pem = self._read(self.client_key_file, uo, "client-key")
+            cert_key = "client-certificate-data" if self.client_cert_data is not None else "client-certificate"
+            key_key = "client-key-data" if self.client_key_data is not None else "client-key"
+            names = ("", "")
+            fields = (_field(uo, cert_key), _field(uo, key_key))
         if (cert is None) != (key_pem is None):
             raise ConfigError(
                 "a client certificate and a client key must be given together",
@@ -356,6 +390,14 @@ class Config:
                 field=uo.field,
             )
         if cert is not None and key_pem is not None:
+            if b"-----BEGIN CERTIFICATE-----" not in cert:
+                raise ConfigError(
+                    f"{names[0]} must be a PEM certificate".lstrip(), path=uo.path, field=fields[0]
+                )
+            if _PEM_KEY.search(key_pem) is None:
+                raise ConfigError(
+                    f"{names[1]} must be a PEM private key".lstrip(), path=uo.path, field=fields[1]
+                )
             _load_cert_chain(ctx, cert, key_pem, uo)
         return ctx
 
@@ -416,6 +458,13 @@ class Config:
         if self.proxy_url is not None:
             kwargs["proxy"] = self.proxy_url
         return kwargs
+
+
+def _field(origin: _Origin, key: str) -> str:
+    return f"{origin.field}.{key}" if origin.field else key
+
+
+_PEM_KEY = re.compile(rb"-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----")
 
 
 def _load_cert_chain(

@@ -9,6 +9,7 @@
         ├── ApiError               the API server answered with an error Status
         │   └── NotFoundError, ConflictError, AlreadyExistsError, GoneError, ...
         ├── TransportError         the API server could not be reached / the connection broke
+        │   └── TLSVerificationError  its certificate failed verification (never retried)
         ├── ResponseError          the server's answer broke the protocol
         ├── ResourceNotFoundError  discovery does not know a group/version and kind
         ├── WatchStalledError      a watch stream went silent past its idle timeout
@@ -20,9 +21,14 @@ contain tokens, passwords, key material or exec plugin output.
 
 from __future__ import annotations
 
+import errno
 import os
-from collections.abc import Mapping
+import socket
+import ssl
+from collections.abc import Iterator, Mapping
 from typing import Any
+
+import httpx
 
 from engine._errors import EngineError, LifecycleError
 
@@ -41,11 +47,14 @@ __all__ = [
     "ResourceNotFoundError",
     "ResponseError",
     "ServerError",
+    "TLSVerificationError",
     "TooManyRequestsError",
     "TransportError",
     "UnauthorizedError",
     "WatchStalledError",
     "error_from_status",
+    "transport_error",
+    "transport_reason",
 ]
 
 
@@ -193,8 +202,45 @@ class ServerError(ApiError):
 class TransportError(KubeError):
     """The API server could not be reached, or the connection failed mid-request.
 
-    The underlying ``httpx`` exception is the ``__cause__``.
+    The message says which (``cannot reach the API server at URL: connection refused``) and
+    why; ``server`` is the API server's URL and ``request`` the request (``"GET /api/v1"``)
+    when known. The underlying ``httpx`` exception is the ``__cause__``.
     """
+
+    server: str | None
+    request: str | None
+
+    def __init__(self, message: str, *, server: str | None = None, request: str | None = None) -> None:
+        super().__init__(message)
+        self.server = server
+        self.request = request
+
+
+class TLSVerificationError(TransportError):
+    """The API server's certificate failed verification: signed by an authority the client does
+    not trust, issued for another host name, expired or not yet valid.
+
+    Retrying cannot help, so the client never does. The message reads as kubectl's
+    (``x509: certificate signed by unknown authority``) and names the server and where the
+    trusted authorities came from (``ca_source``). ``verify_code`` is OpenSSL's verification
+    error code.
+    """
+
+    ca_source: str | None
+    verify_code: int | None
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        server: str | None = None,
+        request: str | None = None,
+        ca_source: str | None = None,
+        verify_code: int | None = None,
+    ) -> None:
+        super().__init__(message, server=server, request=request)
+        self.ca_source = ca_source
+        self.verify_code = verify_code
 
 
 class ResponseError(KubeError):
@@ -259,3 +305,116 @@ def error_from_status(
             message, code=code, reason=reason, status=body, retry_after=retry_after
         )
     return cls(message, code=code, reason=reason, status=body)
+
+
+# --- transport failures (engine.kube._client, engine.kube._watch) ---
+
+# OpenSSL X509_V_ERR_* codes, worded as Go's crypto/x509 (and so kubectl) words them.
+_UNKNOWN_AUTHORITY = frozenset({2, 18, 19, 20, 21})
+_EXPIRED = frozenset({9, 10})
+_NAME_MISMATCH = frozenset({62, 64})
+_TIMEOUTS = {
+    httpx.ConnectTimeout: "timed out connecting",
+    httpx.ReadTimeout: "timed out waiting for the answer",
+    httpx.WriteTimeout: "timed out sending the request",
+    httpx.PoolTimeout: "timed out waiting for a free connection",
+}
+
+
+def _chain(exc: BaseException) -> Iterator[BaseException]:
+    """``exc``, its causes and contexts, and the members of exception groups among them."""
+    seen: set[int] = set()
+    todo = [exc]
+    while todo and len(seen) < 50:
+        current = todo.pop(0)
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        yield current
+        if isinstance(current, BaseExceptionGroup):
+            todo.extend(current.exceptions)
+        for nxt in (current.__cause__, current.__context__):
+            if nxt is not None:
+                todo.append(nxt)
+
+
+def _x509_reason(err: ssl.SSLCertVerificationError, host: str) -> str:
+    code = err.verify_code
+    if code in _UNKNOWN_AUTHORITY:
+        return "x509: certificate signed by unknown authority"
+    if code in _EXPIRED:
+        return "x509: certificate has expired or is not yet valid"
+    if code in _NAME_MISMATCH:
+        return f"x509: certificate is not valid for {host}"
+    message = (err.verify_message or err.reason or str(err)).strip().rstrip(".")
+    return f"x509: {message}"
+
+
+def _os_reason(err: OSError) -> str | None:
+    if isinstance(err, socket.gaierror):
+        return f"cannot resolve the host name: {err.strerror}" if err.strerror else "cannot resolve the host name"
+    if err.errno is not None and err.errno in errno.errorcode:
+        return os.strerror(err.errno).lower()
+    return None
+
+
+def transport_reason(exc: BaseException) -> str:
+    """The most telling reason found in ``exc``'s chain, never empty: ``connection refused``,
+    ``timed out connecting``, ``tls error: ...``, else the first message found."""
+    for current in _chain(exc):
+        for kind, text in _TIMEOUTS.items():
+            if isinstance(current, kind):
+                return text
+    for current in _chain(exc):
+        if isinstance(current, ssl.SSLError) and not isinstance(current, ssl.SSLCertVerificationError):
+            return f"TLS error: {current.reason or current.strerror or type(current).__name__}".lower()
+    for current in _chain(exc):
+        if isinstance(current, OSError) and not isinstance(current, ssl.SSLError):
+            found = _os_reason(current)
+            if found:
+                return found
+    for current in _chain(exc):
+        if not isinstance(current, BaseExceptionGroup) and str(current).strip():
+            return " ".join(str(current).split())
+    return type(exc).__name__
+
+
+def transport_error(
+    exc: httpx.TransportError,
+    *,
+    server: str,
+    request: str,
+    ca_source: str | None = None,
+    server_name: str | None = None,
+) -> TransportError:
+    """Translate an ``httpx`` transport failure of ``request`` to ``server`` into the error to
+    raise (its ``__cause__`` is left to the caller: ``raise transport_error(...) from exc``).
+
+    A certificate verification failure, however deep in the chain, becomes a
+    :class:`TLSVerificationError` naming ``ca_source`` (the host checked is ``server_name``
+    when set, else the server's host); a failure to connect says the server cannot be
+    reached and why; a connection that broke mid-request says so. The reason is never empty.
+    """
+    server = server.rstrip("/")
+    for current in _chain(exc):
+        if isinstance(current, ssl.SSLCertVerificationError):
+            host = server_name or httpx.URL(server).host
+            trust = f" (trusted authorities: {ca_source})" if ca_source else ""
+            return TLSVerificationError(
+                f"cannot verify the certificate of the API server at {server}: "
+                f"{_x509_reason(current, host)}{trust}",
+                server=server,
+                request=request,
+                ca_source=ca_source,
+                verify_code=current.verify_code,
+            )
+    reason = transport_reason(exc)
+    if isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout | httpx.UnsupportedProtocol | httpx.ProxyError):
+        return TransportError(
+            f"cannot reach the API server at {server}: {reason}", server=server, request=request
+        )
+    return TransportError(
+        f"{request}: the connection to the API server at {server} failed: {reason}",
+        server=server,
+        request=request,
+    )

@@ -7,13 +7,18 @@ after 410 Gone thus reaches handlers as the difference against the store: ``ADDE
 objects, ``MODIFIED`` for objects whose ``resourceVersion`` changed, ``DELETED`` for objects
 that are gone.
 
-Anything the watcher does not absorb (a failing list, a bug, an index function raising) is
-logged; the informer reports itself unsynced, waits a jittered exponential backoff and starts
-over with a fresh list (emitting the difference). :meth:`Informer.run` only returns by
-cancellation.
+Anything the watcher does not absorb (a failing list, a bug) is logged; the informer reports
+itself unsynced, waits a jittered exponential backoff and starts over with a fresh list
+(emitting the difference). :meth:`Informer.run` only returns by cancellation.
 
-Handlers run synchronously, after the store reflects the event they are given; an exception in
-a handler is logged and does not disturb the informer or the other handlers.
+One malformed object never stops the informer: an index function or a handler (and so the
+predicates, mappers and key functions called inside one) that raises for an object is
+contained to that object. The object is left out of that index or handler, every other object
+and handler goes on, :attr:`Informer.synced` is unaffected; the exception is logged once per
+object, ``resourceVersion`` and index or handler, and counted in
+:attr:`InformerStatistics.object_errors`.
+
+Handlers run synchronously, after the store reflects the event they are given.
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ import trio
 from .._errors import LifecycleError
 from ._client import Client, Selector
 from ._resource import Resource
-from ._store import InformerEvent, Store, object_key
+from ._store import InformerEvent, Store
 from ._watch import WatchEventType
 from ._watcher import Restarted, Watcher, WatcherEvent
 
@@ -59,6 +64,10 @@ class InformerStatistics:
     """Events applied to the store and handed to handlers."""
     skipped: int
     """Malformed list items and watch lines skipped."""
+    object_errors: int = 0
+    """Exceptions raised for one object by an index function or a handler, contained to it."""
+    resets: int = 0
+    """Times the server's history went backwards and the watcher relisted from scratch."""
 
 
 class Informer:
@@ -112,6 +121,7 @@ class Informer:
         self.idle_timeout = idle_timeout
         self.store = store if store is not None else Store()
         """The cache this informer writes (and only it)."""
+        self.store._faults.resource = resource
         self._handlers: list[Handler] = []
         self._synced = False
         self._synced_event = trio.Event()
@@ -156,6 +166,8 @@ class Informer:
             restarts=self._restarts,
             events=self._events,
             skipped=watcher.skipped,
+            object_errors=self.store._faults.count,
+            resets=watcher.resets,
         )
 
     # --- handlers ---
@@ -179,13 +191,9 @@ class Informer:
     def _call(self, handler: Handler, event: InformerEvent) -> None:
         try:
             handler(event)
-        except Exception:
-            log.exception(
-                "an informer handler for %s raised on %s %s; ignoring it",
-                self.resource,
-                event.type.value,
-                object_key(event.obj),
-            )
+        except Exception as exc:
+            name = getattr(handler, "__qualname__", type(handler).__qualname__)
+            self.store._faults.report(f"informer handler {name} on {event.type.value}", handler, event.obj, exc)
 
     # --- the writer ---
 

@@ -19,9 +19,10 @@ import trio
 
 from .._errors import EngineError
 from .._manager import Manager, ShutdownReport
+from .._text import summarize
 from ._client import Client
 from ._cluster import SHARD_LABEL, Cluster
-from ._errors import NotFoundError, ResourceNotFoundError
+from ._errors import ConfigError, NotFoundError, ResourceNotFoundError, TransportError, UnauthorizedError
 from ._leader import LeaderElector
 
 if TYPE_CHECKING:
@@ -44,6 +45,9 @@ logger = logging.getLogger("engine.kube.plugins")
 ENTRY_POINT_GROUP = "engine.plugins"
 
 _CRD_RESOURCE_ARGS = ("apiextensions.k8s.io/v1", "CustomResourceDefinition")
+
+_CLUSTER_PROBLEMS = (TransportError, ConfigError, UnauthorizedError)
+"""Errors of the cluster connection, not of a plugin: raised as they are, never as PluginError."""
 
 
 class PluginError(EngineError):
@@ -152,7 +156,7 @@ def _import(spec: str, module_name: str, *, bundled: bool = False) -> Any:
 
 
 def _brief(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}"
+    return summarize(exc)
 
 
 def load_plugins(specs: Iterable[str], *, strict: bool = False) -> tuple[list[Plugin], list[PluginError]]:
@@ -252,6 +256,10 @@ async def run_plugins(
 
     A plugin that fails to load or set up is logged and skipped (listed in
     :attr:`PluginHost.errors`); with ``strict`` its :class:`PluginError` is raised instead.
+    A problem of the cluster connection met during set-up is no plugin's fault and is
+    raised as it is, strict or not: :class:`TransportError` (the API server cannot be reached,
+    or its certificate fails verification), :class:`ConfigError` (credentials cannot be
+    obtained) and :class:`UnauthorizedError` (the server rejects them).
     :class:`PluginError` is also raised when no plugin could be set up. With
     ``observability``, the readiness checks ``informers`` (every informer synced) and, when
     the manager's leader election is a :class:`LeaderElector`, ``leader-election`` (the
@@ -288,6 +296,8 @@ async def run_plugins(
                 name=plugin.name, manager=manager, cluster=cluster, client=client,
                 config={**plugin.config, **(config.get(plugin.name) or {})}, namespace=namespace, shard=shard,
             ))
+        except _CLUSTER_PROBLEMS:
+            raise
         except Exception as exc:
             err = exc if isinstance(exc, PluginError) else PluginError(
                 f"plugin {plugin.name!r} failed to set up: {_brief(exc)}"
@@ -311,6 +321,9 @@ async def run_plugins(
                 await client.apply(resource, dict(manifest), field_manager="engine-examples", force=True)
                 host.examples_applied += 1
     if observability is not None:
+        from ._metrics import InformerCollector
+
+        observability.metrics.registry.register(InformerCollector(cluster))
         observability.add_readiness_check("informers", lambda: cluster.synced)
         leader = manager.leader_election
         if isinstance(leader, LeaderElector):

@@ -4,7 +4,8 @@ A request is retried only when doing it twice cannot do harm:
 
 * **Reads** (``get``, ``list``, discovery) and **establishing a watch** are retried on
   ``429 Too Many Requests`` (waiting for ``Retry-After``), on ``5xx`` answers and on transport
-  failures (connection refused or reset, timeouts).
+  failures (connection refused or reset, timeouts), except a server certificate that fails
+  verification (:class:`TLSVerificationError`): that is configuration, not bad luck.
 * **Mutations** (``create``, ``update``, ``patch``, ``apply``, ``delete``) are retried only on
   ``429``: the API server's priority-and-fairness sheds such a request before acting on it. A
   ``5xx`` or a broken connection leaves it unknown whether the write happened, so those errors
@@ -30,8 +31,9 @@ import attrs
 import trio
 
 from engine._backoff import jittered_backoff, parse_retry_after
+from engine._text import summarize
 
-from ._errors import ApiError, ServerError, TooManyRequestsError, TransportError
+from ._errors import ApiError, ServerError, TLSVerificationError, TooManyRequestsError, TransportError
 
 __all__ = ["RetryPolicy", "call_with_retries", "parse_retry_after", "retry_after_of"]
 
@@ -62,9 +64,12 @@ class RetryPolicy:
 
     def retryable(self, err: Exception, *, safe: bool) -> bool:
         """Whether ``err`` may be retried: ``429`` always, ``5xx`` and transport failures only
-        for ``safe`` requests (reads and establishing a watch)."""
+        for ``safe`` requests (reads and establishing a watch), a certificate that fails
+        verification never."""
         if isinstance(err, TooManyRequestsError):
             return True
+        if isinstance(err, TLSVerificationError):
+            return False
         return safe and isinstance(err, ServerError | TransportError)
 
 
@@ -116,7 +121,7 @@ async def call_with_retries(
                 "retrying %s in %.3fs after %s (attempt %d of %d)",
                 what,
                 delay,
-                type(err).__name__,
+                summarize(err),
                 retry + 2,
                 policy.max_attempts,
                 extra={

@@ -11,6 +11,8 @@ import datetime as dt
 from collections.abc import Mapping, MutableSequence
 from typing import Any
 
+from engine._text import redact, truncate
+
 from ._client import Client, PatchType
 from ._resource import Resource
 
@@ -27,6 +29,9 @@ __all__ = [
 READY = "Ready"
 RECONCILING = "Reconciling"
 STALLED = "Stalled"
+
+_MESSAGE_LIMIT = 32768
+"""The longest condition message the API server accepts (``metav1.Condition``), in bytes."""
 
 
 def _now() -> str:
@@ -56,11 +61,14 @@ def set_condition(
 ) -> bool:
     """Set a condition in place. ``lastTransitionTime`` changes only if ``status`` changes.
 
-    Returns ``True`` if anything changed.
+    Secrets in ``message`` are masked (:func:`engine._text.redact`: tokens, passwords, keys)
+    and it is cut to the API server's limit of 32768 bytes. Returns ``True`` if anything
+    changed.
     """
     value = status if isinstance(status, str) else ("True" if status else "False")
     if value not in ("True", "False", "Unknown"):
         raise ValueError(f"condition status must be True, False or Unknown, not {value!r}")
+    message = truncate(redact(message), _MESSAGE_LIMIT)
     new: dict[str, Any] = {"type": type, "status": value, "reason": reason, "message": message}
     if observed_generation is not None:
         new["observedGeneration"] = observed_generation

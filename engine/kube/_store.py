@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import builtins
+import logging
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
@@ -20,6 +21,8 @@ __all__ = [
     "OWNER_INDEX",
     "object_key",
 ]
+
+log = logging.getLogger("engine.kube.informer")
 
 ObjectKey = tuple[str | None, str]
 """``(namespace, name)``; the namespace is ``None`` for cluster-scoped objects."""
@@ -56,6 +59,64 @@ def _rv(obj: Mapping[str, Any]) -> str | None:
     return rv if isinstance(rv, str) else None
 
 
+class _ObjectFaults:
+    """Contains exceptions raised by user code for one object: logs each once, counts them all.
+
+    User code called from the watch path (an index function, a handler) that raises for one
+    object must not stop the others: the caller leaves the object out of that index or handler
+    and reports the exception here. It is logged (with the object's key, ``resourceVersion``
+    and the exception) once per object, ``resourceVersion`` and site, and :attr:`count` counts
+    every occurrence.
+    """
+
+    def __init__(self, resource: object = None) -> None:
+        self.resource = resource
+        """What the objects are (for log lines); set by the informer that owns the store."""
+        self.count = 0
+        """Exceptions contained so far."""
+        self._logged: dict[ObjectKey, tuple[str | None, set[object]]] = {}
+
+    def report(self, site: str, ident: object, obj: Mapping[str, Any], exc: Exception) -> None:
+        """Count ``exc``, raised by ``site`` (``ident`` tells equal names apart) for ``obj``,
+        and log it unless it was logged for this object and ``resourceVersion`` already."""
+        self.count += 1
+        key, rv = object_key(obj), _rv(obj)
+        logged_rv, sites = self._logged.get(key, (None, set()))
+        if logged_rv != rv:
+            sites = set()
+        if ident in sites:
+            return
+        sites.add(ident)
+        self._logged[key] = (rv, sites)
+        namespace, name = key
+        where = f"{namespace}/{name}" if namespace else name
+        log.error(
+            "%s raised for %s %s (resourceVersion %s); leaving this object out of it: %s: %s",
+            site,
+            self.resource if self.resource is not None else "object",
+            where,
+            rv,
+            type(exc).__name__,
+            exc,
+            exc_info=exc,
+            extra={
+                "resource": str(self.resource),
+                "object": where,
+                "resource_version": rv,
+                "site": site,
+                "error": type(exc).__name__,
+            },
+        )
+
+    def forget(self, key: ObjectKey) -> None:
+        """Forget what was logged for ``key`` (the object is gone)."""
+        self._logged.pop(key, None)
+
+    def clear(self) -> None:
+        """Forget everything logged (the server's history was reset)."""
+        self._logged.clear()
+
+
 def _by_namespace(obj: Mapping[str, Any]) -> Iterable[str]:
     ns = obj["metadata"].get("namespace")
     return (ns,) if ns else ()
@@ -79,10 +140,15 @@ class Store:
 
     Indexes file each object under the values an index function returns. ``namespace`` and
     ``owner`` (owner reference uids) are built in; :meth:`add_index` adds more by name, at any
-    time. There is one writer, :meth:`apply`, called by the informer that owns the store.
+    time. An index function that raises for an object leaves that object out of that index
+    only (the object is still stored and filed in the other indexes); the exception is
+    logged once per object and ``resourceVersion`` and counted (the owning informer's
+    :attr:`InformerStatistics.object_errors <engine.kube.InformerStatistics.object_errors>`).
+    There is one writer, :meth:`apply`, called by the informer that owns the store.
     """
 
     def __init__(self) -> None:
+        self._faults = _ObjectFaults()
         self._objects: dict[ObjectKey, dict[str, Any]] = {}
         self._index_funcs: dict[str, IndexFunc] = {}
         self._indexes: dict[str, dict[str, set[ObjectKey]]] = {}
@@ -93,7 +159,8 @@ class Store:
     def add_index(self, name: str, func: IndexFunc) -> None:
         """Add the index ``name``, filing every cached and future object under ``func(obj)``.
 
-        Raises ``ValueError`` if an index of that name exists.
+        Raises ``ValueError`` if an index of that name exists. Objects ``func`` raises for
+        are left out of the index (see the class documentation).
         """
         if name in self._index_funcs:
             raise ValueError(f"index names must be unique, and {name!r} exists")
@@ -147,8 +214,10 @@ class Store:
         ``Added``/``Modified`` store the object (no change when the cached one has the same
         ``resourceVersion``); ``Deleted`` removes it (reported even when it was not cached);
         ``Restarted`` replaces the contents with the list, reporting additions and
-        modifications in list order, then deletions; ``Bookmark`` changes nothing. Atomic: if
-        an index function raises, the store is left as it was and the exception propagates.
+        modifications in list order, then deletions (with ``reset``, every listed object that
+        was cached is reported as modified, whatever its ``resourceVersion``); ``Bookmark``
+        changes nothing. An index function that raises leaves that object out of that index
+        and does not stop the event (see the class documentation).
         """
         if isinstance(event, Added | Modified):
             key = object_key(event.obj)
@@ -160,7 +229,9 @@ class Store:
             old = self._remove(object_key(event.obj))
             return [InformerEvent(WatchEventType.DELETED, event.obj, old)]
         if isinstance(event, Restarted):
-            return self._replace(event.objects)
+            if event.reset:
+                self._faults.clear()
+            return self._replace(event.objects, reset=event.reset)
         assert isinstance(event, Bookmark)
         return []
 
@@ -169,14 +240,14 @@ class Store:
         kind = WatchEventType.ADDED if old is None else WatchEventType.MODIFIED
         return InformerEvent(kind, obj, old)
 
-    def _replace(self, objects: Iterable[dict[str, Any]]) -> builtins.list[InformerEvent]:
+    def _replace(self, objects: Iterable[dict[str, Any]], *, reset: bool) -> builtins.list[InformerEvent]:
         seen: set[ObjectKey] = set()
         planned = []
         for obj in objects:
             key = object_key(obj)
             seen.add(key)
             current = self._objects.get(key)
-            if current is not None and _rv(current) == _rv(obj):
+            if not reset and current is not None and _rv(current) == _rv(obj):
                 continue
             planned.append((obj, self._index_values(obj)))
         changes = [self._change(obj, self._insert(obj, values)) for obj, values in planned]
@@ -186,11 +257,18 @@ class Store:
                 changes.append(InformerEvent(WatchEventType.DELETED, old, old))
         return changes
 
+    def _values(self, index: str, obj: Mapping[str, Any]) -> tuple[str, ...]:
+        try:
+            return tuple(dict.fromkeys(self._index_funcs[index](obj)))
+        except Exception as exc:
+            self._faults.report(f"index function {index!r}", ("index", index), obj, exc)
+            return ()
+
     def _index_values(self, obj: Mapping[str, Any]) -> dict[str, tuple[str, ...]]:
-        return {index: tuple(dict.fromkeys(f(obj))) for index, f in self._index_funcs.items()}
+        return {index: self._values(index, obj) for index in self._index_funcs}
 
     def _file(self, index: str, key: ObjectKey, obj: Mapping[str, Any]) -> None:
-        values = tuple(dict.fromkeys(self._index_funcs[index](obj)))
+        values = self._values(index, obj)
         buckets = self._indexes[index]
         for value in values:
             buckets.setdefault(value, set()).add(key)
@@ -226,6 +304,7 @@ class Store:
         return old
 
     def _remove(self, key: ObjectKey) -> dict[str, Any] | None:
+        self._faults.forget(key)
         old = self._objects.pop(key, None)
         if old is not None:
             for index in self._index_funcs:

@@ -13,7 +13,7 @@ import attrs
 import httpx
 import trio
 
-from ._errors import ResponseError, TransportError, WatchStalledError, error_from_status
+from ._errors import ResponseError, TransportError, WatchStalledError, error_from_status, transport_reason
 from ._resource import Resource
 
 __all__ = ["WatchEvent", "WatchEventType", "WatchStream"]
@@ -141,7 +141,7 @@ class WatchStream:
             return None
         except httpx.TransportError as exc:
             raise TransportError(
-                f"the watch stream of {self._resource} broke: {type(exc).__name__}"
+                f"the watch stream of {self._resource} broke: {transport_reason(exc)}"
             ) from exc
         except httpx.HTTPError as exc:
             raise ResponseError(

@@ -14,6 +14,15 @@ Behaviour under failure
 * **410 Gone** (HTTP 410 when establishing, or an ``ERROR`` event with code 410): the watcher
   lists again and emits :class:`Restarted` with the complete list, then watches from the new
   list's ``resourceVersion``.
+* **The server's history went backwards** (an etcd restore, a test server restarted empty):
+  detected when a watch hands an object or bookmark whose ``resourceVersion`` is older than
+  the one the watcher holds, when a list comes back older than it, or when the server answers
+  "too large resource version" (``504`` with cause ``ResourceVersionTooLarge``). A real API
+  server accepts a watch from a future ``resourceVersion`` and stays silent, so before resuming
+  a watch whose previous stream failed or ended without progress, the watcher asks the server
+  whether it still knows the ``resourceVersion`` it holds (a one-item list "not older than"
+  it). Each case logs a warning saying why, relists from scratch and emits
+  :class:`Restarted` with ``reset`` set.
 * **Half-dead connection**: when no bytes at all (not even a bookmark) arrive within
   ``idle_timeout``, the stream is abandoned and reopened as for a dropped stream.
 * **Malformed data** (a line that is not JSON, an event or list item without
@@ -87,6 +96,9 @@ class Restarted:
     """The listed objects (malformed items already skipped)."""
     resource_version: str
     """The list's ``resourceVersion``, where the watch that follows starts."""
+    reset: bool = False
+    """The server's history went backwards: ``resourceVersion`` values known before mean
+    nothing now, so every listed object is to be taken as changed."""
 
 
 @attrs.frozen
@@ -121,6 +133,37 @@ class WatcherStatistics:
     """Streams that broke, stalled or failed to establish (and were resumed)."""
     skipped: int
     """Malformed list items and watch lines skipped."""
+    resets: int = 0
+    """Times the server's history was found to have gone backwards (and a relist followed)."""
+
+
+class _HistoryWentBack(Exception):
+    """The server's resourceVersions went backwards; the message says how it was noticed."""
+
+
+def _int_rv(rv: str | None) -> int | None:
+    try:
+        return int(rv) if rv else None
+    except ValueError:
+        return None
+
+
+def _older(rv: str | None, than: str | None) -> bool:
+    new, held = _int_rv(rv), _int_rv(than)
+    return new is not None and held is not None and new < held
+
+
+def _too_large(exc: ApiError) -> bool:
+    """Whether ``exc`` is the server's "too large resource version" answer (as client-go's
+    ``isTooLargeResourceVersionError`` reads it: a cause, never the reason)."""
+    causes = exc.details.get("causes")
+    if exc.code != 504 or not isinstance(causes, list):
+        return False
+    return any(
+        isinstance(c, dict)
+        and (c.get("reason") == "ResourceVersionTooLarge" or c.get("message") == "Too large resource version")
+        for c in causes
+    )
 
 
 def _valid(obj: Any) -> bool:
@@ -191,6 +234,7 @@ class Watcher:
         self._gone = 0
         self._stream_failures = 0
         self._skipped = 0
+        self._resets = 0
 
     @property
     def resource_version(self) -> str | None:
@@ -205,6 +249,7 @@ class Watcher:
             gone=self._gone,
             stream_failures=self._stream_failures,
             skipped=self._skipped,
+            resets=self._resets,
         )
 
     def backoff(self, failures: int) -> float:
@@ -220,9 +265,15 @@ class Watcher:
             page_size=self._page_size,
         )
 
-    async def _relist(self, on_event: Callable[[WatcherEvent], object]) -> str:
+    async def _relist(self, on_event: Callable[[WatcherEvent], object], *, reset: bool = False) -> None:
         listing = await self._list()
         self._lists += 1
+        if not reset and _older(listing.resource_version, self._resource_version):
+            reset = True
+            self._history_went_back(
+                f"a list answered resourceVersion {listing.resource_version}, "
+                f"older than {self._resource_version} seen before"
+            )
         objects = []
         for obj in listing.items:
             if not _valid(obj):
@@ -230,16 +281,43 @@ class Watcher:
                 log.warning("skipping a malformed list item of %s (no metadata.name)", self.resource)
                 continue
             objects.append(obj)
-        on_event(Restarted(objects, listing.resource_version))
+        on_event(Restarted(objects, listing.resource_version, reset=reset))
         self._resource_version = listing.resource_version
         log.debug(
             "listed %d %s at resourceVersion %s", len(objects), self.resource, listing.resource_version
         )
-        return listing.resource_version
 
-    async def _watch_once(
-        self, resource_version: str, on_event: Callable[[WatcherEvent], object]
-    ) -> tuple[str, bool]:
+    def _history_went_back(self, why: str) -> None:
+        self._resets += 1
+        log.warning(
+            "the API server's history of %s went backwards (%s); listing again from scratch",
+            self.resource,
+            why,
+            extra={"resource": str(self.resource), "resource_version": self._resource_version},
+        )
+
+    async def _check_history(self, resource_version: str) -> None:
+        """Raise :class:`_HistoryWentBack` if the server answers that ``resource_version`` is
+        newer than anything it has (a watch from there would wait silently). Any other API
+        error leaves the question open; transport errors propagate."""
+        try:
+            await self._client.list(
+                self.resource,
+                namespace=self.namespace,
+                label_selector=self._label_selector,
+                field_selector=self._field_selector,
+                limit=1,
+                resource_version=resource_version,
+                resource_version_match="NotOlderThan",
+            )
+        except ApiError as exc:
+            if _too_large(exc):
+                raise _HistoryWentBack(
+                    f"the server answered that resourceVersion {resource_version} is too large: {exc.message}"
+                ) from exc
+            log.debug("could not check the history of %s (%s); watching anyway", self.resource, exc)
+
+    async def _watch_once(self, resource_version: str, on_event: Callable[[WatcherEvent], object]) -> bool:
         delivered = False
         timeout = int(self._watch_timeout * self._rng.uniform(1.0, 2.0))
         async with self._client.watch(
@@ -257,17 +335,21 @@ class Watcher:
                 async for event in stream:
                     delivered = True
                     rv = event.resource_version
+                    if _older(rv, self._resource_version):
+                        what = "bookmark" if event.type is WatchEventType.BOOKMARK else f"{event.type.value} event"
+                        raise _HistoryWentBack(
+                            f"a watch {what} has resourceVersion {rv}, older than {self._resource_version} seen before"
+                        )
                     if event.type is WatchEventType.BOOKMARK:
                         if rv:
                             on_event(Bookmark(rv))
                     else:
                         on_event(_BY_TYPE[event.type](event.object))
                     if rv:
-                        resource_version = rv
                         self._resource_version = rv
             finally:
                 self._skipped += stream.skipped
-        return resource_version, delivered
+        return delivered
 
     async def run(self, on_event: Callable[[WatcherEvent], object]) -> None:
         """List, then watch until cancelled, calling ``on_event`` synchronously with each event.
@@ -289,11 +371,22 @@ class Watcher:
             self._running = False
 
     async def _list_and_watch(self, on_event: Callable[[WatcherEvent], object]) -> None:
-        resource_version = await self._relist(on_event)
+        await self._relist(on_event)
         failures = 0
+        check = False
         while True:
+            start = self._resource_version
+            assert start is not None
             try:
-                resource_version, delivered = await self._watch_once(resource_version, on_event)
+                if check:
+                    await self._check_history(start)
+                delivered = await self._watch_once(start, on_event)
+                check = self._resource_version == start
+            except _HistoryWentBack as exc:
+                self._history_went_back(str(exc))
+                await self._relist(on_event, reset=True)
+                failures, check = 0, False
+                continue
             except GoneError:
                 self._gone += 1
                 log.info(
@@ -301,22 +394,29 @@ class Watcher:
                     self.resource,
                     extra={"resource": str(self.resource)},
                 )
-                resource_version = await self._relist(on_event)
-                failures = 0
+                await self._relist(on_event)
+                failures, check = 0, False
                 continue
             except (ApiError, TransportError, WatchStalledError, ResponseError) as exc:
+                if isinstance(exc, ApiError) and _too_large(exc):
+                    self._history_went_back(
+                        f"the server answered that resourceVersion {start} is too large: {exc.message}"
+                    )
+                    await self._relist(on_event, reset=True)
+                    failures, check = 0, False
+                    continue
                 self._stream_failures += 1
-                delivered = False
+                delivered, check = False, True
                 log.warning(
                     "watch of %s failed (%s: %s); resuming from resourceVersion %s",
                     self.resource,
                     type(exc).__name__,
                     exc,
-                    resource_version,
+                    self._resource_version,
                     extra={
                         "resource": str(self.resource),
                         "error": type(exc).__name__,
-                        "resource_version": resource_version,
+                        "resource_version": self._resource_version,
                     },
                 )
             if delivered:

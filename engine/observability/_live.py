@@ -28,7 +28,8 @@ Messages (every one has ``type`` and ``ts``, wall-clock seconds):
 * ``skipped``: ``count`` messages, at this point of the stream, were not sent to this client
   because it fell behind (skips after the last message sent are only counted).
 
-Slow clients never slow the engine: the hooks only build a dict and ``send_nowait`` it into
+Error summaries, reasons and event messages are redacted (:func:`engine._text.redact`): no
+token, password or key reaches a client. Slow clients never slow the engine: the hooks only build a dict and ``send_nowait`` it into
 the client's bounded buffer; when that is full the message is skipped and counted.
 """
 
@@ -53,7 +54,7 @@ from .._observer import RunObserver
 from .._outcome import Outcome, OutcomeKind
 from .._refs import ObjectRef, Trigger
 from .._run import Run
-from .._text import summarize
+from .._text import redact, summarize
 from ._dashboard import dashboard_routes
 from ._http import HTTPServer, PrefixedStream, Request, is_websocket_upgrade, open_listeners, read_request_head
 from ._live_state import LiveState
@@ -232,7 +233,7 @@ class LiveStream(RunObserver):
             if not self._clients:
                 return
             message = self._run_message(controller, trigger.ref, "queued")
-            message["reason"] = trigger.reason
+            message["reason"] = redact(trigger.reason)
             message["revision"] = trigger.revision
             message["sequence"] = trigger.sequence
             message["supersedes"] = superseded.id if superseded is not None else None
@@ -248,7 +249,7 @@ class LiveStream(RunObserver):
                 return
             message["run_id"] = run.id
             message["attempt"] = run.attempt
-            message["reason"] = run.trigger.reason
+            message["reason"] = redact(run.trigger.reason)
             message["revision"] = run.trigger.revision
             self._publish(controller.name, run.key, message)
         except Exception:
@@ -270,7 +271,7 @@ class LiveStream(RunObserver):
             if outcome.dependencies:
                 message["dependencies"] = [str(ref) for ref in outcome.dependencies]
             if outcome.reason is not None:
-                message["reason"] = outcome.reason
+                message["reason"] = redact(outcome.reason)
             self.state.finished(controller.name, run, outcome, step, message)
             if self._clients:
                 self._publish(controller.name, run.key, message)
@@ -308,7 +309,7 @@ class LiveStream(RunObserver):
             "name": ref.name,
             "event_type": event.type.value,
             "reason": event.reason,
-            "message": event.message,
+            "message": redact(event.message),
             "count": event.count,
             "run_id": event.run_id,
         }

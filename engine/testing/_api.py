@@ -59,7 +59,7 @@ class Router:
 
     def __attrs_post_init__(self) -> None:
         self._watches = Watches(self.store, self.faults, self.bookmark_interval)
-        self.faults._drop = self._watches.drop
+        self.faults.connect_watches(self._watches.drop)
 
     async def handle(self, request: Request) -> Response:
         """Answer one request. Cancellation propagates (the connection is then closed)."""

@@ -115,6 +115,10 @@ class Faults:
     _active: list[Fault] = attrs.field(factory=list, init=False, repr=False)
     _drop: Callable[[FaultScope, bool], int] | None = attrs.field(default=None, init=False, repr=False)
 
+    def connect_watches(self, drop: Callable[[FaultScope, bool], int]) -> None:
+        """Called by the server that owns this registry: how :meth:`drop_watches` ends watches."""
+        self._drop = drop
+
     def _add(self, fault: Fault) -> Fault:
         if fault.remaining is not None and fault.remaining < 1:
             raise ValueError("count must be >= 1 or None")

@@ -125,13 +125,14 @@ def handle_resource(storage: ObjectStorage, request: Request, target: Target, in
         fields = field_selector(rt, parse_field_selector(q.get("fieldSelector")))
         if ns is not None:
             storage.check_namespace(rt, ns)
+        exact = _list_resource_version(q)
+        storage.check_not_newer(q.get("resourceVersion"))
         limit = None
         if q.get("limit"):
             try:
                 limit = int(q["limit"])
             except ValueError:
                 raise RequestRejected(400, "BadRequest", "limit must be an integer") from None
-        exact = _list_resource_version(q)
         if q.get("resourceVersion") == "0" and not q.get("continue"):
             limit = None
         items, rv, token, remaining = storage.list_objects(
@@ -147,6 +148,7 @@ def handle_resource(storage: ObjectStorage, request: Request, target: Target, in
         )
     if info.verb == "get":
         assert name is not None
+        storage.check_not_newer(q.get("resourceVersion"))
         return json_response(200, typed(rt, storage.get(rt, ns, name)))
     if info.verb == "create":
         if name is not None:

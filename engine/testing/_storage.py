@@ -13,8 +13,9 @@ in :mod:`._apply`, deletion in :mod:`._deletion`, garbage collection in :mod:`._
 
 Lists read the latest state, or with ``resourceVersionMatch=Exact`` the state at a
 resourceVersion the history still covers; the pages after the first read the first page's
-state, as on the real server. Core ``v1`` and ``events.k8s.io/v1`` Events are one storage (the
-core form) with two views (:mod:`._events`). There is no persistence.
+state, as on the real server; a ``resourceVersion`` newer than the latest is refused (see
+:meth:`ObjectStorage.check_not_newer`). Core ``v1`` and ``events.k8s.io/v1`` Events are one
+storage (the core form) with two views (:mod:`._events`). There is no persistence.
 """
 
 from __future__ import annotations
@@ -186,6 +187,26 @@ class ObjectStorage:
     def history_floor(self) -> int:
         """Watches from a resourceVersion below this answer 410 Gone."""
         return self._floor
+
+    def check_not_newer(self, resource_version: str | None) -> None:
+        """Refuse a read from a ``resourceVersion`` newer than the latest handed out, as the
+        real server does once its wait for it (about 3 s) runs out: 504 ``Timeout`` with cause
+        ``ResourceVersionTooLarge``. This one answers at once. Values that are not integers
+        are left to the caller. Not a checkpoint."""
+        try:
+            wanted = int(resource_version or 0)
+        except ValueError:
+            return
+        if wanted > self._rv:
+            raise RequestRejected(
+                504,
+                "Timeout",
+                f"Timeout: Too large resource version: {wanted}, current: {self._rv}",
+                details={
+                    "causes": [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}],
+                    "retryAfterSeconds": 1,
+                },
+            )
 
     def _storage_type(self, key: tuple[str, str]) -> ResourceType | None:
         return next((t for t in self._types.values() if t.storage_key == key), None)

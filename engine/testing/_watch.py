@@ -74,7 +74,10 @@ class Watches:
     def open(self, request: Request, target: Target, info: RequestInfo) -> Response:
         """Start a watch and return its streaming response; raises :class:`RequestRejected`
         for malformed parameters. An expired resourceVersion is answered in the stream, as an
-        ``ERROR`` event. Not a checkpoint."""
+        ``ERROR`` event. A resourceVersion newer than the latest is, as on the real server (see
+        ``Cacher.waitUntilWatchCacheFreshAndForceAllEvents``), refused in the stream (504
+        ``ResourceVersionTooLarge``) with ``sendInitialEvents``, and otherwise accepted: the
+        watch then reports only changes newer than it. Not a checkpoint."""
         rt, ns, q = target.rt, target.namespace, request.query
         labels = parse_label_selector(q.get("labelSelector"))
         fields = field_selector(rt, parse_field_selector(q.get("fieldSelector")))
@@ -102,7 +105,12 @@ class Watches:
                     400, "BadRequest", f"resourceVersion {raw_rv!r} is not a valid resource version"
                 ) from None
         expired: RequestRejected | None = None
-        if self.faults.take("expire_watch", info) is not None:
+        if initial_events:
+            try:
+                self.store.check_not_newer(raw_rv)
+            except RequestRejected as exc:
+                expired = exc
+        if expired is None and self.faults.take("expire_watch", info) is not None:
             expired = RequestRejected(
                 410, "Expired", f"too old resource version: {raw_rv or 0} ({self.store.resource_version})"
             )
@@ -124,7 +132,9 @@ class Watches:
         assert sub is not None
         active = _ActiveWatch(info, sub)
         self._active.add(active)
-        stream = self._stream(rt, sub, active, replay, labels, fields, bookmarks, initial_events and bookmarks, timeout)
+        stream = self._stream(
+            rt, sub, active, replay, labels, fields, bookmarks, initial_events and bookmarks, timeout, since or 0
+        )
         return Response(200, headers, stream=stream)
 
     async def _stream(
@@ -138,9 +148,10 @@ class Watches:
         bookmarks: bool,
         initial_end: bool,
         timeout: float | None,
+        since: int,
     ) -> AsyncIterator[bytes]:
         store = self.store
-        last_rv = 0
+        last_rv = since
 
         def bookmark(annotations: dict[str, str] | None = None) -> bytes:
             rv = store.resource_version if sub.receive.statistics().current_buffer_used == 0 else last_rv
@@ -183,6 +194,8 @@ class Watches:
                         await sub.closed.wait()
                     if sub.dropped or trio.current_time() >= deadline:
                         break
+                if change.rv <= since:
+                    continue
                 last_rv = max(last_rv, change.rv)
                 event = _translate(change, labels, fields)
                 if event is not None:

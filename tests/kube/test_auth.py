@@ -49,6 +49,12 @@ PLUGIN = textwrap.dedent(
         print(json.dumps({"status": {"token": token}}))
         sys.stderr.write("error: login required, run 'plugin login'\\nsecond line\\n")
         sys.exit(3)
+    if mode == "echo-env":
+        sys.stderr.write("error: login as " + os.environ["PLUGIN_TOKEN"] + " refused\\n")
+        sys.exit(4)
+    if mode == "traceback":
+        sys.stderr.write('Traceback (most recent call last):\\n  File "p.py", line 1\\nRuntimeError: login expired\\n')
+        sys.exit(1)
     if mode == "garbage":
         print("not json " + token)
         sys.exit(0)
@@ -343,6 +349,24 @@ async def test_exec_nonzero_exit(
     assert auth.credential is None
 
 
+async def test_exec_nonzero_exit_masks_the_exec_env_values(plugin: Plugin) -> None:
+    auth = plugin.auth(PLUGIN_MODE="echo-env")
+    with pytest.raises(
+        ConfigError,
+        match=r"^users\[name=u\]\.user\.exec: exec plugin '.*' exited with status 4: error: login as <redacted> refused$",
+    ) as info:
+        await auth.get_credential()
+    assert SECRET not in str(info.value)
+
+
+async def test_exec_nonzero_exit_with_a_traceback_says_its_last_line(plugin: Plugin) -> None:
+    auth = plugin.auth(PLUGIN_MODE="traceback")
+    with pytest.raises(
+        ConfigError, match=r"^users\[name=u\]\.user\.exec: exec plugin '.*' exited with status 1: RuntimeError: login expired$"
+    ):
+        await auth.get_credential()
+
+
 def test_exec_nonzero_exit_sync(plugin: Plugin) -> None:
     auth = plugin.auth(PLUGIN_MODE="fail")
     with pytest.raises(
@@ -391,7 +415,8 @@ async def test_exec_command_not_found(tmp_path: Path) -> None:
     )
     with pytest.raises(
         ConfigError,
-        match=r"^/home/me/\.kube/config: users\[name=u\]\.user\.exec: exec plugin '.*/nope' cannot be run \(FileNotFoundError\); brew install nope$",
+        match=r"^/home/me/\.kube/config: users\[name=u\]\.user\.exec\.command: exec plugin '.*/nope' was not found "
+        r"\(is it installed\?\); brew install nope$",
     ):
         await auth.get_credential()
 

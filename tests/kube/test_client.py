@@ -225,7 +225,7 @@ async def test_mutation_not_retried_on_connection_error() -> None:
         raise httpx.ReadError("reset", request=request)
 
     async with mock_client(handler) as client:
-        with pytest.raises(TransportError, match=r"^PUT /api/v1/namespaces/ns1/configmaps/a failed: ReadError: reset$"):
+        with pytest.raises(TransportError, match=r"^PUT /api/v1/namespaces/ns1/configmaps/a: the connection to the API server at http://k8s\.test failed: reset$"):
             await client.update(CONFIGMAPS, CM)
     assert calls == 1
 
@@ -487,7 +487,7 @@ async def test_watch_broken_stream_raises_transport_error() -> None:
             raise httpx.RemoteProtocolError("peer closed connection")
 
     async with mock_client(Recorder(httpx.Response(200, stream=Broken()))) as client:
-        with pytest.raises(TransportError, match=r"^the watch stream of configmaps/v1 broke: RemoteProtocolError$"):
+        with pytest.raises(TransportError, match=r"^the watch stream of configmaps/v1 broke: peer closed connection$"):
             async with client.watch(CONFIGMAPS) as stream:
                 async for _ in stream:
                     pass

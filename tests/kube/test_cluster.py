@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import json
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
+import pytest
 import trio
+import trio.testing
+from prometheus_client import CollectorRegistry
 
 from engine import Controller, Manager, ObjectRef, RunContext, RunLog
 from engine.kube import (
@@ -12,6 +18,8 @@ from engine.kube import (
     Client,
     Cluster,
     Config,
+    InformerCollector,
+    RetryPolicy,
     any_of,
     generation_changed,
     requested_at_changed,
@@ -20,6 +28,7 @@ from engine.testing import ApiServer
 from plugins.bundles import plugin as bundles_plugin
 
 from .._e2e import API, bundle, configmap
+from .._support import running
 
 
 async def test_primary_owned_and_predicates(tmp_path: Path) -> None:
@@ -81,3 +90,79 @@ async def test_primary_owned_and_predicates(tmp_path: Path) -> None:
             assert revisions[2] == patched["metadata"]["resourceVersion"], "triggered by the annotation, not the status"
             assert len(seen) == 3
             manager.stop()
+
+
+def source_of(obj: Mapping[str, Any]) -> str:
+    """Reads ``data.sourceRef`` as the bundles plugin reads ``spec.sourceRef``: a mapping with a
+    name. A string ``sourceRef`` makes it raise, as the plugin's index function once did."""
+    name: str = json.loads(obj["data"]["sourceRef"])["name"]
+    return name
+
+
+def numbered(i: int, bad: int) -> dict[str, Any]:
+    ref = '"platform"' if i == bad else '{"name": "platform"}'
+    return {"metadata": {"name": f"cm-{i:03d}", "namespace": "default"}, "data": {"sourceRef": ref}}
+
+
+@pytest.mark.parametrize("bad", [42, 77], ids=["bad-one-listed", "bad-one-watched"])
+@pytest.mark.parametrize("where", ["index", "predicate", "mapper"])
+async def test_one_object_raising_in_user_code_stops_nothing_else(
+    where: str, bad: int, caplog: pytest.LogCaptureFixture, autojump_clock: trio.testing.MockClock
+) -> None:
+    async with ApiServer(listen=False, bookmark_interval=30) as api:
+        retry = RetryPolicy(max_attempts=2, base_delay=0.05, max_delay=0.1)
+        config = Config.from_dict(api.kubeconfig)
+        async with Client(config, transport=api.memory_transport(), retry=retry) as client:
+            cms = await client.resource("v1", "ConfigMap")
+            for i in range(50):
+                await client.create(cms, numbered(i, bad), namespace="default")
+            reconciled: set[str] = set()
+
+            async def reconcile(ctx: RunContext) -> None:
+                reconciled.add(ctx.ref.name)
+
+            manager = Manager(handle_signals=False)
+            controller = manager.add_controller(Controller("things", reconcile))
+            cluster = Cluster(client, manager, informer_options={"max_backoff": 5})
+            informer = await cluster.informer("v1", "ConfigMap", namespace="default")
+            if where == "index":
+                informer.store.add_index("source", lambda o: [source_of(o)])
+                cluster.watches(controller, informer)
+            elif where == "predicate":
+                cluster.watches(controller, informer, predicates=[lambda e: bool(source_of(e.obj))])
+            else:
+                cluster.watches_mapped(
+                    controller, informer, lambda o: [ObjectRef("ConfigMap", o["metadata"]["name"], "default")]
+                    if source_of(o) else []
+                )
+            readiness: list[bool] = []
+            async with running(manager):
+                with trio.fail_after(60):
+                    await cluster.wait_synced()
+                for i in range(50, 100):
+                    await client.create(cms, numbered(i, bad), namespace="default")
+                    readiness.append(cluster.synced)
+                others = {f"cm-{i:03d}" for i in range(100) if i != bad}
+                with trio.fail_after(60):
+                    while not others <= reconciled:
+                        await trio.sleep(0.1)
+                await trio.sleep(10)
+                readiness.append(cluster.synced)
+                stats = informer.statistics()
+            bad_name = f"cm-{bad:03d}"
+            assert reconciled - others == ({bad_name} if where == "index" else set())
+            if where == "index":
+                assert len(informer.store.by_index("source", "platform")) == 99
+                assert informer.store.get("default", bad_name) is not None
+            assert all(readiness)
+            # a mapper runs in the controller's MappedSource, which counts it as a trigger error
+            contained_by_informer = 0 if where == "mapper" else 1
+            assert (stats.lists, stats.restarts, stats.stream_failures) == (1, 0, 0)
+            assert (stats.object_errors, controller.trigger_errors) == (contained_by_informer, 1 - contained_by_informer)
+            registry = CollectorRegistry()
+            registry.register(InformerCollector(cluster))
+            assert registry.get_sample_value(
+                "engine_informer_object_errors_total", {"resource": "configmaps/v1"}
+            ) == contained_by_informer
+            lines = [r.getMessage() for r in caplog.records if "raised for" in r.getMessage()]
+            assert len(lines) == 1 and f"default/{bad_name}" in lines[0] and "TypeError" in lines[0], lines

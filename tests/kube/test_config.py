@@ -15,7 +15,7 @@ import trustme
 import yaml
 
 from engine.kube import BearerTokenAuth, Config, ConfigError, TokenFileAuth
-from engine.kube.lowlevel import ExecAuth
+from engine.kube.lowlevel import ExecAuth, ExecCredential
 
 SECRET = "sekrit-TOKEN-0123456789"
 
@@ -297,6 +297,41 @@ def test_secrets_not_in_repr(ca: trustme.CA) -> None:
     assert "'X'" in repr(exec_config)
 
 
+def test_no_kind_of_secret_in_the_repr_of_config_or_credentials(ca: trustme.CA, tmp_path: Path) -> None:
+    """A token, a password in a proxy URL, a client key and an exec env var (and exec
+    arguments, which may carry a token) never show in a repr."""
+    key = ca.issue_cert("client").private_key_pem.bytes()
+    body = key.decode().splitlines()[1]
+    config = Config.from_dict(
+        kubeconfig(
+            cluster={"proxy-url": "http://alice:hunter2-PASS@proxy.local:3128"},
+            user={
+                "client-key-data": b64(key),
+                "client-certificate-data": b64(b"cert"),
+                "exec": {
+                    "apiVersion": "client.authentication.k8s.io/v1",
+                    "command": "get-token",
+                    "args": ["--token", "arg-TOKEN-123"],
+                    "env": [{"name": "AWS_SECRET_ACCESS_KEY", "value": "wJalr-ENV-VALUE"}],
+                },
+            },
+        ),
+        path=tmp_path / "config",
+    )
+    token = Config(server="https://bob:server-PASS@10.0.0.1:6443", token="abc.def")
+    exec_auth = config.auth()
+    credential = ExecCredential(token="abc.def", client_key_data=key)
+    texts = [repr(x) for x in (config, config.exec, exec_auth, token, token.auth(), credential)]
+    file_auth = TokenFileAuth(write(tmp_path / "token", "abc.def"))
+    assert file_auth.token() == "abc.def"
+    texts.append(repr(file_auth))
+    for text in texts:
+        for secret in ("abc.def", "hunter2-PASS", "server-PASS", body, "wJalr-ENV-VALUE", "arg-TOKEN-123"):
+            assert secret not in text, (secret, text)
+    assert "proxy_url='http://alice:<redacted>@proxy.local:3128'" in texts[0]
+    assert "command='get-token'" in texts[0] and "'AWS_SECRET_ACCESS_KEY'" in texts[0]
+
+
 def test_secrets_not_in_errors(tmp_path: Path) -> None:
     bad = kubeconfig(user={"token": SECRET, "client-key-data": SECRET + "!!"})
     with pytest.raises(ConfigError) as info:
@@ -506,6 +541,30 @@ def test_cert_without_key(ca: trustme.CA) -> None:
         ConfigError,
         match=r"^users\[name=u1\]\.user: a client certificate and a client key must be given together$",
     ):
+        config.ssl_context()
+
+
+@pytest.mark.parametrize(
+    ("cert_key", "key_key", "field", "rule"),
+    [
+        ("client-certificate-data", "client-key-data", "client-key-data", "must be a PEM private key"),
+        ("client-certificate-data", "client-key", "client-key", "must be a PEM private key"),
+        ("client-certificate-data", "client-key-data", "client-certificate-data", "must be a PEM certificate"),
+    ],
+)
+def test_garbage_client_credentials_name_the_field(
+    ca: trustme.CA, tmp_path: Path, cert_key: str, key_key: str, field: str, rule: str
+) -> None:
+    client = ca.issue_cert("client")
+    cert, key = client.cert_chain_pems[0].bytes(), client.private_key_pem.bytes()
+    if field == cert_key:
+        cert = b"garbage"
+    else:
+        key = b"garbage"
+    (tmp_path / "k.pem").write_bytes(key)
+    user = {cert_key: b64(cert), key_key: b64(key) if key_key.endswith("-data") else "k.pem"}
+    config = Config.from_dict(kubeconfig(user=user), path=tmp_path / "config")
+    with pytest.raises(ConfigError, match=rf"^{tmp_path / 'config'}: users\[name=u1\]\.user\.{field}: {rule}$"):
         config.ssl_context()
 
 

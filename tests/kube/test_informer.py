@@ -20,7 +20,10 @@ from engine.kube import (
     Informer,
     InformerEvent,
     Resource,
+    Restarted,
     RetryPolicy,
+    Store,
+    WatcherEvent,
     WatchEventType,
 )
 from engine.testing import ApiServer
@@ -219,18 +222,22 @@ async def test_bookmarks_advance_the_resume_point(api: ApiServer, autojump_clock
         nursery.cancel_scope.cancel()
 
 
+class PoisonedStore(Store):
+    """A store with a bug: applying any event that carries ``poison`` raises."""
+
+    def apply(self, event: WatcherEvent) -> list[InformerEvent]:
+        carried = event.objects if isinstance(event, Restarted) else [getattr(event, "obj", {"metadata": {}})]
+        if any(o["metadata"].get("name") == "poison" for o in carried):
+            raise RuntimeError("store exploded")
+        return super().apply(event)
+
+
 async def test_unexpected_exception_restarts_and_reports_unsynced(
     api: ApiServer, caplog: pytest.LogCaptureFixture, autojump_clock: trio.testing.MockClock
 ) -> None:
-    def by_flavour(obj: Any) -> list[str]:
-        if obj["metadata"]["name"] == "poison":
-            raise RuntimeError("index function exploded")
-        return [obj.get("data", {}).get("flavour", "")]
-
     async with memory_client(api) as client, trio.open_nursery() as nursery:
         await client.create(CONFIGMAPS, cm("a", flavour="x"))
-        informer = Informer(client, CONFIGMAPS, namespace="default", max_backoff=5)
-        informer.store.add_index("flavour", by_flavour)
+        informer = Informer(client, CONFIGMAPS, namespace="default", max_backoff=5, store=PoisonedStore())
         rec = Recorder(informer)
         informer.add_handler(rec)
         await nursery.start(informer.run)
@@ -239,7 +246,7 @@ async def test_unexpected_exception_restarts_and_reports_unsynced(
         await wait_for(lambda: not informer.synced)
         assert informer.statistics().restarts >= 1
         assert "informer for configmaps/v1 failed; restarting" in caplog.text
-        assert "index function exploded" in caplog.text
+        assert "store exploded" in caplog.text
         await client.create(CONFIGMAPS, cm("b", flavour="x"))
         await wait_for(lambda: informer.statistics().restarts >= 3)
         assert not informer.synced
@@ -247,10 +254,44 @@ async def test_unexpected_exception_restarts_and_reports_unsynced(
         with trio.fail_after(30):
             await informer.wait_synced()
         assert cached(informer) == await listed(client)
-        assert sorted(o["metadata"]["name"] for o in informer.store.by_index("flavour", "x")) == ["a", "b"]
         assert (ADDED, "b") in rec.events and rec.violations == []
         await client.create(CONFIGMAPS, cm("c"))
         await wait_for(lambda: (ADDED, "c") in rec.events)
+        nursery.cancel_scope.cancel()
+
+
+async def test_an_index_function_raising_for_one_object_leaves_the_informer_running(
+    api: ApiServer, caplog: pytest.LogCaptureFixture, autojump_clock: trio.testing.MockClock
+) -> None:
+    def by_flavour(obj: Any) -> list[str]:
+        return [obj["data"]["flavour"]]
+
+    async with memory_client(api) as client, trio.open_nursery() as nursery:
+        await client.create(CONFIGMAPS, cm("a", flavour="x"))
+        await client.create(CONFIGMAPS, cm("listed-poison"))
+        await client.create(CONFIGMAPS, cm("b", flavour="x"))
+        informer = Informer(client, CONFIGMAPS, namespace="default", max_backoff=5)
+        informer.store.add_index("flavour", by_flavour)
+        rec = Recorder(informer)
+        informer.add_handler(rec)
+        await nursery.start(informer.run)
+        with trio.fail_after(60):
+            await informer.wait_synced()
+        poison = await client.create(CONFIGMAPS, cm("watched-poison"))
+        await client.create(CONFIGMAPS, cm("c", flavour="x"))
+        await wait_for(lambda: (ADDED, "c") in rec.events)
+        assert ordered(rec.events) == ordered(
+            [(ADDED, n) for n in ("a", "b", "c", "listed-poison", "watched-poison")]
+        )
+        assert sorted(o["metadata"]["name"] for o in informer.store.by_index("flavour", "x")) == ["a", "b", "c"]
+        stats = informer.statistics()
+        assert (stats.lists, stats.restarts, stats.object_errors) == (1, 0, 2)
+        assert informer.synced and cached(informer) == await listed(client)
+        rv = poison["metadata"]["resourceVersion"]
+        assert (
+            f"index function 'flavour' raised for configmaps/v1 default/watched-poison (resourceVersion {rv}); "
+            "leaving this object out of it: KeyError: 'flavour'"
+        ) in caplog.text
         nursery.cancel_scope.cancel()
 
 
@@ -271,7 +312,9 @@ async def test_handler_exception_does_not_disturb_the_informer(
         await client.create(CONFIGMAPS, cm("a"))
         await wait_for(lambda: rec.events == [(ADDED, "a")])
         assert informer.synced and informer.statistics().restarts == 0
-        assert "an informer handler for configmaps/v1 raised on ADDED" in caplog.text
+        assert "informer handler test_handler_exception_does_not_disturb_the_informer.<locals>.bad on ADDED " \
+            "raised for configmaps/v1 default/a" in caplog.text
+        assert informer.statistics().object_errors == 1
         nursery.cancel_scope.cancel()
 
 
@@ -401,7 +444,7 @@ async def test_malformed_list_items_and_stream_lines_are_skipped(
         await feed.send(b'ce": "d", "resourceVersion": "11"}}}\n{this is not json}\n')
         await feed.send(line("ADDED", None, "12"))
         await feed.send(b'{"type": "ADDED", "object": {"metadata": {"name": "bad-ns", "namespace": 7, "resourceVersion": "13"}}}\n')
-        await feed.send(b"[]\n" + line("MODIFIED", "good", "14"))
+        await feed.send(b"\xff\xfe not UTF-8\n[]\n" + line("MODIFIED", "good", "14"))
         await wait_for(lambda: len(events) == 3)
         assert events == [(ADDED, "good"), (ADDED, "x"), (MODIFIED, "good")]
         assert informer.resource_version == "14"
@@ -409,7 +452,7 @@ async def test_malformed_list_items_and_stream_lines_are_skipped(
         await feed.aclose()
         await wait_for(lambda: len(server.watches) == 2)
         assert server.watch_rvs == ["10", "14"]
-        assert informer.statistics().skipped == 2 + 4
+        assert informer.statistics().skipped == 2 + 5
         assert informer.synced
         assert "skipping a malformed watch line" in caplog.text
         assert "skipping a malformed list item" in caplog.text

@@ -81,7 +81,7 @@ def test_custom_index_added_before_or_after_population() -> None:
         store.by_index("nope", "x")
 
 
-def test_failing_index_function_leaves_store_unchanged() -> None:
+def test_failing_index_function_leaves_only_that_object_out_of_that_index(caplog: pytest.LogCaptureFixture) -> None:
     store = Store()
     store._put(obj("a", app="web"))
 
@@ -91,10 +91,36 @@ def test_failing_index_function_leaves_store_unchanged() -> None:
         return [o["metadata"]["labels"].get("app", "")]
 
     store.add_index("app", explode)
-    with pytest.raises(RuntimeError):
-        store._put(obj("bad"))
-    assert store.get("default", "bad") is None
-    assert names(store.list()) == ["a"]
+    store.add_index("other", explode)
+    store._put(versioned("bad", "1", app="web"))
+    store._put(obj("b", app="web"))
+    assert names(store.list()) == ["a", "b", "bad"]
+    assert names(store.by_index("app", "web")) == ["a", "b"]
+    assert names(store.by_index(NAMESPACE_INDEX, "default")) == ["a", "b", "bad"]
+    assert store._faults.count == 2
+    logged = [r.getMessage() for r in caplog.records]
+    assert logged == [
+        "index function 'app' raised for object default/bad (resourceVersion 1); "
+        "leaving this object out of it: RuntimeError: boom",
+        "index function 'other' raised for object default/bad (resourceVersion 1); "
+        "leaving this object out of it: RuntimeError: boom",
+    ]
+
+
+def test_an_object_fault_is_logged_once_per_object_resource_version_and_site(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    store = Store()
+    store.add_index("app", lambda o: [o["metadata"]["labels"]["app"]])
+    bad = versioned("bad", "1")
+    assert changes(store, Added(bad)) == [("ADDED", "bad", None)]
+    store._faults.report("index function 'app'", ("index", "app"), bad, KeyError("app"))
+    assert store._faults.count == 2 and len(caplog.records) == 1
+    assert changes(store, Modified(versioned("bad", "2"))) == [("MODIFIED", "bad", "1")]
+    assert store._faults.count == 3 and len(caplog.records) == 2
+    assert changes(store, Deleted(versioned("bad", "3"))) == [("DELETED", "bad", "2")]
+    assert changes(store, Added(versioned("bad", "2"))) == [("ADDED", "bad", None)]
+    assert store._faults.count == 4 and len(caplog.records) == 3, "a deleted object is forgotten"
 
 
 def test_object_key() -> None:
@@ -172,7 +198,7 @@ def test_apply_restarted_emits_the_difference_after_the_whole_list_is_stored() -
     assert names(store.list()) == ["added", "change", "keep"]
 
 
-def test_apply_restarted_is_atomic_when_an_index_function_raises() -> None:
+def test_apply_restarted_files_every_object_when_an_index_function_raises_for_one() -> None:
     store = Store()
     store.apply(Restarted([versioned("a", "1", app="web")], "1"))
 
@@ -182,9 +208,22 @@ def test_apply_restarted_is_atomic_when_an_index_function_raises() -> None:
         return [o["metadata"]["labels"].get("app", "")]
 
     store.add_index("app", by_app)
-    with pytest.raises(RuntimeError, match=r"^index function failed$"):
-        store.apply(Restarted([versioned("a", "2", app="db"), versioned("bad", "2")], "2"))
-    assert store.get("default", "a") is not None
-    assert store.get("default", "a")["metadata"]["resourceVersion"] == "1"  # type: ignore[index]
-    assert names(store.by_index("app", "web")) == ["a"]
-    assert store.get("default", "bad") is None
+    listed = [versioned("a", "2", app="db"), versioned("bad", "2"), versioned("c", "2", app="web")]
+    assert changes(store, Restarted(listed, "2")) == [
+        ("MODIFIED", "a", "1"),
+        ("ADDED", "bad", None),
+        ("ADDED", "c", None),
+    ]
+    assert names(store.list()) == ["a", "bad", "c"]
+    assert names(store.by_index("app", "db")) == ["a"]
+    assert names(store.by_index("app", "web")) == ["c"]
+    assert sorted(store.index_values("app")) == ["db", "web"]
+    assert store._faults.count == 1
+
+
+def test_apply_restarted_with_reset_reports_every_listed_object() -> None:
+    store = Store()
+    store.apply(Restarted([versioned("keep", "5"), versioned("gone", "6")], "6"))
+    listed = [versioned("keep", "5"), versioned("new", "2")]
+    assert changes(store, Restarted(listed, "3")) == [("ADDED", "new", None), ("DELETED", "gone", "6")]
+    assert changes(store, Restarted(listed, "3", reset=True)) == [("MODIFIED", "keep", "5"), ("MODIFIED", "new", "2")]

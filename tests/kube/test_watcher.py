@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import json
+import random
 from collections.abc import AsyncIterator
 from typing import Any
 
+import httpx
 import pytest
 import trio
 import trio.testing
@@ -25,6 +28,12 @@ from engine.kube import (
 )
 from engine.testing import ApiServer
 
+KUBECONFIG = {
+    "clusters": [{"name": "c", "cluster": {"server": "http://k8s.test"}}],
+    "users": [{"name": "u", "user": {}}],
+    "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
+    "current-context": "x",
+}
 CONFIGMAPS = Resource(group="", version="v1", kind="ConfigMap", plural="configmaps", namespaced=True)
 
 
@@ -103,3 +112,138 @@ async def test_invalid_arguments_are_refused(api: ApiServer) -> None:
         Watcher(client, CONFIGMAPS, page_size=0)
     with pytest.raises(ValueError, match=r"^backoff bounds must satisfy 0 < min_backoff <= max_backoff$"):
         Watcher(client, CONFIGMAPS, min_backoff=2, max_backoff=1)
+
+
+class Switchboard(httpx.AsyncBaseTransport):
+    """Routes every request to whichever server is plugged in now (a server "restarted")."""
+
+    def __init__(self, server: ApiServer) -> None:
+        self.transport = server.memory_transport()
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        return await self.transport.handle_async_request(request)
+
+
+async def test_a_server_restarted_empty_is_detected_and_relisted_from_scratch(
+    caplog: pytest.LogCaptureFixture, autojump_clock: trio.testing.MockClock
+) -> None:
+    events: list[WatcherEvent] = []
+    async with ApiServer(listen=False) as old, ApiServer(listen=False) as new:
+        board = Switchboard(old)
+        retry = RetryPolicy(max_attempts=2, base_delay=0.05, max_delay=0.1)
+        async with Client(Config.from_dict(old.kubeconfig), transport=board, retry=retry) as client:
+            for name in ("a", "b", "c"):
+                await client.create(CONFIGMAPS, cm(name))
+            async with trio.open_nursery() as nursery:
+                watcher = Watcher(client, CONFIGMAPS, namespace="default", rng=random.Random(7))
+                nursery.start_soon(watcher.run, events.append)
+                await wait_until(lambda: watcher.statistics().watches == 1)
+                held = watcher.resource_version
+                assert held is not None and int(held) > new.store.resource_version + 1
+
+                board.transport = new.memory_transport()
+                assert old.faults.drop_watches(abrupt=True) == 1
+                await client.create(CONFIGMAPS, cm("after-restart"))
+                await wait_until(lambda: any("after-restart" in str(summary(e)) for e in events))
+                await client.create(CONFIGMAPS, cm("later"))
+                await wait_until(lambda: summary(events[-1]) == ("Added", "later"))
+                nursery.cancel_scope.cancel()
+    restarts = [(summary(e), e.reset) for e in events if isinstance(e, Restarted)]
+    assert len(restarts) == 2 and restarts[0] == (("Restarted", ["a", "b", "c"]), False) and restarts[1][1]
+    assert restarts[1][0][1] in ([], ["after-restart"]), "the new server's objects only"
+    assert (watcher.statistics().lists, watcher.statistics().resets) == (2, 1)
+    assert (
+        f"the API server's history of configmaps/v1 went backwards (the server answered that resourceVersion "
+        f"{held} is too large: Timeout: Too large resource version: {held}, current: "
+    ) in caplog.text
+
+
+def item(name: str, rv: str) -> dict[str, Any]:
+    return {"metadata": {"name": name, "namespace": "default", "resourceVersion": rv}}
+
+
+def event_line(type_: str, obj: dict[str, Any]) -> bytes:
+    return json.dumps({"type": type_, "object": obj}).encode() + b"\n"
+
+
+TOO_LARGE = {
+    "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "reason": "Timeout", "code": 504,
+    "message": "Timeout: Too large resource version: 10, current: 4",
+    "details": {"causes": [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}]},
+}
+
+
+class ScriptedServer:
+    """Answers lists from ``listings`` and watches from ``watches`` in order (lines to send, or a
+    complete response); a watch with nothing left to say stays open and silent."""
+
+    def __init__(self, listings: list[tuple[str, list[dict[str, Any]]]], watches: list[Any]) -> None:
+        self.listings = listings
+        self.watches = watches
+        self.watch_rvs: list[str | None] = []
+
+    async def __call__(self, request: httpx.Request) -> httpx.Response:
+        if request.url.params.get("watch") != "true":
+            rv, items = self.listings.pop(0)
+            return httpx.Response(200, json={"kind": "ConfigMapList", "metadata": {"resourceVersion": rv}, "items": items})
+        self.watch_rvs.append(request.url.params.get("resourceVersion"))
+        script = self.watches.pop(0) if self.watches else []
+        if isinstance(script, httpx.Response):
+            return script
+        lines: list[bytes] = script
+
+        class Stream(httpx.AsyncByteStream):
+            async def __aiter__(self) -> AsyncIterator[bytes]:
+                for line in lines:
+                    yield line
+                await trio.sleep_forever()
+
+        return httpx.Response(200, stream=Stream())
+
+
+@pytest.mark.parametrize(
+    ("watch", "why"),
+    [
+        ([event_line("BOOKMARK", {"metadata": {"resourceVersion": "3"}})],
+         "a watch bookmark has resourceVersion 3, older than 11 seen before"),
+        ([event_line("MODIFIED", item("a", "6"))], "a watch MODIFIED event has resourceVersion 6, older than 11 seen before"),
+        ([event_line("ERROR", {"kind": "Status", "code": 410, "reason": "Expired", "message": "too old"})],
+         "a list answered resourceVersion 4, older than 11 seen before"),
+    ],
+    ids=["older-bookmark", "older-event", "older-list-after-410"],
+)
+async def test_resource_versions_going_backwards_relist_from_scratch(
+    watch: list[bytes], why: str, caplog: pytest.LogCaptureFixture, autojump_clock: trio.testing.MockClock
+) -> None:
+    server = ScriptedServer([("10", [item("a", "5")]), ("4", [item("a", "2")])], [[event_line("ADDED", item("b", "11")), *watch]])
+    events: list[WatcherEvent] = []
+    async with Client(Config.from_dict(KUBECONFIG), transport=httpx.MockTransport(server)) as client:
+        watcher = Watcher(client, CONFIGMAPS, idle_timeout=None, rng=random.Random(7))
+        with trio.move_on_after(60):
+            await watcher.run(events.append)
+    assert [(summary(e), getattr(e, "reset", None)) for e in events] == [
+        (("Restarted", ["a"]), False), (("Added", "b"), None), (("Restarted", ["a"]), True)
+    ]
+    assert server.watch_rvs == ["10", "4"]
+    assert watcher.statistics().resets == 1 and watcher.resource_version == "4"
+    assert f"the API server's history of configmaps/v1 went backwards ({why}); listing again from scratch" in caplog.text
+
+
+async def test_a_watch_answered_too_large_relists_from_scratch(
+    caplog: pytest.LogCaptureFixture, autojump_clock: trio.testing.MockClock
+) -> None:
+    server = ScriptedServer([("10", [item("a", "5")]), ("4", [])], [httpx.Response(504, json=TOO_LARGE)])
+    events: list[WatcherEvent] = []
+    retry = RetryPolicy(max_attempts=1)
+    async with Client(Config.from_dict(KUBECONFIG), transport=httpx.MockTransport(server), retry=retry) as client:
+        watcher = Watcher(client, CONFIGMAPS, idle_timeout=None, rng=random.Random(7))
+        with trio.move_on_after(60):
+            await watcher.run(events.append)
+    assert [(summary(e), getattr(e, "reset", None)) for e in events] == [
+        (("Restarted", ["a"]), False), (("Restarted", []), True)
+    ]
+    assert server.watch_rvs == ["10", "4"] and watcher.statistics().stream_failures == 0
+    assert (
+        "went backwards (the server answered that resourceVersion 10 is too large: "
+        "Timeout: Too large resource version: 10, current: 4)" in caplog.text
+    )

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import logging
 import os
@@ -16,6 +17,7 @@ from trio_websocket import ConnectionClosed, ConnectionRejected, WebSocketConnec
 from engine import Controller, DependencyNotReady, Manager, ObjectRef, Result, RunContext, TerminalError
 from engine.observability import Observability
 
+from .._secrets import ALL_SECRETS, SECRET_TEXTS
 from .._support import running
 from ._support import Recorder, get
 
@@ -138,6 +140,55 @@ async def test_lifecycle_sequence_per_key_and_events() -> None:
     ok_event = next(m for m in messages if m["type"] == "event" and m["reason"] == "Done")
     assert ok_event["run_id"] == run_messages(messages, OK)[1]["run_id"]
     assert ok_event["message"] == "all good"
+
+
+async def test_no_secret_reaches_a_live_stream_client() -> None:
+    """Error summaries, trigger reasons and event messages carrying a token, a proxy password,
+    a client key or an exec env var reach a client masked, live and in the late-join snapshot."""
+    refs = [ObjectRef("Widget", f"w{i}", "ns") for i in range(len(SECRET_TEXTS))]
+
+    async def reconcile(ctx: RunContext) -> None:
+        text = SECRET_TEXTS[refs.index(ctx.ref)]
+        ctx.events.warning("CallFailed", text)
+        raise TerminalError(text)
+
+    manager = Manager(handle_signals=False, grace_period=0)
+    recorder = Recorder()
+    manager.add_observer(recorder)
+    c = manager.add_controller(Controller("c", reconcile))
+    obs = Observability(manager, live_bind_address=":0")
+    raw: list[str] = []
+    late: list[str] = []
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            async with running(manager):
+                assert obs.live_url is not None
+                ws = await nursery.start(_connect, obs.live_url)
+                raw.append(await ws.get_message())
+
+                async def read_all() -> None:
+                    with contextlib.suppress(ConnectionClosed):
+                        while True:
+                            raw.append(await ws.get_message())
+
+                nursery.start_soon(read_all)
+                for ref, text in zip(refs, SECRET_TEXTS):
+                    c.trigger(ref, reason=f"changed: {text}")
+                await recorder.wait_until(lambda: len(recorder.finished) == len(refs))
+                while sum('"CallFailed"' in m for m in raw) < len(refs):
+                    await trio.sleep(0.01)
+                late_ws = await nursery.start(_connect, obs.live_url)
+                for _ in range(3):
+                    late.append(await late_ws.get_message())
+            nursery.cancel_scope.cancel()
+    messages = [json.loads(m) for m in raw]
+    errors = [m["error"] for m in messages if m.get("step") == "terminal_error"]
+    assert len(errors) == len(refs) and all(e.startswith("TerminalError: ") for e in errors)
+    assert len([m for m in messages if m["type"] == "event" and m["reason"] == "CallFailed"]) == len(refs)
+    assert any(json.loads(m)["type"] == "events" and json.loads(m)["events"] for m in late)
+    for secret in ALL_SECRETS:
+        for text in raw + late:
+            assert secret not in text, secret
 
 
 async def _connect(url: str, *, task_status: trio.TaskStatus[WebSocketConnection] = trio.TASK_STATUS_IGNORED) -> None:

@@ -171,3 +171,53 @@ async def test_slow_watcher_loses_its_stream_without_blocking_writers() -> None:
             assert sub.overflowed
             events = await Watch(r.aiter_lines()).rest()
         assert events == []
+
+
+def too_large(status: dict[str, Any], wanted: int, current: int) -> bool:
+    return status == {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": f"Timeout: Too large resource version: {wanted}, current: {current}",
+        "reason": "Timeout",
+        "code": 504,
+        "details": {
+            "causes": [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}],
+            "retryAfterSeconds": 1,
+        },
+    }
+
+
+async def test_a_read_from_a_resource_version_newer_than_the_latest_answers_504(client: httpx.AsyncClient) -> None:
+    await client.post(CM, json=cm("a"))
+    current = int((await client.get(CM)).json()["metadata"]["resourceVersion"])
+    for params in ({"resourceVersion": str(current + 1), "resourceVersionMatch": "NotOlderThan"},
+                   {"resourceVersion": str(current + 1), "limit": "1"}):
+        r = await client.get(CM, params=params)
+        assert r.status_code == 504 and too_large(r.json(), current + 1, current)
+    r = await client.get(f"{CM}/a", params={"resourceVersion": "999999999999"})
+    assert r.status_code == 504 and too_large(r.json(), 999999999999, current)
+    ok = await client.get(CM, params={"resourceVersion": str(current), "resourceVersionMatch": "NotOlderThan"})
+    assert ok.status_code == 200 and [i["metadata"]["name"] for i in ok.json()["items"]] == ["a"]
+
+
+async def test_a_watch_from_a_resource_version_newer_than_the_latest_waits_for_newer_changes(
+    client: httpx.AsyncClient,
+) -> None:
+    from contextlib import AsyncExitStack
+
+    current = int((await client.get(CM)).json()["metadata"]["resourceVersion"])
+    async with AsyncExitStack() as stack:
+        w = await open_watch(client, CM, stack, resourceVersion=str(current + 2))
+        await client.post(CM, json=cm("older-1"))
+        await client.post(CM, json=cm("older-2"))
+        await client.post(CM, json=cm("newer"))
+        event = await w.next()
+        assert (event["type"], event["object"]["metadata"]["name"]) == ("ADDED", "newer")
+    async with client.stream(
+        "GET", CM, params={"watch": "1", "sendInitialEvents": "true", "allowWatchBookmarks": "true",
+                           "resourceVersionMatch": "NotOlderThan", "resourceVersion": "999999999999"}
+    ) as r:
+        events = await Watch(r.aiter_lines()).rest()
+    assert [e["type"] for e in events] == ["ERROR"] and too_large(events[0]["object"], 999999999999, current + 3)
