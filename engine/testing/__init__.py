@@ -9,6 +9,9 @@ Start with :class:`ApiServer`::
 ``ApiServer(listen=False)`` with :meth:`ApiServer.memory_transport` runs without sockets, so a
 whole system can run inside one trio run under ``MockClock``. ``api.faults`` injects failures;
 ``api.store`` is the server's :class:`ObjectStorage`, for seeding and inspecting state.
+Beside the API, the server runs what a cluster's controller manager would (garbage collection,
+namespace clean-up), after the requests, as a cluster does: ``await api.settle()`` waits for
+it, and ``ApiServer(controllers=False)`` answers as an API server alone.
 
 To test a plugin, :func:`open_plugin_test` runs it against a :class:`KubeTarget` and hands back
 a :class:`PluginHarness` (apply manifests, wait for conditions, read runs and events). The

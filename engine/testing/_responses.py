@@ -7,6 +7,7 @@ from typing import Any
 
 from ..observability._http import Response
 from ._errors import RequestRejected
+from ._events import from_storage
 from ._resources import ResourceType
 
 __all__ = ["json_response", "status_response", "typed"]
@@ -25,7 +26,9 @@ def status_response(exc: RequestRejected, headers: list[tuple[str, str]] | None 
 
 
 def typed(rt: ResourceType, obj: dict[str, Any]) -> dict[str, Any]:
-    """``obj`` with ``apiVersion`` and ``kind`` of ``rt`` first, as the server answers it."""
+    """``obj`` as ``rt`` answers it (a view of the stored form, see :mod:`._events`), with
+    ``apiVersion`` and ``kind`` of ``rt`` first."""
+    obj = from_storage(rt, obj)
     return {
         "apiVersion": rt.api_version,
         "kind": rt.kind,

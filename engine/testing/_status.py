@@ -13,7 +13,7 @@ from ._errors import RequestRejected
 from ._resources import ResourceType
 from ._schema import FieldError
 
-__all__ = ["not_found", "already_exists", "invalid", "conflict"]
+__all__ = ["not_found", "already_exists", "invalid", "conflict", "CauseSpec", "invalid_causes"]
 
 
 def _resource(rt: ResourceType) -> str:
@@ -98,3 +98,20 @@ def conflict(
         f'Operation cannot be fulfilled on {_resource(rt)} "{name}": {message}',
         details=details,
     )
+
+
+CauseSpec = tuple[str, str, str]
+"""``(reason, field, message)`` of one cause: ``("FieldValueRequired", "spec.x", "Required value")``."""
+
+
+def invalid_causes(rt: ResourceType, name: str, causes: list[CauseSpec]) -> RequestRejected:
+    """422 Invalid with causes of any reason; ``details.group`` is absent for the core group."""
+    qualified = f"{rt.kind}.{rt.group}" if rt.group else rt.kind
+    text = ", ".join(f"{field}: {message}" for _, field, message in causes)
+    details: dict[str, Any] = {"name": name}
+    if rt.group:
+        details["group"] = rt.group
+    details["kind"] = rt.kind
+    details["causes"] = [{"reason": reason, "message": message, "field": field} for reason, field, message in causes]
+    message = f'{qualified} "{name}" is invalid: {text}' if len(causes) == 1 else f'{qualified} "{name}" is invalid: [{text}]'
+    return RequestRejected(422, "Invalid", message, details=details)

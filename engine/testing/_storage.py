@@ -9,13 +9,13 @@ Semantics kept from the real API server: one global, monotonically increasing re
 with a status subresource, ``status`` changes, and when deletion starts); optimistic concurrency;
 namespaces that must exist; watches replayed from a bounded history. The rest lives next door:
 per-type validation and defaults in :mod:`._strategies`, field ownership and server-side apply
-in :mod:`._apply`, deletion and garbage collection in :mod:`._deletion`.
+in :mod:`._apply`, deletion in :mod:`._deletion`, garbage collection in :mod:`._controllers`.
 
-Simplified: lists always read the latest state (``resourceVersion`` and ``resourceVersionMatch``
-on lists are ignored, except that a ``resourceVersion`` newer than the latest is refused, see
-:meth:`ObjectStorage.check_not_newer`) and a ``continue`` token resumes after the last key of the previous page
-rather than from a snapshot. Core ``v1`` events and ``events.k8s.io/v1`` events are stored
-separately. There is no persistence.
+Lists read the latest state, or with ``resourceVersionMatch=Exact`` the state at a
+resourceVersion the history still covers; the pages after the first read the first page's
+state, as on the real server; a ``resourceVersion`` newer than the latest is refused (see
+:meth:`ObjectStorage.check_not_newer`). Core ``v1`` and ``events.k8s.io/v1`` Events are one
+storage (the core form) with two views (:mod:`._events`). There is no persistence.
 """
 
 from __future__ import annotations
@@ -37,12 +37,13 @@ from typing import Any
 import attrs
 import trio
 
-from . import _apply, _deletion
+from . import _apply, _deletion, _events, _services
 from ._errors import RequestRejected
+from ._fields import FieldCheck
 from ._objects import SYSTEM_METADATA, Key, Obj, format_time, meta
 from ._resources import BUILTIN_TYPES, ResourceType, resource_types_from_crd
 from ._selectors import FieldSelector, LabelSelector
-from ._status import already_exists, conflict, invalid, not_found
+from ._status import already_exists, conflict, invalid, invalid_causes, not_found
 from ._strategies import strategy_for
 
 __all__ = ["ObjectStorage", "Change", "Subscription", "DEFAULT_NAMESPACES"]
@@ -145,6 +146,7 @@ class ObjectStorage:
     _subs: dict[tuple[str, str], set[Subscription]] = attrs.field(factory=dict, init=False, repr=False)
     _rng: random.Random = attrs.field(init=False, repr=False)
     _crd_types: dict[str, list[ResourceType]] = attrs.field(factory=dict, init=False, repr=False)
+    _listeners: list[Callable[[Change], None]] = attrs.field(factory=list, init=False, repr=False)
 
     def _timestamp(self) -> str:
         return format_time(self.wall_clock())
@@ -279,7 +281,14 @@ class ObjectStorage:
                 self.unsubscribe(sub)
             except (trio.BrokenResourceError, trio.ClosedResourceError):
                 self.unsubscribe(sub)
+        for listener in self._listeners:
+            listener(change)
         return obj
+
+    def add_listener(self, listener: Callable[[Change], None]) -> None:
+        """Call ``listener(change)`` after every committed change, synchronously (it must not
+        write to the storage itself). Not a checkpoint."""
+        self._listeners.append(listener)
 
     def subscribe(
         self, rt: ResourceType, namespace: str | None, since: int | None
@@ -365,16 +374,26 @@ class ObjectStorage:
         *,
         limit: int | None = None,
         continue_token: str | None = None,
+        exact: int | None = None,
     ) -> tuple[list[Obj], int, str | None, int | None]:
         """``(items, resourceVersion, continue, remainingItemCount)`` for one page, in
         ``(namespace, name)`` order.
 
-        A page costs a bisection plus its own length when there are no selectors; with
-        selectors, the objects after the page are still matched to count them. Raises
+        ``exact`` lists the objects as they were at that resourceVersion
+        (``resourceVersionMatch=Exact``); the pages after the first are read at the first
+        page's resourceVersion, as the real server reads them from etcd's history. A page of
+        the latest state costs a bisection plus its own length when there are no selectors;
+        with selectors, the objects after the page are still matched to count them. Raises
         :class:`RequestRejected`: 400 for a malformed ``continue`` token, 410 Expired for one
-        older than the history.
+        (or an ``exact`` resourceVersion) older than the history.
         """
         list_rv = self._rv
+        if exact is not None:
+            if exact < self._floor:
+                raise RequestRejected(
+                    410, "Expired", f"too old resource version: {exact} ({self._floor})"
+                )
+            list_rv = min(exact, self._rv)
         after: Key | None = None
         if continue_token:
             try:
@@ -390,6 +409,8 @@ class ObjectStorage:
                     "result. You can start a new list without the continue parameter.",
                 )
         bucket = self._objects.get(rt.storage_key) or _Bucket()
+        if list_rv < self._rv:
+            bucket = self._snapshot(rt.storage_key, bucket, list_rv)
         span = bucket.span(namespace, after)
         wanted = limit if limit is not None and limit > 0 else None
         page: list[Key] = []
@@ -414,7 +435,35 @@ class ObjectStorage:
             return items, list_rv, token, matched - wanted
         return items, list_rv, None, None
 
+    def _snapshot(self, storage_key: tuple[str, str], bucket: _Bucket, rv: int) -> _Bucket:
+        """``bucket`` as it was at ``rv`` (which the history must still cover), rebuilt by
+        undoing the later changes."""
+        objects = dict(bucket.objects)
+        for change in reversed(self._history):
+            if change.rv <= rv:
+                break
+            if change.key != storage_key:
+                continue
+            key = (meta(change.obj).get("namespace", "") or "", meta(change.obj)["name"])
+            if change.type == "ADDED" or change.old is None:
+                objects.pop(key, None)
+            else:
+                objects[key] = change.old
+        return _Bucket(objects, sorted(objects))
+
     # ----- writes -----
+
+    def _event_for_storage(self, rt: ResourceType, obj: Obj, stored_old: Obj | None) -> tuple[Obj, ResourceType]:
+        """An Event written through ``rt`` in its stored form, validated; with the type it is
+        stored as."""
+        stored = _events.to_storage(rt, obj)
+        causes = _events.validate(rt, stored, stored_old)
+        storage_rt = self._storage_type(rt.storage_key)
+        assert storage_rt is not None
+        if causes:
+            raise invalid_causes(storage_rt, str(meta(stored).get("name", "")), causes)
+        _events.canonicalize_core(stored)
+        return stored, storage_rt
 
     def _new_uid(self) -> str:
         return str(uuid.UUID(int=self._rng.getrandbits(128), version=4))
@@ -468,10 +517,14 @@ class ObjectStorage:
         *,
         dry_run: bool = False,
         manager: str | None = None,
+        check_size: bool = False,
+        fields: FieldCheck | None = None,
         _managed_fields: list[dict[str, Any]] | None = None,
     ) -> Obj:
         """Create an object. Raises :class:`RequestRejected`: 400, 404 (namespace), 409
-        AlreadyExists, 403 (namespace terminating), 422 Invalid."""
+        AlreadyExists, 403 (namespace terminating), 422 Invalid; with ``check_size``, 500 for an
+        object larger than etcd stores (:data:`MAX_OBJECT_BYTES`). ``fields`` hears of the unknown
+        fields a custom resource's schema pruned (400 under ``fieldValidation=Strict``)."""
         obj = self._prepare_body(rt, namespace, body, None)
         namespace = self.check_namespace(rt, namespace)
         metadata = obj["metadata"]
@@ -483,13 +536,7 @@ class ObjectStorage:
         if namespace is not None:
             ns_obj = self._objects[_NAMESPACES].objects[("", namespace)]
             if meta(ns_obj).get("deletionTimestamp"):
-                raise RequestRejected(
-                    403,
-                    "Forbidden",
-                    f'{rt.plural} "{metadata["name"]}" is forbidden: unable to create new content in '
-                    f"namespace {namespace} because it is being terminated",
-                    details={"name": metadata["name"], "group": rt.group, "kind": rt.plural},
-                )
+                raise _namespace_terminating(rt, metadata["name"], namespace)
         if (namespace or "", metadata["name"]) in self._objects[rt.storage_key].objects:
             raise already_exists(rt, metadata["name"])
         for field in SYSTEM_METADATA:
@@ -497,7 +544,11 @@ class ObjectStorage:
                 metadata.pop(field, None)
         if rt.has_status:
             obj.pop("status", None)
-        strategy_for(rt).prepare(rt, obj, self._timestamp)
+        strategy = strategy_for(rt)
+        unknown = strategy.prepare(rt, obj, self._timestamp)
+        if fields is not None:
+            fields.report(unknown)
+        strategy.check(rt, obj, None)
         metadata["uid"] = self._new_uid()
         metadata["creationTimestamp"] = self._timestamp()
         metadata["generation"] = 1
@@ -505,9 +556,16 @@ class ObjectStorage:
             metadata["managedFields"] = _managed_fields
         elif manager:
             _apply.record_update(rt, obj, None, manager, self._timestamp)
+        strategy.prepare_create(rt, obj)
+        if rt.storage_key == _services.SERVICES:
+            _services.allocate(obj, self._objects[rt.storage_key].objects.values(), self._rng)
+        if _events.is_event(rt):
+            obj, rt = self._event_for_storage(rt, obj, None)
         is_crd = rt.storage_key == ("apiextensions.k8s.io", "customresourcedefinitions")
         if is_crd:
             self._check_crd_collision(obj)
+        if check_size:
+            _check_size(obj)
         if dry_run:
             obj["apiVersion"], obj["kind"] = rt.api_version, rt.kind
             return obj
@@ -527,6 +585,8 @@ class ObjectStorage:
         dry_run: bool = False,
         manager: str | None = None,
         check_version: bool = True,
+        check_size: bool = False,
+        fields: FieldCheck | None = None,
         _ownership_changed: bool = False,
     ) -> Obj:
         """Replace an object (or its status). Raises :class:`RequestRejected`: 404, 409 Conflict
@@ -534,7 +594,8 @@ class ObjectStorage:
         no-op that keeps the resourceVersion; one that clears the last finalizer of an object
         being deleted removes it."""
         namespace = self.check_namespace(rt, namespace)
-        old = self.get(rt, namespace, name)
+        stored_old = self.get(rt, namespace, name)
+        old = _events.from_storage(rt, stored_old)
         obj = self._prepare_body(rt, namespace, body, name)
         metadata = obj["metadata"]
         sent_rv = metadata.get("resourceVersion")
@@ -567,7 +628,15 @@ class ObjectStorage:
                 else:
                     obj.pop("status", None)
         metadata["resourceVersion"] = old_meta["resourceVersion"]
-        strategy_for(rt).prepare(rt, obj, self._timestamp, old=old, subresource=subresource)
+        strategy = strategy_for(rt)
+        strategy.prepare_update(rt, obj, old, subresource)
+        metadata = obj["metadata"]
+        if rt.storage_key == _services.SERVICES:
+            _services.keep_allocated(obj, old)
+        unknown = strategy.prepare(rt, obj, self._timestamp, old=old, subresource=subresource)
+        if fields is not None:
+            fields.report(unknown)
+        strategy.check(rt, obj, old)
         if old_meta.get("deletionTimestamp"):
             new_finalizers = set(metadata.get("finalizers") or []) - set(old_meta.get("finalizers") or [])
             if new_finalizers:
@@ -582,16 +651,21 @@ class ObjectStorage:
             metadata["generation"] = int(old_meta.get("generation", 1)) + 1
         if manager:
             _apply.record_update(rt, obj, old, manager, self._timestamp)
+        if _events.is_event(rt):
+            obj, rt = self._event_for_storage(rt, obj, stored_old)
+            old, metadata = stored_old, obj["metadata"]
         ignored = () if _ownership_changed else ("managedFields",)
         comparable_new = {**obj, "metadata": {k: v for k, v in metadata.items() if k not in ignored}}
         comparable_old = {**old, "metadata": {k: v for k, v in old_meta.items() if k not in ignored}}
         comparable_new["apiVersion"], comparable_new["kind"] = old.get("apiVersion"), old.get("kind")
         if comparable_new == comparable_old:
             return old
+        if check_size:
+            _check_size(obj)
         if dry_run:
             obj["apiVersion"], obj["kind"] = rt.api_version, rt.kind
             return obj
-        if metadata.get("deletionTimestamp") and not metadata.get("finalizers"):
+        if metadata.get("deletionTimestamp") and not _deletion.held(rt, obj):
             return _deletion.remove(self, rt, obj)
         stored = self._commit(rt, "MODIFIED", obj, old)
         if rt.storage_key == ("apiextensions.k8s.io", "customresourcedefinitions"):
@@ -633,9 +707,40 @@ class ObjectStorage:
         """Delete an object; returns ``(object, gone)``; ``gone`` is false while finalizers
         hold it. ``options`` is a ``DeleteOptions`` body (``preconditions``,
         ``propagationPolicy``). Raises :class:`RequestRejected`: 404, 409 on a failed
-        precondition, 400 on an unknown propagation policy. Garbage collection of dependents
-        happens within the call."""
+        precondition, 400 on an unknown propagation policy, 403 for the namespaces that may not
+        be deleted. The propagation policy becomes a finalizer; collecting the dependents is
+        the controllers' work, after the call (see :mod:`._controllers`)."""
         return _deletion.delete(self, rt, namespace, name, options, dry_run=dry_run)
+
+
+MAX_OBJECT_BYTES = 1536 * 1024
+"""The largest object etcd stores (its default ``--max-request-bytes``, 1.5 MiB)."""
+
+
+def _check_size(obj: Obj) -> None:
+    if len(json.dumps(obj, separators=(",", ":"))) > MAX_OBJECT_BYTES:
+        raise RequestRejected(500, "", "etcdserver: request is too large")
+
+
+def _namespace_terminating(rt: ResourceType, name: str, namespace: str) -> RequestRejected:
+    details: dict[str, Any] = {"name": name}
+    if rt.group:
+        details["group"] = rt.group
+    details["kind"] = rt.plural
+    details["causes"] = [
+        {
+            "reason": "NamespaceTerminating",
+            "message": f"namespace {namespace} is being terminated",
+            "field": "metadata.namespace",
+        }
+    ]
+    return RequestRejected(
+        403,
+        "Forbidden",
+        f'{rt.plural} "{name}" is forbidden: unable to create new content in namespace {namespace} '
+        "because it is being terminated",
+        details=details,
+    )
 
 
 def _spec_part(obj: Obj, rt: ResourceType) -> Obj:

@@ -11,14 +11,17 @@ from __future__ import annotations
 
 import base64
 import binascii
+import copy
 from collections.abc import Callable
+from typing import Any
 
 import attrs
 
+from . import _access, _services, _workloads
 from ._objects import Obj, meta
 from ._resources import ResourceType, openapi_schema, resource_types_from_crd
 from ._schema import FieldError, check_object, structural_errors
-from ._status import invalid
+from ._status import CauseSpec, invalid, invalid_causes
 from ._validation import NameRule, metadata_causes, validate_metadata
 
 __all__ = ["Strategy", "strategy_for"]
@@ -34,6 +37,18 @@ def _no_changes(rt: ResourceType, obj: Obj, now: Clock) -> None:
     pass
 
 
+def _nothing_on_create(rt: ResourceType, obj: Obj) -> None:
+    pass
+
+
+def _no_check(rt: ResourceType, obj: Obj, old: Obj | None) -> None:
+    pass
+
+
+def _nothing_on_update(rt: ResourceType, obj: Obj, old: Obj, subresource: str | None) -> None:
+    pass
+
+
 @attrs.frozen
 class Strategy:
     """How objects of one type are validated and canonicalized on every create and update."""
@@ -45,6 +60,15 @@ class Strategy:
     canonicalize: Callable[[ResourceType, Obj, Clock], None] = _no_changes
     """Fills defaults and derived fields in place; ``now()`` gives the current timestamp. May raise
     ``RequestRejected`` for values that cannot be canonicalized."""
+    prepare_create: Callable[[ResourceType, Obj], None] = _nothing_on_create
+    """Sets what the server owns on create (``PrepareForCreate``), in place; runs after field
+    ownership is recorded, so what it sets is owned by no manager."""
+    prepare_update: Callable[[ResourceType, Obj, Obj, str | None], None] = _nothing_on_update
+    """``(rt, new, old, subresource)``: keeps what a write through this endpoint may not change
+    (``PrepareForUpdate``), in place, before validation."""
+    check: Callable[[ResourceType, Obj, Obj | None], None] = _no_check
+    """``(rt, obj, old)``: validation that needs the defaults applied or the object an update
+    replaces (``old``, ``None`` on create); raises ``RequestRejected``."""
 
     def prepare(
         self, rt: ResourceType, obj: Obj, now: Clock, *, old: Obj | None = None, subresource: str | None = None
@@ -91,12 +115,46 @@ def _canonicalize_secret(rt: ResourceType, obj: Obj, now: Clock) -> None:
 
 
 def _canonicalize_namespace(rt: ResourceType, obj: Obj, now: Clock) -> None:
-    status = dict(obj.get("status") or {})
-    status.setdefault("phase", "Active")
-    obj["status"] = status
     labels = dict(meta(obj).get("labels") or {})
     labels["kubernetes.io/metadata.name"] = meta(obj)["name"]
     obj["metadata"]["labels"] = labels
+
+
+def _mapping(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _prepare_namespace_create(rt: ResourceType, obj: Obj) -> None:
+    obj["status"] = {"phase": "Active"}
+    spec = _mapping(obj.get("spec"))
+    finalizers = list(spec.get("finalizers") or [])
+    if "kubernetes" not in finalizers:
+        finalizers.append("kubernetes")
+    obj["spec"] = {**spec, "finalizers": finalizers}
+
+
+def _prepare_namespace_update(rt: ResourceType, obj: Obj, old: Obj, subresource: str | None) -> None:
+    old_spec = _mapping(old.get("spec"))
+    if subresource == "finalize":
+        new_spec = _mapping(obj.get("spec"))
+        finalizers = new_spec.get("finalizers")
+        obj.clear()
+        obj.update(copy.deepcopy(old))
+        spec = dict(old_spec)
+        if finalizers:
+            spec["finalizers"] = list(finalizers)
+        else:
+            spec.pop("finalizers", None)
+        obj["spec"] = spec
+        return
+    if subresource is not None:
+        return
+    if "status" in old:
+        obj["status"] = copy.deepcopy(old["status"])
+    if old_spec.get("finalizers"):
+        obj["spec"] = {**_mapping(obj.get("spec")), "finalizers": list(old_spec["finalizers"])}
+    elif isinstance(obj.get("spec"), dict):
+        obj["spec"].pop("finalizers", None)
 
 
 def _validate_crd(rt: ResourceType, obj: Obj) -> None:
@@ -110,6 +168,7 @@ def _validate_crd(rt: ResourceType, obj: Obj) -> None:
 
 def _canonicalize_crd(rt: ResourceType, obj: Obj, now: Clock) -> None:
     spec = obj["spec"]
+    spec.setdefault("conversion", {"strategy": "None"})
     status = dict(obj.get("status") or {})
     timestamp = now()
     status["acceptedNames"] = {k: v for k, v in spec["names"].items()}
@@ -135,10 +194,107 @@ def _canonicalize_crd(rt: ResourceType, obj: Obj, now: Clock) -> None:
     obj["status"] = status
 
 
+def _workload_defaults(rt: ResourceType, obj: Obj, now: Clock) -> None:
+    _workloads.canonicalize(rt, obj)
+
+
+def _service_defaults(rt: ResourceType, obj: Obj, now: Clock) -> None:
+    _services.canonicalize(obj)
+
+
+def _load_balancer_status(rt: ResourceType, obj: Obj) -> None:
+    obj["status"] = {"loadBalancer": {}}
+
+
+def _check_rbac(rt: ResourceType, obj: Obj, old: Obj | None) -> None:
+    causes = _access.validate_rbac(rt, obj, old)
+    if causes:
+        raise invalid_causes(rt, str(meta(obj).get("name", "")), causes)
+
+
+_MAX_DATA = 1024 * 1024
+
+
+def _check_data_size(rt: ResourceType, obj: Obj, old: Obj | None) -> None:
+    total = 0
+    for field in ("data", "binaryData"):
+        for key, value in _mapping(obj.get(field)).items():
+            total += len(str(key)) + len(str(value).encode())
+    if rt.plural == "secrets":
+        total = 0
+        for key, value in _mapping(obj.get("data")).items():
+            total += len(str(key)) + len(str(value)) * 3 // 4
+    if total > _MAX_DATA:
+        raise invalid_causes(
+            rt, str(meta(obj).get("name", "")), [("FieldValueTooLong", "data", f"Too long: must have at most {_MAX_DATA} bytes")]
+        )
+
+
+def _check_ingress(rt: ResourceType, obj: Obj, old: Obj | None) -> None:
+    causes: list[CauseSpec] = []
+    spec = _mapping(obj.get("spec"))
+    for i, rule in enumerate(spec.get("rules") or []):
+        for j, path in enumerate(_mapping(_mapping(rule).get("http")).get("paths") or []):
+            where = f"spec.rules[{i}].http.paths[{j}]"
+            kind = _mapping(path).get("pathType")
+            if kind is None:
+                causes.append(("FieldValueRequired", f"{where}.pathType", "Required value: pathType must be specified"))
+            elif kind not in ("Exact", "Prefix", "ImplementationSpecific"):
+                causes.append(
+                    (
+                        "FieldValueNotSupported",
+                        f"{where}.pathType",
+                        f'Unsupported value: "{kind}": supported values: "Exact", "ImplementationSpecific", "Prefix"',
+                    )
+                )
+            if not _mapping(path).get("backend"):
+                causes.append(("FieldValueRequired", f"{where}.backend", "Required value"))
+    if causes:
+        raise invalid_causes(rt, str(meta(obj).get("name", "")), causes)
+
+
+def _check_lease(rt: ResourceType, obj: Obj, old: Obj | None) -> None:
+    spec = _mapping(obj.get("spec"))
+    causes: list[CauseSpec] = []
+    duration = spec.get("leaseDurationSeconds")
+    if duration is not None and (not isinstance(duration, int) or duration <= 0):
+        causes.append(("FieldValueInvalid", "spec.leaseDurationSeconds", f"Invalid value: {duration}: must be greater than 0"))
+    transitions = spec.get("leaseTransitions")
+    if transitions is not None and (not isinstance(transitions, int) or transitions < 0):
+        causes.append(
+            ("FieldValueInvalid", "spec.leaseTransitions", f"Invalid value: {transitions}: must be greater than or equal to 0")
+        )
+    strategy = spec.get("strategy")
+    if strategy not in (None, "", "OldestEmulationVersion"):
+        causes.append(
+            ("FieldValueNotSupported", "spec.strategy", f'Unsupported value: "{strategy}": supported values: "OldestEmulationVersion"')
+        )
+    if spec.get("preferredHolder") and not strategy:
+        causes.append(("FieldValueForbidden", "spec.preferredHolder", "Forbidden: may only be specified if `strategy` is defined"))
+    if causes:
+        raise invalid_causes(rt, str(meta(obj).get("name", "")), causes)
+
+
+_WORKLOAD = Strategy(
+    canonicalize=_workload_defaults, prepare_create=_workloads.prepare_create, check=_workloads.check
+)
+_RBAC = Strategy(check=_check_rbac)
+
 _DEFAULT = Strategy()
 _STRATEGIES: dict[tuple[str, str], Strategy] = {
-    ("", "secrets"): Strategy(canonicalize=_canonicalize_secret),
-    ("", "namespaces"): Strategy(name_rule="label", canonicalize=_canonicalize_namespace),
+    ("", "secrets"): Strategy(canonicalize=_canonicalize_secret, check=_check_data_size),
+    ("", "configmaps"): Strategy(check=_check_data_size),
+    ("coordination.k8s.io", "leases"): Strategy(check=_check_lease),
+    ("", "services"): Strategy(canonicalize=_service_defaults, prepare_create=_load_balancer_status, check=_services.check),
+    ("networking.k8s.io", "ingresses"): Strategy(prepare_create=_load_balancer_status, check=_check_ingress),
+    **{key: _WORKLOAD for key in _workloads.WORKLOADS},
+    **{("rbac.authorization.k8s.io", plural): _RBAC for plural in ("roles", "clusterroles", "rolebindings", "clusterrolebindings")},
+    ("", "namespaces"): Strategy(
+        name_rule="label",
+        canonicalize=_canonicalize_namespace,
+        prepare_create=_prepare_namespace_create,
+        prepare_update=_prepare_namespace_update,
+    ),
     ("apiextensions.k8s.io", "customresourcedefinitions"): Strategy(
         validate_type=_validate_crd, canonicalize=_canonicalize_crd
     ),
