@@ -28,13 +28,21 @@ class ObjectRef:
     """The API group (``""`` for the core group or for non-Kubernetes objects)."""
 
     @classmethod
-    def from_object(cls, obj: Mapping[str, Any]) -> ObjectRef:
-        """Build a ref from a Kubernetes-shaped mapping (``apiVersion``, ``kind``, ``metadata``)."""
-        api_version = str(obj.get("apiVersion", ""))
-        group = api_version.rpartition("/")[0] if "/" in api_version else ""
+    def from_object(
+        cls, obj: Mapping[str, Any], *, kind: str | None = None, group: str | None = None
+    ) -> ObjectRef:
+        """Build a ref from a Kubernetes-shaped mapping (``apiVersion``, ``kind``, ``metadata``).
+
+        ``kind`` and ``group`` override what the object says, for objects that do not carry
+        their type (list items, informer cache entries); :func:`engine.kube.ref_for` passes
+        them from the resource.
+        """
+        if group is None:
+            api_version = str(obj.get("apiVersion", ""))
+            group = api_version.rpartition("/")[0] if "/" in api_version else ""
         meta = obj.get("metadata") or {}
         return cls(
-            kind=str(obj.get("kind", "")),
+            kind=str(obj.get("kind", "")) if kind is None else kind,
             name=str(meta.get("name", "")),
             namespace=meta.get("namespace") or None,
             group=group,

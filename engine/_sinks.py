@@ -13,6 +13,7 @@ import trio
 from ._backoff import jittered_backoff, parse_retry_after
 from ._errors import EngineError
 from ._events import Event, EventType
+from ._text import summarize
 
 __all__ = ["MemorySink", "LogSink", "WebhookSink", "WebhookDeliveryError", "event_to_json"]
 
@@ -160,7 +161,7 @@ class WebhookSink:
                 try:
                     response = await client.post(self.url, json=body, headers=self._headers)
                 except httpx.HTTPError as exc:
-                    last_error = f"{type(exc).__name__}: {exc}"
+                    last_error = summarize(exc)
                 else:
                     if response.status_code < 300:
                         return

@@ -18,6 +18,7 @@ import attrs
 import trio
 
 from ._refs import ObjectRef, Triggerable
+from ._text import summarize, truncate
 
 __all__ = ["Source", "Change", "ChannelSource", "TimerSource", "MappedSource"]
 
@@ -118,7 +119,7 @@ class TimerSource:
                 self.errors += 1
                 _count_trigger_error(self.controller)
                 logger.error(
-                    "key function of timer source raised; resync round skipped: %s", _summary(exc),
+                    "key function of timer source raised; resync round skipped: %s", summarize(exc),
                     exc_info=exc, extra={"controller": self.controller.name},
                 )
                 continue
@@ -186,7 +187,7 @@ class MappedSource(Generic[T]):
         except Exception:
             item = f"an item of type {type(event).__name__}"
         logger.error(
-            "mapper of source %r raised for %s; item skipped: %s", self._reason, item, _summary(error),
+            "mapper of source %r raised for %s; item skipped: %s", self._reason, item, summarize(error),
             extra={"controller": self.controller.name, "object": item},
         )
         logger.debug("mapper traceback", exc_info=error)
@@ -217,10 +218,5 @@ def _describe(item: object) -> str:
         return str(item)
     if isinstance(item, Mapping) and isinstance(item.get("metadata"), Mapping):
         return str(ObjectRef.from_object(item))
-    text = repr(item)
-    return text if len(text) <= 200 else text[:197] + "..."
+    return truncate(repr(item), 200)
 
-
-def _summary(error: BaseException) -> str:
-    text = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
-    return text if len(text) <= 500 else text[:497] + "..."

@@ -102,11 +102,9 @@ def any_of(*predicates: Predicate) -> Predicate:
 
 
 def ref_for(resource: Resource, obj: Mapping[str, Any]) -> ObjectRef:
-    """The queue key of ``obj``, an object of ``resource``."""
-    meta = obj["metadata"]
-    return ObjectRef(
-        kind=resource.kind, name=meta["name"], namespace=meta.get("namespace") or None, group=resource.group
-    )
+    """The queue key of ``obj``, an object of ``resource`` (:meth:`ObjectRef.from_object` with the
+    resource's kind and group, since cached objects need not carry their type)."""
+    return ObjectRef.from_object(obj, kind=resource.kind, group=resource.group)
 
 
 class Cluster:

@@ -42,7 +42,7 @@ from types import TracebackType
 from typing import Any, Literal
 
 import attrs
-import yaml  # type: ignore[import-untyped, unused-ignore]  # types-PyYAML may be missing
+import yaml
 
 from engine.kube import Config
 

@@ -27,7 +27,7 @@ from typing import Any, TypeVar
 
 import attrs
 import trio
-import yaml  # type: ignore[import-untyped, unused-ignore]  # types-PyYAML may be missing
+import yaml
 
 from engine import (
     Controller,
@@ -61,6 +61,7 @@ from engine.kube import (
     install_crds,
 )
 
+from .._text import truncate
 from ._errors import HarnessError, WaitTimeout
 from ._faults import Faults
 from ._server import ApiServer
@@ -157,7 +158,7 @@ def _summary(obj: Mapping[str, Any] | None) -> str:
     text = yaml.safe_dump({"metadata": {k: v for k, v in (obj.get("metadata") or {}).items()
                                         if k in ("generation", "resourceVersion", "finalizers", "deletionTimestamp")},
                            "status": obj.get("status")}, sort_keys=False, width=200)
-    return text if len(text) <= 2000 else text[:1997] + "..."
+    return truncate(text, 2000)
 
 
 @attrs.define(eq=False)
