@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from ._errors import RequestRejected
 from ._objects import Obj, meta
 from ._resources import ResourceType
-from ._status import conflict
+from ._status import precondition_failed
 
 if TYPE_CHECKING:
     from ._storage import ObjectStorage
@@ -158,7 +158,8 @@ def _delete(storage: ObjectStorage, rt: ResourceType, obj: Obj, policy: str) -> 
         new = copy.deepcopy(obj)
         new["metadata"]["deletionTimestamp"] = storage._timestamp()
         new["metadata"]["deletionGracePeriodSeconds"] = 0
-        new["metadata"]["generation"] = int(metadata.get("generation", 1)) + 1
+        if metadata.get("generation"):
+            new["metadata"]["generation"] = int(metadata["generation"]) + 1
         if finalizers:
             new["metadata"]["finalizers"] = finalizers
         if is_namespace:
@@ -204,20 +205,20 @@ def delete(
     preconditions = options.get("preconditions") or {}
     metadata = meta(obj)
     if preconditions.get("uid") not in (None, "") and preconditions["uid"] != metadata.get("uid"):
-        raise conflict(
+        raise precondition_failed(
             rt,
             name,
-            f"Precondition failed: UID in precondition: {preconditions['uid']}, "
-            f"UID in object meta: {metadata.get('uid')}",
+            f"the UID in the precondition ({preconditions['uid']}) does not match the UID in record "
+            f"({metadata.get('uid')}). The object might have been deleted and then recreated",
         )
     if preconditions.get("resourceVersion") not in (None, "") and preconditions["resourceVersion"] != metadata.get(
         "resourceVersion"
     ):
-        raise conflict(
+        raise precondition_failed(
             rt,
             name,
-            f"Precondition failed: ResourceVersion in precondition: {preconditions['resourceVersion']}, "
-            f"ResourceVersion in object meta: {metadata.get('resourceVersion')}",
+            f"the ResourceVersion in the precondition ({preconditions['resourceVersion']}) does not match "
+            f"the ResourceVersion in record ({metadata.get('resourceVersion')}). The object might have been modified",
         )
     policy = options.get("propagationPolicy") or "Background"
     if policy not in POLICIES:

@@ -17,9 +17,10 @@ from ._faults import RequestInfo
 from ._patch import json_patch, merge_patch, strategic_merge_patch
 from ._protobuf import decode_protobuf
 from ._resources import BUILTIN_TYPES, ResourceType
-from ._responses import json_response, typed
+from ._responses import json_response, list_item, typed
 from ._routing import Target, flag
 from ._selectors import parse_field_selector, parse_label_selector
+from ._status import details
 from ._storage import ObjectStorage
 
 __all__ = ["handle_resource", "decode_body"]
@@ -83,7 +84,7 @@ def handle_resource(storage: ObjectStorage, request: Request, target: Target, in
             meta["remainingItemCount"] = remaining
         return json_response(
             200,
-            {"kind": rt.list_kind, "apiVersion": rt.api_version, "metadata": meta, "items": [typed(rt, o) for o in items]},
+            {"kind": rt.list_kind, "apiVersion": rt.api_version, "metadata": meta, "items": [list_item(rt, o) for o in items]},
         )
     if info.verb == "get":
         assert name is not None
@@ -131,12 +132,7 @@ def _success(rt: ResourceType, obj: dict[str, Any]) -> dict[str, Any]:
         "apiVersion": "v1",
         "metadata": {},
         "status": "Success",
-        "details": {
-            "name": obj["metadata"]["name"],
-            "group": rt.group,
-            "kind": rt.plural,
-            "uid": obj["metadata"].get("uid"),
-        },
+        "details": details(rt.group, rt.plural, obj["metadata"]["name"], uid=obj["metadata"].get("uid")),
     }
 
 

@@ -9,6 +9,7 @@ from typing import Any
 import attrs
 
 from ._errors import RequestRejected
+from ._fieldsets import Shape, shape_from_schema
 
 __all__ = ["ResourceType", "BUILTIN_TYPES", "resource_types_from_crd", "VERBS"]
 
@@ -39,6 +40,12 @@ class ResourceType:
     """Categories such as ``all``."""
     printer_columns: tuple[dict[str, Any], ...] = ()
     """``additionalPrinterColumns`` of a custom resource (informational)."""
+    has_generation: bool = False
+    """Whether objects carry ``metadata.generation`` (custom resources, CRDs and the workload
+    types; not ConfigMaps, Secrets, Namespaces, Leases, Events...)."""
+    field_shape: Shape | None = attrs.field(default=None, eq=False, repr=False)
+    """The structure field ownership is tracked with (from the CRD's schema for custom
+    resources; ``None``: the built-in table of :mod:`._fieldsets`)."""
 
     @property
     def api_version(self) -> str:
@@ -100,6 +107,7 @@ BUILTIN_TYPES: tuple[ResourceType, ...] = (
         False,
         ("crd", "crds"),
         True,
+        has_generation=True,
     ),
 )
 
@@ -170,6 +178,8 @@ def resource_types_from_crd(crd: dict[str, Any]) -> list[ResourceType]:
                 has_status="status" in subresources,
                 categories=tuple(names.get("categories") or ()),
                 printer_columns=tuple(version.get("additionalPrinterColumns") or ()),
+                has_generation=True,
+                field_shape=shape_from_schema((version.get("schema") or {}).get("openAPIV3Schema")),
             )
         )
     return types

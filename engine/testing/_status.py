@@ -11,11 +11,41 @@ from typing import Any
 from ._errors import RequestRejected
 from ._resources import ResourceType
 
-__all__ = ["not_found", "already_exists", "invalid", "conflict"]
+__all__ = ["not_found", "already_exists", "invalid", "conflict", "details", "cause_reason", "precondition_failed"]
+
+_REASONS = (
+    ("Required value", "FieldValueRequired"),
+    ("Invalid value", "FieldValueInvalid"),
+    ("Forbidden", "FieldValueForbidden"),
+    ("Unsupported value", "FieldValueNotSupported"),
+    ("Duplicate value", "FieldValueDuplicate"),
+    ("Too long", "FieldValueTooLong"),
+    ("Too many", "FieldValueTooMany"),
+    ("Not found", "FieldValueNotFound"),
+)
 
 
 def _resource(rt: ResourceType) -> str:
     return f"{rt.plural}.{rt.group}" if rt.group else rt.plural
+
+
+def details(group: str, kind: str, name: str | None = None, **more: Any) -> dict[str, Any]:
+    """``Status.details`` as the real server writes them: ``group`` absent for the core group,
+    ``name`` absent when empty."""
+    out: dict[str, Any] = {}
+    if name:
+        out["name"] = name
+    if group:
+        out["group"] = group
+    out["kind"] = kind
+    out.update(more)
+    return out
+
+
+def cause_reason(message: str) -> str:
+    """The ``reason`` of a field error from its message (``"Required value: ..."`` is
+    ``FieldValueRequired``), as the real server's field errors word them."""
+    return next((reason for prefix, reason in _REASONS if message.startswith(prefix)), "FieldValueInvalid")
 
 
 def not_found(rt: ResourceType, name: str) -> RequestRejected:
@@ -24,7 +54,7 @@ def not_found(rt: ResourceType, name: str) -> RequestRejected:
         404,
         "NotFound",
         f'{_resource(rt)} "{name}" not found',
-        details={"name": name, "group": rt.group, "kind": rt.plural},
+        details=details(rt.group, rt.plural, name),
     )
 
 
@@ -34,27 +64,25 @@ def already_exists(rt: ResourceType, name: str) -> RequestRejected:
         409,
         "AlreadyExists",
         f'{_resource(rt)} "{name}" already exists',
-        details={"name": name, "group": rt.group, "kind": rt.plural},
+        details=details(rt.group, rt.plural, name),
     )
 
 
 def invalid(rt: ResourceType, name: str, causes: list[tuple[str, str]]) -> RequestRejected:
-    """422 Invalid; ``causes`` are ``(field, message)`` pairs."""
+    """422 Invalid; ``causes`` are ``(field, message)`` pairs, each cause's reason taken from its
+    message (:func:`cause_reason`)."""
     qualified = f"{rt.kind}.{rt.group}" if rt.group else rt.kind
     text = ", ".join(f"{field}: {message}" for field, message in causes)
     return RequestRejected(
         422,
         "Invalid",
         f'{qualified} "{name}" is invalid: {text}',
-        details={
-            "name": name,
-            "group": rt.group,
-            "kind": rt.kind,
-            "causes": [
-                {"reason": "FieldValueInvalid", "message": message, "field": field}
-                for field, message in causes
-            ],
-        },
+        details=details(
+            rt.group,
+            rt.kind,
+            name,
+            causes=[{"reason": cause_reason(message), "message": message, "field": field} for field, message in causes],
+        ),
     )
 
 
@@ -62,12 +90,22 @@ def conflict(
     rt: ResourceType, name: str, message: str, causes: list[dict[str, str]] | None = None
 ) -> RequestRejected:
     """409 Conflict on the object ``name``: ``Operation cannot be fulfilled ...: message``."""
-    details: dict[str, Any] = {"name": name, "group": rt.group, "kind": rt.plural}
-    if causes:
-        details["causes"] = causes
+    more: dict[str, Any] = {"causes": causes} if causes else {}
     return RequestRejected(
         409,
         "Conflict",
         f'Operation cannot be fulfilled on {_resource(rt)} "{name}": {message}',
-        details=details,
+        details=details(rt.group, rt.plural, name, **more),
+    )
+
+
+def precondition_failed(rt: ResourceType, name: str, message: str) -> RequestRejected:
+    """409 Conflict for a failed delete precondition: the real server names the kind, not the
+    resource, in this one."""
+    qualified = f"{rt.kind}.{rt.group}" if rt.group else rt.kind
+    return RequestRejected(
+        409,
+        "Conflict",
+        f'Operation cannot be fulfilled on {qualified} "{name}": {message}',
+        details=details(rt.group, rt.kind, name),
     )

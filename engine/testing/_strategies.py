@@ -32,6 +32,10 @@ def _no_changes(rt: ResourceType, obj: Obj, now: Clock) -> None:
     pass
 
 
+def _no_defaults(rt: ResourceType, obj: Obj) -> None:
+    pass
+
+
 @attrs.frozen
 class Strategy:
     """How objects of one type are validated and canonicalized on every create and update."""
@@ -43,6 +47,10 @@ class Strategy:
     canonicalize: Callable[[ResourceType, Obj, Clock], None] = _no_changes
     """Fills defaults and derived fields in place; ``now()`` gives the current timestamp. May raise
     ``RequestRejected`` for values that cannot be canonicalized."""
+    default: Callable[[ResourceType, Obj], None] = _no_defaults
+    """Decoding defaults, applied in place to the request object before field ownership is
+    recorded: the writing manager owns them, as on the real server (``canonicalize`` runs after
+    and its changes belong to no manager). May raise ``RequestRejected``."""
 
     def prepare(self, rt: ResourceType, obj: Obj, now: Clock) -> None:
         """Validate ``obj`` then canonicalize it in place; raises :class:`RequestRejected`."""
@@ -51,7 +59,7 @@ class Strategy:
         self.canonicalize(rt, obj, now)
 
 
-def _canonicalize_secret(rt: ResourceType, obj: Obj, now: Clock) -> None:
+def _default_secret(rt: ResourceType, obj: Obj) -> None:
     if "stringData" in obj:
         string_data = obj.pop("stringData") or {}
         data = dict(obj.get("data") or {})
@@ -67,13 +75,17 @@ def _canonicalize_secret(rt: ResourceType, obj: Obj, now: Clock) -> None:
                 raise invalid(rt, meta(obj).get("name", ""), [(f"data[{k}]", "Invalid value: must be base64")]) from None
 
 
+def _default_namespace(rt: ResourceType, obj: Obj) -> None:
+    labels = dict(meta(obj).get("labels") or {})
+    labels["kubernetes.io/metadata.name"] = meta(obj)["name"]
+    obj["metadata"]["labels"] = labels
+
+
 def _canonicalize_namespace(rt: ResourceType, obj: Obj, now: Clock) -> None:
     status = dict(obj.get("status") or {})
     status.setdefault("phase", "Active")
     obj["status"] = status
-    labels = dict(meta(obj).get("labels") or {})
-    labels["kubernetes.io/metadata.name"] = meta(obj)["name"]
-    obj["metadata"]["labels"] = labels
+    _default_namespace(rt, obj)
 
 
 def _validate_crd(rt: ResourceType, obj: Obj) -> None:
@@ -109,8 +121,8 @@ def _canonicalize_crd(rt: ResourceType, obj: Obj, now: Clock) -> None:
 
 _DEFAULT = Strategy()
 _STRATEGIES: dict[tuple[str, str], Strategy] = {
-    ("", "secrets"): Strategy(canonicalize=_canonicalize_secret),
-    ("", "namespaces"): Strategy(name_rule="label", canonicalize=_canonicalize_namespace),
+    ("", "secrets"): Strategy(default=_default_secret),
+    ("", "namespaces"): Strategy(name_rule="label", canonicalize=_canonicalize_namespace, default=_default_namespace),
     ("apiextensions.k8s.io", "customresourcedefinitions"): Strategy(
         validate_type=_validate_crd, canonicalize=_canonicalize_crd
     ),

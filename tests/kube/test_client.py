@@ -612,9 +612,9 @@ async def test_delete_propagation_and_preconditions() -> None:
             body = cm(name)
             body["metadata"]["ownerReferences"] = [ref]
             await client.create(CONFIGMAPS, body)
-        with pytest.raises(ConflictError, match=r"Precondition failed: UID in precondition: wrong"):
+        with pytest.raises(ConflictError, match=r"the UID in the precondition \(wrong\)"):
             await client.delete(CONFIGMAPS, "owner", precondition_uid="wrong")
-        with pytest.raises(ConflictError, match=r"Precondition failed: ResourceVersion"):
+        with pytest.raises(ConflictError, match=r"the ResourceVersion in the precondition"):
             await client.delete(CONFIGMAPS, "owner", precondition_resource_version="1")
         await client.delete(
             CONFIGMAPS,
