@@ -1,17 +1,17 @@
-"""Deletion: preconditions, finalizers, propagation policies and garbage collection.
+"""Deletion as the API server does it: preconditions, finalizers and propagation policies.
 
-An object without finalizers is removed at once; one with finalizers gets a
-``deletionTimestamp`` (and a bumped ``generation``) and is removed by the update that clears its
-last finalizer. Removing an object garbage-collects its dependents (objects whose
-``ownerReferences`` name its uid): a dependent with another live owner only loses the reference,
-the others are deleted in the background.
+An object that nothing holds is removed at once. One that finalizers hold gets a
+``deletionTimestamp`` (``deletionGracePeriodSeconds: 0``, and its ``generation`` bumped when it
+has one) and is removed by the write that clears its last finalizer. The propagation policy
+becomes a finalizer, as on the real server: ``Foreground`` adds ``foregroundDeletion``,
+``Orphan`` (or ``orphanDependents: true``) adds ``orphan``, ``Background`` removes both. A
+namespace is also held by its ``spec.finalizers`` (``kubernetes``, added at creation): deleting
+it answers it in phase ``Terminating``. Deleting a CustomResourceDefinition adds the
+``customresourcecleanup.apiextensions.k8s.io`` finalizer and a ``Terminating`` condition.
 
-Simplified from the real API server: garbage collection runs synchronously inside the write
-that triggers it (no background controller); ``Orphan`` removes the owner references at once
-instead of through an ``orphan`` finalizer; ``Foreground`` adds ``foregroundDeletion``, deletes
-dependents in the background mode and drops the finalizer once no dependents are left; deleting
-a namespace deletes its objects and the namespace disappears once they are gone; deleting a CRD
-removes its objects at once, ignoring their finalizers.
+What happens next is controllers' work, done outside the request (:mod:`._controllers`): the
+garbage collector and the namespace controller belong to kube-controller-manager, the
+CustomResourceDefinition cleanup to the API server itself.
 """
 
 from __future__ import annotations
@@ -27,166 +27,75 @@ from ._status import precondition_failed
 if TYPE_CHECKING:
     from ._storage import ObjectStorage
 
-__all__ = ["POLICIES", "delete", "remove"]
+__all__ = ["POLICIES", "ORPHAN", "FOREGROUND", "CRD_CLEANUP", "NAMESPACE_FINALIZER", "delete", "remove", "held"]
 
 POLICIES = ("Background", "Foreground", "Orphan")
 """The propagation policies ``DeleteOptions`` accepts."""
 
+ORPHAN = "orphan"
+FOREGROUND = "foregroundDeletion"
+CRD_CLEANUP = "customresourcecleanup.apiextensions.k8s.io"
+NAMESPACE_FINALIZER = "kubernetes"
+
 _NAMESPACES = ("", "namespaces")
+_CRDS = ("apiextensions.k8s.io", "customresourcedefinitions")
+_NO_GC_POLICY = frozenset({("", "events")})
 
 
-def _is_crd(rt: ResourceType) -> bool:
-    return rt.storage_key == ("apiextensions.k8s.io", "customresourcedefinitions")
-
-
-def _dependents(storage: ObjectStorage, uid: str) -> list[tuple[ResourceType, Obj]]:
-    found = []
-    for key, bucket in storage._objects.items():
-        rt = storage._storage_type(key)
-        if rt is None:
-            continue
-        for obj in bucket.objects.values():
-            refs = meta(obj).get("ownerReferences") or []
-            if any(isinstance(r, dict) and r.get("uid") == uid for r in refs):
-                found.append((rt, obj))
-    return found
-
-
-def _uid_exists(storage: ObjectStorage, uid: str) -> bool:
-    return any(meta(o).get("uid") == uid for bucket in storage._objects.values() for o in bucket.objects.values())
-
-
-def _find_uid(storage: ObjectStorage, uid: str) -> tuple[ResourceType, Obj] | None:
-    for key, bucket in storage._objects.items():
-        for obj in bucket.objects.values():
-            if meta(obj).get("uid") == uid:
-                rt = storage._storage_type(key)
-                if rt is not None:
-                    return rt, obj
-    return None
-
-
-def _current(storage: ObjectStorage, rt: ResourceType, obj: Obj) -> Obj | None:
-    bucket = storage._objects.get(rt.storage_key)
-    return bucket.objects.get((meta(obj).get("namespace", ""), meta(obj)["name"])) if bucket else None
-
-
-def _drop_owner_ref(storage: ObjectStorage, rt: ResourceType, obj: Obj, uid: str) -> None:
-    new = copy.deepcopy(obj)
-    refs = [r for r in new["metadata"].get("ownerReferences", []) if r.get("uid") != uid]
-    if refs:
-        new["metadata"]["ownerReferences"] = refs
-    else:
-        new["metadata"].pop("ownerReferences", None)
-    storage._commit(rt, "MODIFIED", new, obj)
+def held(rt: ResourceType, obj: Obj) -> bool:
+    """Whether finalizers keep ``obj`` (for a namespace, also its ``spec.finalizers``)."""
+    if meta(obj).get("finalizers"):
+        return True
+    if rt.storage_key == _NAMESPACES:
+        spec = obj.get("spec")
+        return isinstance(spec, dict) and bool(spec.get("finalizers"))
+    return False
 
 
 def remove(storage: ObjectStorage, rt: ResourceType, obj: Obj) -> Obj:
-    """Remove ``obj`` for good and collect the garbage this leaves; returns the removed object
-    as last stored (with the resourceVersion of its removal)."""
-    metadata = meta(obj)
+    """Remove ``obj`` for good; returns it as last stored (with the resourceVersion of its
+    removal). Removing a CustomResourceDefinition stops serving its resources."""
     stored = storage._commit(rt, "DELETED", obj, obj)
-    uid = metadata.get("uid", "")
-    if _is_crd(rt):
+    if rt.storage_key == _CRDS:
         storage._unserve_crd(obj)
-    for dep_rt, dep in _dependents(storage, uid):
-        current = _current(storage, dep_rt, dep)
-        if current is None:
-            continue
-        other_owners = [
-            r
-            for r in meta(current).get("ownerReferences", [])
-            if r.get("uid") != uid and _uid_exists(storage, r.get("uid", ""))
-        ]
-        if other_owners:
-            _drop_owner_ref(storage, dep_rt, current, uid)
-        elif not meta(current).get("deletionTimestamp"):
-            _delete(storage, dep_rt, current, "Background")
-    for ref in metadata.get("ownerReferences") or []:
-        _check_foreground(storage, ref.get("uid", ""))
-    namespace = metadata.get("namespace")
-    if namespace:
-        _check_namespace_done(storage, namespace)
     return stored
 
 
-def _check_foreground(storage: ObjectStorage, uid: str) -> None:
-    found = _find_uid(storage, uid)
-    if found is None:
-        return
-    rt, owner = found
-    finalizers = meta(owner).get("finalizers") or []
-    if "foregroundDeletion" not in finalizers or _dependents(storage, uid):
-        return
-    new = copy.deepcopy(owner)
-    new["metadata"]["finalizers"] = [f for f in finalizers if f != "foregroundDeletion"]
-    if not new["metadata"]["finalizers"]:
-        del new["metadata"]["finalizers"]
-        remove(storage, rt, new)
-    else:
-        storage._commit(rt, "MODIFIED", new, owner)
-
-
-def _check_namespace_done(storage: ObjectStorage, namespace: str) -> None:
-    ns_obj = storage._objects[_NAMESPACES].objects.get(("", namespace))
-    if ns_obj is None or not meta(ns_obj).get("deletionTimestamp") or meta(ns_obj).get("finalizers"):
-        return
-    for key, bucket in storage._objects.items():
-        if key != _NAMESPACES and bucket.in_namespace(namespace):
-            return
-    ns_rt = storage.find_type("", "v1", "namespaces")
-    assert ns_rt is not None
-    remove(storage, ns_rt, ns_obj)
-
-
-def _delete(storage: ObjectStorage, rt: ResourceType, obj: Obj, policy: str) -> tuple[Obj, bool]:
-    metadata = meta(obj)
-    uid = metadata.get("uid", "")
+def _with_policy(rt: ResourceType, finalizers: list[str], policy: str | None) -> list[str]:
+    if rt.storage_key in _NO_GC_POLICY or policy is None:
+        return finalizers
+    kept = [f for f in finalizers if f not in (ORPHAN, FOREGROUND)]
     if policy == "Orphan":
-        for dep_rt, dep in _dependents(storage, uid):
-            _drop_owner_ref(storage, dep_rt, dep, uid)
-        obj = storage._objects[rt.storage_key].objects[(metadata.get("namespace", ""), metadata["name"])]
-        metadata = meta(obj)
-    finalizers = list(metadata.get("finalizers") or [])
-    is_namespace = rt.storage_key == _NAMESPACES
-    dependents = _dependents(storage, uid) if policy == "Foreground" else []
-    if dependents and "foregroundDeletion" not in finalizers:
-        finalizers.append("foregroundDeletion")
-    if not finalizers and not is_namespace:
-        return remove(storage, rt, obj), True
-    if not metadata.get("deletionTimestamp"):
-        new = copy.deepcopy(obj)
-        new["metadata"]["deletionTimestamp"] = storage._timestamp()
-        new["metadata"]["deletionGracePeriodSeconds"] = 0
-        if metadata.get("generation"):
-            new["metadata"]["generation"] = int(metadata["generation"]) + 1
-        if finalizers:
-            new["metadata"]["finalizers"] = finalizers
-        if is_namespace:
-            new["status"] = {**(new.get("status") or {}), "phase": "Terminating"}
-        obj = storage._commit(rt, "MODIFIED", new, obj)
-    for dep_rt, dep in dependents:
-        current = _current(storage, dep_rt, dep)
-        if current is not None and not meta(current).get("deletionTimestamp"):
-            _delete(storage, dep_rt, current, "Background")
-    if is_namespace:
-        name = metadata["name"]
-        for key, bucket in list(storage._objects.items()):
-            if key == _NAMESPACES:
-                continue
-            child_rt = storage._storage_type(key)
-            if child_rt is None:
-                continue
-            for k, child in bucket.snapshot(name):
-                if not meta(child).get("deletionTimestamp") and k in bucket.objects:
-                    _delete(storage, child_rt, child, "Background")
-        _check_namespace_done(storage, name)
-    if dependents:
-        _check_foreground(storage, uid)
-    key = (metadata.get("namespace", ""), metadata["name"])
-    own = storage._objects.get(rt.storage_key)
-    current_obj = own.objects.get(key) if own else None
-    return (current_obj if current_obj is not None else obj), current_obj is None
+        kept.append(ORPHAN)
+    elif policy == "Foreground":
+        kept.append(FOREGROUND)
+    return kept
+
+
+def _terminating_condition(storage: ObjectStorage, obj: Obj) -> None:
+    status = obj.setdefault("status", {})
+    conditions = [c for c in status.get("conditions") or [] if c.get("type") != "Terminating"]
+    conditions.append(
+        {
+            "type": "Terminating",
+            "status": "True",
+            "lastTransitionTime": storage._timestamp(),
+            "reason": "InstanceDeletionPending",
+            "message": "CustomResourceDefinition marked for deletion; CustomResource deletion will begin soon",
+        }
+    )
+    status["conditions"] = conditions
+
+
+def _policy(options: dict[str, Any]) -> str | None:
+    policy = options.get("propagationPolicy") or None
+    if policy is not None and policy not in POLICIES:
+        raise RequestRejected(
+            400, "BadRequest", f"propagationPolicy must be Background, Foreground or Orphan, not {policy!r}"
+        )
+    if policy is None and options.get("orphanDependents") is not None:
+        policy = "Orphan" if options["orphanDependents"] else "Background"
+    return policy
 
 
 def delete(
@@ -220,15 +129,34 @@ def delete(
             f"the ResourceVersion in the precondition ({preconditions['resourceVersion']}) does not match "
             f"the ResourceVersion in record ({metadata.get('resourceVersion')}). The object might have been modified",
         )
-    policy = options.get("propagationPolicy") or "Background"
-    if policy not in POLICIES:
-        raise RequestRejected(
-            400, "BadRequest", f"propagationPolicy must be Background, Foreground or Orphan, not {policy!r}"
-        )
-    if options.get("orphanDependents") is True:
-        policy = "Orphan"
-    if dry_run:
-        return obj, not metadata.get("finalizers")
-    if metadata.get("deletionTimestamp"):
+    policy = _policy(options)
+    deleting = bool(metadata.get("deletionTimestamp"))
+    finalizers = list(metadata.get("finalizers") or [])
+    new_finalizers = _with_policy(rt, finalizers, policy)
+    if rt.storage_key == _CRDS and not deleting and CRD_CLEANUP not in new_finalizers:
+        new_finalizers.append(CRD_CLEANUP)
+    new = copy.deepcopy(obj)
+    if new_finalizers:
+        new["metadata"]["finalizers"] = new_finalizers
+    else:
+        new["metadata"].pop("finalizers", None)
+    stored_as = storage._storage_type(rt.storage_key) or rt
+    if not held(rt, new):
+        if dry_run:
+            return obj, True
+        return remove(storage, stored_as, new), True
+    if not deleting:
+        new["metadata"]["deletionTimestamp"] = storage._timestamp()
+        if rt.storage_key == _NAMESPACES:
+            new["status"] = {**(new.get("status") or {}), "phase": "Terminating"}
+        else:
+            new["metadata"]["deletionGracePeriodSeconds"] = 0
+            if metadata.get("generation"):
+                new["metadata"]["generation"] = int(metadata["generation"]) + 1
+        if rt.storage_key == _CRDS:
+            _terminating_condition(storage, new)
+    elif new_finalizers == finalizers:
         return obj, False
-    return _delete(storage, rt, obj, policy)
+    if dry_run:
+        return new, False
+    return storage._commit(stored_as, "MODIFIED", new, obj), False

@@ -13,6 +13,7 @@ import yaml  # type: ignore[import-untyped]  # no types-PyYAML installed
 
 from ..observability._http import Request, Response
 from ._errors import RequestRejected
+from ._events import field_selector, from_storage
 from ._faults import RequestInfo
 from ._patch import json_patch, merge_patch, strategic_merge_patch
 from ._protobuf import decode_protobuf
@@ -66,7 +67,7 @@ def handle_resource(storage: ObjectStorage, request: Request, target: Target, in
         raise RequestRejected(404, "NotFound", "the server could not find the requested resource")
     if info.verb == "list":
         labels = parse_label_selector(q.get("labelSelector"))
-        fields = parse_field_selector(q.get("fieldSelector"))
+        fields = field_selector(rt, parse_field_selector(q.get("fieldSelector")))
         if ns is not None:
             storage.check_namespace(rt, ns)
         limit = None
@@ -162,7 +163,7 @@ def _patch(storage: ObjectStorage, request: Request, target: Target, dry_run: bo
             rt, ns, name, patch, manager=manager, force=flag(request.query, "force"), subresource=sub, dry_run=dry_run
         )
         return json_response(201 if created else 200, typed(rt, obj))
-    current = storage.get(rt, ns, name)
+    current = from_storage(rt, storage.get(rt, ns, name))
     if content_type == "application/merge-patch+json":
         new = merge_patch(current, patch)
     elif content_type == "application/json-patch+json":

@@ -11,7 +11,7 @@ import attrs
 from ._errors import RequestRejected
 from ._fieldsets import Shape, shape_from_schema
 
-__all__ = ["ResourceType", "BUILTIN_TYPES", "resource_types_from_crd", "VERBS"]
+__all__ = ["ResourceType", "BUILTIN_TYPES", "REVIEW_TYPES", "resource_types_from_crd", "VERBS"]
 
 VERBS = ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]
 
@@ -46,6 +46,13 @@ class ResourceType:
     field_shape: Shape | None = attrs.field(default=None, eq=False, repr=False)
     """The structure field ownership is tracked with (from the CRD's schema for custom
     resources; ``None``: the built-in table of :mod:`._fieldsets`)."""
+    verbs: tuple[str, ...] = tuple(VERBS)
+    """The verbs discovery lists (and the server serves) for the resource itself."""
+    subresources: tuple[str, ...] = ()
+    """Subresources other than ``status``: ``scale``, ``finalize``, ``token``."""
+    storage: tuple[str, str] | None = None
+    """Another type's ``(group, plural)`` whose storage this type is a view of
+    (``events.k8s.io`` Events are core Events)."""
 
     @property
     def api_version(self) -> str:
@@ -60,7 +67,7 @@ class ResourceType:
     @property
     def storage_key(self) -> tuple[str, str]:
         """``(group, plural)``: objects are stored once whatever the version they are read in."""
-        return (self.group, self.plural)
+        return self.storage or (self.group, self.plural)
 
     def api_resources(self) -> list[dict[str, Any]]:
         """Entries for an ``APIResourceList``: the resource and its subresources."""
@@ -70,7 +77,7 @@ class ResourceType:
             "singularName": self.singular,
             "namespaced": self.namespaced,
             "kind": self.kind,
-            "verbs": list(VERBS),
+            "verbs": list(self.verbs),
             "storageVersionHash": base64.b64encode(digest[:8]).decode(),
         }
         if self.short_names:
@@ -88,16 +95,62 @@ class ResourceType:
                     "verbs": ["get", "patch", "update"],
                 }
             )
+        for sub in self.subresources:
+            entries.append({"name": f"{self.plural}/{sub}", "singularName": "", "namespaced": self.namespaced, **_SUBRESOURCES[sub]})
         return entries
 
 
+_SUBRESOURCES: dict[str, dict[str, Any]] = {
+    "scale": {"group": "autoscaling", "version": "v1", "kind": "Scale", "verbs": ["get", "patch", "update"]},
+    "finalize": {"kind": "Namespace", "verbs": ["update"]},
+    "token": {"group": "authentication.k8s.io", "version": "v1", "kind": "TokenRequest", "verbs": ["create"]},
+}
+
+_NO_COLLECTION = ("create", "delete", "get", "list", "patch", "update", "watch")
+_CREATE_ONLY = ("create",)
+_CORE_EVENTS = ("", "events")
+
 BUILTIN_TYPES: tuple[ResourceType, ...] = (
-    ResourceType("", "v1", "namespaces", "namespace", "Namespace", False, ("ns",), True),
+    ResourceType(
+        "", "v1", "namespaces", "namespace", "Namespace", False, ("ns",), True,
+        verbs=_NO_COLLECTION, subresources=("finalize",),
+    ),
     ResourceType("", "v1", "configmaps", "configmap", "ConfigMap", True, ("cm",)),
     ResourceType("", "v1", "secrets", "secret", "Secret", True),
     ResourceType("", "v1", "events", "event", "Event", True, ("ev",)),
+    ResourceType("", "v1", "serviceaccounts", "serviceaccount", "ServiceAccount", True, ("sa",), subresources=("token",)),
+    ResourceType("", "v1", "services", "service", "Service", True, ("svc",), True, ("all",)),
+    ResourceType("", "v1", "pods", "pod", "Pod", True, ("po",), True, ("all",)),
+    ResourceType("apps", "v1", "deployments", "deployment", "Deployment", True, ("deploy",), True, ("all",), subresources=("scale",), has_generation=True),
+    ResourceType("apps", "v1", "replicasets", "replicaset", "ReplicaSet", True, ("rs",), True, ("all",), subresources=("scale",), has_generation=True),
+    ResourceType("apps", "v1", "statefulsets", "statefulset", "StatefulSet", True, ("sts",), True, ("all",), subresources=("scale",), has_generation=True),
+    ResourceType("apps", "v1", "daemonsets", "daemonset", "DaemonSet", True, ("ds",), True, ("all",), has_generation=True),
+    ResourceType("batch", "v1", "jobs", "job", "Job", True, (), True, ("all",), has_generation=True),
+    ResourceType("batch", "v1", "cronjobs", "cronjob", "CronJob", True, ("cj",), True, ("all",), has_generation=True),
+    ResourceType("networking.k8s.io", "v1", "ingresses", "ingress", "Ingress", True, ("ing",), True, has_generation=True),
+    ResourceType("rbac.authorization.k8s.io", "v1", "roles", "role", "Role", True),
+    ResourceType("rbac.authorization.k8s.io", "v1", "rolebindings", "rolebinding", "RoleBinding", True),
+    ResourceType("rbac.authorization.k8s.io", "v1", "clusterroles", "clusterrole", "ClusterRole", False),
+    ResourceType("rbac.authorization.k8s.io", "v1", "clusterrolebindings", "clusterrolebinding", "ClusterRoleBinding", False),
+    ResourceType(
+        "authorization.k8s.io", "v1", "selfsubjectaccessreviews", "selfsubjectaccessreview",
+        "SelfSubjectAccessReview", False, verbs=_CREATE_ONLY,
+    ),
+    ResourceType(
+        "authorization.k8s.io", "v1", "subjectaccessreviews", "subjectaccessreview",
+        "SubjectAccessReview", False, verbs=_CREATE_ONLY,
+    ),
+    ResourceType(
+        "authorization.k8s.io", "v1", "localsubjectaccessreviews", "localsubjectaccessreview",
+        "LocalSubjectAccessReview", True, verbs=_CREATE_ONLY,
+    ),
+    ResourceType(
+        "authorization.k8s.io", "v1", "selfsubjectrulesreviews", "selfsubjectrulesreview",
+        "SelfSubjectRulesReview", False, verbs=_CREATE_ONLY,
+    ),
+    ResourceType("authentication.k8s.io", "v1", "selfsubjectreviews", "selfsubjectreview", "SelfSubjectReview", False, verbs=_CREATE_ONLY),
     ResourceType("coordination.k8s.io", "v1", "leases", "lease", "Lease", True),
-    ResourceType("events.k8s.io", "v1", "events", "event", "Event", True, ("ev",)),
+    ResourceType("events.k8s.io", "v1", "events", "event", "Event", True, ("ev",), storage=_CORE_EVENTS),
     ResourceType(
         "apiextensions.k8s.io",
         "v1",
@@ -110,6 +163,12 @@ BUILTIN_TYPES: tuple[ResourceType, ...] = (
         has_generation=True,
     ),
 )
+"""The built-in types, in discovery order."""
+
+REVIEW_TYPES = frozenset(
+    rt.storage_key for rt in BUILTIN_TYPES if rt.verbs == _CREATE_ONLY
+)
+"""Create-only types whose objects are answered, never stored (access and identity reviews)."""
 
 
 def _crd_invalid(name: str, field: str, message: str) -> RequestRejected:

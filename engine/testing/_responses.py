@@ -7,6 +7,7 @@ from typing import Any
 
 from ..observability._http import Response
 from ._errors import RequestRejected
+from ._events import from_storage
 from ._resources import BUILTIN_TYPES, ResourceType
 
 __all__ = ["json_response", "status_response", "typed", "list_item"]
@@ -25,7 +26,9 @@ def status_response(exc: RequestRejected, headers: list[tuple[str, str]] | None 
 
 
 def typed(rt: ResourceType, obj: dict[str, Any]) -> dict[str, Any]:
-    """``obj`` with ``apiVersion`` and ``kind`` of ``rt`` first, as the server answers it."""
+    """``obj`` as ``rt`` answers it (a view of the stored form, see :mod:`._events`), with
+    ``apiVersion`` and ``kind`` of ``rt`` first."""
+    obj = from_storage(rt, obj)
     return {
         "apiVersion": rt.api_version,
         "kind": rt.kind,
@@ -37,5 +40,5 @@ def list_item(rt: ResourceType, obj: dict[str, Any]) -> dict[str, Any]:
     """``obj`` as an item of a list: built-in types' items carry no ``apiVersion`` and ``kind``
     (the real server encodes them from typed lists), custom resources' items do."""
     if rt in BUILTIN_TYPES:
-        return {k: v for k, v in obj.items() if k not in ("apiVersion", "kind")}
+        return {k: v for k, v in from_storage(rt, obj).items() if k not in ("apiVersion", "kind")}
     return typed(rt, obj)

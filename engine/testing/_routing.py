@@ -56,7 +56,7 @@ def resolve(storage: ObjectStorage, path: str) -> Target | None:
         raise _not_found()
     name = rest[1] if len(rest) > 1 else None
     subresource = rest[2] if len(rest) > 2 else None
-    if subresource is not None and not (subresource == "status" and rt.has_status):
+    if subresource is not None and not ((subresource == "status" and rt.has_status) or subresource in rt.subresources):
         raise _not_found()
     return Target(rt, namespace, name, subresource, watch_path)
 

@@ -9,7 +9,7 @@ that does not exist compares as ``""``.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import attrs
@@ -56,13 +56,19 @@ class FieldSelector:
     """A parsed field selector; the empty selector matches everything."""
 
     requirements: tuple[tuple[str, str, str], ...] = ()
+    getters: Mapping[str, Callable[[Mapping[str, Any]], Any]] = attrs.field(factory=dict, eq=False)
+    """Fields whose value is computed rather than found at their path (an Event's ``source``)."""
 
     def matches(self, obj: Mapping[str, Any]) -> bool:
         """Whether every requirement holds for ``obj``."""
         for path, op, value in self.requirements:
             current: Any = obj
-            for part in path.split("."):
-                current = current.get(part) if isinstance(current, Mapping) else None
+            getter = self.getters.get(path)
+            if getter is not None:
+                current = getter(obj)
+            else:
+                for part in path.split("."):
+                    current = current.get(part) if isinstance(current, Mapping) else None
             text = "" if current is None else str(current)
             if (text == value) != (op != "!="):
                 return False

@@ -20,6 +20,7 @@ import yaml  # type: ignore[import-untyped]  # no types-PyYAML installed
 
 from ..observability._http import serve_http
 from ._api import Router
+from ._controllers import Controllers
 from ._errors import ApiServerError
 from ._faults import Faults
 from ._memory import MemoryTransport
@@ -59,6 +60,15 @@ class ApiServer:
     names reproducible; ``wall_clock`` (seconds since the epoch, default ``time.time``) dates
     objects: pass ``lambda: EPOCH + trio.current_time()`` for fully reproducible objects.
     Waits, timeouts and bookmarks always use trio's clock.
+
+    ``controllers=True`` (the default) runs, beside the server, the controllers a cluster has:
+    the garbage collector and the namespace controller of kube-controller-manager. They work
+    after the API has answered, as on a cluster: a deleted owner's dependents, a terminating
+    namespace's contents go away shortly after (:meth:`settle` waits for that).
+    ``controllers=False`` answers as an API server without a controller manager (as envtest
+    runs): nothing collects garbage and a deleted namespace stays ``Terminating`` until
+    finalized (``PUT /api/v1/namespaces/{name}/finalize``). The API server's own cleanup of a
+    deleted CustomResourceDefinition's objects runs either way.
     """
 
     host: str = "127.0.0.1"
@@ -70,11 +80,13 @@ class ApiServer:
     bookmark_interval: float = 60.0
     seed: int | None = None
     wall_clock: Callable[[], float] = time.time
+    controllers: bool = True
     faults: Faults = attrs.field(factory=Faults, init=False, repr=False)
     """Fault injection; see :class:`~engine.testing.Faults`."""
     store: ObjectStorage = attrs.field(init=False, repr=False)
     """The object store (synchronous; for seeding and inspecting state from tests)."""
     _router: Router = attrs.field(init=False, repr=False)
+    _controllers: Controllers = attrs.field(init=False, repr=False)
     _state: _State = attrs.field(default=_State.UNOPENED, init=False, repr=False)
     _nursery: trio.Nursery | None = attrs.field(default=None, init=False, repr=False)
     _stack: contextlib.AsyncExitStack | None = attrs.field(default=None, init=False, repr=False)
@@ -90,6 +102,7 @@ class ApiServer:
             history_size=self.history_size, watch_buffer=self.watch_buffer, seed=self.seed, wall_clock=self.wall_clock
         )
         self._router = Router(self.store, self.faults, bookmark_interval=self.bookmark_interval)
+        self._controllers = Controllers(self.store, kube_controller_manager=self.controllers)
 
     # ----- lifecycle -----
 
@@ -101,6 +114,7 @@ class ApiServer:
         await stack.__aenter__()
         try:
             self._nursery = await stack.enter_async_context(trio.open_nursery())
+            await self._nursery.start(self._controllers.run)
             if self.listen:
                 if self.tls:
                     self._tls_material = TlsMaterial.generate(sorted({self.host, "127.0.0.1", "localhost"}))
@@ -154,6 +168,16 @@ class ApiServer:
         await serve_http(ssl_stream, self._router.handle, identity=identity)
 
     # ----- access -----
+
+    async def settle(self) -> None:
+        """Return once the controllers (see the class docstring) have no work left: the
+        garbage and the terminating namespaces' contents they can remove are gone. Objects
+        that finalizers hold stay.
+
+        Cancellation: nothing to undo; the controllers keep working.
+        """
+        self._require_open()
+        await self._controllers.wait_idle()
 
     def _require_open(self) -> None:
         if self._state is not _State.OPEN:

@@ -11,8 +11,6 @@ from typing import Any
 from ._errors import RequestRejected
 from ._resources import ResourceType
 
-__all__ = ["not_found", "already_exists", "invalid", "conflict", "details", "cause_reason", "precondition_failed"]
-
 _REASONS = (
     ("Required value", "FieldValueRequired"),
     ("Invalid value", "FieldValueInvalid"),
@@ -23,6 +21,17 @@ _REASONS = (
     ("Too many", "FieldValueTooMany"),
     ("Not found", "FieldValueNotFound"),
 )
+__all__ = [
+    "not_found",
+    "already_exists",
+    "invalid",
+    "conflict",
+    "CauseSpec",
+    "invalid_causes",
+    "details",
+    "cause_reason",
+    "precondition_failed",
+]
 
 
 def _resource(rt: ResourceType) -> str:
@@ -109,3 +118,16 @@ def precondition_failed(rt: ResourceType, name: str, message: str) -> RequestRej
         f'Operation cannot be fulfilled on {qualified} "{name}": {message}',
         details=details(rt.group, rt.kind, name),
     )
+
+
+CauseSpec = tuple[str, str, str]
+"""``(reason, field, message)`` of one cause: ``("FieldValueRequired", "spec.x", "Required value")``."""
+
+
+def invalid_causes(rt: ResourceType, name: str, causes: list[CauseSpec]) -> RequestRejected:
+    """422 Invalid with causes of any reason; ``details.group`` is absent for the core group."""
+    qualified = f"{rt.kind}.{rt.group}" if rt.group else rt.kind
+    text = ", ".join(f"{field}: {message}" for _, field, message in causes)
+    more = {"causes": [{"reason": reason, "message": message, "field": field} for reason, field, message in causes]}
+    message = f'{qualified} "{name}" is invalid: {text}' if len(causes) == 1 else f'{qualified} "{name}" is invalid: [{text}]'
+    return RequestRejected(422, "Invalid", message, details=details(rt.group, rt.kind, name, **more))

@@ -36,12 +36,12 @@ from typing import Any
 import attrs
 import trio
 
-from . import _apply, _deletion
+from . import _apply, _deletion, _events
 from ._errors import RequestRejected
 from ._objects import SYSTEM_METADATA, Key, Obj, format_time, meta
 from ._resources import BUILTIN_TYPES, ResourceType, resource_types_from_crd
 from ._selectors import FieldSelector, LabelSelector
-from ._status import already_exists, conflict, details, invalid, not_found
+from ._status import already_exists, conflict, invalid, invalid_causes, not_found
 from ._strategies import strategy_for
 
 __all__ = ["ObjectStorage", "Change", "Subscription", "DEFAULT_NAMESPACES"]
@@ -144,6 +144,7 @@ class ObjectStorage:
     _subs: dict[tuple[str, str], set[Subscription]] = attrs.field(factory=dict, init=False, repr=False)
     _rng: random.Random = attrs.field(init=False, repr=False)
     _crd_types: dict[str, list[ResourceType]] = attrs.field(factory=dict, init=False, repr=False)
+    _listeners: list[Callable[[Change], None]] = attrs.field(factory=list, init=False, repr=False)
 
     def _timestamp(self) -> str:
         return format_time(self.wall_clock())
@@ -249,7 +250,14 @@ class ObjectStorage:
                 self.unsubscribe(sub)
             except (trio.BrokenResourceError, trio.ClosedResourceError):
                 self.unsubscribe(sub)
+        for listener in self._listeners:
+            listener(change)
         return obj
+
+    def add_listener(self, listener: Callable[[Change], None]) -> None:
+        """Call ``listener(change)`` after every committed change, synchronously (it must not
+        write to the storage itself). Not a checkpoint."""
+        self._listeners.append(listener)
 
     def subscribe(
         self, rt: ResourceType, namespace: str | None, since: int | None
@@ -386,6 +394,18 @@ class ObjectStorage:
 
     # ----- writes -----
 
+    def _event_for_storage(self, rt: ResourceType, obj: Obj, stored_old: Obj | None) -> tuple[Obj, ResourceType]:
+        """An Event written through ``rt`` in its stored form, validated; with the type it is
+        stored as."""
+        stored = _events.to_storage(rt, obj)
+        causes = _events.validate(rt, stored, stored_old)
+        storage_rt = self._storage_type(rt.storage_key)
+        assert storage_rt is not None
+        if causes:
+            raise invalid_causes(storage_rt, str(meta(stored).get("name", "")), causes)
+        _events.canonicalize_core(stored)
+        return stored, storage_rt
+
     def _new_uid(self) -> str:
         return str(uuid.UUID(int=self._rng.getrandbits(128), version=4))
 
@@ -449,13 +469,7 @@ class ObjectStorage:
         if namespace is not None:
             ns_obj = self._objects[_NAMESPACES].objects[("", namespace)]
             if meta(ns_obj).get("deletionTimestamp"):
-                raise RequestRejected(
-                    403,
-                    "Forbidden",
-                    f'{rt.plural} "{metadata["name"]}" is forbidden: unable to create new content in '
-                    f"namespace {namespace} because it is being terminated",
-                    details=details(rt.group, rt.plural, metadata["name"]),
-                )
+                raise _namespace_terminating(rt, metadata["name"], namespace)
         if (namespace or "", metadata["name"]) in self._objects[rt.storage_key].objects:
             raise already_exists(rt, metadata["name"])
         strategy = strategy_for(rt)
@@ -475,6 +489,9 @@ class ObjectStorage:
             metadata["generation"] = 1
         if _managed_fields:
             metadata["managedFields"] = _managed_fields
+        strategy.prepare_create(rt, obj)
+        if _events.is_event(rt):
+            obj, rt = self._event_for_storage(rt, obj, None)
         is_crd = rt.storage_key == ("apiextensions.k8s.io", "customresourcedefinitions")
         if is_crd:
             self._check_crd_collision(obj)
@@ -504,7 +521,8 @@ class ObjectStorage:
         no-op that keeps the resourceVersion; one that clears the last finalizer of an object
         being deleted removes it."""
         namespace = self.check_namespace(rt, namespace)
-        old = self.get(rt, namespace, name)
+        stored_old = self.get(rt, namespace, name)
+        old = _events.from_storage(rt, stored_old)
         obj = self._prepare_body(rt, namespace, body, name)
         metadata = obj["metadata"]
         sent_rv = metadata.get("resourceVersion")
@@ -546,6 +564,8 @@ class ObjectStorage:
                 metadata["managedFields"] = managed
             else:
                 metadata.pop("managedFields", None)
+        strategy.prepare_update(rt, obj, old, subresource)
+        metadata = obj["metadata"]
         strategy.prepare(rt, obj, self._timestamp)
         if old_meta.get("deletionTimestamp"):
             new_finalizers = set(metadata.get("finalizers") or []) - set(old_meta.get("finalizers") or [])
@@ -560,12 +580,15 @@ class ObjectStorage:
                 raise invalid(rt, name, [("metadata.finalizers", message)] * 2)
         if rt.has_generation and _spec_part(obj, rt) != _spec_part(old, rt):
             metadata["generation"] = int(old_meta.get("generation", 1)) + 1
+        if _events.is_event(rt):
+            obj, rt = self._event_for_storage(rt, obj, stored_old)
+            old, metadata = stored_old, obj["metadata"]
         if {**obj, "apiVersion": old.get("apiVersion"), "kind": old.get("kind")} == old:
             return old
         if dry_run:
             obj["apiVersion"], obj["kind"] = rt.api_version, rt.kind
             return obj
-        if metadata.get("deletionTimestamp") and not metadata.get("finalizers"):
+        if metadata.get("deletionTimestamp") and not _deletion.held(rt, obj):
             return _deletion.remove(self, rt, obj)
         stored = self._commit(rt, "MODIFIED", obj, old)
         if rt.storage_key == ("apiextensions.k8s.io", "customresourcedefinitions"):
@@ -637,6 +660,27 @@ class ObjectStorage:
         precondition, 400 on an unknown propagation policy. Garbage collection of dependents
         happens within the call."""
         return _deletion.delete(self, rt, namespace, name, options, dry_run=dry_run)
+
+
+def _namespace_terminating(rt: ResourceType, name: str, namespace: str) -> RequestRejected:
+    details: dict[str, Any] = {"name": name}
+    if rt.group:
+        details["group"] = rt.group
+    details["kind"] = rt.plural
+    details["causes"] = [
+        {
+            "reason": "NamespaceTerminating",
+            "message": f"namespace {namespace} is being terminated",
+            "field": "metadata.namespace",
+        }
+    ]
+    return RequestRejected(
+        403,
+        "Forbidden",
+        f'{rt.plural} "{name}" is forbidden: unable to create new content in namespace {namespace} '
+        "because it is being terminated",
+        details=details,
+    )
 
 
 def _spec_part(obj: Obj, rt: ResourceType) -> Obj:

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import base64
 import binascii
+import copy
 from collections.abc import Callable
+from typing import Any
 
 import attrs
 
@@ -36,6 +38,14 @@ def _no_defaults(rt: ResourceType, obj: Obj) -> None:
     pass
 
 
+def _nothing_on_create(rt: ResourceType, obj: Obj) -> None:
+    pass
+
+
+def _nothing_on_update(rt: ResourceType, obj: Obj, old: Obj, subresource: str | None) -> None:
+    pass
+
+
 @attrs.frozen
 class Strategy:
     """How objects of one type are validated and canonicalized on every create and update."""
@@ -51,6 +61,12 @@ class Strategy:
     """Decoding defaults, applied in place to the request object before field ownership is
     recorded: the writing manager owns them, as on the real server (``canonicalize`` runs after
     and its changes belong to no manager). May raise ``RequestRejected``."""
+    prepare_create: Callable[[ResourceType, Obj], None] = _nothing_on_create
+    """Sets what the server owns on create (``PrepareForCreate``), in place; runs after field
+    ownership is recorded, so what it sets is owned by no manager."""
+    prepare_update: Callable[[ResourceType, Obj, Obj, str | None], None] = _nothing_on_update
+    """``(rt, new, old, subresource)``: keeps what a write through this endpoint may not change
+    (``PrepareForUpdate``), in place, before validation."""
 
     def prepare(self, rt: ResourceType, obj: Obj, now: Clock) -> None:
         """Validate ``obj`` then canonicalize it in place; raises :class:`RequestRejected`."""
@@ -82,10 +98,44 @@ def _default_namespace(rt: ResourceType, obj: Obj) -> None:
 
 
 def _canonicalize_namespace(rt: ResourceType, obj: Obj, now: Clock) -> None:
-    status = dict(obj.get("status") or {})
-    status.setdefault("phase", "Active")
-    obj["status"] = status
     _default_namespace(rt, obj)
+
+
+def _mapping(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _prepare_namespace_create(rt: ResourceType, obj: Obj) -> None:
+    obj["status"] = {"phase": "Active"}
+    spec = _mapping(obj.get("spec"))
+    finalizers = list(spec.get("finalizers") or [])
+    if "kubernetes" not in finalizers:
+        finalizers.append("kubernetes")
+    obj["spec"] = {**spec, "finalizers": finalizers}
+
+
+def _prepare_namespace_update(rt: ResourceType, obj: Obj, old: Obj, subresource: str | None) -> None:
+    old_spec = _mapping(old.get("spec"))
+    if subresource == "finalize":
+        new_spec = _mapping(obj.get("spec"))
+        finalizers = new_spec.get("finalizers")
+        obj.clear()
+        obj.update(copy.deepcopy(old))
+        spec = dict(old_spec)
+        if finalizers:
+            spec["finalizers"] = list(finalizers)
+        else:
+            spec.pop("finalizers", None)
+        obj["spec"] = spec
+        return
+    if subresource is not None:
+        return
+    if "status" in old:
+        obj["status"] = copy.deepcopy(old["status"])
+    if old_spec.get("finalizers"):
+        obj["spec"] = {**_mapping(obj.get("spec")), "finalizers": list(old_spec["finalizers"])}
+    elif isinstance(obj.get("spec"), dict):
+        obj["spec"].pop("finalizers", None)
 
 
 def _validate_crd(rt: ResourceType, obj: Obj) -> None:
@@ -122,7 +172,13 @@ def _canonicalize_crd(rt: ResourceType, obj: Obj, now: Clock) -> None:
 _DEFAULT = Strategy()
 _STRATEGIES: dict[tuple[str, str], Strategy] = {
     ("", "secrets"): Strategy(default=_default_secret),
-    ("", "namespaces"): Strategy(name_rule="label", canonicalize=_canonicalize_namespace, default=_default_namespace),
+    ("", "namespaces"): Strategy(
+        name_rule="label",
+        default=_default_namespace,
+        canonicalize=_canonicalize_namespace,
+        prepare_create=_prepare_namespace_create,
+        prepare_update=_prepare_namespace_update,
+    ),
     ("apiextensions.k8s.io", "customresourcedefinitions"): Strategy(
         validate_type=_validate_crd, canonicalize=_canonicalize_crd
     ),

@@ -12,6 +12,7 @@ import trio
 
 from ..observability._http import AbortStream, Request, Response
 from ._errors import RequestRejected
+from ._events import field_selector
 from ._faults import Faults, FaultScope, RequestInfo
 from ._resources import ResourceType
 from ._responses import typed
@@ -76,9 +77,9 @@ class Watches:
         ``ERROR`` event. Not a checkpoint."""
         rt, ns, q = target.rt, target.namespace, request.query
         labels = parse_label_selector(q.get("labelSelector"))
-        fields = parse_field_selector(q.get("fieldSelector"))
+        fields = field_selector(rt, parse_field_selector(q.get("fieldSelector")))
         if target.name is not None:
-            fields = FieldSelector(fields.requirements + (("metadata.name", "=", target.name),))
+            fields = attrs.evolve(fields, requirements=fields.requirements + (("metadata.name", "=", target.name),))
         if ns is not None:
             self.store.check_namespace(rt, ns)
         bookmarks = flag(q, "allowWatchBookmarks")

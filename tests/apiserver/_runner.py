@@ -114,7 +114,7 @@ def target_client() -> Iterator[tuple[str, bool, httpx.Client]]:
         return
     from engine.testing import ApiServer
 
-    with ApiServer(seed=1).run_in_thread() as api, httpx.Client(base_url=api.url, timeout=30) as client:
+    with ApiServer(seed=1, controllers=False).run_in_thread() as api, httpx.Client(base_url=api.url, timeout=30) as client:
         yield "embedded ApiServer", False, client
 
 

@@ -218,14 +218,16 @@ async def test_delete_preconditions(client: httpx.AsyncClient) -> None:
     assert (await client.request("DELETE", f"{CM}/d", json=good)).status_code == 200
 
 
-def owned(name: str, owner: dict[str, object], **extra: object) -> dict[str, object]:
+def owned(name: str, owner: dict[str, object], block: bool = False, **extra: object) -> dict[str, object]:
     meta = owner["metadata"]
     assert isinstance(meta, dict)
     ref = {"apiVersion": "v1", "kind": "ConfigMap", "name": meta["name"], "uid": meta["uid"]}
+    if block:
+        ref["blockOwnerDeletion"] = True
     return {"metadata": {"name": name, "ownerReferences": [ref], **extra}}
 
 
-async def test_cascading_delete_background(client: httpx.AsyncClient) -> None:
+async def test_cascading_delete_background(api: ApiServer, client: httpx.AsyncClient) -> None:
     owner = (await client.post(CM, json=cm("owner"))).json()
     child = (await client.post(CM, json=owned("child", owner))).json()
     await client.post(CM, json=owned("grandchild", child))
@@ -235,45 +237,88 @@ async def test_cascading_delete_background(client: httpx.AsyncClient) -> None:
         {"apiVersion": "v1", "kind": "ConfigMap", "name": "other", "uid": other["metadata"]["uid"]}
     )
     await client.post(CM, json=shared)
-    await client.delete(f"{CM}/owner")
+    r = await client.delete(f"{CM}/owner")
+    assert r.json()["kind"] == "Status"
+    await api.settle()
     assert (await client.get(f"{CM}/child")).status_code == 404
     assert (await client.get(f"{CM}/grandchild")).status_code == 404
     kept = (await client.get(f"{CM}/shared")).json()
     assert [r["name"] for r in kept["metadata"]["ownerReferences"]] == ["other"]
 
 
-async def test_cascading_delete_orphan(client: httpx.AsyncClient) -> None:
+async def test_cascading_delete_orphan(api: ApiServer, client: httpx.AsyncClient) -> None:
     owner = (await client.post(CM, json=cm("owner"))).json()
     await client.post(CM, json=owned("child", owner))
-    await client.delete(f"{CM}/owner", params={"propagationPolicy": "Orphan"})
+    r = await client.delete(f"{CM}/owner", params={"propagationPolicy": "Orphan"})
+    assert r.json()["metadata"]["finalizers"] == ["orphan"]
+    await api.settle()
+    assert (await client.get(f"{CM}/owner")).status_code == 404
     child = (await client.get(f"{CM}/child")).json()
     assert "ownerReferences" not in child["metadata"]
 
 
-async def test_cascading_delete_foreground(client: httpx.AsyncClient) -> None:
+async def test_cascading_delete_foreground(api: ApiServer, client: httpx.AsyncClient) -> None:
     owner = (await client.post(CM, json=cm("owner"))).json()
-    await client.post(CM, json=owned("child", owner, finalizers=["hold"]))
+    await client.post(CM, json=owned("child", owner, block=True, finalizers=["hold"]))
+    await client.post(CM, json=owned("loose", owner))
     r = await client.request("DELETE", f"{CM}/owner", json={"propagationPolicy": "Foreground"})
     assert r.json()["metadata"]["finalizers"] == ["foregroundDeletion"]
+    await api.settle()
     child = (await client.get(f"{CM}/child")).json()
     assert child["metadata"]["deletionTimestamp"]
+    assert (await client.get(f"{CM}/loose")).status_code == 404
     assert (await client.get(f"{CM}/owner")).status_code == 200
     child["metadata"]["finalizers"] = []
     await client.put(f"{CM}/child", json=child)
+    await api.settle()
     assert (await client.get(f"{CM}/child")).status_code == 404
     assert (await client.get(f"{CM}/owner")).status_code == 404
 
 
-async def test_namespace_deletion_removes_contents(client: httpx.AsyncClient) -> None:
-    await client.post("/api/v1/namespaces", json={"metadata": {"name": "gone"}})
+async def test_dependent_of_a_missing_owner_is_collected(api: ApiServer, client: httpx.AsyncClient) -> None:
+    ghost = {"metadata": {"name": "ghost", "uid": "00000000-0000-4000-8000-000000000000"}}
+    await client.post(CM, json=owned("orphaned", ghost))
+    await api.settle()
+    assert (await client.get(f"{CM}/orphaned")).status_code == 404
+
+
+async def test_namespace_deletion_removes_contents(api: ApiServer, client: httpx.AsyncClient) -> None:
+    ns = (await client.post("/api/v1/namespaces", json={"metadata": {"name": "gone"}})).json()
+    assert ns["spec"] == {"finalizers": ["kubernetes"]} and ns["status"] == {"phase": "Active"}
     await client.post("/api/v1/namespaces/gone/configmaps", json={"metadata": {"name": "x", "finalizers": ["hold"]}})
+    await client.post("/api/v1/namespaces/gone/configmaps", json={"metadata": {"name": "y"}})
     r = await client.delete("/api/v1/namespaces/gone")
-    assert r.json()["status"]["phase"] == "Terminating"
-    assert_status(await client.post("/api/v1/namespaces/gone/configmaps", json=cm("y")), 403, "Forbidden")
+    assert r.status_code == 200 and r.json()["status"]["phase"] == "Terminating"
+    forbidden = await client.post("/api/v1/namespaces/gone/configmaps", json=cm("z"))
+    assert_status(forbidden, 403, "Forbidden")
+    assert forbidden.json()["details"]["causes"][0]["reason"] == "NamespaceTerminating"
+    await api.settle()
+    assert (await client.get("/api/v1/namespaces/gone/configmaps/y")).status_code == 404
     x = (await client.get("/api/v1/namespaces/gone/configmaps/x")).json()
+    assert x["metadata"]["deletionTimestamp"]
+    assert (await client.get("/api/v1/namespaces/gone")).json()["status"]["phase"] == "Terminating"
     x["metadata"]["finalizers"] = []
     await client.put("/api/v1/namespaces/gone/configmaps/x", json=x)
+    await api.settle()
     assert (await client.get("/api/v1/namespaces/gone")).status_code == 404
+
+
+async def test_without_controllers_nothing_is_collected() -> None:
+    async with ApiServer(controllers=False) as api, httpx.AsyncClient(base_url=api.url) as client:
+        owner = (await client.post(CM, json=cm("owner"))).json()
+        await client.post(CM, json=owned("child", owner))
+        await client.delete(f"{CM}/owner")
+        await client.post("/api/v1/namespaces", json={"metadata": {"name": "gone"}})
+        await client.post("/api/v1/namespaces/gone/configmaps", json=cm("x"))
+        ns = (await client.delete("/api/v1/namespaces/gone")).json()
+        await api.settle()
+        assert (await client.get(f"{CM}/child")).status_code == 200
+        assert (await client.get("/api/v1/namespaces/gone/configmaps/x")).status_code == 200
+        assert (await client.get("/api/v1/namespaces/gone")).json()["status"]["phase"] == "Terminating"
+        await client.delete("/api/v1/namespaces/gone/configmaps/x")
+        ns["spec"]["finalizers"] = []
+        assert (await client.put("/api/v1/namespaces/gone/finalize", json=ns)).status_code == 200
+        assert (await client.get("/api/v1/namespaces/gone")).status_code == 404
 
 
 async def test_merge_json_and_strategic_patches(client: httpx.AsyncClient) -> None:
