@@ -68,7 +68,7 @@ _STRIPPED: frozenset[Path] = frozenset(
 
 def shape_for(rt: ResourceType) -> Shape:
     """The shape field sets of ``rt``'s objects are computed with."""
-    return rt.field_shape if isinstance(rt.field_shape, Shape) else builtin_shape(rt.storage_key)
+    return rt.field_shape if isinstance(rt.field_shape, Shape) else builtin_shape(rt.group, rt.plural)
 
 
 def _reset_fields(rt: ResourceType, subresource: str | None) -> set[Path]:

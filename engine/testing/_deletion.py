@@ -149,7 +149,8 @@ def delete(
         new["metadata"]["deletionTimestamp"] = storage._timestamp()
         if rt.storage_key == _NAMESPACES:
             new["status"] = {**(new.get("status") or {}), "phase": "Terminating"}
-        else:
+        elif rt.storage_key != _CRDS:
+            # The generic graceful deletion (rest.BeforeDelete); CRDs have their own delete.
             new["metadata"]["deletionGracePeriodSeconds"] = 0
             if metadata.get("generation"):
                 new["metadata"]["generation"] = int(metadata["generation"]) + 1

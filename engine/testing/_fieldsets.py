@@ -123,32 +123,28 @@ _BUILTIN: dict[tuple[str, str], Shape] = {
     ),
     ("apiextensions.k8s.io", "customresourcedefinitions"): _root(
         {
-            "spec": Shape(
-                fields={
-                    "versions": Shape(
-                        list_type="map",
-                        keys=("name",),
-                        items=Shape(fields={"additionalPrinterColumns": Shape(list_type="atomic")}),
-                    ),
-                }
-            )
+            "spec": Shape(fields={"versions": Shape(list_type="atomic")}),
+            "status": Shape(
+                fields={"conditions": Shape(list_type="map", keys=("type",)), "storedVersions": Shape(list_type="atomic")}
+            ),
         },
-        {"spec": {"names": {}}, "status": {"acceptedNames": {}}},
+        {"spec": {"names": {}}, "status": {"acceptedNames": {}, "conditions": None, "storedVersions": None}},
     ),
 }
 
 _DEFAULT_ROOT = _root()
 
 
-def builtin_shape(storage_key: tuple[str, str]) -> Shape:
-    """The shape of a built-in type's objects (metadata only for types without an entry)."""
-    return _BUILTIN.get(storage_key, _DEFAULT_ROOT)
+def builtin_shape(group: str, plural: str) -> Shape:
+    """The shape of the built-in type ``group``/``plural`` (metadata only for types without an
+    entry)."""
+    return _BUILTIN.get((group, plural), _DEFAULT_ROOT)
 
 
-def register_builtin_shape(storage_key: tuple[str, str], fields: Mapping[str, Shape], empty: Mapping[str, Any]) -> None:
+def register_builtin_shape(group: str, plural: str, fields: Mapping[str, Shape], empty: Mapping[str, Any]) -> None:
     """Declare the shape of a built-in type: its top-level fields (``metadata`` is added) and
     the struct fields an empty object of the type has."""
-    _BUILTIN[storage_key] = _root(fields, empty)
+    _BUILTIN[(group, plural)] = _root(fields, empty)
 
 
 def _from_schema(schema: Any) -> Shape:
@@ -245,6 +241,10 @@ class Comparison:
 
 
 def _compare(lhs: Any, rhs: Any, shape: Shape, path: Path, out: Comparison) -> None:
+    if lhs is None and isinstance(rhs, (dict, list)) and not _is_leaf(rhs, shape):
+        lhs = type(rhs)()  # a null field of a typed object: the node is there, its items are not
+    elif rhs is None and isinstance(lhs, (dict, list)) and not _is_leaf(lhs, shape):
+        rhs = type(lhs)()
     if lhs is not _MISSING and rhs is not _MISSING and _kind(lhs) != _kind(rhs):
         _compare(lhs, _MISSING, shape, path, out)
         _compare(_MISSING, rhs, shape, path, out)

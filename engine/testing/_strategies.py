@@ -67,6 +67,10 @@ class Strategy:
     prepare_update: Callable[[ResourceType, Obj, Obj, str | None], None] = _nothing_on_update
     """``(rt, new, old, subresource)``: keeps what a write through this endpoint may not change
     (``PrepareForUpdate``), in place, before validation."""
+    status_writer: str | None = None
+    """The manager that owns the ``status`` fields ``canonicalize`` sets (on the real server a
+    controller writes them through the status subresource: ``kube-apiserver`` for a
+    CustomResourceDefinition's names and conditions); ``None``: nobody owns them."""
 
     def prepare(self, rt: ResourceType, obj: Obj, now: Clock) -> None:
         """Validate ``obj`` then canonicalize it in place; raises :class:`RequestRejected`."""
@@ -142,31 +146,65 @@ def _validate_crd(rt: ResourceType, obj: Obj) -> None:
     resource_types_from_crd(obj)
 
 
+def _default_crd(rt: ResourceType, obj: Obj) -> None:
+    spec = obj.get("spec")
+    if not isinstance(spec, dict):
+        return
+    names = spec.get("names")
+    if isinstance(names, dict) and isinstance(names.get("kind"), str):
+        names.setdefault("singular", names["kind"].lower())
+        names.setdefault("listKind", names["kind"] + "List")
+    if not isinstance(spec.get("conversion"), dict):
+        spec["conversion"] = {"strategy": "None"}
+
+
 def _canonicalize_crd(rt: ResourceType, obj: Obj, now: Clock) -> None:
     spec = obj["spec"]
     status = dict(obj.get("status") or {})
     timestamp = now()
+    since = {
+        c.get("type"): c.get("lastTransitionTime")
+        for c in status.get("conditions") or []
+        if isinstance(c, dict) and c.get("status") == "True"
+    }
     status["acceptedNames"] = {k: v for k, v in spec["names"].items()}
     status["acceptedNames"].setdefault("singular", spec["names"]["kind"].lower())
     status["acceptedNames"].setdefault("listKind", spec["names"]["kind"] + "List")
-    status["storedVersions"] = [v["name"] for v in spec["versions"] if v.get("storage")]
     status["conditions"] = [
         {
             "type": "NamesAccepted",
             "status": "True",
             "reason": "NoConflicts",
             "message": "no conflicts found",
-            "lastTransitionTime": timestamp,
+            "lastTransitionTime": since.get("NamesAccepted") or timestamp,
         },
         {
             "type": "Established",
             "status": "True",
             "reason": "InitialNamesAccepted",
             "message": "the initial names have been accepted",
-            "lastTransitionTime": timestamp,
+            "lastTransitionTime": since.get("Established") or timestamp,
         },
     ]
     obj["status"] = status
+
+
+def _stored_versions(obj: Obj, previous: list[Any]) -> None:
+    status = obj.setdefault("status", {})
+    stored = list(previous)
+    for version in obj["spec"].get("versions") or []:
+        if isinstance(version, dict) and version.get("storage") and version.get("name") not in stored:
+            stored.append(version.get("name"))
+    status["storedVersions"] = stored
+
+
+def _prepare_crd_create(rt: ResourceType, obj: Obj) -> None:
+    _stored_versions(obj, [])
+
+
+def _prepare_crd_update(rt: ResourceType, obj: Obj, old: Obj, subresource: str | None) -> None:
+    if isinstance(obj.get("spec"), dict):
+        _stored_versions(obj, list(_mapping(old.get("status")).get("storedVersions") or []))
 
 
 _DEFAULT = Strategy()
@@ -180,7 +218,12 @@ _STRATEGIES: dict[tuple[str, str], Strategy] = {
         prepare_update=_prepare_namespace_update,
     ),
     ("apiextensions.k8s.io", "customresourcedefinitions"): Strategy(
-        validate_type=_validate_crd, canonicalize=_canonicalize_crd
+        validate_type=_validate_crd,
+        canonicalize=_canonicalize_crd,
+        default=_default_crd,
+        prepare_create=_prepare_crd_create,
+        prepare_update=_prepare_crd_update,
+        status_writer="kube-apiserver",
     ),
 }
 

@@ -345,6 +345,15 @@ def comparable(response: dict[str, Any]) -> dict[str, Any]:
             for cause in details["causes"]:
                 cause.pop("message", None)
             details["causes"].sort(key=lambda c: (str(c.get("field")), str(c.get("reason"))))
+    objects = [out.get("object")] + list((out.get("list") or {}).get("items") or [])
+    for obj in objects:
+        metadata = obj.get("metadata") if isinstance(obj, dict) else None
+        if isinstance(metadata, dict) and isinstance(metadata.get("managedFields"), list):
+            # As the recording: entries sorted by manager, operation and subresource (the server
+            # orders them by operation and time, which a replay cannot reproduce to the second).
+            metadata["managedFields"].sort(
+                key=lambda e: (str(e.get("manager")), str(e.get("operation")), str(e.get("subresource", "")))
+            )
     return out
 
 
