@@ -67,7 +67,7 @@ def handle_resource(storage: ObjectStorage, request: Request, target: Target, in
         raise RequestRejected(404, "NotFound", "the server could not find the requested resource")
     if info.verb == "list":
         labels = parse_label_selector(q.get("labelSelector"))
-        fields = field_selector(rt, parse_field_selector(q.get("fieldSelector")))
+        fields = field_selector(rt, parse_field_selector(q.get("fieldSelector"), rt))
         if ns is not None:
             storage.check_namespace(rt, ns)
         limit = None
@@ -114,7 +114,7 @@ def handle_resource(storage: ObjectStorage, request: Request, target: Target, in
     if info.verb == "deletecollection":
         options = _delete_options(request)
         labels = parse_label_selector(q.get("labelSelector"))
-        fields = parse_field_selector(q.get("fieldSelector"))
+        fields = parse_field_selector(q.get("fieldSelector"), rt)
         items, _, _, _ = storage.list_objects(rt, ns, labels, fields)
         for obj in items:
             meta_ = obj["metadata"]

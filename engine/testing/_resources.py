@@ -43,6 +43,9 @@ class ResourceType:
     has_generation: bool = False
     """Whether objects carry ``metadata.generation`` (custom resources, CRDs and the workload
     types; not ConfigMaps, Secrets, Namespaces, Leases, Events...)."""
+    selectable_fields: tuple[str, ...] = ()
+    """A custom resource's ``selectableFields`` (``spec.color``), beyond ``metadata.name`` and
+    ``metadata.namespace``."""
     field_shape: Shape | None = attrs.field(default=None, eq=False, repr=False)
     """The structure field ownership is tracked with (from the CRD's schema for custom
     resources; ``None``: the built-in table of :mod:`._fieldsets`)."""
@@ -239,6 +242,11 @@ def resource_types_from_crd(crd: dict[str, Any]) -> list[ResourceType]:
                 printer_columns=tuple(version.get("additionalPrinterColumns") or ()),
                 has_generation=True,
                 field_shape=shape_from_schema((version.get("schema") or {}).get("openAPIV3Schema")),
+                selectable_fields=tuple(
+                    str(f["jsonPath"]).lstrip(".")
+                    for f in version.get("selectableFields") or ()
+                    if isinstance(f, dict) and isinstance(f.get("jsonPath"), str)
+                ),
             )
         )
     return types
