@@ -12,6 +12,7 @@ from typing import Any
 import yaml  # type: ignore[import-untyped]  # no types-PyYAML installed
 
 from ..observability._http import Request, Response
+from ._deletion import POLICIES
 from ._errors import RequestRejected
 from ._events import field_selector, from_storage
 from ._faults import RequestInfo
@@ -85,7 +86,12 @@ def handle_resource(storage: ObjectStorage, request: Request, target: Target, in
             meta["remainingItemCount"] = remaining
         return json_response(
             200,
-            {"kind": rt.list_kind, "apiVersion": rt.api_version, "metadata": meta, "items": [list_item(rt, o) for o in items]},
+            {
+                "kind": rt.list_kind,
+                "apiVersion": rt.api_version,
+                "metadata": meta,
+                "items": [list_item(rt, o) for o in items],
+            },
         )
     if info.verb == "get":
         assert name is not None
@@ -107,9 +113,11 @@ def handle_resource(storage: ObjectStorage, request: Request, target: Target, in
     if info.verb == "delete":
         assert name is not None
         options = _delete_options(request)
+        dry_run = dry_run or options.get("dryRun") == ["All"]
         obj, gone = storage.delete(rt, ns, name, options, dry_run=dry_run)
         if not gone:
-            return json_response(200, typed(rt, obj))
+            # The real server answers 202 to a cascading delete asked for the deprecated way.
+            return json_response(202 if options.get("orphanDependents") is False else 200, typed(rt, obj))
         return json_response(200, _success(rt, obj))
     if info.verb == "deletecollection":
         options = _delete_options(request)
@@ -138,12 +146,57 @@ def _success(rt: ResourceType, obj: dict[str, Any]) -> dict[str, Any]:
 
 
 def _delete_options(request: Request) -> dict[str, Any]:
+    """The ``DeleteOptions`` of a delete (body and query parameters), validated as the real
+    server does: 422 Invalid (``meta.k8s.io`` ``DeleteOptions``) for both ``orphanDependents``
+    and ``propagationPolicy``, an unknown policy or a ``dryRun`` other than ``All``."""
     body = decode_body(request) or {}
     if not isinstance(body, dict):
         raise RequestRejected(400, "BadRequest", "DeleteOptions must be a JSON object")
     options = dict(body)
-    if request.query.get("propagationPolicy"):
-        options["propagationPolicy"] = request.query["propagationPolicy"]
+    q = request.query
+    if q.get("propagationPolicy"):
+        options["propagationPolicy"] = q["propagationPolicy"]
+    for key in ("orphanDependents", "gracePeriodSeconds"):
+        if q.get(key):
+            try:
+                options[key] = {"true": True, "false": False}[q[key]] if key == "orphanDependents" else int(q[key])
+            except (KeyError, ValueError):
+                raise RequestRejected(400, "BadRequest", f"invalid value for {key}: {q[key]!r}") from None
+    if q.get("dryRun"):
+        options["dryRun"] = [q["dryRun"]]
+    policy = options.get("propagationPolicy")
+    causes = []
+    if options.get("orphanDependents") is not None and policy is not None:
+        causes.append(
+            (
+                "FieldValueInvalid",
+                "propagationPolicy",
+                f'Invalid value: "{policy}": orphanDependents and deletionPropagation cannot be both set',
+            )
+        )
+    if policy is not None and policy not in POLICIES:
+        causes.append(
+            (
+                "FieldValueNotSupported",
+                "propagationPolicy",
+                f'Unsupported value: "{policy}": supported values: "Foreground", "Background", "Orphan", "nil"',
+            )
+        )
+    dry_run = options.get("dryRun")
+    if dry_run is not None and (not isinstance(dry_run, list) or any(v != "All" for v in dry_run)):
+        causes.append(("FieldValueNotSupported", "dryRun", f'Unsupported value: {dry_run!r}: supported values: "All"'))
+    if causes:
+        text = ", ".join(f"{field}: {message}" for _, field, message in causes)
+        raise RequestRejected(
+            422,
+            "Invalid",
+            f'DeleteOptions.meta.k8s.io "" is invalid: {text}',
+            details=details(
+                "meta.k8s.io",
+                "DeleteOptions",
+                causes=[{"reason": reason, "message": message, "field": field} for reason, field, message in causes],
+            ),
+        )
     return options
 
 

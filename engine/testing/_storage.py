@@ -607,7 +607,11 @@ class ObjectStorage:
             obj["apiVersion"], obj["kind"] = rt.api_version, rt.kind
             return obj
         if metadata.get("deletionTimestamp") and not _deletion.held(rt, obj):
-            return _deletion.remove(self, rt, obj)
+            # Removed instead of written: the answer is the object as this write left it, still
+            # at the resourceVersion it was read at (the watch sees the removal's).
+            _deletion.remove(self, rt, obj)
+            obj["apiVersion"], obj["kind"] = rt.api_version, rt.kind
+            return obj
         stored = self._commit(rt, "MODIFIED", obj, old)
         if rt.storage_key == ("apiextensions.k8s.io", "customresourcedefinitions"):
             self._serve_crd(stored)

@@ -376,3 +376,27 @@ async def test_unknown_routes(client: httpx.AsyncClient) -> None:
     assert_status(await client.get("/api/v1/namespaces/default/namespaces"), 404, "NotFound")
     assert_status(await client.get(f"{CM}/x/scale"), 404, "NotFound")
     assert (await client.get("/healthz")).text == "ok"
+
+
+async def test_delete_options_and_answers(client: httpx.AsyncClient) -> None:
+    await client.post(CM, json={"metadata": {"name": "held", "finalizers": ["example.com/hold"]}, "data": {"k": "v"}})
+    both = {"kind": "DeleteOptions", "propagationPolicy": "Foreground", "orphanDependents": False}
+    body = assert_status(await client.request("DELETE", f"{CM}/held", json=both), 422, "Invalid")
+    assert body["details"] == {
+        "group": "meta.k8s.io",
+        "kind": "DeleteOptions",
+        "causes": [{"reason": "FieldValueInvalid", "message": body["details"]["causes"][0]["message"], "field": "propagationPolicy"}],  # type: ignore[index]
+    }
+    unknown = assert_status(await client.delete(f"{CM}/held", params={"propagationPolicy": "Sideways"}), 422, "Invalid")
+    assert unknown["details"]["causes"][0]["reason"] == "FieldValueNotSupported"  # type: ignore[index]
+    assert not (await client.get(f"{CM}/held")).json()["metadata"].get("deletionTimestamp")
+    r = await client.request("DELETE", f"{CM}/held", json={"kind": "DeleteOptions", "orphanDependents": False})
+    assert r.status_code == 202 and r.json()["kind"] == "ConfigMap" and r.json()["metadata"]["deletionTimestamp"]
+    deleting_rv = r.json()["metadata"]["resourceVersion"]
+    released = await client.patch(
+        f"{CM}/held", json={"metadata": {"finalizers": None}}, headers={"content-type": "application/merge-patch+json"}
+    )
+    assert released.status_code == 200 and released.json()["kind"] == "ConfigMap"
+    assert "finalizers" not in released.json()["metadata"]
+    assert released.json()["metadata"]["resourceVersion"] == deleting_rv  # removed, not written
+    assert_status(await client.get(f"{CM}/held"), 404, "NotFound")
