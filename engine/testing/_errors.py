@@ -26,7 +26,8 @@ class RequestRejected(ApiServerError):
     """The server refused a request the way the real API server would.
 
     ``code`` is the HTTP status code, ``reason`` the machine-readable ``Status.reason``
-    (``NotFound``, ``AlreadyExists``, ``Conflict``, ``Invalid``, ...) and ``status`` the complete
+    (``NotFound``, ``AlreadyExists``, ``Conflict``, ``Invalid``, ...; ``""`` for none, as etcd's
+    errors have) and ``status`` the complete
     ``Status`` object the server answers with.
     """
 
@@ -51,9 +52,10 @@ class RequestRejected(ApiServerError):
             "metadata": {},
             "status": "Failure",
             "message": message,
-            "reason": reason,
-            "code": code,
         }
+        if reason:
+            body["reason"] = reason
+        body["code"] = code
         if details is not None:
             body["details"] = details
         self.status = body

@@ -6,24 +6,27 @@ Request bodies are decoded here (JSON, YAML, the protobuf envelope); the semanti
 
 from __future__ import annotations
 
-import json
+import copy
 from typing import Any
 
 import yaml  # type: ignore[import-untyped]  # no types-PyYAML installed
 
 from ..observability._http import Request, Response
+from ._access import review, token_request
 from ._deletion import POLICIES
 from ._errors import RequestRejected
 from ._events import field_selector, from_storage
 from ._faults import RequestInfo
-from ._patch import json_patch, merge_patch, strategic_merge_patch
+from ._fields import field_validation, loads_with_duplicates, reject_or_warn, unknown_fields
+from ._patch import MERGE_KEYS, json_patch, merge_patch, strategic_merge_patch
 from ._protobuf import decode_protobuf
-from ._resources import BUILTIN_TYPES, ResourceType
+from ._resources import BUILTIN_TYPES, REVIEW_TYPES, ResourceType
 from ._responses import json_response, list_item, typed
 from ._routing import Target, flag
 from ._selectors import parse_field_selector, parse_label_selector
-from ._status import details
+from ._status import CauseSpec, details, invalid_causes
 from ._storage import ObjectStorage
+from ._workloads import selector_string
 
 __all__ = ["handle_resource", "decode_body"]
 
@@ -31,11 +34,16 @@ __all__ = ["handle_resource", "decode_body"]
 def decode_body(request: Request) -> Any:
     """The request body as data, ``None`` when empty; raises :class:`RequestRejected` (400,
     415) when it cannot be decoded."""
+    return decode_checked(request)[0]
+
+
+def decode_checked(request: Request) -> tuple[Any, list[str]]:
+    """:func:`decode_body` and the paths of the fields a JSON body gives twice."""
     if not request.body:
-        return None
+        return None, []
     content_type = request.headers.get("content-type", "application/json")
     if "protobuf" in content_type:
-        return decode_protobuf(request.body)
+        return decode_protobuf(request.body), []
     if "cbor" in content_type:
         raise RequestRejected(
             415,
@@ -45,10 +53,28 @@ def decode_body(request: Request) -> Any:
         )
     try:
         if "yaml" in content_type:
-            return yaml.safe_load(request.body)
-        return json.loads(request.body)
+            return yaml.safe_load(request.body), []
+        return loads_with_duplicates(request.body)
     except (ValueError, yaml.YAMLError):
         raise RequestRejected(400, "BadRequest", "the request body is not valid JSON or YAML") from None
+
+
+def _field_warnings(rt: ResourceType, request: Request, obj: Any, duplicates: list[str]) -> list[tuple[str, str]]:
+    """Drops the fields of ``obj`` a built-in type does not have and answers per
+    ``fieldValidation`` (``Warning`` headers, or 400 under ``Strict``)."""
+    mode = field_validation(request.query)
+    if rt not in BUILTIN_TYPES:
+        return []
+    unknown = unknown_fields(f"{rt.api_version}/{rt.kind}", obj) if isinstance(obj, dict) else []
+    return [("warning", w) for w in reject_or_warn(mode, rt.kind, rt.version, unknown, duplicates)]
+
+
+MAX_BODY_BYTES = 3 * 1024 * 1024
+"""The largest request body the server reads (kube-apiserver's ``--max-resource-write-bytes``)."""
+
+
+def _large(request: Request) -> bool:
+    return len(request.body or b"") > 256 * 1024
 
 
 def _manager(request: Request) -> str:
@@ -66,6 +92,31 @@ def handle_resource(storage: ObjectStorage, request: Request, target: Target, in
     dry_run = q.get("dryRun") == "All"
     if rt.namespaced and ns is None and info.verb not in ("list", "watch"):
         raise RequestRejected(404, "NotFound", "the server could not find the requested resource")
+    if len(request.body or b"") > MAX_BODY_BYTES:
+        raise RequestRejected(413, "RequestEntityTooLarge", f"Request entity too large: limit is {MAX_BODY_BYTES}")
+    if sub is None and info.verb not in rt.verbs:
+        raise RequestRejected(405, "MethodNotAllowed", "the server does not allow this method on the requested resource")
+    if rt.storage_key in REVIEW_TYPES:
+        return json_response(201, review(storage, rt, ns, decode_body(request), storage.wall_clock))
+    if sub == "token":
+        if info.verb != "create":
+            raise RequestRejected(405, "MethodNotAllowed", "the server does not allow this method on the requested resource")
+        assert name is not None
+        answer = token_request(storage, rt, ns, name, decode_body(request), storage.wall_clock)
+        answer["metadata"]["managedFields"] = [
+            {
+                "manager": _manager(request),
+                "operation": "Update",
+                "apiVersion": "authentication.k8s.io/v1",
+                "time": answer["metadata"]["creationTimestamp"],
+                "fieldsType": "FieldsV1",
+                "fieldsV1": {"f:spec": {f"f:{k}": {} for k in sorted((decode_body(request) or {}).get("spec") or {})}},
+                "subresource": "token",
+            }
+        ]
+        return json_response(201, answer)
+    if sub == "scale":
+        return _scale(storage, request, target, info, dry_run)
     if info.verb == "list":
         labels = parse_label_selector(q.get("labelSelector"))
         fields = field_selector(rt, parse_field_selector(q.get("fieldSelector"), rt))
@@ -77,8 +128,11 @@ def handle_resource(storage: ObjectStorage, request: Request, target: Target, in
                 limit = int(q["limit"])
             except ValueError:
                 raise RequestRejected(400, "BadRequest", "limit must be an integer") from None
+        exact = _list_resource_version(q)
+        if q.get("resourceVersion") == "0" and not q.get("continue"):
+            limit = None
         items, rv, token, remaining = storage.list_objects(
-            rt, ns, labels, fields, limit=limit, continue_token=q.get("continue") or None
+            rt, ns, labels, fields, limit=limit, continue_token=q.get("continue") or None, exact=exact
         )
         meta: dict[str, Any] = {"resourceVersion": str(rv)}
         if token:
@@ -99,14 +153,25 @@ def handle_resource(storage: ObjectStorage, request: Request, target: Target, in
     if info.verb == "create":
         if name is not None:
             raise RequestRejected(405, "MethodNotAllowed", "POST is not allowed on a named object")
-        obj = storage.create(rt, ns, decode_body(request), dry_run=dry_run, manager=_manager(request))
-        return json_response(201, typed(rt, obj))
+        body, duplicates = decode_checked(request)
+        warnings = _field_warnings(rt, request, body, duplicates)
+        obj = storage.create(rt, ns, body, dry_run=dry_run, manager=_manager(request), check_size=_large(request))
+        return json_response(201, typed(rt, obj), warnings)
     if info.verb == "update":
         assert name is not None
+        body, duplicates = decode_checked(request)
+        warnings = _field_warnings(rt, request, body, duplicates)
         obj = storage.update(
-            rt, ns, name, decode_body(request), subresource=sub, dry_run=dry_run, manager=_manager(request)
+            rt,
+            ns,
+            name,
+            body,
+            subresource=sub,
+            dry_run=dry_run,
+            manager=_manager(request),
+            check_size=_large(request),
         )
-        return json_response(200, typed(rt, obj))
+        return json_response(200, typed(rt, obj), warnings)
     if info.verb == "patch":
         assert name is not None
         return _patch(storage, request, target, dry_run)
@@ -122,17 +187,114 @@ def handle_resource(storage: ObjectStorage, request: Request, target: Target, in
     if info.verb == "deletecollection":
         options = _delete_options(request)
         labels = parse_label_selector(q.get("labelSelector"))
-        fields = parse_field_selector(q.get("fieldSelector"), rt)
+        fields = field_selector(rt, parse_field_selector(q.get("fieldSelector"), rt))
         items, _, _, _ = storage.list_objects(rt, ns, labels, fields)
+        deleted = []
         for obj in items:
             meta_ = obj["metadata"]
             try:
-                storage.delete(rt, meta_.get("namespace"), meta_["name"], options, dry_run=dry_run)
+                deleted.append(storage.delete(rt, meta_.get("namespace"), meta_["name"], options, dry_run=dry_run)[0])
             except RequestRejected as exc:
                 if exc.code != 404:
                     raise
-        return json_response(200, {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success"})
+        return json_response(
+            200,
+            {
+                "kind": rt.list_kind,
+                "apiVersion": rt.api_version,
+                "metadata": {"resourceVersion": str(storage.resource_version)},
+                "items": [list_item(rt, o) for o in deleted],
+            },
+        )
     raise RequestRejected(405, "MethodNotAllowed", f"{request.method} is not allowed on {request.path}")
+
+
+def _list_resource_version(query: dict[str, str]) -> int | None:
+    """Validate a list's ``resourceVersion``/``resourceVersionMatch`` as ``ValidateListOptions``
+    does (422 on ``ListOptions``); the resourceVersion to list at exactly, if any. ``0`` (or
+    none) lists the latest state, any other number the latest state not older than it."""
+    rv, match = query.get("resourceVersion", ""), query.get("resourceVersionMatch", "")
+    causes: list[CauseSpec] = []
+    if match:
+        if not rv:
+            causes.append(("FieldValueForbidden", "resourceVersionMatch", "Forbidden: resourceVersionMatch is forbidden unless resourceVersion is provided"))
+        if query.get("continue"):
+            causes.append(("FieldValueForbidden", "resourceVersionMatch", "Forbidden: resourceVersionMatch is forbidden when continue is provided"))
+        if match not in ("Exact", "NotOlderThan"):
+            causes.append(("FieldValueNotSupported", "resourceVersionMatch", f'Unsupported value: "{match}": supported values: "Exact", "NotOlderThan", ""'))
+        if match == "Exact" and rv == "0":
+            causes.append(("FieldValueForbidden", "resourceVersionMatch", 'Forbidden: resourceVersionMatch "exact" is forbidden for resourceVersion "0"'))
+    if causes:
+        raise invalid_causes(_LIST_OPTIONS_RT, "", causes)
+    if rv:
+        try:
+            number = int(rv)
+        except ValueError:
+            raise RequestRejected(400, "BadRequest", f'invalid resource version "{rv}"') from None
+        if match == "Exact":
+            return number
+    return None
+
+
+_LIST_OPTIONS_RT = ResourceType("meta.k8s.io", "v1", "listoptions", "listoptions", "ListOptions", False)
+
+SERVICE_MERGE_KEYS = {**MERGE_KEYS, "ports": "port"}
+
+
+def _scale_of(rt: ResourceType, obj: dict[str, Any]) -> dict[str, Any]:
+    metadata = obj["metadata"]
+    spec = obj.get("spec") or {}
+    status = obj.get("status") or {}
+    return {
+        "kind": "Scale",
+        "apiVersion": "autoscaling/v1",
+        "metadata": {k: metadata[k] for k in ("name", "namespace", "uid", "resourceVersion", "creationTimestamp") if k in metadata},
+        "spec": {"replicas": spec.get("replicas", 0)},
+        "status": {"replicas": status.get("replicas", 0), "selector": selector_string(spec.get("selector"))},
+    }
+
+
+_SCALE_RT = ResourceType("autoscaling", "v1", "scales", "scale", "Scale", True)
+
+
+def _scale(storage: ObjectStorage, request: Request, target: Target, info: RequestInfo, dry_run: bool) -> Response:
+    rt, ns, name = target.rt, target.namespace, target.name
+    assert name is not None
+    obj = storage.get(rt, ns, name)
+    current = _scale_of(rt, obj)
+    if info.verb == "get":
+        return json_response(200, current)
+    if info.verb == "update":
+        new = decode_body(request)
+    elif info.verb == "patch":
+        content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
+        patch = decode_body(request)
+        if content_type == "application/json-patch+json":
+            new = json_patch(current, patch)
+        elif content_type == "application/strategic-merge-patch+json":
+            new = strategic_merge_patch(current, patch)
+        elif content_type in ("application/merge-patch+json", "application/apply-patch+yaml"):
+            new = merge_patch(current, patch)
+        else:
+            raise RequestRejected(415, "UnsupportedMediaType", f"the body of the request was in an unknown format ({content_type})")
+    else:
+        raise RequestRejected(405, "MethodNotAllowed", "the server does not allow this method on the requested resource")
+    if not isinstance(new, dict):
+        raise RequestRejected(400, "BadRequest", "the request body must be a JSON object")
+    replicas = (new.get("spec") or {}).get("replicas", 0)
+    if not isinstance(replicas, int) or isinstance(replicas, bool) or replicas < 0:
+        raise invalid_causes(
+            _SCALE_RT, name, [("FieldValueInvalid", "spec.replicas", f"Invalid value: {replicas}: must be greater than or equal to 0")]
+        )
+    body = copy.deepcopy(obj)
+    body["spec"]["replicas"] = replicas
+    sent_rv = (new.get("metadata") or {}).get("resourceVersion")
+    if sent_rv:
+        body["metadata"]["resourceVersion"] = sent_rv
+    else:
+        body["metadata"].pop("resourceVersion", None)
+    stored = storage.update(rt, ns, name, body, dry_run=dry_run, manager=_manager(request))
+    return json_response(200, _scale_of(rt, stored))
 
 
 def _success(rt: ResourceType, obj: dict[str, Any]) -> dict[str, Any]:
@@ -204,7 +366,7 @@ def _patch(storage: ObjectStorage, request: Request, target: Target, dry_run: bo
     rt, ns, name, sub = target.rt, target.namespace, target.name, target.subresource
     assert name is not None
     content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
-    patch = decode_body(request)
+    patch, duplicates = decode_checked(request)
     custom = rt not in BUILTIN_TYPES
     if content_type == "application/apply-patch+yaml":
         manager = request.query.get("fieldManager")
@@ -212,17 +374,18 @@ def _patch(storage: ObjectStorage, request: Request, target: Target, dry_run: bo
             raise RequestRejected(
                 400, "BadRequest", "PATCH with application/apply-patch+yaml requires the fieldManager parameter"
             )
+        warnings = _field_warnings(rt, request, patch, duplicates)
         obj, created = storage.apply(
             rt, ns, name, patch, manager=manager, force=flag(request.query, "force"), subresource=sub, dry_run=dry_run
         )
-        return json_response(201 if created else 200, typed(rt, obj))
+        return json_response(201 if created else 200, typed(rt, obj), warnings)
     current = from_storage(rt, storage.get(rt, ns, name))
     if content_type == "application/merge-patch+json":
         new = merge_patch(current, patch)
     elif content_type == "application/json-patch+json":
         new = json_patch(current, patch)
     elif content_type == "application/strategic-merge-patch+json" and not custom:
-        new = strategic_merge_patch(current, patch)
+        new = strategic_merge_patch(current, patch, SERVICE_MERGE_KEYS if rt.storage_key == ("", "services") else None)
     else:
         accepted = "application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml"
         if not custom:
@@ -232,5 +395,8 @@ def _patch(storage: ObjectStorage, request: Request, target: Target, dry_run: bo
             "UnsupportedMediaType",
             f"the body of the request was in an unknown format - accepted media types include: {accepted}",
         )
-    obj = storage.update(rt, ns, name, new, subresource=sub, dry_run=dry_run, manager=_manager(request))
-    return json_response(200, typed(rt, obj))
+    warnings = _field_warnings(rt, request, new, duplicates)
+    obj = storage.update(
+        rt, ns, name, new, subresource=sub, dry_run=dry_run, manager=_manager(request), check_size=_large(request)
+    )
+    return json_response(200, typed(rt, obj), warnings)

@@ -167,8 +167,9 @@ def json_patch(target: Any, operations: Any) -> Any:
     return doc
 
 
-def _merge_keyed_list(field: str, target: list[Any], patch: list[Any], order: list[Any] | None) -> list[Any]:
-    key = MERGE_KEYS[field]
+def _merge_keyed_list(
+    key: str, target: list[Any], patch: list[Any], order: list[Any] | None, keys: dict[str, str]
+) -> list[Any]:
     result = [copy.deepcopy(x) for x in target]
     for item in patch:
         if not isinstance(item, dict) or key not in item:
@@ -185,11 +186,13 @@ def _merge_keyed_list(field: str, target: list[Any], patch: list[Any], order: li
         if directive == "replace" or index is None:
             clean = {k: v for k, v in item.items() if k != "$patch"}
             if index is None:
-                result.append(strategic_merge_patch({}, clean))
+                result.append(strategic_merge_patch({}, clean, keys))
             else:
                 result[index] = copy.deepcopy(clean)
         else:
-            result[index] = strategic_merge_patch(result[index], item)
+            result[index] = strategic_merge_patch(result[index], item, keys)
+    if not order:
+        order = [item for item in patch if isinstance(item, dict) and item.get("$patch") != "delete"]
     if order:
         rank = {
             (o.get(key) if isinstance(o, dict) else o): i for i, o in enumerate(order)
@@ -198,8 +201,13 @@ def _merge_keyed_list(field: str, target: list[Any], patch: list[Any], order: li
     return result
 
 
-def strategic_merge_patch(target: Any, patch: Any) -> Any:
-    """Apply a strategic merge patch (the subset described in the module docstring)."""
+def strategic_merge_patch(target: Any, patch: Any, merge_keys: dict[str, str] | None = None) -> Any:
+    """Apply a strategic merge patch (the subset described in the module docstring).
+
+    ``merge_keys`` overrides :data:`MERGE_KEYS` at the top level of ``target`` and below
+    (a Service's ``ports`` merge by ``port``). Merged lists are ordered as the real server
+    orders them: the patch's items first (or ``$setElementOrder``), then the others."""
+    keys = MERGE_KEYS if merge_keys is None else merge_keys
     if not isinstance(patch, dict):
         return copy.deepcopy(patch)
     base = copy.deepcopy(target) if isinstance(target, dict) else {}
@@ -219,14 +227,14 @@ def strategic_merge_patch(target: Any, patch: Any) -> Any:
             continue
         if value is None:
             base.pop(key, None)
-        elif isinstance(value, list) and key in MERGE_KEYS and isinstance(base.get(key), list):
-            base[key] = _merge_keyed_list(key, base[key], value, orders.get(key))
+        elif isinstance(value, list) and key in keys and isinstance(base.get(key), list):
+            base[key] = _merge_keyed_list(keys[key], base[key], value, orders.get(key), keys)
         elif isinstance(value, list) and key in _PRIMITIVE_MERGE and isinstance(base.get(key), list):
             merged = list(base[key])
             merged.extend(x for x in value if x not in merged)
             base[key] = merged
         elif isinstance(value, dict):
-            merged_value = strategic_merge_patch(base.get(key), value)
+            merged_value = strategic_merge_patch(base.get(key), value, keys)
             if merged_value is None:
                 base.pop(key, None)
             else:

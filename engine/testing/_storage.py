@@ -11,10 +11,10 @@ namespaces that must exist; watches replayed from a bounded history. The rest li
 per-type validation and defaults in :mod:`._strategies`, field ownership and server-side apply
 in :mod:`._apply`, deletion and garbage collection in :mod:`._deletion`.
 
-Simplified: lists always read the latest state (``resourceVersion`` and ``resourceVersionMatch``
-on lists are ignored) and a ``continue`` token resumes after the last key of the previous page
-rather than from a snapshot. Core ``v1`` events and ``events.k8s.io/v1`` events are stored
-separately. There is no persistence.
+Lists read the latest state, or with ``resourceVersionMatch=Exact`` the state at a
+resourceVersion the history still covers; the pages after the first read the first page's
+state, as on the real server. Core ``v1`` and ``events.k8s.io/v1`` Events are one storage (the
+core form) with two views (:mod:`._events`). There is no persistence.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from typing import Any
 import attrs
 import trio
 
-from . import _apply, _deletion, _events
+from . import _apply, _deletion, _events, _services
 from ._errors import RequestRejected
 from ._objects import SYSTEM_METADATA, Key, Obj, format_time, meta
 from ._resources import BUILTIN_TYPES, ResourceType, resource_types_from_crd
@@ -343,16 +343,26 @@ class ObjectStorage:
         *,
         limit: int | None = None,
         continue_token: str | None = None,
+        exact: int | None = None,
     ) -> tuple[list[Obj], int, str | None, int | None]:
         """``(items, resourceVersion, continue, remainingItemCount)`` for one page, in
         ``(namespace, name)`` order.
 
-        A page costs a bisection plus its own length when there are no selectors; with
-        selectors, the objects after the page are still matched to count them. Raises
+        ``exact`` lists the objects as they were at that resourceVersion
+        (``resourceVersionMatch=Exact``); the pages after the first are read at the first
+        page's resourceVersion, as the real server reads them from etcd's history. A page of
+        the latest state costs a bisection plus its own length when there are no selectors;
+        with selectors, the objects after the page are still matched to count them. Raises
         :class:`RequestRejected`: 400 for a malformed ``continue`` token, 410 Expired for one
-        older than the history.
+        (or an ``exact`` resourceVersion) older than the history.
         """
         list_rv = self._rv
+        if exact is not None:
+            if exact < self._floor:
+                raise RequestRejected(
+                    410, "Expired", f"too old resource version: {exact} ({self._floor})"
+                )
+            list_rv = min(exact, self._rv)
         after: Key | None = None
         if continue_token:
             try:
@@ -368,6 +378,8 @@ class ObjectStorage:
                     "result. You can start a new list without the continue parameter.",
                 )
         bucket = self._objects.get(rt.storage_key) or _Bucket()
+        if list_rv < self._rv:
+            bucket = self._snapshot(rt.storage_key, bucket, list_rv)
         span = bucket.span(namespace, after)
         wanted = limit if limit is not None and limit > 0 else None
         page: list[Key] = []
@@ -391,6 +403,22 @@ class ObjectStorage:
             ).decode()
             return items, list_rv, token, matched - wanted
         return items, list_rv, None, None
+
+    def _snapshot(self, storage_key: tuple[str, str], bucket: _Bucket, rv: int) -> _Bucket:
+        """``bucket`` as it was at ``rv`` (which the history must still cover), rebuilt by
+        undoing the later changes."""
+        objects = dict(bucket.objects)
+        for change in reversed(self._history):
+            if change.rv <= rv:
+                break
+            if change.key != storage_key:
+                continue
+            key = (meta(change.obj).get("namespace", "") or "", meta(change.obj)["name"])
+            if change.type == "ADDED" or change.old is None:
+                objects.pop(key, None)
+            else:
+                objects[key] = change.old
+        return _Bucket(objects, sorted(objects))
 
     # ----- writes -----
 
@@ -454,10 +482,12 @@ class ObjectStorage:
         *,
         dry_run: bool = False,
         manager: str | None = None,
+        check_size: bool = False,
         _managed_fields: list[dict[str, Any]] | None = None,
     ) -> Obj:
         """Create an object. Raises :class:`RequestRejected`: 400, 404 (namespace), 409
-        AlreadyExists, 403 (namespace terminating), 422 Invalid."""
+        AlreadyExists, 403 (namespace terminating), 422 Invalid; with ``check_size``, 500 for an
+        object larger than etcd stores (:data:`MAX_OBJECT_BYTES`)."""
         obj = self._prepare_body(rt, namespace, body, None)
         namespace = self.check_namespace(rt, namespace)
         metadata = obj["metadata"]
@@ -472,18 +502,18 @@ class ObjectStorage:
                 raise _namespace_terminating(rt, metadata["name"], namespace)
         if (namespace or "", metadata["name"]) in self._objects[rt.storage_key].objects:
             raise already_exists(rt, metadata["name"])
-        strategy = strategy_for(rt)
-        strategy.default(rt, obj)
-        if _managed_fields is None and manager:
-            base = _apply.managed_base(None, obj, None)
-            _managed_fields = _apply.record_update(rt, None, obj, manager, self._timestamp, base=base)
+        base = _apply.managed_base(None, obj, None)
         for field in SYSTEM_METADATA:
             if field not in ("name", "namespace"):
                 metadata.pop(field, None)
         if rt.has_status:
             obj.pop("status", None)
+        strategy = strategy_for(rt)
         status_before = obj.get("status")
         strategy.prepare(rt, obj, self._timestamp)
+        strategy.check(rt, obj, None)
+        if _managed_fields is None and manager:
+            _managed_fields = _apply.record_update(rt, None, obj, manager, self._timestamp, base=base)
         metadata["uid"] = self._new_uid()
         metadata["creationTimestamp"] = self._timestamp()
         if rt.has_generation:
@@ -492,11 +522,15 @@ class ObjectStorage:
             metadata["managedFields"] = _managed_fields
         self._record_status_writer(rt, obj, status_before)
         strategy.prepare_create(rt, obj)
+        if rt.storage_key == _services.SERVICES:
+            _services.allocate(obj, self._objects[rt.storage_key].objects.values(), self._rng)
         if _events.is_event(rt):
             obj, rt = self._event_for_storage(rt, obj, None)
         is_crd = rt.storage_key == ("apiextensions.k8s.io", "customresourcedefinitions")
         if is_crd:
             self._check_crd_collision(obj)
+        if check_size:
+            _check_size(obj)
         if dry_run:
             obj["apiVersion"], obj["kind"] = rt.api_version, rt.kind
             return obj
@@ -530,6 +564,7 @@ class ObjectStorage:
         dry_run: bool = False,
         manager: str | None = None,
         check_version: bool = True,
+        check_size: bool = False,
         _managed_fields: list[dict[str, Any]] | None = None,
     ) -> Obj:
         """Replace an object (or its status). Raises :class:`RequestRejected`: 404, 409 Conflict
@@ -548,11 +583,7 @@ class ObjectStorage:
             )
         old_meta = meta(old)
         strategy = strategy_for(rt)
-        strategy.default(rt, obj)
-        managed = _managed_fields
-        if managed is None and manager:
-            base = _apply.managed_base(old, obj, subresource)
-            managed = _apply.record_update(rt, old, obj, manager, self._timestamp, subresource=subresource, base=base)
+        base = _apply.managed_base(old, obj, subresource)
         if subresource == "status":
             new = copy.deepcopy(old)
             if "status" in obj:
@@ -567,23 +598,29 @@ class ObjectStorage:
                     metadata[field] = old_meta[field]
                 else:
                     metadata.pop(field, None)
-            if managed is None:
-                managed = _apply.managed_base(old, obj, None)
             if rt.has_status:
                 if "status" in old:
                     obj["status"] = copy.deepcopy(old["status"])
                 else:
                     obj.pop("status", None)
         metadata["resourceVersion"] = old_meta["resourceVersion"]
-        if managed is not None:
-            if managed:
-                metadata["managedFields"] = managed
-            else:
-                metadata.pop("managedFields", None)
         strategy.prepare_update(rt, obj, old, subresource)
         metadata = obj["metadata"]
+        if rt.storage_key == _services.SERVICES:
+            _services.keep_allocated(obj, old)
         status_before = copy.deepcopy(obj.get("status")) if strategy.status_writer else None
         strategy.prepare(rt, obj, self._timestamp)
+        strategy.check(rt, obj, old)
+        managed = _managed_fields
+        if managed is None:
+            if manager:
+                managed = _apply.record_update(rt, old, obj, manager, self._timestamp, subresource=subresource, base=base)
+            else:
+                managed = base
+        if managed:
+            metadata["managedFields"] = managed
+        else:
+            metadata.pop("managedFields", None)
         self._record_status_writer(rt, obj, status_before)
         if old_meta.get("deletionTimestamp"):
             new_finalizers = set(metadata.get("finalizers") or []) - set(old_meta.get("finalizers") or [])
@@ -603,6 +640,8 @@ class ObjectStorage:
             old, metadata = stored_old, obj["metadata"]
         if {**obj, "apiVersion": old.get("apiVersion"), "kind": old.get("kind")} == old:
             return old
+        if check_size:
+            _check_size(obj)
         if dry_run:
             obj["apiVersion"], obj["kind"] = rt.api_version, rt.kind
             return obj
@@ -682,6 +721,15 @@ class ObjectStorage:
         precondition, 400 on an unknown propagation policy. Garbage collection of dependents
         happens within the call."""
         return _deletion.delete(self, rt, namespace, name, options, dry_run=dry_run)
+
+
+MAX_OBJECT_BYTES = 1536 * 1024
+"""The largest object etcd stores (its default ``--max-request-bytes``, 1.5 MiB)."""
+
+
+def _check_size(obj: Obj) -> None:
+    if len(json.dumps(obj, separators=(",", ":"))) > MAX_OBJECT_BYTES:
+        raise RequestRejected(500, "", "etcdserver: request is too large")
 
 
 def _namespace_terminating(rt: ResourceType, name: str, namespace: str) -> RequestRejected:

@@ -16,9 +16,10 @@ from typing import Any
 
 import attrs
 
+from . import _access, _services, _workloads
 from ._objects import Obj, meta
 from ._resources import ResourceType, resource_types_from_crd
-from ._status import invalid
+from ._status import CauseSpec, invalid, invalid_causes
 from ._validation import NameRule, validate_metadata
 
 __all__ = ["Strategy", "strategy_for"]
@@ -34,11 +35,11 @@ def _no_changes(rt: ResourceType, obj: Obj, now: Clock) -> None:
     pass
 
 
-def _no_defaults(rt: ResourceType, obj: Obj) -> None:
+def _nothing_on_create(rt: ResourceType, obj: Obj) -> None:
     pass
 
 
-def _nothing_on_create(rt: ResourceType, obj: Obj) -> None:
+def _no_check(rt: ResourceType, obj: Obj, old: Obj | None) -> None:
     pass
 
 
@@ -57,16 +58,15 @@ class Strategy:
     canonicalize: Callable[[ResourceType, Obj, Clock], None] = _no_changes
     """Fills defaults and derived fields in place; ``now()`` gives the current timestamp. May raise
     ``RequestRejected`` for values that cannot be canonicalized."""
-    default: Callable[[ResourceType, Obj], None] = _no_defaults
-    """Decoding defaults, applied in place to the request object before field ownership is
-    recorded: the writing manager owns them, as on the real server (``canonicalize`` runs after
-    and its changes belong to no manager). May raise ``RequestRejected``."""
     prepare_create: Callable[[ResourceType, Obj], None] = _nothing_on_create
     """Sets what the server owns on create (``PrepareForCreate``), in place; runs after field
     ownership is recorded, so what it sets is owned by no manager."""
     prepare_update: Callable[[ResourceType, Obj, Obj, str | None], None] = _nothing_on_update
     """``(rt, new, old, subresource)``: keeps what a write through this endpoint may not change
     (``PrepareForUpdate``), in place, before validation."""
+    check: Callable[[ResourceType, Obj, Obj | None], None] = _no_check
+    """``(rt, obj, old)``: validation that needs the defaults applied or the object an update
+    replaces (``old``, ``None`` on create); raises ``RequestRejected``."""
     status_writer: str | None = None
     """The manager that owns the ``status`` fields ``canonicalize`` sets (on the real server a
     controller writes them through the status subresource: ``kube-apiserver`` for a
@@ -79,7 +79,7 @@ class Strategy:
         self.canonicalize(rt, obj, now)
 
 
-def _default_secret(rt: ResourceType, obj: Obj) -> None:
+def _canonicalize_secret(rt: ResourceType, obj: Obj, now: Clock) -> None:
     if "stringData" in obj:
         string_data = obj.pop("stringData") or {}
         data = dict(obj.get("data") or {})
@@ -159,6 +159,7 @@ def _default_crd(rt: ResourceType, obj: Obj) -> None:
 
 
 def _canonicalize_crd(rt: ResourceType, obj: Obj, now: Clock) -> None:
+    _default_crd(rt, obj)
     spec = obj["spec"]
     status = dict(obj.get("status") or {})
     timestamp = now()
@@ -207,12 +208,80 @@ def _prepare_crd_update(rt: ResourceType, obj: Obj, old: Obj, subresource: str |
         _stored_versions(obj, list(_mapping(old.get("status")).get("storedVersions") or []))
 
 
+def _workload_defaults(rt: ResourceType, obj: Obj, now: Clock) -> None:
+    _workloads.canonicalize(rt, obj)
+
+
+def _service_defaults(rt: ResourceType, obj: Obj, now: Clock) -> None:
+    _services.canonicalize(obj)
+
+
+def _load_balancer_status(rt: ResourceType, obj: Obj) -> None:
+    obj["status"] = {"loadBalancer": {}}
+
+
+def _check_rbac(rt: ResourceType, obj: Obj, old: Obj | None) -> None:
+    causes = _access.validate_rbac(rt, obj, old)
+    if causes:
+        raise invalid_causes(rt, str(meta(obj).get("name", "")), causes)
+
+
+_MAX_DATA = 1024 * 1024
+
+
+def _check_data_size(rt: ResourceType, obj: Obj, old: Obj | None) -> None:
+    total = 0
+    for field in ("data", "binaryData"):
+        for key, value in _mapping(obj.get(field)).items():
+            total += len(str(key)) + len(str(value).encode())
+    if rt.plural == "secrets":
+        total = 0
+        for key, value in _mapping(obj.get("data")).items():
+            total += len(str(key)) + len(str(value)) * 3 // 4
+    if total > _MAX_DATA:
+        raise invalid_causes(
+            rt, str(meta(obj).get("name", "")), [("FieldValueTooLong", "data", f"Too long: must have at most {_MAX_DATA} bytes")]
+        )
+
+
+def _check_ingress(rt: ResourceType, obj: Obj, old: Obj | None) -> None:
+    causes: list[CauseSpec] = []
+    spec = _mapping(obj.get("spec"))
+    for i, rule in enumerate(spec.get("rules") or []):
+        for j, path in enumerate(_mapping(_mapping(rule).get("http")).get("paths") or []):
+            where = f"spec.rules[{i}].http.paths[{j}]"
+            kind = _mapping(path).get("pathType")
+            if kind is None:
+                causes.append(("FieldValueRequired", f"{where}.pathType", "Required value: pathType must be specified"))
+            elif kind not in ("Exact", "Prefix", "ImplementationSpecific"):
+                causes.append(
+                    (
+                        "FieldValueNotSupported",
+                        f"{where}.pathType",
+                        f'Unsupported value: "{kind}": supported values: "Exact", "ImplementationSpecific", "Prefix"',
+                    )
+                )
+            if not _mapping(path).get("backend"):
+                causes.append(("FieldValueRequired", f"{where}.backend", "Required value"))
+    if causes:
+        raise invalid_causes(rt, str(meta(obj).get("name", "")), causes)
+
+
+_WORKLOAD = Strategy(
+    canonicalize=_workload_defaults, prepare_create=_workloads.prepare_create, check=_workloads.check
+)
+_RBAC = Strategy(check=_check_rbac)
+
 _DEFAULT = Strategy()
 _STRATEGIES: dict[tuple[str, str], Strategy] = {
-    ("", "secrets"): Strategy(default=_default_secret),
+    ("", "secrets"): Strategy(canonicalize=_canonicalize_secret, check=_check_data_size),
+    ("", "configmaps"): Strategy(check=_check_data_size),
+    ("", "services"): Strategy(canonicalize=_service_defaults, prepare_create=_load_balancer_status, check=_services.check),
+    ("networking.k8s.io", "ingresses"): Strategy(prepare_create=_load_balancer_status, check=_check_ingress),
+    **{key: _WORKLOAD for key in _workloads.WORKLOADS},
+    **{("rbac.authorization.k8s.io", plural): _RBAC for plural in ("roles", "clusterroles", "rolebindings", "clusterrolebindings")},
     ("", "namespaces"): Strategy(
         name_rule="label",
-        default=_default_namespace,
         canonicalize=_canonicalize_namespace,
         prepare_create=_prepare_namespace_create,
         prepare_update=_prepare_namespace_update,
@@ -220,7 +289,6 @@ _STRATEGIES: dict[tuple[str, str], Strategy] = {
     ("apiextensions.k8s.io", "customresourcedefinitions"): Strategy(
         validate_type=_validate_crd,
         canonicalize=_canonicalize_crd,
-        default=_default_crd,
         prepare_create=_prepare_crd_create,
         prepare_update=_prepare_crd_update,
         status_writer="kube-apiserver",

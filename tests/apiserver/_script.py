@@ -383,6 +383,22 @@ AUTHORED: list[tuple[str, str, list[Step]]] = [
         ],
     ),
     (
+        "apps.deploy_patch_labels_only",
+        "before",
+        [
+            _setup(
+                "setup.deploy_replicas_3",
+                _req(
+                    "PATCH",
+                    "/apis/apps/v1/namespaces/diffapi-{run}-x/deployments/web",
+                    {"spec": {"replicas": 3}},
+                    ctype=MERGE,
+                ),
+                200,
+            )
+        ],
+    ),
+    (
         "cleanup.ns_get_terminating",
         "before",
         [_setup("setup.ns_delete", _req("DELETE", NS), 200)],

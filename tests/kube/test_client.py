@@ -623,6 +623,7 @@ async def test_delete_propagation_and_preconditions() -> None:
             precondition_uid=owner["metadata"]["uid"],
             precondition_resource_version=owner["metadata"]["resourceVersion"],
         )
+        await api.settle()
         dep1 = await client.get(CONFIGMAPS, "dep1")
         assert not dep1["metadata"].get("ownerReferences")
         owner2 = await client.create(CONFIGMAPS, cm("owner2"))
@@ -630,6 +631,7 @@ async def test_delete_propagation_and_preconditions() -> None:
         body["metadata"]["ownerReferences"] = [{**ref, "name": "owner2", "uid": owner2["metadata"]["uid"]}]
         await client.create(CONFIGMAPS, body)
         await client.delete(CONFIGMAPS, "owner2", propagation_policy="Background")
+        await api.settle()
         with pytest.raises(NotFoundError):
             await client.get(CONFIGMAPS, "dep3")
         with pytest.raises(InvalidError):  # 422 NotSupported@propagationPolicy, as the real server

@@ -78,7 +78,7 @@ def test_paging_with_a_selector_counts_only_matches(filled: tuple[ObjectStorage,
     assert remaining[0] == len(odd) - 9
 
 
-def test_a_page_sees_writes_behind_and_ahead_of_its_cursor(
+def test_pages_after_the_first_read_the_first_pages_snapshot(
     filled: tuple[ObjectStorage, list[tuple[str, str]]],
 ) -> None:
     storage, keys = filled
@@ -92,8 +92,27 @@ def test_a_page_sees_writes_behind_and_ahead_of_its_cursor(
     rest, _, token, _ = storage.list_objects(rt, "default", ALL_LABELS, ALL_FIELDS, continue_token=token)
     names = [o["metadata"]["name"] for o in rest]
     assert token is None
-    assert names[:2] == ["cm-050", "cm-051"] and "cm-060" not in names and "cm-060a" in names
+    assert names[:2] == ["cm-050", "cm-051"] and "cm-060" in names and "cm-060a" not in names
     assert "cm-000a" not in names and names == sorted(names)
+    assert [o["metadata"]["name"] for o in items] + names == [k[1] for k in keys if k[0] == "default"]
+
+
+def test_exact_lists_read_an_older_state_and_expire_with_the_history() -> None:
+    storage = ObjectStorage(seed=3, history_size=10)
+    rt = _configmaps(storage)
+    storage.create(rt, "default", {"metadata": {"name": "a"}, "data": {"v": "1"}})
+    before = storage.resource_version
+    storage.update(rt, "default", "a", {"metadata": {"name": "a"}, "data": {"v": "2"}})
+    storage.create(rt, "default", {"metadata": {"name": "b"}})
+    storage.delete(rt, "default", "a")
+    items, rv, _, _ = storage.list_objects(rt, "default", ALL_LABELS, ALL_FIELDS, exact=before)
+    assert rv == before and [(o["metadata"]["name"], o["data"]) for o in items] == [("a", {"v": "1"})]
+    items, _, _, _ = storage.list_objects(rt, "default", ALL_LABELS, ALL_FIELDS)
+    assert [o["metadata"]["name"] for o in items] == ["b"]
+    for i in range(12):
+        storage.create(rt, "default", {"metadata": {"name": f"x{i}"}})
+    with pytest.raises(RequestRejected, match=r"^too old resource version"):
+        storage.list_objects(rt, "default", ALL_LABELS, ALL_FIELDS, exact=before)
 
 
 def test_lists_stay_sorted_under_random_creates_and_deletes() -> None:
