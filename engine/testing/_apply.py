@@ -275,7 +275,9 @@ def apply_config(
         )
     unchanged = live is not None and _same_object(base, merged)
     previous_time = next((e.time for e in entries if e.identity == identity), None)
-    out.append(_Entry(manager, "Apply", subresource or "", rt.api_version, previous_time if unchanged else now(), applied))
+    out.append(
+        _Entry(manager, "Apply", subresource or "", rt.api_version, previous_time if unchanged else now(), applied)
+    )
     merged.setdefault("metadata", {})
     _store(merged, out)
     return merged
@@ -287,4 +289,3 @@ def _same_object(a: Obj, b: Obj) -> bool:
         **b,
         "metadata": {k: v for k, v in meta(b).items() if k not in strip},
     }
-

@@ -115,9 +115,7 @@ _BUILTIN: dict[tuple[str, str], Shape] = {
         {"spec": Shape(fields={"finalizers": Shape(list_type="atomic")})}, {"spec": {}, "status": {}}
     ),
     ("coordination.k8s.io", "leases"): _root(empty={"spec": {}}),
-    ("", "events"): _root(
-        {"involvedObject": _ATOMIC, "related": _ATOMIC}, {"involvedObject": {}, "source": {}}
-    ),
+    ("", "events"): _root({"involvedObject": _ATOMIC, "related": _ATOMIC}, {"involvedObject": {}, "source": {}}),
     ("events.k8s.io", "events"): _root(
         {"regarding": _ATOMIC, "related": _ATOMIC}, {"regarding": {}, "deprecatedSource": {}}
     ),
@@ -125,7 +123,10 @@ _BUILTIN: dict[tuple[str, str], Shape] = {
         {
             "spec": Shape(fields={"versions": Shape(list_type="atomic")}),
             "status": Shape(
-                fields={"conditions": Shape(list_type="map", keys=("type",)), "storedVersions": Shape(list_type="atomic")}
+                fields={
+                    "conditions": Shape(list_type="map", keys=("type",)),
+                    "storedVersions": Shape(list_type="atomic"),
+                }
             ),
         },
         {"spec": {"names": {}}, "status": {"acceptedNames": {}, "conditions": None, "storedVersions": None}},

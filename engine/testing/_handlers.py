@@ -26,6 +26,7 @@ from ._routing import Target, flag
 from ._selectors import parse_field_selector, parse_label_selector
 from ._status import CauseSpec, details, invalid_causes
 from ._storage import ObjectStorage
+from ._tables import Conversion, as_partial, as_partial_list, as_table, negotiate
 from ._workloads import selector_string
 
 __all__ = ["handle_resource", "decode_body"]
@@ -118,6 +119,7 @@ def handle_resource(storage: ObjectStorage, request: Request, target: Target, in
     if sub == "scale":
         return _scale(storage, request, target, info, dry_run)
     if info.verb == "list":
+        conversion = negotiate(request.headers.get("accept"))
         labels = parse_label_selector(q.get("labelSelector"))
         fields = field_selector(rt, parse_field_selector(q.get("fieldSelector"), rt))
         if ns is not None:
@@ -138,6 +140,8 @@ def handle_resource(storage: ObjectStorage, request: Request, target: Target, in
         if token:
             meta["continue"] = token
             meta["remainingItemCount"] = remaining
+        if conversion is not None:
+            return json_response(200, _converted(storage, request, rt, items, meta, conversion, single=False))
         return json_response(
             200,
             {
@@ -149,7 +153,12 @@ def handle_resource(storage: ObjectStorage, request: Request, target: Target, in
         )
     if info.verb == "get":
         assert name is not None
-        return json_response(200, typed(rt, storage.get(rt, ns, name)))
+        conversion = negotiate(request.headers.get("accept"))
+        obj = storage.get(rt, ns, name)
+        if conversion is not None:
+            version = {"resourceVersion": obj["metadata"].get("resourceVersion", "")}
+            return json_response(200, _converted(storage, request, rt, [obj], version, conversion, single=True))
+        return json_response(200, typed(rt, obj))
     if info.verb == "create":
         if name is not None:
             raise RequestRejected(405, "MethodNotAllowed", "POST is not allowed on a named object")
@@ -295,6 +304,32 @@ def _scale(storage: ObjectStorage, request: Request, target: Target, info: Reque
         body["metadata"].pop("resourceVersion", None)
     stored = storage.update(rt, ns, name, body, dry_run=dry_run, manager=_manager(request))
     return json_response(200, _scale_of(rt, stored))
+
+
+def _converted(
+    storage: ObjectStorage,
+    request: Request,
+    rt: ResourceType,
+    stored: list[dict[str, Any]],
+    list_meta: dict[str, Any],
+    conversion: Conversion,
+    *,
+    single: bool,
+) -> dict[str, Any]:
+    """A get's or list's answer converted as the ``Accept`` header asked (:mod:`._tables`)."""
+    if conversion.kind == "Table":
+        return as_table(
+            rt,
+            [(o, typed(rt, o)) for o in stored],
+            list_meta,
+            conversion,
+            now=storage.wall_clock(),
+            include_object=request.query.get("includeObject") or None,
+            no_headers=flag(request.query, "noHeaders"),
+        )
+    if single:
+        return as_partial(typed(rt, stored[0]), conversion)
+    return as_partial_list([typed(rt, o) for o in stored], list_meta, conversion)
 
 
 def _success(rt: ResourceType, obj: dict[str, Any]) -> dict[str, Any]:

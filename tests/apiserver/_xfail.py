@@ -12,12 +12,6 @@ XFAIL: dict[str, str] = {
     "cr.create_wrong_kind": "cr: wrong kind in the body is 400 BadRequest (real: 422 Invalid, cause FieldValueInvalid@kind)",
     "cr.list_all_namespaces": "cr: w2 (invalid spec.size) was accepted so it is listed; managedFields differ",
     "ssa.apply_cr_status": "ssa: managedFields: status apply entry lacks subresource=status; status fields owned by the Update entry",
-    "table.cr_get": "table: answers 200 Gizmo, the real server 200 Table",
-    "table.cr_list_kubectl_accept": "table: answers 200 GizmoList, the real server 200 Table",
-    "table.cr_include_none": "table: answers 200 GizmoList, the real server 200 Table",
-    "table.cr_list_limit": "table: answers 200 GizmoList, the real server 200 Table",
-    "table.cm_get": "table: answers 200 ConfigMap, the real server 200 Table",
-    "meta.partial_get": "meta: as=PartialObjectMetadata is ignored (answers the full ConfigMap)",
     "schema.create_defaults_pruning": "schema: no pruning of unknown fields, no defaults, no Warning headers for unknown fields",
     "schema.create_unknown_strict": "schema: answers 201 Shape, the real server 400 Status",
     "schema.create_duplicate_field_strict": "schema: answers 201 Shape, the real server 400 Status",
@@ -52,5 +46,4 @@ XFAIL: dict[str, str] = {
     "svc.patch_add_port_smp": "svc: answers 404 Status, the real server 200 Service",
     "limits.list_rv_future_not_older_than": "limits: a list at a future resourceVersion answers now (real: 504 Timeout, cause ResourceVersionTooLarge)",
     "limits.get_rv_future": "limits: a get at a future resourceVersion answers now (real: 504 Timeout, cause ResourceVersionTooLarge)",
-    "nslife.table_terminating": "nslife: answers 404 Status, the real server 200 Table",
 }
