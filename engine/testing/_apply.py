@@ -28,7 +28,6 @@ from ._errors import RequestRejected
 from ._fieldsets import (
     Path,
     Shape,
-    builtin_shape,
     compare,
     decode,
     encode,
@@ -41,6 +40,7 @@ from ._fieldsets import (
 )
 from ._objects import Obj, meta
 from ._resources import ResourceType
+from ._shapes import builtin_shape
 from ._status import details
 
 __all__ = ["shape_for", "managed_base", "record_update", "apply_config"]
@@ -156,11 +156,22 @@ def managed_base(live: Obj | None, request: Obj, subresource: str | None) -> lis
     return list(sent) if isinstance(sent, list) else live_entries
 
 
-def _typed(obj: Obj, shape: Shape) -> Obj:
-    missing = {k: v for k, v in shape.empty.items() if k not in obj}
-    if not missing:
+def _overlay(obj: Any, empty: Any) -> Any:
+    if not isinstance(obj, dict) or not isinstance(empty, dict):
         return obj
-    return {**copy.deepcopy(missing), **obj}
+    out = dict(obj)
+    for key, value in empty.items():
+        if key not in out:
+            out[key] = copy.deepcopy(value)
+        elif isinstance(value, dict) and isinstance(out[key], dict):
+            out[key] = _overlay(out[key], value)
+    return out
+
+
+def _typed(obj: Obj, shape: Shape) -> Obj:
+    """``obj`` as the server's typed decoding sees it: with the fields an empty object of its type
+    has (``Shape.empty``) where it lacks them."""
+    return _overlay(obj, shape.empty) if shape.empty else obj
 
 
 def record_update(
@@ -193,7 +204,10 @@ def record_update(
         out.append(attrs.evolve(entry, paths=kept))
     mine = changed - _STRIPPED
     if mine:
-        out.append(_Entry(manager, "Update", subresource or "", rt.api_version, now(), previous | mine))
+        # The real server converts a scale write's field set back from the Scale object and loses
+        # the entry's time on the way.
+        when = None if subresource == "scale" else now()
+        out.append(_Entry(manager, "Update", subresource or "", rt.api_version, when, previous | mine))
     elif previous:
         out.append(_Entry(manager, "Update", subresource or "", rt.api_version, previous_time, previous))
     return _write(out)

@@ -7,8 +7,7 @@ fields (``k:{"uid":"..."}``), ``v:<json>`` for an item of a list of distinct val
 are encoded with a ``"."`` entry (``{"f:data": {".": {}, "f:a": {}}}``).
 
 The structure of an object (which maps and lists are atomic, which lists are sets or keyed
-maps, which map keys are declared fields) is a :class:`Shape`: from a CRD's
-``openAPIV3Schema`` for custom resources, from a small table for built-in types.
+maps, which map keys are declared fields) is a :class:`Shape` (:mod:`._shapes` has them).
 
 Two ways to get a set from objects, as structured-merge-diff computes them: :func:`compare`
 (what an ``Update`` changed: every node of an added or removed subtree is a member, modified
@@ -32,6 +31,7 @@ __all__ = [
     "Comparison",
     "LOOSE",
     "DEDUCED",
+    "ATOMIC",
     "compare",
     "to_field_set",
     "encode",
@@ -40,8 +40,6 @@ __all__ = [
     "merge",
     "remove_path",
     "format_path",
-    "shape_from_schema",
-    "builtin_shape",
 ]
 
 Path = tuple[str, ...]
@@ -90,95 +88,8 @@ DEDUCED = Shape(elements=None)
 elements, lists are atomic."""
 object.__setattr__(DEDUCED, "elements", DEDUCED)
 
-_ATOMIC = Shape(atomic=True)
-_STRING_MAP = Shape(elements=LOOSE)
-
-METADATA = Shape(
-    fields={
-        "labels": _STRING_MAP,
-        "annotations": _STRING_MAP,
-        "finalizers": Shape(list_type="set"),
-        "ownerReferences": Shape(list_type="map", keys=("uid",), items=_ATOMIC),
-        "managedFields": Shape(list_type="atomic"),
-    }
-)
-
-
-def _root(fields: Mapping[str, Shape] | None = None, empty: Mapping[str, Any] | None = None) -> Shape:
-    return Shape(fields={"metadata": METADATA, **(fields or {})}, empty=empty or {})
-
-
-_BUILTIN: dict[tuple[str, str], Shape] = {
-    ("", "configmaps"): _root({"data": _STRING_MAP, "binaryData": _STRING_MAP}),
-    ("", "secrets"): _root({"data": _STRING_MAP, "stringData": _STRING_MAP}),
-    ("", "namespaces"): _root(
-        {"spec": Shape(fields={"finalizers": Shape(list_type="atomic")})}, {"spec": {}, "status": {}}
-    ),
-    ("coordination.k8s.io", "leases"): _root(empty={"spec": {}}),
-    ("", "events"): _root({"involvedObject": _ATOMIC, "related": _ATOMIC}, {"involvedObject": {}, "source": {}}),
-    ("events.k8s.io", "events"): _root(
-        {"regarding": _ATOMIC, "related": _ATOMIC}, {"regarding": {}, "deprecatedSource": {}}
-    ),
-    ("apiextensions.k8s.io", "customresourcedefinitions"): _root(
-        {
-            "spec": Shape(fields={"versions": Shape(list_type="atomic")}),
-            "status": Shape(
-                fields={
-                    "conditions": Shape(list_type="map", keys=("type",)),
-                    "storedVersions": Shape(list_type="atomic"),
-                }
-            ),
-        },
-        {"spec": {"names": {}}, "status": {"acceptedNames": {}, "conditions": None, "storedVersions": None}},
-    ),
-}
-
-_DEFAULT_ROOT = _root()
-
-
-def builtin_shape(group: str, plural: str) -> Shape:
-    """The shape of the built-in type ``group``/``plural`` (metadata only for types without an
-    entry)."""
-    return _BUILTIN.get((group, plural), _DEFAULT_ROOT)
-
-
-def register_builtin_shape(group: str, plural: str, fields: Mapping[str, Shape], empty: Mapping[str, Any]) -> None:
-    """Declare the shape of a built-in type: its top-level fields (``metadata`` is added) and
-    the struct fields an empty object of the type has."""
-    _BUILTIN[(group, plural)] = _root(fields, empty)
-
-
-def _from_schema(schema: Any) -> Shape:
-    if not isinstance(schema, dict):
-        return DEDUCED
-    if schema.get("x-kubernetes-int-or-string"):
-        return LOOSE
-    kind = schema.get("type")
-    if kind == "array":
-        declared = schema.get("x-kubernetes-list-type")
-        list_type: ListType = "set" if declared == "set" else "map" if declared == "map" else "atomic"
-        return Shape(
-            list_type=list_type,
-            keys=tuple(schema.get("x-kubernetes-list-map-keys") or ()),
-            items=_from_schema(schema.get("items")),
-        )
-    properties = schema.get("properties")
-    additional = schema.get("additionalProperties")
-    if kind != "object" and not properties and not schema.get("x-kubernetes-preserve-unknown-fields"):
-        return LOOSE
-    if schema.get("x-kubernetes-map-type") == "atomic":
-        return _ATOMIC
-    elements = _from_schema(additional) if isinstance(additional, dict) else DEDUCED
-    fields = {k: _from_schema(v) for k, v in (properties or {}).items()} if isinstance(properties, dict) else {}
-    return Shape(fields=fields, elements=elements)
-
-
-def shape_from_schema(schema: Any) -> Shape:
-    """The shape of custom resources whose version declares ``openAPIV3Schema`` ``schema``."""
-    root = _from_schema(schema)
-    fields = dict(root.fields)
-    fields["metadata"] = METADATA
-    return Shape(fields=fields, elements=root.elements)
+ATOMIC = Shape(atomic=True)
+"""A map or struct that is one leaf (``+structType=atomic``, ``x-kubernetes-map-type: atomic``)."""
 
 
 # ----- paths of objects -----

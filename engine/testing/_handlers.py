@@ -302,7 +302,7 @@ def _scale(storage: ObjectStorage, request: Request, target: Target, info: Reque
         body["metadata"]["resourceVersion"] = sent_rv
     else:
         body["metadata"].pop("resourceVersion", None)
-    stored = storage.update(rt, ns, name, body, dry_run=dry_run, manager=_manager(request))
+    stored = storage.update(rt, ns, name, body, subresource="scale", dry_run=dry_run, manager=_manager(request))
     return json_response(200, _scale_of(rt, stored))
 
 

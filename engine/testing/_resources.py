@@ -9,7 +9,8 @@ from typing import Any
 import attrs
 
 from ._errors import RequestRejected
-from ._fieldsets import Shape, shape_from_schema
+from ._fieldsets import Shape
+from ._shapes import shape_from_schema
 
 __all__ = ["ResourceType", "BUILTIN_TYPES", "REVIEW_TYPES", "resource_types_from_crd", "VERBS"]
 
