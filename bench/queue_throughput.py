@@ -21,7 +21,8 @@ import time
 
 import trio
 
-from engine import Controller, Manager, ObjectRef, Observability, RunContext
+from engine import Controller, Manager, ObjectRef, RunContext
+from engine.observability import Observability
 
 
 async def floor(count: int, workers: int) -> float:

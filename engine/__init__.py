@@ -5,8 +5,7 @@ Start with :class:`Manager` and :class:`Controller`: a controller runs a reconci
 has its own cancel scope and a typed :class:`CancelCause` when the engine cancels it; events
 go through a non-blocking :class:`EventRecorder` to sinks.
 
-Metrics, health probes and the live stream live in :mod:`engine.observability` (their names
-are exported here too). The Kubernetes adapter lives in :mod:`engine.kube`, test helpers in
+Metrics, health probes and the live stream live in :mod:`engine.observability`. The Kubernetes adapter lives in :mod:`engine.kube`, test helpers in
 :mod:`engine.testing`, the ``python -m engine`` commands in :mod:`engine.cli`; none of the
 modules above imports them.
 """
@@ -17,6 +16,7 @@ from ._controller import RunObserver as RunObserver
 from ._controller import SupersedePolicy as SupersedePolicy
 from ._deps import DependencyIndex as DependencyIndex
 from ._errors import EngineError as EngineError
+from ._errors import LifecycleError as LifecycleError
 from ._errors import ManagerStateError as ManagerStateError
 from ._errors import QueueShutDown as QueueShutDown
 from ._events import Event as Event
@@ -27,6 +27,8 @@ from ._events import EventSink as EventSink
 from ._events import EventSinkStatistics as EventSinkStatistics
 from ._events import EventType as EventType
 from ._events import ObjectEvents as ObjectEvents
+from ._exports import moved_names as _moved_names
+from ._exports import publish as _publish
 from ._logging import JSONFormatter as JSONFormatter
 from ._logging import TextFormatter as TextFormatter
 from ._logging import configure_logging as configure_logging
@@ -63,25 +65,70 @@ from ._sources import TimerSource as TimerSource
 from ._workqueue import QueueObserver as QueueObserver
 from ._workqueue import WorkQueue as WorkQueue
 from ._workqueue import WorkQueueStatistics as WorkQueueStatistics
-from .observability import CheckFailed as CheckFailed
-from .observability import EngineMetrics as EngineMetrics
-from .observability import LiveStatistics as LiveStatistics
-from .observability import LiveStream as LiveStream
-from .observability import Observability as Observability
-from .observability import Probes as Probes
-from .observability import parse_bind_address as parse_bind_address
 
 __version__ = "0.1.0.dev0"
 
+__all__ = [
+    "CancelCause",
+    "Change",
+    "ChannelSource",
+    "Controller",
+    "DependencyIndex",
+    "DependencyNotReady",
+    "EngineError",
+    "Event",
+    "EventCorrelator",
+    "EventRecorder",
+    "EventRecorderStatistics",
+    "EventSink",
+    "EventSinkStatistics",
+    "EventType",
+    "LifecycleError",
+    "ExponentialBackoffLimiter",
+    "JSONFormatter",
+    "LeaderElection",
+    "LogSink",
+    "Manager",
+    "ManagerStateError",
+    "MappedSource",
+    "MaxOfLimiter",
+    "MemorySink",
+    "ObjectEvents",
+    "ObjectRef",
+    "Outcome",
+    "OutcomeKind",
+    "QueueObserver",
+    "QueueShutDown",
+    "RateLimiter",
+    "Reconciler",
+    "Result",
+    "Run",
+    "RunContext",
+    "RunLog",
+    "RunObserver",
+    "RunRecord",
+    "ShutdownReport",
+    "Source",
+    "SupersedePolicy",
+    "TerminalError",
+    "TextFormatter",
+    "TimerSource",
+    "TokenBucketLimiter",
+    "Trigger",
+    "Triggerable",
+    "WebhookDeliveryError",
+    "WebhookSink",
+    "WorkQueue",
+    "WorkQueueStatistics",
+    "configure_logging",
+    "default_rate_limiter",
+]
 
-def _fix_module() -> None:
-    for name, value in list(globals().items()):
-        if not name.startswith("_") and getattr(value, "__module__", "").startswith(("engine._", "engine.observability._")):
-            try:
-                value.__module__ = "engine"
-            except (AttributeError, TypeError):
-                pass
-
-
-_fix_module()
-del _fix_module
+_publish(globals())
+__getattr__ = _moved_names(
+    __name__,
+    dict.fromkeys(
+        ["CheckFailed", "EngineMetrics", "LiveStatistics", "LiveStream", "Observability", "Probes", "parse_bind_address"],
+        "engine.observability",
+    ),
+)

@@ -93,6 +93,9 @@ class RunObserver:
     def on_run_finished(self, controller: Controller, run: Run, outcome: Outcome) -> None:
         """A run ended with ``outcome``."""
 
+    def on_ready(self, ref: ObjectRef, revision: str | None) -> None:
+        """``ref`` was reported ready (``Manager.mark_ready``), before its dependents are triggered."""
+
 
 @attrs.frozen
 class ControllerWiring:
@@ -163,6 +166,9 @@ class Controller:
         self._live_workers = 0
         self.worker_failures = 0
         """Workers that died on an unexpected (engine or observer) error."""
+        self.trigger_errors = 0
+        """Times user code on the way to this controller raised for one item (a source's
+        mapper or key function, an observer's ``on_trigger``); that item was skipped."""
         self.outcomes: dict[OutcomeKind, int] = dict.fromkeys(OutcomeKind, 0)
 
     def __repr__(self) -> str:
@@ -216,8 +222,20 @@ class Controller:
                     run.cancel(CancelCause.SUPERSEDED, why)
                     superseded = run
         for observer in self._observers:
-            observer.on_trigger(self, trig, superseded)
+            try:
+                observer.on_trigger(self, trig, superseded)
+            except Exception as exc:
+                self.trigger_errors += 1
+                logger.error(
+                    "run observer %s raised on a trigger of %s: %s", type(observer).__name__, ref, _summary(exc),
+                    exc_info=exc, extra={"controller": self.name, "object": str(ref)},
+                )
         return trig
+
+    def count_trigger_error(self) -> None:
+        """Count one item a source skipped because user code raised for it (in
+        :attr:`trigger_errors`). Synchronous; sources call it, after logging the item."""
+        self.trigger_errors += 1
 
     # -- introspection -----------------------------------------------------------------------
 
@@ -367,10 +385,11 @@ class Controller:
                     self._running.pop(key, None)
                     queue.done(key)
                 raise
-            except trio.Cancelled:
-                if run is not None:
-                    # The controllers nursery itself is cancelled (a forced shutdown, or the
-                    # caller of Manager.run was cancelled): record the run, then unwind.
+            except BaseException:
+                # Cancelled, bare or as a group of only Cancelled from the reconciler's own
+                # nurseries: the controllers nursery itself is cancelled (a forced shutdown, or
+                # the caller of Manager.run was cancelled). Record the run, then unwind.
+                if run is not None and run.finished_at is None:
                     self._end(run, Outcome(OutcomeKind.SHUTDOWN, reason=run.cancel_reason or "cancelled"))
                 raise
             if run is not None:

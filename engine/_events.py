@@ -259,6 +259,8 @@ class EventRecorder:
             self._send.send_nowait(event)
         except trio.WouldBlock:
             self._count_drop("*", "buffer_full")
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            self._count_drop("*", "closed")
         except Exception:  # emit must never raise into a reconciler
             self._count_drop("*", "error")
             logger.exception("event could not be recorded")
@@ -287,9 +289,9 @@ class EventRecorder:
     def sinks(self) -> list[EventSink]:
         return [slot.sink for slot in self._slots]
 
-    def _count_drop(self, sink: str, reason: str) -> None:
+    def _count_drop(self, sink: str, reason: str, count: int = 1) -> None:
         key = (sink, reason)
-        self._drops[key] = self._drops.get(key, 0) + 1
+        self._drops[key] = self._drops.get(key, 0) + count
 
     def drops(self) -> dict[tuple[str, str], int]:
         """Dropped events by ``(sink name, reason)``; sink ``"*"`` is the recorder itself.
@@ -316,41 +318,47 @@ class EventRecorder:
         """Dispatch events to sinks until :meth:`close`, then let sinks drain.
 
         Returns once every sink delivered what it had queued. Either way, sinks with an
-        ``aclose()`` method are closed (shielded, at most 1 s each).
+        ``aclose()`` method are closed (shielded, at most 1 s each), and the recorder is closed:
+        events emitted afterwards are counted as ``closed``.
 
-        Cancellation: (the flush timeout of a shutdown) deliveries in flight are abandoned and
-        events still queued for a sink are counted as ``not_flushed``; sinks are still closed.
+        Cancellation: (the flush timeout of a shutdown, or a forced one) deliveries in flight
+        are abandoned; events still queued for a sink, and events still in the recorder's own
+        buffer (for every sink), are counted as that sink's ``not_flushed``; sinks are still
+        closed.
         """
         try:
             async with trio.open_nursery() as nursery:
                 for slot in self._slots:
                     nursery.start_soon(self._drain_sink, slot)
                 task_status.started()
-                async with self._receive:
-                    async for event in self._receive:
+                async for event in self._receive:
+                    try:
+                        correlated = self._correlator.correlate(event)
+                    except Exception:
+                        self._count_drop("*", "error")
+                        logger.exception("event could not be correlated; dropped")
+                        continue
+                    if correlated is None:
+                        self._count_drop("*", "spam")
+                        continue
+                    for slot in self._slots:
                         try:
-                            correlated = self._correlator.correlate(event)
-                        except Exception:
-                            self._count_drop("*", "error")
-                            logger.exception("event could not be correlated; dropped")
-                            continue
-                        if correlated is None:
-                            self._count_drop("*", "spam")
-                            continue
-                        for slot in self._slots:
-                            try:
-                                slot.send.send_nowait(correlated)
-                            except trio.WouldBlock:
-                                self._count_drop(slot.sink.name, "queue_full")
+                            slot.send.send_nowait(correlated)
+                        except trio.WouldBlock:
+                            self._count_drop(slot.sink.name, "queue_full")
                 for slot in self._slots:
                     slot.send.close()
         finally:
+            # Nothing dispatches after this: later emits count as closed, and what is still in
+            # the recorder's own buffer was lost for every sink, as what a sink had queued.
+            self._closed = True
+            self._send.close()
+            undispatched = self._receive.statistics().current_buffer_used
+            self._receive.close()
             for slot in self._slots:
-                left = slot.receive.statistics().current_buffer_used
+                left = slot.receive.statistics().current_buffer_used + undispatched
                 if left:
-                    self._drops[(slot.sink.name, "not_flushed")] = (
-                        self._drops.get((slot.sink.name, "not_flushed"), 0) + left
-                    )
+                    self._count_drop(slot.sink.name, "not_flushed", left)
                 aclose = getattr(slot.sink, "aclose", None)
                 if aclose is not None:
                     with trio.CancelScope(shield=True, deadline=trio.current_time() + 1.0):

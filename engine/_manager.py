@@ -250,6 +250,8 @@ class Manager:
 
     def mark_ready(self, ref: ObjectRef, *, revision: str | None = None) -> int:
         """``ref`` became ready: trigger its dependents now. Synchronous; returns how many."""
+        for observer in self._observers:
+            observer.on_ready(ref, revision)
         return self.dependencies.mark_ready(ref, revision=revision)
 
     # -- stopping ----------------------------------------------------------------------------
@@ -363,34 +365,38 @@ class Manager:
                     logger.info("waiting for leadership")
                     await leader.wait_leading()
                 self._start_wait_scope = None
-            async with trio.open_nursery() as controllers:
-                self._controllers_scope = controllers.cancel_scope
-                await controllers.start(self._run_sources)
-                for gate in self._start_gates:
-                    with trio.CancelScope() as gate_scope:
-                        self._start_wait_scope = gate_scope
-                        if self._stop_event.is_set():
-                            gate_scope.cancel()
-                        await gate()
-                    self._start_wait_scope = None
-                for controller in self._controllers:
-                    await controllers.start(controller.serve)
-                if not self._stop_event.is_set():
-                    self._started.set()
-                    task_status.started()
-                await self._stop_event.wait()
-                with trio.move_on_after(self.grace_period):
+            try:
+                async with trio.open_nursery() as controllers:
+                    self._controllers_scope = controllers.cancel_scope
+                    await controllers.start(self._run_sources)
+                    for gate in self._start_gates:
+                        with trio.CancelScope() as gate_scope:
+                            self._start_wait_scope = gate_scope
+                            if self._stop_event.is_set():
+                                gate_scope.cancel()
+                            await gate()
+                        self._start_wait_scope = None
                     for controller in self._controllers:
-                        await controller.queue.drain()
-                for controller in self._controllers:
-                    cancelled_runs += controller.cancel_runs(
-                        CancelCause.SHUTDOWN,
-                        f"graceful shutdown ({self._stop_reason}): grace period of {self.grace_period}s elapsed",
-                    )
-                if cancelled_runs:
-                    logger.warning("cancelled %d run(s) still running after the grace period", cancelled_runs)
-            assert self._stopped_at is not None
-            drain_seconds = trio.current_time() - self._stopped_at
+                        await controllers.start(controller.serve)
+                    if not self._stop_event.is_set():
+                        self._started.set()
+                        task_status.started()
+                    await self._stop_event.wait()
+                    with trio.move_on_after(self.grace_period):
+                        for controller in self._controllers:
+                            await controller.queue.drain()
+                    for controller in self._controllers:
+                        cancelled_runs += controller.cancel_runs(
+                            CancelCause.SHUTDOWN,
+                            f"graceful shutdown ({self._stop_reason}): grace period of {self.grace_period}s elapsed",
+                        )
+                    if cancelled_runs:
+                        logger.warning("cancelled %d run(s) still running after the grace period", cancelled_runs)
+            finally:
+                # Every run has ended once the controllers nursery is closed, however it closed
+                # (a forced stop cancels past the code below).
+                if self._stopped_at is not None:
+                    drain_seconds = trio.current_time() - self._stopped_at
             if leader is not None and leader.is_leader and self._leadership_lost is None:
                 try:
                     await leader.release()

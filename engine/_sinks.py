@@ -11,6 +11,7 @@ import httpx
 import trio
 
 from ._backoff import jittered_backoff, parse_retry_after
+from ._errors import EngineError
 from ._events import Event, EventType
 
 __all__ = ["MemorySink", "LogSink", "WebhookSink", "WebhookDeliveryError", "event_to_json"]
@@ -191,6 +192,6 @@ class WebhookSink:
                 await self._client.aclose()
 
 
-class WebhookDeliveryError(Exception):
+class WebhookDeliveryError(EngineError):
     """A webhook sink could not deliver an event."""
 

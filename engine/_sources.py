@@ -9,8 +9,9 @@ supersede is never separated from its enqueue. A source's target is any
 
 from __future__ import annotations
 
+import logging
 import random
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Generic, Protocol, TypeVar
 
 import attrs
@@ -19,6 +20,8 @@ import trio
 from ._refs import ObjectRef, Triggerable
 
 __all__ = ["Source", "Change", "ChannelSource", "TimerSource", "MappedSource"]
+
+logger = logging.getLogger("engine.sources")
 
 T = TypeVar("T")
 
@@ -72,7 +75,11 @@ class ChannelSource:
 
 class TimerSource:
     """Periodic resync: every ``interval`` seconds (jittered by ``±jitter`` of it), triggers
-    every key ``keys()`` returns. Time is trio's clock. If cancelled, it just stops."""
+    every key ``keys()`` returns. Time is trio's clock. If cancelled, it just stops.
+
+    A round for which ``keys()`` raises is skipped whole (logged, counted in :attr:`errors`
+    and in the target's ``trigger_errors``); the next round comes as usual.
+    """
 
     def __init__(
         self,
@@ -92,6 +99,8 @@ class TimerSource:
         self._interval = interval
         self._jitter = jitter
         self._rng = rng or random.Random()
+        self.errors = 0
+        """Resync rounds skipped because ``keys()`` raised."""
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Trigger every key each interval, forever; ``started()`` at once.
@@ -103,8 +112,18 @@ class TimerSource:
         while True:
             spread = self._interval * self._jitter
             await trio.sleep(self._interval + self._rng.uniform(-spread, spread))
+            try:
+                refs = list(self._keys())
+            except Exception as exc:
+                self.errors += 1
+                _count_trigger_error(self.controller)
+                logger.error(
+                    "key function of timer source raised; resync round skipped: %s", _summary(exc),
+                    exc_info=exc, extra={"controller": self.controller.name},
+                )
+                continue
             sequence = self.controller.next_sequence()
-            for ref in self._keys():
+            for ref in refs:
                 self.controller.trigger(ref, reason="resync", sequence=sequence)
 
 
@@ -114,6 +133,11 @@ class MappedSource(Generic[T]):
     Call :meth:`handle` from a watch handler (synchronous, after the cache holds the event's
     object), or give ``receive`` to have :meth:`run` consume a channel of events. One event is
     one observation: every key it maps to is triggered with one sequence number.
+
+    ``mapper`` is user code: if it raises for one event, that event is skipped (logged once
+    with its key, as ``describe(event)`` gives it, counted in :attr:`errors` and in the
+    target's ``trigger_errors``); every other event flows on and the source keeps running.
+    Without ``describe``, a Kubernetes-shaped mapping is named by its kind, namespace and name.
     """
 
     def __init__(
@@ -123,11 +147,15 @@ class MappedSource(Generic[T]):
         receive: trio.MemoryReceiveChannel[T] | None = None,
         *,
         reason: str = "mapped",
+        describe: Callable[[T], str] | None = None,
     ) -> None:
         self.controller = controller
         self._mapper = mapper
         self._receive = receive
         self._reason = reason
+        self._describe = describe
+        self.errors = 0
+        """Events skipped because ``mapper`` raised for them."""
 
     def handle(self, event: T, *, revision: str | None = None) -> int:
         """Trigger every key ``event`` maps to; returns how many. Synchronous, no checkpoint."""
@@ -139,11 +167,28 @@ class MappedSource(Generic[T]):
         sequence = self.controller.next_sequence()
         seen: set[ObjectRef] = set()
         for event in events:
-            for ref in self._mapper(event):
+            try:
+                refs = list(self._mapper(event))
+            except Exception as exc:
+                self._skip(event, exc)
+                continue
+            for ref in refs:
                 if ref not in seen:
                     seen.add(ref)
                     self.controller.trigger(ref, reason=self._reason, revision=revision, sequence=sequence)
         return len(seen)
+
+    def _skip(self, event: T, error: Exception) -> None:
+        self.errors += 1
+        _count_trigger_error(self.controller)
+        try:
+            item = self._describe(event) if self._describe is not None else _describe(event)
+        except Exception:
+            item = f"an item of type {type(event).__name__}"
+        logger.error(
+            "mapper of source %r raised for %s; item skipped: %s", self._reason, item, _summary(error),
+            exc_info=error, extra={"controller": self.controller.name, "object": item},
+        )
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Handle each event received until the channel is closed (without ``receive``, just
@@ -158,3 +203,23 @@ class MappedSource(Generic[T]):
             return
         async for event in self._receive:
             self.handle(event)
+
+
+def _count_trigger_error(target: Triggerable) -> None:
+    count = getattr(target, "count_trigger_error", None)
+    if callable(count):
+        count()
+
+
+def _describe(item: object) -> str:
+    if isinstance(item, ObjectRef):
+        return str(item)
+    if isinstance(item, Mapping) and isinstance(item.get("metadata"), Mapping):
+        return str(ObjectRef.from_object(item))
+    text = repr(item)
+    return text if len(text) <= 200 else text[:197] + "..."
+
+
+def _summary(error: BaseException) -> str:
+    text = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
+    return text if len(text) <= 500 else text[:497] + "..."

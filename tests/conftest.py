@@ -1,7 +1,23 @@
 from __future__ import annotations
 
+import os
+from importlib.metadata import entry_points
+
 import pytest
 import trio.testing
+
+ENGINE_PYTEST_PLUGIN = "engine.testing._pytest_plugin"
+
+
+def _engine_plugin_autoloaded() -> bool:
+    """Whether pytest loads the plugin itself (the package is installed with its ``pytest11``
+    entry point); registering it again under its module name would be an error."""
+    if os.environ.get("PYTEST_DISABLE_PLUGIN_AUTOLOAD"):
+        return False
+    return any(ep.value == ENGINE_PYTEST_PLUGIN for ep in entry_points(group="pytest11"))
+
+
+pytest_plugins = ["pytester"] + ([] if _engine_plugin_autoloaded() else [ENGINE_PYTEST_PLUGIN])
 
 
 @pytest.fixture

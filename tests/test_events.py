@@ -170,3 +170,77 @@ async def test_odd_event_arguments_are_stringified_not_fatal(autojump_clock: tri
         manager.events.normal(A, "Progressing", ["not", "a", "string"])  # type: ignore[arg-type]
         await trio.sleep(1)
     assert [e.message for e in memory.events] == ["['not', 'a', 'string']"]
+
+
+async def test_events_still_in_the_recorders_buffer_when_it_is_cancelled_count_as_not_flushed(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    recorder = EventRecorder()
+    first, second = StuckSink(), StuckSink()
+    second.name = "stuck-2"  # type: ignore[misc]
+    recorder.add_sink(first)
+    recorder.add_sink(second)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(recorder.run)
+        recorder.normal(A, "Progressing", "0")
+        await trio.testing.wait_all_tasks_blocked()
+        assert (first.attempts, second.attempts) == (1, 1)  # both stuck delivering event 0
+        for i in range(1, 5):
+            recorder.normal(A, "Progressing", str(i))
+        nursery.cancel_scope.cancel()  # the dispatcher takes event 1 at most; 2..4 stay buffered
+    # Event 0 was in flight (neither delivered nor failed); events 1..4 were never delivered.
+    assert recorder.drops() == {("stuck", "not_flushed"): 4, ("stuck-2", "not_flushed"): 4}
+
+
+async def test_emits_after_a_forced_stop_count_as_closed_without_an_error_log(
+    autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    manager = Manager(handle_signals=False)
+    sink = StuckSink()
+    manager.add_sink(sink)
+    async with running(manager) as reports:
+        manager.events.normal(A, "Progressing", "0")
+        await trio.testing.wait_all_tasks_blocked()
+        for i in range(1, 4):
+            manager.events.normal(A, "Progressing", str(i))
+        manager.force_stop("second signal")
+    assert reports[0].forced and not reports[0].events_flushed
+    assert manager.events.drops() == {("stuck", "not_flushed"): 3}
+    with caplog.at_level("DEBUG", logger="engine.events"):
+        manager.events.normal(A, "Progressing", "late")
+    assert manager.events.drops() == {("stuck", "not_flushed"): 3, ("*", "closed"): 1}
+    assert [r for r in caplog.records if r.name == "engine.events" and r.levelno >= 30] == []
+
+
+async def test_every_event_is_accounted_for_with_a_flush_timeout_of_zero(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    class SlowSink:
+        name = "slow"
+
+        def __init__(self) -> None:
+            self.started = 0
+            self.delivered = 0
+
+        async def deliver(self, event: Event) -> None:
+            self.started += 1
+            await trio.sleep(1)
+            self.delivered += 1
+
+    manager = Manager(handle_signals=False, event_flush_timeout=0)
+    slow = SlowSink()
+    manager.add_sink(slow)
+
+    async def emit_on_the_way_out() -> None:  # the last events before the flush
+        for i in range(5):
+            manager.events.normal(ObjectRef("K", f"o{i}"), "R", "m")
+
+    manager.add_shutdown_hook(emit_on_the_way_out)
+    async with running(manager) as reports:
+        pass
+    assert not reports[0].events_flushed
+    in_flight = slow.started - slow.delivered
+    stats = manager.events.statistics()
+    not_flushed = stats.drops.get(("slow", "not_flushed"), 0)
+    assert stats.sinks["slow"].delivered + in_flight + not_flushed == 5
+    assert not_flushed == 5 - in_flight

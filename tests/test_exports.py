@@ -1,9 +1,15 @@
 from __future__ import annotations
 
 import ast
+import importlib
+import inspect
+import re
 import subprocess
 import sys
+import types
 from pathlib import Path
+
+import pytest
 
 import engine
 import engine.observability
@@ -12,21 +18,67 @@ ENGINE = Path(engine.__file__).resolve().parent
 OUTER_LAYERS = ("engine.kube", "engine.testing", "engine.cli")
 
 
-def test_every_public_name_is_exported_once_from_engine() -> None:
-    names = [n for n in dir(engine) if not n.startswith("_")]
-    for name in names:
-        value = getattr(engine, name)
-        if isinstance(value, type):
-            assert value.__module__ == "engine", f"{name} should present itself as engine.{name}"
+PUBLIC_PACKAGES = (
+    "engine",
+    "engine.observability",
+    "engine.kube",
+    "engine.kube.lowlevel",
+    "engine.testing",
+    "engine.cli",
+)
 
 
-def test_observability_names_are_the_engine_names() -> None:
-    names = [n for n in dir(engine.observability) if not n.startswith("_")]
-    assert sorted(names) == [
-        "CheckFailed", "EngineMetrics", "LiveStatistics", "LiveStream", "Observability", "Probes", "parse_bind_address",
+def _exports(package_name: str) -> dict[str, object]:
+    package = importlib.import_module(package_name)
+    return {name: getattr(package, name) for name in package.__all__}
+
+
+@pytest.mark.parametrize("package_name", PUBLIC_PACKAGES)
+def test_all_lists_every_public_name_and_only_those(package_name: str) -> None:
+    package = importlib.import_module(package_name)
+    public = {
+        name
+        for name, value in vars(package).items()
+        if not name.startswith("_") and not isinstance(value, types.ModuleType)
+    }
+    assert sorted(public - set(package.__all__)) == []
+    assert sorted(set(package.__all__) - public) == []
+
+
+@pytest.mark.parametrize("package_name", PUBLIC_PACKAGES)
+def test_exported_classes_and_functions_present_their_public_package(package_name: str) -> None:
+    wrong = [
+        f"{name}: {value.__module__}"
+        for name, value in _exports(package_name).items()
+        if (isinstance(value, type) or inspect.isfunction(value)) and value.__module__ != package_name
     ]
-    for name in names:
-        assert getattr(engine.observability, name) is getattr(engine, name)
+    assert wrong == []
+
+
+def test_each_public_object_is_exported_from_exactly_one_public_package() -> None:
+    homes: dict[int, list[str]] = {}
+    for package_name in PUBLIC_PACKAGES:
+        for name, value in _exports(package_name).items():
+            if isinstance(value, type) or callable(value):
+                homes.setdefault(id(value), []).append(f"{package_name}.{name}")
+    assert [places for places in homes.values() if len(places) > 1] == []
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        ("engine.Observability", "engine.observability.Observability"),
+        ("engine.parse_bind_address", "engine.observability.parse_bind_address"),
+        ("engine.kube.create_lease", "engine.kube.lowlevel.create_lease"),
+        ("engine.testing.Store", "engine.testing.ObjectStorage"),
+    ],
+)
+def test_moved_names_still_work_with_a_deprecation_warning(old: str, new: str) -> None:
+    old_package, _, old_name = old.rpartition(".")
+    new_package, _, new_name = new.rpartition(".")
+    with pytest.warns(DeprecationWarning, match=rf"^{re.escape(old)} is deprecated: use {re.escape(new)}$"):
+        value = getattr(importlib.import_module(old_package), old_name)
+    assert value is getattr(importlib.import_module(new_package), new_name)
 
 
 def test_core_does_not_import_the_outer_layers_at_run_time() -> None:

@@ -239,3 +239,67 @@ async def test_services_start_before_and_stop_after_controllers(autojump_clock: 
         controller.trigger(SLOW)
         await trio.sleep(1)
     assert order == ["service up", "run ended: CancelCause.SHUTDOWN", "shutdown hook", "service down"]
+
+
+async def _nested_nursery_reconcile(ctx: RunContext) -> None:
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(trio.sleep_forever)
+        await trio.sleep_forever()
+
+
+def _assert_every_started_run_ended_once(controller: Controller, log: RunLog) -> None:
+    assert controller.active_workers == 0
+    assert controller.running == {}
+    assert sorted(r.run_id for r in log.records) == sorted({r.run_id for r in log.records})
+    assert len(log.records) == len(log.started)
+
+
+async def test_a_run_force_cancelled_inside_a_nested_nursery_is_ended_once(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Cancelling a reconciler's own nursery from outside gives a group of only ``Cancelled``;
+    the run is still ended (observers see it finish, no worker stays active)."""
+    manager, controller, log, sink = setup(_nested_nursery_reconcile, grace=30)
+    async with running(manager) as reports:
+        controller.trigger(SLOW)
+        controller.trigger(FAST)
+        await trio.sleep(1)
+        manager.stop("test")
+        await trio.sleep(1)
+        manager.force_stop("second signal")
+    assert reports[0].forced
+    assert log.kinds() == [OutcomeKind.SHUTDOWN, OutcomeKind.SHUTDOWN]
+    _assert_every_started_run_ended_once(controller, log)
+    assert [e for e in sink.events if e.type is EventType.WARNING] == []
+
+
+async def test_runs_inside_nested_nurseries_end_when_the_caller_of_run_is_cancelled(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    manager, controller, log, _ = setup(_nested_nursery_reconcile, grace=30)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(manager.run)
+        controller.trigger(SLOW)
+        controller.trigger(FAST)
+        await trio.sleep(1)
+        nursery.cancel_scope.cancel()
+    assert log.kinds() == [OutcomeKind.SHUTDOWN, OutcomeKind.SHUTDOWN]
+    _assert_every_started_run_ended_once(controller, log)
+
+
+async def test_drain_seconds_after_stop_then_force_stop_is_the_time_to_the_last_run_ending(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    async def reconcile(ctx: RunContext) -> None:
+        await trio.sleep(3600)
+
+    manager, controller, log, _ = setup(reconcile, grace=30)
+    async with running(manager) as reports:
+        controller.trigger(SLOW)
+        await trio.sleep(1)
+        manager.stop("test")
+        await trio.sleep(2.5)
+        manager.force_stop("second signal")
+    assert reports[0].forced
+    assert reports[0].drain_seconds == pytest.approx(2.5)
+    assert log.records[-1].finished_at - log.records[-1].started_at == pytest.approx(3.5)

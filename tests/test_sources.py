@@ -1,7 +1,10 @@
 from __future__ import annotations
 
+import logging
 import random
+from typing import Any
 
+import pytest
 import trio
 import trio.testing
 
@@ -13,13 +16,16 @@ from engine import (
     MappedSource,
     ObjectRef,
     OutcomeKind,
+    Run,
     RunContext,
     RunLog,
+    RunObserver,
     SupersedePolicy,
     TimerSource,
     Trigger,
     Triggerable,
 )
+from engine.observability import EngineMetrics
 
 from ._support import running
 
@@ -162,3 +168,105 @@ async def test_sources_trigger_any_triggerable(autojump_clock: trio.testing.Mock
         async with send:
             await send.send(Change(SRC, reason="created"))
     assert target.triggers[-1] == Trigger(ref=SRC, sequence=2, reason="created")
+
+
+ITEMS = [{"kind": "Source", "metadata": {"namespace": "ns", "name": f"s{i}"}} for i in range(100)]
+
+
+def _dependent(item: dict[str, Any]) -> list[ObjectRef]:
+    name = item["metadata"]["name"]
+    if name == "s42":
+        raise AttributeError("'str' object has no attribute 'get'")
+    return [ObjectRef("Bundle", f"for-{name}", "ns")]
+
+
+async def test_a_mapper_raising_for_one_item_skips_only_that_item(
+    autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    async def reconcile(ctx: RunContext) -> None:
+        await trio.sleep(1)
+
+    manager = Manager(handle_signals=False)
+    log = RunLog()
+    manager.add_observer(log)
+    controller = manager.add_controller(Controller("bundles", reconcile, max_concurrent=4))
+    send, receive = trio.open_memory_channel[dict[str, Any]](len(ITEMS))
+    mapped: MappedSource[dict[str, Any]] = MappedSource(controller, _dependent, receive, reason="source changed")
+    manager.add_source(mapped)
+    metrics = EngineMetrics(manager, process_metrics=False)
+    with caplog.at_level(logging.ERROR, logger="engine.sources"):
+        async with running(manager) as reports:
+            for item in ITEMS:
+                send.send_nowait(item)
+            await trio.sleep(60)
+            assert not manager.stopping  # the source never took the manager down
+            send.send_nowait(ITEMS[0])  # and it still handles what comes after
+            await trio.sleep(60)
+    assert reports[0].reason == "test finished"
+    reconciled = {r.key.name for r in log.records if r.kind is OutcomeKind.SUCCEEDED}
+    assert reconciled == {f"for-s{i}" for i in range(100) if i != 42}
+    assert len(log.records) == 100
+    assert mapped.errors == 1
+    assert controller.trigger_errors == 1
+    assert metrics.registry.get_sample_value("engine_trigger_errors_total", {"controller": "bundles"}) == 1
+    errors = [r for r in caplog.records if r.name == "engine.sources"]
+    assert [r.getMessage() for r in errors] == [
+        "mapper of source 'source changed' raised for Source/ns/s42; item skipped: "
+        "AttributeError: 'str' object has no attribute 'get'"
+    ]
+    assert errors[0].object == "Source/ns/s42"  # type: ignore[attr-defined]
+
+
+async def test_a_timer_sources_key_function_raising_skips_that_round_only(
+    autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    target = Target()
+    rounds = 0
+
+    def keys() -> list[ObjectRef]:
+        nonlocal rounds
+        rounds += 1
+        if rounds == 2:
+            raise KeyError("cache not ready")
+        return BUNDLES
+
+    timer = TimerSource(target, keys, interval=10, jitter=0)
+    with caplog.at_level(logging.ERROR, logger="engine.sources"):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(timer.run)
+            await trio.sleep(35)
+            nursery.cancel_scope.cancel()
+    assert rounds == 3
+    assert [t.ref for t in target.triggers] == BUNDLES + BUNDLES
+    assert timer.errors == 1
+    assert [r.getMessage() for r in caplog.records if r.name == "engine.sources"] == [
+        "key function of timer source raised; resync round skipped: KeyError: 'cache not ready'"
+    ]
+
+
+async def test_an_observer_raising_on_trigger_does_not_stop_the_trigger(
+    autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    class Broken(RunObserver):
+        def on_trigger(self, controller: Controller, trigger: Trigger, superseded: Run | None) -> None:
+            if trigger.ref == BUNDLES[1]:
+                raise RuntimeError("observer bug")
+
+    async def reconcile(ctx: RunContext) -> None:
+        pass
+
+    manager = Manager(handle_signals=False)
+    log = RunLog()
+    manager.add_observer(Broken())
+    manager.add_observer(log)
+    controller = manager.add_controller(Controller("c", reconcile))
+    with caplog.at_level(logging.ERROR, logger="engine.controller"):
+        async with running(manager):
+            for ref in BUNDLES:
+                assert controller.trigger(ref) is not None
+            await trio.sleep(1)
+    assert log.kinds() == [OutcomeKind.SUCCEEDED] * 3
+    assert controller.trigger_errors == 1
+    assert [r.getMessage() for r in caplog.records if r.name == "engine.controller"] == [
+        "run observer Broken raised on a trigger of Bundle/ns/b1: RuntimeError: observer bug"
+    ]

@@ -4,4 +4,9 @@ Each subcommand lives in its own private module and is imported only when it run
 package may import every layer (:mod:`engine.kube`, :mod:`engine.testing`); nothing imports it.
 """
 
+from .._exports import publish as _publish
 from ._main import main as main
+
+__all__ = ["main"]
+
+_publish(globals())

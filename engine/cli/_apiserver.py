@@ -10,7 +10,7 @@ import trio
 
 from ..testing._server import ApiServer
 
-__all__ = ["main"]
+__all__ = ["main", "server_from_args"]
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -22,6 +22,12 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--port", type=int, default=0, help="port to listen on; 0 picks a free one (default)")
     parser.add_argument("--tls", action="store_true", help="serve HTTPS with a generated CA and client certificates")
     parser.add_argument("--write-kubeconfig", metavar="PATH", help="write a kubeconfig for the server to PATH")
+    parser.add_argument(
+        "--no-controllers",
+        action="store_true",
+        help="answer as an API server without a controller manager: no garbage collection, and deleted "
+        "namespaces stay Terminating until finalized",
+    )
     parser.add_argument("--history-size", type=int, default=10_000, help="watch history length (default 10000)")
     parser.add_argument(
         "--bookmark-interval", type=float, default=60.0, help="seconds between watch BOOKMARK events (default 60)"
@@ -29,15 +35,21 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def server_from_args(args: argparse.Namespace) -> ApiServer:
+    """The (not yet started) server the parsed command line asks for."""
+    return ApiServer(
+        host=args.host,
+        port=args.port,
+        tls=args.tls,
+        history_size=args.history_size,
+        bookmark_interval=args.bookmark_interval,
+        controllers=not args.no_controllers,
+    )
+
+
 async def _serve(args: argparse.Namespace) -> None:
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-        async with ApiServer(
-            host=args.host,
-            port=args.port,
-            tls=args.tls,
-            history_size=args.history_size,
-            bookmark_interval=args.bookmark_interval,
-        ) as api:
+        async with server_from_args(args) as api:
             print(f"listening on {api.url}", flush=True)
             if args.write_kubeconfig:
                 api.write_kubeconfig(args.write_kubeconfig)

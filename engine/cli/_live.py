@@ -34,6 +34,8 @@ __all__ = ["main", "LiveState", "format_line"]
 
 TOKEN_ENV = "ENGINE_LIVE_TOKEN"
 
+_LINE_TYPES = frozenset({"run", "event", "skipped"})
+"""Messages ``--follow`` prints; the dashboard's snapshot and statistics messages are not."""
 _CLEAR = "\x1b[H\x1b[2J"
 _HIDE_CURSOR = "\x1b[?25l"
 _SHOW_CURSOR = "\x1b[?25h"
@@ -267,6 +269,8 @@ async def _loop(
                 continue
             message = json.loads(await ws.get_message())
             state.apply(message)
+            if message.get("type") not in _LINE_TYPES:
+                continue
             print(format_line(message), file=out, flush=True)
             if args.count is not None and state.messages >= args.count:
                 if not args.follow:

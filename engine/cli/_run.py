@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import trio
-import yaml  # type: ignore[import-untyped]
+import yaml
 
 from .._logging import configure_logging
 from .._manager import Manager, ShutdownReport

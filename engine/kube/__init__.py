@@ -5,8 +5,6 @@ functions, resource constants, exec credential plugin support) live in
 :mod:`engine.kube.lowlevel`.
 """
 
-import warnings as _warnings
-from typing import Any as _Any
 
 # --- configuration (engine.kube._config) ---
 from ._auth import BearerTokenAuth as BearerTokenAuth
@@ -19,6 +17,7 @@ from ._errors import KubeError as KubeError
 from ._client import Client as Client
 from ._client import ClientConfig as ClientConfig
 from ._client import ObjectList as ObjectList
+from ._client import join_selectors as join_selectors
 from ._client import PatchType as PatchType
 from ._retry import RetryPolicy as RetryPolicy
 from ._client import Selector as Selector
@@ -99,32 +98,96 @@ from ._status import is_ready as is_ready
 from ._status import patch_status as patch_status
 from ._status import set_condition as set_condition
 
-_MOVED_TO_LOWLEVEL = frozenset(
-    {
-        "CORE_EVENTS_RESOURCE",
-        "EVENTS_RESOURCE",
-        "LEASE_RESOURCE",
-        "ExecAuth",
-        "ExecConfig",
-        "ExecCredential",
-        "build_event",
-        "create_event",
-        "create_lease",
-        "get_lease",
-        "patch_event_series",
-        "update_lease",
-    }
-)
+from .._exports import moved_names as _moved_names
+from .._exports import publish as _publish
 
+__all__ = [
+    "Added",
+    "AlreadyExistsError",
+    "ApiError",
+    "BadRequestError",
+    "BearerTokenAuth",
+    "Bookmark",
+    "Client",
+    "ClientConfig",
+    "ClientStateError",
+    "Cluster",
+    "Config",
+    "ConfigError",
+    "ConflictError",
+    "Deleted",
+    "ENTRY_POINT_GROUP",
+    "ForbiddenError",
+    "GoneError",
+    "Handler",
+    "IndexFunc",
+    "Informer",
+    "InformerEvent",
+    "InformerStatistics",
+    "InvalidError",
+    "KubeError",
+    "KubernetesEventSink",
+    "LeaderElector",
+    "LeaderElectorStatistics",
+    "Lease",
+    "Modified",
+    "NAMESPACE_INDEX",
+    "NotFoundError",
+    "OWNER_INDEX",
+    "ObjectKey",
+    "ObjectList",
+    "PatchType",
+    "Plugin",
+    "PluginContext",
+    "PluginError",
+    "PluginHost",
+    "Predicate",
+    "READY",
+    "RECONCILING",
+    "REQUESTED_AT_ANNOTATION",
+    "Resource",
+    "ResourceNotFoundError",
+    "ResponseError",
+    "Restarted",
+    "RetryPolicy",
+    "SHARD_LABEL",
+    "STALLED",
+    "Selector",
+    "ServerError",
+    "Store",
+    "TokenFileAuth",
+    "TooManyRequestsError",
+    "TransportError",
+    "UnauthorizedError",
+    "WatchEvent",
+    "WatchEventType",
+    "WatchStalledError",
+    "WatchStream",
+    "Watcher",
+    "WatcherEvent",
+    "WatcherStatistics",
+    "annotation_changed",
+    "any_of",
+    "error_from_status",
+    "generation_changed",
+    "get_condition",
+    "install_crds",
+    "is_ready",
+    "join_selectors",
+    "labels_match",
+    "load_plugin",
+    "load_plugins",
+    "object_key",
+    "patch_status",
+    "ref_for",
+    "requested_at_changed",
+    "run_plugins",
+    "set_condition",
+    "set_finalizer",
+]
 
-def __getattr__(name: str) -> _Any:
-    if name in _MOVED_TO_LOWLEVEL:
-        _warnings.warn(
-            f"engine.kube.{name} moved to engine.kube.lowlevel; import it from there",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        from . import lowlevel
-
-        return getattr(lowlevel, name)
-    raise AttributeError(f"module 'engine.kube' has no attribute {name!r}")
+_publish(globals())
+__getattr__ = _moved_names(__name__, dict.fromkeys(
+    ["CORE_EVENTS_RESOURCE", "EVENTS_RESOURCE", "LEASE_RESOURCE", "ExecAuth", "ExecConfig", "ExecCredential", "build_event", "create_event", "create_lease", "get_lease", "patch_event_series", "update_lease"],
+    "engine.kube.lowlevel",
+))

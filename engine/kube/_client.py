@@ -13,6 +13,7 @@ import json
 import logging
 import random
 from collections.abc import Mapping
+from functools import partial
 from types import TracebackType
 from typing import Any, Literal, Protocol
 
@@ -102,6 +103,14 @@ def _selector(value: Selector | None) -> str | None:
     if value is None or isinstance(value, str):
         return value or None
     return ",".join(f"{k}={v}" for k, v in value.items()) or None
+
+
+def join_selectors(*selectors: Selector | None) -> str | None:
+    """The label selector matching what every one of ``selectors`` matches (``None`` if none)::
+
+        join_selectors("app=web", {"tier": "front"}, None) == "app=web,tier=front"
+    """
+    return ",".join(s for s in map(_selector, selectors) if s) or None
 
 
 def _error_from_response(response: httpx.Response) -> ApiError:
@@ -732,4 +741,5 @@ class Client:
             "timeoutSeconds": timeout_seconds,
         }
         ns = namespace if resource.namespaced else None
-        return WatchStream(self, resource, resource.path(namespace=ns), params, idle_timeout)
+        open_response = partial(self._send, "GET", resource.path(namespace=ns), params=params, safe=True, stream=True)
+        return WatchStream(open_response, resource, idle_timeout)

@@ -132,7 +132,10 @@ class Cluster:
         manager.add_start_gate(self.wait_synced)
 
     async def resource(self, api_version: str, kind: str) -> Resource:
-        """Resolve a type through discovery (cached by the client)."""
+        """Resolve a type through discovery (cached by the client).
+
+        Cancellation: if cancelled, nothing is cached and nothing changes.
+        """
         return await self.client.resource(api_version, kind)
 
     async def informer(
@@ -146,6 +149,8 @@ class Cluster:
         """The informer for a type (created and added to the manager on first use).
 
         ``namespace`` defaults to the cluster's; ``None`` means all namespaces.
+
+        Cancellation: the only checkpoint is discovery; if cancelled, no informer is created.
         """
         resource = await self.resource(api_version, kind)
         ns = self.namespace if isinstance(namespace, _Unset) else namespace
@@ -171,7 +176,10 @@ class Cluster:
         return all(i.synced for i in self._informers.values())
 
     async def wait_synced(self) -> None:
-        """Wait until every informer synced. If cancelled, nothing changes."""
+        """Wait until every informer synced.
+
+        Cancellation: if cancelled, nothing changes.
+        """
         for informer in list(self._informers.values()):
             await informer.wait_synced()
 

@@ -19,7 +19,7 @@ from typing import Any, Literal
 
 import attrs
 import httpx
-import yaml  # type: ignore[import-untyped]  # no types-PyYAML installed
+import yaml
 
 from ._auth import (
     EXEC_API_VERSIONS,

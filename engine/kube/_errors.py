@@ -24,7 +24,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from engine._errors import EngineError
+from engine._errors import EngineError, LifecycleError
 
 __all__ = [
     "AlreadyExistsError",
@@ -209,7 +209,7 @@ class WatchStalledError(KubeError):
     """A watch stream delivered no bytes within its idle timeout and was abandoned."""
 
 
-class ClientStateError(KubeError):
+class ClientStateError(KubeError, LifecycleError):
     """A client was used outside its lifecycle (before it was opened or after it was closed)."""
 
 

@@ -21,7 +21,7 @@ async def set_finalizer(
     (by another controller) are never lost; on a race the object is read again and the patch
     retried once, then the error is raised. A missing object is not an error (nothing to do).
 
-    If cancelled, the patch may or may not have been applied; it is idempotent, so the next
+    Cancellation: if cancelled, the patch may or may not have been applied; it is idempotent, so the next
     reconcile can simply call it again.
     """
     for attempt in range(2):

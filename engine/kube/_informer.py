@@ -25,6 +25,7 @@ from collections.abc import Callable
 import attrs
 import trio
 
+from .._errors import LifecycleError
 from ._client import Client, Selector
 from ._resource import Resource
 from ._store import InformerEvent, Store, object_key
@@ -211,13 +212,13 @@ class Informer:
         ``task_status.started()`` is called once running, before the first list completes
         (use :meth:`wait_synced` to wait for the cache). Never returns normally: any failure is
         logged and the informer starts over after a backoff (see the module documentation).
-        Raises ``RuntimeError`` if this informer is already running.
+        Raises :class:`~engine.LifecycleError` if this informer is already running.
 
         Cancellation: the only way it ends; the store keeps its contents, and :attr:`synced`
         becomes false.
         """
         if self._running:
-            raise RuntimeError("an Informer can run only once at a time")
+            raise LifecycleError("an Informer can run only once at a time")
         self._running = True
         self._failures = 0
         task_status.started()

@@ -75,6 +75,10 @@ def _check_crd(plugin: str, crd: Mapping[str, Any]) -> None:
         raise PluginError(f"plugin {plugin!r}: CRD metadata.name must be '<plural>.<group>', got {name!r}")
 
 
+def _manifests(items: Iterable[Mapping[str, Any]]) -> tuple[Mapping[str, Any], ...]:
+    return tuple(items)
+
+
 @attrs.frozen
 class Plugin:
     """A plugin: ``setup(ctx)`` registers its controllers and watches on ``ctx.manager`` and
@@ -83,9 +87,9 @@ class Plugin:
 
     name: str
     setup: Callable[[PluginContext], Awaitable[None]]
-    crds: tuple[Mapping[str, Any], ...] = attrs.field(default=(), converter=tuple)
+    crds: tuple[Mapping[str, Any], ...] = attrs.field(default=(), converter=_manifests)
     config: Mapping[str, Any] = attrs.field(factory=dict)
-    examples: tuple[Mapping[str, Any], ...] = attrs.field(default=(), converter=tuple)
+    examples: tuple[Mapping[str, Any], ...] = attrs.field(default=(), converter=_manifests)
     description: str = ""
 
     def __attrs_post_init__(self) -> None:
@@ -178,7 +182,7 @@ async def install_crds(
     """Install (server-side apply) or, with ``install=False``, check the CRDs, then wait until
     the API server serves each of them. Raises :class:`PluginError` on a missing CRD or timeout.
 
-    If cancelled, CRDs already applied stay applied.
+    Cancellation: if cancelled, CRDs already applied stay applied.
     """
     crd_resource = await client.resource(*_CRD_RESOURCE_ARGS)
     for crd in crds:

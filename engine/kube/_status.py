@@ -108,9 +108,11 @@ async def patch_status(
 ) -> dict[str, Any]:
     """Merge-patch ``status`` into the status subresource of ``obj``; returns the new object.
 
-    Conditions are sent whole (a merge patch replaces lists). If cancelled, the request may or
-    may not have reached the server; wrap the call in ``ctx.shield(seconds)`` to let a final
-    status write finish while the run is being cancelled.
+    Conditions are sent whole (a merge patch replaces lists).
+
+    Cancellation: if cancelled, the request may or may not have reached the server; wrap the
+    call in ``ctx.shield(seconds)`` to let a final status write finish while the run is being
+    cancelled.
     """
     meta = obj["metadata"]
     return await client.patch_status(

@@ -5,9 +5,9 @@ from __future__ import annotations
 import enum
 import json
 import logging
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import attrs
 import httpx
@@ -15,9 +15,6 @@ import trio
 
 from ._errors import ResponseError, TransportError, WatchStalledError, error_from_status
 from ._resource import Resource
-
-if TYPE_CHECKING:
-    from ._client import Client
 
 __all__ = ["WatchEvent", "WatchEventType", "WatchStream"]
 
@@ -64,16 +61,12 @@ class WatchStream:
 
     def __init__(
         self,
-        client: Client,
+        open_response: Callable[[], Awaitable[httpx.Response]],
         resource: Resource,
-        path: str,
-        params: Mapping[str, Any],
         idle_timeout: float | None,
     ) -> None:
-        self._client = client
+        self._open_response = open_response
         self._resource = resource
-        self._path = path
-        self._params = params
         self._idle_timeout = idle_timeout
         self._response: httpx.Response | None = None
         self._chunks: Any = None
@@ -88,9 +81,7 @@ class WatchStream:
 
         Cancellation: a checkpoint; a half-open response is closed.
         """
-        self._response = await self._client._send(
-            "GET", self._path, params=self._params, safe=True, stream=True
-        )
+        self._response = await self._open_response()
         self._chunks = self._response.aiter_bytes()
         return self
 

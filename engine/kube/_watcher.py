@@ -35,6 +35,7 @@ import trio
 
 from engine._backoff import jittered_backoff
 
+from .._errors import LifecycleError
 from ._client import Client, ObjectList, Selector
 from ._errors import ApiError, GoneError, ResponseError, TransportError, WatchStalledError
 from ._resource import Resource
@@ -274,13 +275,13 @@ class Watcher:
         The first event is a :class:`Restarted` with the complete list. Dropped streams are
         resumed and expired ones relisted (see the module documentation); anything else, an
         exception from ``on_event`` included, propagates and ends the run. Raises
-        ``RuntimeError`` if this watcher is already running.
+        ``LifecycleError`` if this watcher is already running.
 
         Cancellation: the only way it ends normally; :attr:`resource_version` keeps the last
         point reached.
         """
         if self._running:
-            raise RuntimeError("a Watcher can run only once at a time")
+            raise LifecycleError("a Watcher can run only once at a time")
         self._running = True
         try:
             await self._list_and_watch(on_event)

@@ -19,6 +19,7 @@ Until the next major version these names are also reachable from :mod:`engine.ku
 ``DeprecationWarning``.
 """
 
+from .._exports import publish as _publish
 from ._auth import ExecAuth as ExecAuth
 from ._auth import ExecConfig as ExecConfig
 from ._auth import ExecCredential as ExecCredential
@@ -46,3 +47,5 @@ __all__ = [
     "patch_event_series",
     "update_lease",
 ]
+
+_publish(globals())

@@ -22,7 +22,12 @@ import attrs
 import h11
 import trio
 
+from .._errors import EngineError
+
 __all__ = [
+    "PrefixedStream",
+    "read_request_head",
+    "is_websocket_upgrade",
     "Request",
     "Response",
     "AbortStream",
@@ -108,7 +113,7 @@ class Response:
         return cls(status, [("content-type", content_type)], body)
 
 
-class AbortStream(Exception):
+class AbortStream(EngineError):
     """Raised by a response stream to drop the connection without finishing the response."""
 
 
@@ -279,6 +284,72 @@ async def open_listeners(what: str, host: str, port: int) -> tuple[list[trio.Soc
     return listeners, (str(sockname[0]), int(sockname[1]))
 
 
+class PrefixedStream(trio.abc.Stream):
+    """``stream`` with ``prefix`` (bytes already read from it) put back in front.
+
+    Lets one listener serve plain HTTP and websockets: the request head is read, looked at,
+    and the stream handed on as if nothing had been read. ``repr`` is the peer's address.
+    """
+
+    def __init__(self, stream: trio.SocketStream, prefix: bytes) -> None:
+        self._stream = stream
+        self._prefix = prefix
+        try:
+            host, port, *_ = stream.socket.getpeername()
+            self._peer = f"{host}:{port}"
+        except (OSError, ValueError):
+            self._peer = "unknown"
+
+    def __repr__(self) -> str:
+        return self._peer
+
+    async def receive_some(self, max_bytes: int | None = None) -> bytes:
+        if self._prefix:
+            if max_bytes is None:
+                max_bytes = len(self._prefix)
+            data, self._prefix = self._prefix[:max_bytes], self._prefix[max_bytes:]
+            await trio.lowlevel.checkpoint()
+            return data
+        return await self._stream.receive_some(max_bytes)
+
+    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
+        await self._stream.send_all(data)
+
+    async def wait_send_all_might_not_block(self) -> None:
+        await self._stream.wait_send_all_might_not_block()
+
+    async def aclose(self) -> None:
+        await self._stream.aclose()
+
+
+async def read_request_head(stream: trio.abc.Stream, *, limit: int = _MAX_HEADER_BYTES) -> bytes | None:
+    """Read from ``stream`` until the end of an HTTP request head (``\\r\\n\\r\\n``).
+
+    Returns everything read (the head and whatever followed it in the same reads), or ``None``
+    if the peer closed first or the head exceeds ``limit`` bytes.
+
+    Cancellation: what was read is lost; the caller closes the stream.
+    """
+    data = b""
+    while b"\r\n\r\n" not in data:
+        if len(data) > limit:
+            return None
+        chunk = bytes(await stream.receive_some(4096))
+        if not chunk:
+            return None
+        data += chunk
+    return data
+
+
+def is_websocket_upgrade(head: bytes) -> bool:
+    """Whether a request head asks for ``Upgrade: websocket``."""
+    for line in head.split(b"\r\n\r\n", 1)[0].split(b"\r\n")[1:]:
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"upgrade" and b"websocket" in value.lower():
+            return True
+    return False
+
+
 class HTTPServer:
     """Serves ``routes`` (path -> handler) with :func:`serve_http` on one TCP address.
 
@@ -319,11 +390,15 @@ class HTTPServer:
         """
         assert self.address is not None
         async with trio.open_nursery() as nursery:
-            await nursery.start(partial(trio.serve_listeners, self._connection, listeners))
+            await nursery.start(partial(trio.serve_listeners, self.handle_connection, listeners))
             logger.info("%s server listening", self.name, extra={"address": f"{self.address[0]}:{self.address[1]}"})
             task_status.started(self.address)
 
-    async def _connection(self, stream: trio.SocketStream) -> None:
+    async def handle_connection(self, stream: trio.abc.Stream) -> None:
+        """Serve requests on one accepted connection until it closes or idles; closes it.
+
+        Cancellation: the connection is closed (a response in progress is cut).
+        """
         await serve_http(stream, self._dispatch, idle_timeout=self.idle_timeout, max_body=self.max_body)
 
     async def _dispatch(self, request: Request) -> Response:

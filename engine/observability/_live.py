@@ -2,11 +2,21 @@
 
 Connect to ``ws://HOST:PORT/live``, optionally filtered with query parameters ``controller``,
 ``object`` (``Kind/namespace/name``, as ``str(ObjectRef)``) and ``namespace``, each repeatable.
-With a token configured the handshake must carry ``Authorization: Bearer <token>``.
+With a token configured the handshake must carry ``Authorization: Bearer <token>`` or the
+query parameter ``token`` (browsers cannot set headers on a websocket). The same address serves
+the live dashboard, a web page, at ``/`` (see ``engine._dashboard``).
 
 Messages (every one has ``type`` and ``ts``, wall-clock seconds):
 
 * ``hello``: a snapshot (controllers, queue depths, runs in progress), first on connect;
+* ``objects``: right after ``hello``, what the stream remembers of each object (see
+  :class:`~engine._live_state.LiveState`: last outcome, revision, running or queued,
+  dependencies with their readiness, recent runs), in chunks of up to 500 objects; then one
+  ``events`` message with the newest events (``events``: a list of ``event`` messages);
+* ``controllers``: every ``stats_interval`` seconds, per controller ``queue_depth``,
+  ``in_flight`` (busy workers), ``live_workers``, ``max_concurrent``, ``healthy``, ``runs`` and
+  ``errors`` (finished runs and failed ones, since start) and ``outcomes`` (runs by result);
+* ``ready``: ``object`` was reported ready (``Manager.mark_ready``); ``revision``;
 * ``run``: ``queue_depth`` (measured when the message is sent) and ``in_flight`` (runs of the
   controller in progress) come with every step; ``step`` is ``queued`` (a trigger was accepted; ``supersedes`` names the run it
   cancelled), ``started``, then how the run ended: ``succeeded``, ``requeued`` (``delay``),
@@ -29,13 +39,14 @@ import json
 import logging
 import time
 from collections.abc import Iterable, Iterator
+from functools import partial
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlsplit
 
 import attrs
 import trio
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
-from trio_websocket import ConnectionClosed, WebSocketConnection, WebSocketRequest, WebSocketServer
+from trio_websocket import ConnectionClosed, WebSocketConnection, WebSocketRequest, wrap_server_stream
 
 from .._events import Event
 from .._observer import RunObserver
@@ -43,7 +54,9 @@ from .._outcome import Outcome, OutcomeKind
 from .._refs import ObjectRef, Trigger
 from .._run import Run
 from .._text import summarize
-from ._http import open_listeners
+from ._dashboard import dashboard_routes
+from ._http import HTTPServer, PrefixedStream, Request, is_websocket_upgrade, open_listeners, read_request_head
+from ._live_state import LiveState
 
 if TYPE_CHECKING:
     from .._controller import Controller
@@ -54,6 +67,10 @@ __all__ = ["LiveStream", "LiveStatistics", "LIVE_PATH"]
 logger = logging.getLogger("engine.live")
 
 LIVE_PATH = "/live"
+
+_CONNECT_TIMEOUT = 10.0
+_DISCONNECT_TIMEOUT = 1.0
+_CHUNK = 500
 
 _STEPS = {
     OutcomeKind.SUCCEEDED: "succeeded",
@@ -100,6 +117,9 @@ class _Client:
     def wants(self, controller: str, ref: ObjectRef) -> bool:
         if self.controllers and controller not in self.controllers:
             return False
+        return self.wants_ref(ref)
+
+    def wants_ref(self, ref: ObjectRef) -> bool:
         if self.namespaces and (ref.namespace or "") not in self.namespaces:
             return False
         return not self.objects or str(ref) in self.objects
@@ -119,6 +139,8 @@ class LiveStream(RunObserver):
     (compared in constant time, never logged). When the manager stops, a shutdown hook gives
     clients up to ``flush_timeout`` seconds in all to receive what is buffered for them (run
     steps up to the last ``shutdown``); what reaches sinks later may not be sent.
+    ``max_objects`` bounds what the stream remembers for late clients (:class:`LiveState`);
+    ``stats_interval`` is the period of ``controllers`` messages.
     """
 
     name = "live"
@@ -131,6 +153,8 @@ class LiveStream(RunObserver):
         client_buffer: int = 256,
         max_clients: int = 64,
         flush_timeout: float = 0.5,
+        max_objects: int = 20_000,
+        stats_interval: float = 1.0,
     ) -> None:
         if client_buffer < 1:
             raise ValueError("client_buffer must be >= 1")
@@ -141,6 +165,9 @@ class LiveStream(RunObserver):
         self._client_buffer = client_buffer
         self._max_clients = max_clients
         self._flush_timeout = flush_timeout
+        self._stats_interval = stats_interval
+        self.state = LiveState(max_objects=max_objects)
+        """What late clients are sent after ``hello``."""
         self._clients: list[_Client] = []
         self._sent = 0
         self._skipped = 0
@@ -168,20 +195,22 @@ class LiveStream(RunObserver):
     # -- hooks (synchronous, cheap, never raise) ---------------------------------------------
 
     def _publish(self, controller: str, ref: ObjectRef, message: dict[str, Any]) -> None:
-        limit = self._client_buffer
         for client in self._clients:
             if client.wants(controller, ref):
-                if client.buffered >= limit:
-                    client.skipped += 1
-                    client.pending_skipped += 1
-                    self._skipped += 1
-                    continue
-                try:
-                    client.send.send_nowait((client.pending_skipped, message))
-                except (trio.WouldBlock, trio.BrokenResourceError):
-                    continue
-                client.pending_skipped = 0
-                client.buffered += 1
+                self._send_one(client, message)
+
+    def _send_one(self, client: _Client, message: dict[str, Any]) -> None:
+        if client.buffered >= self._client_buffer:
+            client.skipped += 1
+            client.pending_skipped += 1
+            self._skipped += 1
+            return
+        try:
+            client.send.send_nowait((client.pending_skipped, message))
+        except (trio.WouldBlock, trio.BrokenResourceError):
+            return
+        client.pending_skipped = 0
+        client.buffered += 1
 
     def _run_message(self, controller: Controller, ref: ObjectRef, step: str) -> dict[str, Any]:
         return {
@@ -198,9 +227,10 @@ class LiveStream(RunObserver):
         }
 
     def on_trigger(self, controller: Controller, trigger: Trigger, superseded: Run | None) -> None:
-        if not self._clients:
-            return
         try:
+            self.state.triggered(controller.name, trigger.ref, trigger.revision)
+            if not self._clients:
+                return
             message = self._run_message(controller, trigger.ref, "queued")
             message["reason"] = trigger.reason
             message["revision"] = trigger.revision
@@ -211,10 +241,11 @@ class LiveStream(RunObserver):
             logger.exception("live stream hook failed")
 
     def on_run_started(self, controller: Controller, run: Run) -> None:
-        if not self._clients:
-            return
         try:
             message = self._run_message(controller, run.key, "started")
+            self.state.started(controller.name, run, message["ts"])
+            if not self._clients:
+                return
             message["run_id"] = run.id
             message["attempt"] = run.attempt
             message["reason"] = run.trigger.reason
@@ -224,10 +255,9 @@ class LiveStream(RunObserver):
             logger.exception("live stream hook failed")
 
     def on_run_finished(self, controller: Controller, run: Run, outcome: Outcome) -> None:
-        if not self._clients:
-            return
         try:
-            message = self._run_message(controller, run.key, _STEPS[outcome.kind])
+            step = _STEPS[outcome.kind]
+            message = self._run_message(controller, run.key, step)
             message["run_id"] = run.id
             message["attempt"] = run.attempt
             message["result"] = outcome.kind.value
@@ -241,16 +271,34 @@ class LiveStream(RunObserver):
                 message["dependencies"] = [str(ref) for ref in outcome.dependencies]
             if outcome.reason is not None:
                 message["reason"] = outcome.reason
-            self._publish(controller.name, run.key, message)
+            self.state.finished(controller.name, run, outcome, step, message)
+            if self._clients:
+                self._publish(controller.name, run.key, message)
+        except Exception:
+            logger.exception("live stream hook failed")
+
+    def on_ready(self, ref: ObjectRef, revision: str | None) -> None:
+        try:
+            self.state.mark_ready(ref)
+            if not self._clients:
+                return
+            message = {
+                "type": "ready", "ts": time.time(), "object": str(ref), "kind": ref.kind,
+                "namespace": ref.namespace, "name": ref.name, "revision": revision,
+            }
+            for client in self._clients:
+                if client.wants_ref(ref):
+                    self._send_one(client, message)
         except Exception:
             logger.exception("live stream hook failed")
 
     async def deliver(self, event: Event) -> None:
-        """Event-sink side: fan ``event`` out to clients; never blocks (not a checkpoint)."""
-        if not self._clients:
-            return
+        """Event-sink side: fan ``event`` out to clients; never blocks.
+
+        Cancellation: not a checkpoint; it returns at once and cannot be cancelled.
+        """
         ref = event.involved
-        self._publish(event.controller, ref, {
+        message = {
             "type": "event",
             "ts": event.timestamp,
             "controller": event.controller,
@@ -263,35 +311,61 @@ class LiveStream(RunObserver):
             "message": event.message,
             "count": event.count,
             "run_id": event.run_id,
-        })
+        }
+        self.state.event((event.controller, ref, message))
+        if self._clients:
+            self._publish(event.controller, ref, message)
 
     def snapshot(self) -> dict[str, Any]:
         """The ``hello`` message: controllers, their queues and runs in progress."""
         controllers = []
         now = trio.current_time()
         for controller in self.manager.controllers:
-            stats = controller.queue.statistics()
-            controllers.append({
-                "name": controller.name,
-                "queue_depth": stats.depth,
-                "waiting": stats.waiting,
-                "in_flight": controller.active_workers,
-                "max_concurrent": controller.max_concurrent,
-                "healthy": controller.healthy,
-                "running": [
-                    {"object": str(run.key), "run_id": run.id, "attempt": run.attempt,
-                     "running_for": round(now - run.started_at, 6)}
-                    for run in controller.running.values()
-                ],
-            })
+            entry = self._controller_stats(controller)
+            entry["running"] = [
+                {"object": str(run.key), "run_id": run.id, "attempt": run.attempt,
+                 "running_for": round(now - run.started_at, 6)}
+                for run in controller.running.values()
+            ]
+            controllers.append(entry)
         return {"type": "hello", "ts": time.time(), "manager": self.manager.name, "controllers": controllers}
+
+    @staticmethod
+    def _controller_stats(controller: Controller) -> dict[str, Any]:
+        stats = controller.queue.statistics()
+        outcomes = {kind.value: count for kind, count in controller.outcomes.items() if count}
+        return {
+            "name": controller.name,
+            "queue_depth": stats.depth,
+            "waiting": stats.waiting,
+            "in_flight": controller.active_workers,
+            "live_workers": controller.live_workers,
+            "max_concurrent": controller.max_concurrent,
+            "healthy": controller.healthy,
+            "runs": sum(controller.outcomes.values()),
+            "errors": sum(count for kind, count in controller.outcomes.items() if kind.is_failure),
+            "outcomes": outcomes,
+        }
+
+    def _publish_stats(self) -> None:
+        if not self._clients:
+            return
+        stats = [self._controller_stats(controller) for controller in self.manager.controllers]
+        for client in self._clients:
+            wanted = [c for c in stats if not client.controllers or c["name"] in client.controllers]
+            self._send_one(client, {"type": "controllers", "ts": time.time(), "controllers": wanted})
+
+    async def _tick(self) -> None:
+        while True:
+            await trio.sleep(self._stats_interval)
+            self._publish_stats()
 
     # -- serving -----------------------------------------------------------------------------
 
     async def bind(self, host: str, port: int) -> list[trio.SocketListener]:
         """Open the listening sockets and set :attr:`address`; raises ``OSError`` naming it.
 
-        If cancelled, nothing is left open.
+        Cancellation: if cancelled, nothing is left open.
         """
         listeners, self.address = await open_listeners("the live stream", host, port)
         return listeners
@@ -302,29 +376,61 @@ class LiveStream(RunObserver):
         *,
         task_status: trio.TaskStatus[tuple[str, int]] = trio.TASK_STATUS_IGNORED,
     ) -> None:
-        """Accept websocket clients on ``listeners`` (from :meth:`bind`) until cancelled.
+        """Accept websocket clients and dashboard requests on ``listeners`` (from :meth:`bind`)
+        until cancelled.
 
-        ``task_status.started`` receives the bound address. Cancellation closes every client
-        connection at once.
+        A connection whose request asks for a websocket upgrade is a live-stream client; any
+        other is served by the dashboard's HTTP routes. ``task_status.started`` receives the
+        bound address.
+
+        Cancellation: runs until cancelled; cancelling closes every connection at once.
         """
         assert self.address is not None
-        server = WebSocketServer(
-            self._handle, listeners, connect_timeout=10.0, disconnect_timeout=1.0,
-        )
+        pages = HTTPServer(dashboard_routes(self._page_authorized), name="live dashboard")
         async with trio.open_nursery() as nursery:
-            await nursery.start(server.run)
+            await nursery.start(trio.serve_listeners, partial(self._connection, pages), listeners)
+            nursery.start_soon(self._tick)
             logger.info("live stream listening", extra={"address": self.url})
             task_status.started(self.address)
 
-    def _authorized(self, request: WebSocketRequest) -> bool:
+    async def _connection(self, pages: HTTPServer, stream: trio.SocketStream) -> None:
+        head = None
+        with trio.move_on_after(_CONNECT_TIMEOUT):
+            try:
+                head = await read_request_head(stream)
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                return
+        if not head:
+            return
+        prefixed = PrefixedStream(stream, head)
+        if not is_websocket_upgrade(head):
+            await pages.handle_connection(prefixed)
+            return
+        async with trio.open_nursery() as nursery:
+            with trio.move_on_after(_CONNECT_TIMEOUT) as connecting:
+                request = await wrap_server_stream(nursery, prefixed)
+            if not connecting.cancelled_caught:
+                await self._handle(request)
+            nursery.cancel_scope.cancel(reason="live stream connection handled")
+
+    def _token_ok(self, authorization: bytes | None, query_tokens: Iterable[str]) -> bool:
         if self._token is None:
             return True
-        for name, value in request.headers:
-            if name.lower() == b"authorization":
-                scheme, _, credentials = value.partition(b" ")
-                if scheme.lower() == b"bearer":
-                    return hmac.compare_digest(credentials.strip(), self._token)
-        return False
+        if authorization is not None:
+            scheme, _, credentials = authorization.partition(b" ")
+            if scheme.lower() == b"bearer":
+                return hmac.compare_digest(credentials.strip(), self._token)
+        return any(hmac.compare_digest(token.encode(), self._token) for token in query_tokens)
+
+    def _authorized(self, request: WebSocketRequest) -> bool:
+        authorization = next((v for n, v in request.headers if n.lower() == b"authorization"), None)
+        return self._token_ok(authorization, parse_qs(urlsplit(request.path).query).get("token", []))
+
+    def _page_authorized(self, request: Request) -> bool:
+        authorization = request.headers.get("authorization")
+        return self._token_ok(
+            authorization.encode("latin-1") if authorization is not None else None, request.query_values.get("token", [])
+        )
 
     async def _handle(self, request: WebSocketRequest) -> None:
         target = urlsplit(request.path)
@@ -363,7 +469,13 @@ class LiveStream(RunObserver):
                 "controller": sorted(client.controllers), "object": sorted(client.objects),
                 "namespace": sorted(client.namespaces),
             }
+            objects = self.state.objects(client.wants)
+            events = [message for controller, ref, message in self.state.events if client.wants(controller, ref)]
             await ws.send_message(json.dumps(hello))
+            for start in range(0, len(objects), _CHUNK):
+                chunk = objects[start:start + _CHUNK]
+                await ws.send_message(json.dumps({"type": "objects", "ts": time.time(), "objects": chunk}, default=str))
+            await ws.send_message(json.dumps({"type": "events", "ts": time.time(), "events": events}, default=str))
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._drain_client_input, ws, nursery.cancel_scope)
                 await self._feed(client, ws)
@@ -374,6 +486,9 @@ class LiveStream(RunObserver):
             send.close()
             if client.flushed is not None:
                 client.flushed.set()
+            with trio.move_on_after(_DISCONNECT_TIMEOUT) as closing:
+                closing.shield = True
+                await ws.aclose()
             logger.info(
                 "live stream client disconnected",
                 extra={"remote": remote, "sent": client.sent, "skipped": client.skipped},

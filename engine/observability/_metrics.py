@@ -22,7 +22,8 @@ client-go's workqueue series, ``name`` being the controller's name: ``workqueue_
 ``workqueue_work_duration_seconds``, ``workqueue_unfinished_work_seconds``,
 ``workqueue_longest_running_processor_seconds``, ``workqueue_retries_total``.
 
-The engine's own (prefix ``engine_``): supersedes, live and failed workers, events emitted,
+The engine's own (prefix ``engine_``): supersedes, live and failed workers, items skipped
+because user code on the trigger path raised (``engine_trigger_errors_total``), events emitted,
 delivered, failed and dropped per sink and reason, dependency wake-ups, the last shutdown's
 drain duration.
 """
@@ -295,6 +296,11 @@ class _Collector:
         dead = CounterMetricFamily(
             "engine_worker_failures_total", "Workers that died on an engine error per controller", labels=[c],
         )
+        trigger_errors = CounterMetricFamily(
+            "engine_trigger_errors_total",
+            "Items skipped because user code on the trigger path raised (a mapper, a key function)",
+            labels=[c],
+        )
         emitted = CounterMetricFamily("engine_events_emitted_total", "Events emitted by reconcilers and the engine")
         delivered = CounterMetricFamily(
             "engine_events_delivered_total", "Events delivered per sink", labels=["sink"],
@@ -314,7 +320,7 @@ class _Collector:
         )
         families: list[Metric] = [
             total, errors, terminal, rtime, active, maxc, depth, adds, qdur, wdur, unfinished, longest,
-            retries, supersedes, live, dead, emitted, delivered, failed, dropped, wakeups, drain,
+            retries, supersedes, live, dead, trigger_errors, emitted, delivered, failed, dropped, wakeups, drain,
         ]
         if with_samples:
             for controller in manager.controllers:
@@ -343,6 +349,7 @@ class _Collector:
                 supersedes.add_metric(labels, m.results[OutcomeKind.SUPERSEDED])
                 live.add_metric(labels, controller.live_workers)
                 dead.add_metric(labels, controller.worker_failures)
+                trigger_errors.add_metric(labels, controller.trigger_errors)
             stats_ev = manager.events.statistics()
             emitted.add_metric([], stats_ev.emitted)
             for sink, counts in stats_ev.sinks.items():

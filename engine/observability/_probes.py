@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 
 import trio
 
+from .._errors import EngineError
 from ._http import Request, Response
 
 if TYPE_CHECKING:
@@ -37,7 +38,7 @@ Check = Callable[[], bool | None | Awaitable[bool | None]]
 (the exception's message is the reason shown). It may be async."""
 
 
-class CheckFailed(Exception):
+class CheckFailed(EngineError):
     """Raise from a check to fail it with this message as the reason."""
 
 
@@ -98,7 +99,9 @@ class Probes:
         """Run the ``"healthz"`` or ``"readyz"`` checks; returns ``(name, failure or None)``.
 
         Raises ``KeyError`` if ``only`` names no check. Async checks are bounded by
-        ``check_timeout``; if the caller is cancelled, ``Cancelled`` propagates.
+        ``check_timeout``.
+
+        Cancellation: if cancelled, ``Cancelled`` propagates and no result is returned.
         """
         table = self._health if kind == "healthz" else self._ready
         names = [only] if only is not None else [n for n in table if n not in exclude]

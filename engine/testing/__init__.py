@@ -9,45 +9,57 @@ Start with :class:`ApiServer`::
 ``ApiServer(listen=False)`` with :meth:`ApiServer.memory_transport` runs without sockets, so a
 whole system can run inside one trio run under ``MockClock``. ``api.faults`` injects failures;
 ``api.store`` is the server's :class:`ObjectStorage`, for seeding and inspecting state.
+Beside the API, the server runs what a cluster's controller manager would (garbage collection,
+namespace clean-up), after the requests, as a cluster does: ``await api.settle()`` waits for
+it, and ``ApiServer(controllers=False)`` answers as an API server alone.
+
+To test a plugin, :func:`open_plugin_test` runs it against a :class:`KubeTarget` and hands back
+a :class:`PluginHarness` (apply manifests, wait for conditions, read runs and events). The
+pytest plugin (``engine.testing._pytest_plugin``, entry point ``engine``) provides the
+fixtures ``kube_target``, ``kube_api``, ``kube_client`` and ``kube_cluster``, under virtual
+time on the embedded server; :class:`EnvTest` starts a real etcd and kube-apiserver the way
+controller-runtime's envtest does.
 """
 
-import warnings as _warnings
-from typing import Any as _Any
-
+from .._exports import moved_names as _moved_names
+from .._exports import publish as _publish
+from ._envtest import EnvTest as EnvTest
 from ._errors import ApiServerError as ApiServerError
+from ._errors import EnvTestError as EnvTestError
+from ._errors import HarnessError as HarnessError
 from ._errors import RequestRejected as RequestRejected
+from ._errors import WaitTimeout as WaitTimeout
 from ._faults import Fault as Fault
 from ._faults import Faults as Faults
 from ._faults import FaultScope as FaultScope
+from ._harness import PluginHarness as PluginHarness
+from ._harness import open_plugin_test as open_plugin_test
 from ._memory import MemoryTransport as MemoryTransport
 from ._resources import ResourceType as ResourceType
 from ._server import ApiServer as ApiServer
 from ._storage import ObjectStorage as ObjectStorage
+from ._target import KubeTarget as KubeTarget
+from ._target import open_embedded_target as open_embedded_target
 
 __all__ = [
     "ApiServer",
     "ApiServerError",
+    "EnvTest",
+    "EnvTestError",
     "Fault",
     "FaultScope",
     "Faults",
+    "HarnessError",
+    "KubeTarget",
     "MemoryTransport",
     "ObjectStorage",
+    "PluginHarness",
     "RequestRejected",
     "ResourceType",
+    "WaitTimeout",
+    "open_embedded_target",
+    "open_plugin_test",
 ]
 
-for _name in __all__:
-    globals()[_name].__module__ = __name__
-del _name
-
-
-def __getattr__(name: str) -> _Any:
-    if name == "Store":
-        _warnings.warn(
-            "engine.testing.Store is deprecated: it is now engine.testing.ObjectStorage "
-            "(engine.kube.Store is the informer cache, a different thing)",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return ObjectStorage
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+_publish(globals())
+__getattr__ = _moved_names(__name__, {"Store": "engine.testing:ObjectStorage"})

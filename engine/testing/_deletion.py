@@ -2,7 +2,8 @@
 
 An object that nothing holds is removed at once. One that finalizers hold gets a
 ``deletionTimestamp`` (``deletionGracePeriodSeconds: 0``, and its ``generation`` bumped when it
-has one) and is removed by the write that clears its last finalizer. The propagation policy
+has one; namespaces and CustomResourceDefinitions get the timestamp only, as their registries
+set it) and is removed by the write that clears its last finalizer. The propagation policy
 becomes a finalizer, as on the real server: ``Foreground`` adds ``foregroundDeletion``,
 ``Orphan`` (or ``orphanDependents: true``) adds ``orphan``, ``Background`` removes both. A
 namespace is also held by its ``spec.finalizers`` (``kubernetes``, added at creation): deleting
@@ -27,7 +28,7 @@ from ._status import precondition_failed
 if TYPE_CHECKING:
     from ._storage import ObjectStorage
 
-__all__ = ["POLICIES", "ORPHAN", "FOREGROUND", "CRD_CLEANUP", "NAMESPACE_FINALIZER", "delete", "remove", "held"]
+__all__ = ["POLICIES", "PROTECTED_NAMESPACES", "ORPHAN", "FOREGROUND", "CRD_CLEANUP", "NAMESPACE_FINALIZER", "delete", "remove", "held"]
 
 POLICIES = ("Background", "Foreground", "Orphan")
 """The propagation policies ``DeleteOptions`` accepts."""
@@ -36,6 +37,9 @@ ORPHAN = "orphan"
 FOREGROUND = "foregroundDeletion"
 CRD_CLEANUP = "customresourcecleanup.apiextensions.k8s.io"
 NAMESPACE_FINALIZER = "kubernetes"
+
+PROTECTED_NAMESPACES = ("default", "kube-system", "kube-public")
+"""Namespaces the NamespaceLifecycle admission plugin refuses to delete."""
 
 _NAMESPACES = ("", "namespaces")
 _CRDS = ("apiextensions.k8s.io", "customresourcedefinitions")
@@ -110,6 +114,13 @@ def delete(
     """Delete an object of ``storage``; see :meth:`ObjectStorage.delete`."""
     namespace = storage.check_namespace(rt, namespace) if rt.namespaced else None
     obj = storage.get(rt, namespace, name)
+    if rt.storage_key == _NAMESPACES and name in PROTECTED_NAMESPACES:
+        raise RequestRejected(
+            403,
+            "Forbidden",
+            f'namespaces "{name}" is forbidden: this namespace may not be deleted',
+            details={"name": name, "kind": "namespaces"},
+        )
     options = options or {}
     preconditions = options.get("preconditions") or {}
     metadata = meta(obj)

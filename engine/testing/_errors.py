@@ -3,8 +3,11 @@
 ::
 
     EngineError                    (engine._errors)
-    └── ApiServerError             the embedded API server was misused
-        └── RequestRejected        the server refused a request; carries the Status body
+    ├── ApiServerError             the embedded API server was misused
+    │   └── RequestRejected        the server refused a request; carries the Status body
+    ├── HarnessError               a test harness was misused, or asked for what its target lacks
+    │   └── WaitTimeout            a wait ended at its timeout (also an AssertionError)
+    └── EnvTestError               a real control plane (etcd, kube-apiserver) did not start
 
 Messages state the rule that was broken; they never contain key material or tokens.
 """
@@ -15,7 +18,7 @@ from typing import Any
 
 from engine._errors import EngineError
 
-__all__ = ["ApiServerError", "RequestRejected"]
+__all__ = ["ApiServerError", "EnvTestError", "HarnessError", "RequestRejected", "WaitTimeout"]
 
 
 class ApiServerError(EngineError):
@@ -59,3 +62,20 @@ class RequestRejected(ApiServerError):
         if details is not None:
             body["details"] = details
         self.status = body
+
+
+class HarnessError(EngineError):
+    """A test harness was used outside its lifecycle, or asked for something its target lacks
+    (fault injection or the server object against a real API server)."""
+
+
+class WaitTimeout(HarnessError, AssertionError):
+    """A wait of the test harness did not see its condition within its timeout.
+
+    It is an ``AssertionError`` too, so pytest reports it as a failed expectation; the message
+    says what was awaited and the last state seen.
+    """
+
+
+class EnvTestError(EngineError):
+    """A real control plane could not be started: binaries missing, or not ready in time."""

@@ -16,9 +16,20 @@ import json
 from pathlib import Path
 from typing import Any
 
+import attrs
+
 from ._errors import RequestRejected
 
-__all__ = ["DATA", "MODES", "load", "unknown_fields", "loads_with_duplicates", "field_validation", "reject_or_warn"]
+__all__ = [
+    "DATA",
+    "MODES",
+    "FieldCheck",
+    "load",
+    "unknown_fields",
+    "loads_with_duplicates",
+    "field_validation",
+    "reject_or_warn",
+]
 
 DATA = Path(__file__).with_name("builtin_fields.json")
 MODES = ("Strict", "Warn", "Ignore")
@@ -135,3 +146,23 @@ def reject_or_warn(mode: str, kind: str, version: str, unknown: list[str], dupli
             f'{kind} in version "{version}" cannot be handled as a {kind}: strict decoding error: ' + ", ".join(problems),
         )
     return [f"299 - {json.dumps(p)}" for p in problems]
+
+
+@attrs.define
+class FieldCheck:
+    """What one write's ``fieldValidation`` makes of its unknown and duplicate fields."""
+
+    mode: str
+    """``Strict``, ``Warn`` or ``Ignore``."""
+    kind: str
+    version: str
+    duplicates: list[str] = attrs.field(factory=list)
+    """Paths of the fields the body gave twice (reported with the first :meth:`report`)."""
+    warnings: list[str] = attrs.field(factory=list)
+    """``Warning`` header values gathered so far."""
+
+    def report(self, unknown: list[str]) -> None:
+        """Add the warnings for ``unknown`` fields (and the duplicates); raises
+        :class:`RequestRejected` (400) under ``Strict`` when there are any."""
+        self.warnings.extend(reject_or_warn(self.mode, self.kind, self.version, unknown, self.duplicates))
+        self.duplicates = []

@@ -9,7 +9,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-import yaml  # type: ignore[import-untyped]  # no types-PyYAML installed
+import yaml
 
 from ..observability._http import Request, Response
 from ._access import review, token_request
@@ -17,7 +17,7 @@ from ._deletion import POLICIES
 from ._errors import RequestRejected
 from ._events import field_selector, from_storage
 from ._faults import RequestInfo
-from ._fields import field_validation, loads_with_duplicates, reject_or_warn, unknown_fields
+from ._fields import FieldCheck, field_validation, loads_with_duplicates, unknown_fields
 from ._patch import MERGE_KEYS, json_patch, merge_patch, strategic_merge_patch
 from ._protobuf import decode_protobuf
 from ._resources import BUILTIN_TYPES, REVIEW_TYPES, ResourceType
@@ -60,14 +60,18 @@ def decode_checked(request: Request) -> tuple[Any, list[str]]:
         raise RequestRejected(400, "BadRequest", "the request body is not valid JSON or YAML") from None
 
 
-def _field_warnings(rt: ResourceType, request: Request, obj: Any, duplicates: list[str]) -> list[tuple[str, str]]:
-    """Drops the fields of ``obj`` a built-in type does not have and answers per
-    ``fieldValidation`` (``Warning`` headers, or 400 under ``Strict``)."""
-    mode = field_validation(request.query)
-    if rt not in BUILTIN_TYPES:
-        return []
-    unknown = unknown_fields(f"{rt.api_version}/{rt.kind}", obj) if isinstance(obj, dict) else []
-    return [("warning", w) for w in reject_or_warn(mode, rt.kind, rt.version, unknown, duplicates)]
+def _field_check(rt: ResourceType, request: Request, obj: Any, duplicates: list[str]) -> FieldCheck:
+    """The ``fieldValidation`` of a write of ``obj``: a built-in type's unknown fields are
+    dropped and reported here (a custom resource's by its schema, in the storage); raises
+    :class:`RequestRejected` (400) under ``Strict``."""
+    check = FieldCheck(field_validation(request.query), rt.kind, rt.version, duplicates)
+    if rt in BUILTIN_TYPES:
+        check.report(unknown_fields(f"{rt.api_version}/{rt.kind}", obj) if isinstance(obj, dict) else [])
+    return check
+
+
+def _warnings(check: FieldCheck) -> list[tuple[str, str]]:
+    return [("warning", w) for w in check.warnings]
 
 
 MAX_BODY_BYTES = 3 * 1024 * 1024
@@ -163,13 +167,15 @@ def handle_resource(storage: ObjectStorage, request: Request, target: Target, in
         if name is not None:
             raise RequestRejected(405, "MethodNotAllowed", "POST is not allowed on a named object")
         body, duplicates = decode_checked(request)
-        warnings = _field_warnings(rt, request, body, duplicates)
-        obj = storage.create(rt, ns, body, dry_run=dry_run, manager=_manager(request), check_size=_large(request))
-        return json_response(201, typed(rt, obj), warnings)
+        check = _field_check(rt, request, body, duplicates)
+        obj = storage.create(
+            rt, ns, body, dry_run=dry_run, manager=_manager(request), check_size=_large(request), fields=check
+        )
+        return json_response(201, typed(rt, obj), _warnings(check))
     if info.verb == "update":
         assert name is not None
         body, duplicates = decode_checked(request)
-        warnings = _field_warnings(rt, request, body, duplicates)
+        check = _field_check(rt, request, body, duplicates)
         obj = storage.update(
             rt,
             ns,
@@ -179,8 +185,9 @@ def handle_resource(storage: ObjectStorage, request: Request, target: Target, in
             dry_run=dry_run,
             manager=_manager(request),
             check_size=_large(request),
+            fields=check,
         )
-        return json_response(200, typed(rt, obj), warnings)
+        return json_response(200, typed(rt, obj), _warnings(check))
     if info.verb == "patch":
         assert name is not None
         return _patch(storage, request, target, dry_run)
@@ -409,11 +416,11 @@ def _patch(storage: ObjectStorage, request: Request, target: Target, dry_run: bo
             raise RequestRejected(
                 400, "BadRequest", "PATCH with application/apply-patch+yaml requires the fieldManager parameter"
             )
-        warnings = _field_warnings(rt, request, patch, duplicates)
+        check = _field_check(rt, request, patch, duplicates)
         obj, created = storage.apply(
             rt, ns, name, patch, manager=manager, force=flag(request.query, "force"), subresource=sub, dry_run=dry_run
         )
-        return json_response(201 if created else 200, typed(rt, obj), warnings)
+        return json_response(201 if created else 200, typed(rt, obj), _warnings(check))
     current = from_storage(rt, storage.get(rt, ns, name))
     if content_type == "application/merge-patch+json":
         new = merge_patch(current, patch)
@@ -430,8 +437,16 @@ def _patch(storage: ObjectStorage, request: Request, target: Target, dry_run: bo
             "UnsupportedMediaType",
             f"the body of the request was in an unknown format - accepted media types include: {accepted}",
         )
-    warnings = _field_warnings(rt, request, new, duplicates)
+    check = _field_check(rt, request, new, duplicates)
     obj = storage.update(
-        rt, ns, name, new, subresource=sub, dry_run=dry_run, manager=_manager(request), check_size=_large(request)
+        rt,
+        ns,
+        name,
+        new,
+        subresource=sub,
+        dry_run=dry_run,
+        manager=_manager(request),
+        check_size=_large(request),
+        fields=check,
     )
-    return json_response(200, typed(rt, obj), warnings)
+    return json_response(200, typed(rt, obj), _warnings(check))

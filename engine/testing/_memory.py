@@ -149,6 +149,11 @@ class MemoryTransport(httpx.AsyncBaseTransport):
         )
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        """Send ``request`` to the server over a pooled memory connection; return its response.
+
+        Cancellation: cancelling closes the request's connection; the server sees a client
+        that went away, as over a socket.
+        """
         assert isinstance(request.stream, httpx.AsyncByteStream)
         core_request = httpcore.Request(
             method=request.method,
@@ -173,4 +178,8 @@ class MemoryTransport(httpx.AsyncBaseTransport):
         )
 
     async def aclose(self) -> None:
+        """Close every connection.
+
+        Cancellation: connections are closed forcefully even if cancelled.
+        """
         await self._pool.aclose()

@@ -10,9 +10,10 @@ import attrs
 
 from ._errors import RequestRejected
 from ._fieldsets import Shape
+from ._schema import CompiledSchema, compile_schema
 from ._shapes import shape_from_schema
 
-__all__ = ["ResourceType", "BUILTIN_TYPES", "REVIEW_TYPES", "resource_types_from_crd", "VERBS"]
+__all__ = ["ResourceType", "BUILTIN_TYPES", "REVIEW_TYPES", "resource_types_from_crd", "openapi_schema", "VERBS"]
 
 VERBS = ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]
 
@@ -57,6 +58,8 @@ class ResourceType:
     storage: tuple[str, str] | None = None
     """Another type's ``(group, plural)`` whose storage this type is a view of
     (``events.k8s.io`` Events are core Events)."""
+    schema: CompiledSchema | None = attrs.field(default=None, eq=False, repr=False)
+    """A custom resource's compiled ``openAPIV3Schema`` (``None`` for built-in types)."""
 
     @property
     def api_version(self) -> str:
@@ -189,6 +192,12 @@ def _crd_invalid(name: str, field: str, message: str) -> RequestRejected:
     )
 
 
+def openapi_schema(version: dict[str, Any]) -> Any:
+    """A CRD version's ``schema.openAPIV3Schema``, or ``None``."""
+    schema = version.get("schema")
+    return schema.get("openAPIV3Schema") if isinstance(schema, dict) else None
+
+
 def resource_types_from_crd(crd: dict[str, Any]) -> list[ResourceType]:
     """The served resource types a CustomResourceDefinition declares, storage version first.
 
@@ -242,12 +251,13 @@ def resource_types_from_crd(crd: dict[str, Any]) -> list[ResourceType]:
                 categories=tuple(names.get("categories") or ()),
                 printer_columns=tuple(version.get("additionalPrinterColumns") or ()),
                 has_generation=True,
-                field_shape=shape_from_schema((version.get("schema") or {}).get("openAPIV3Schema")),
+                field_shape=shape_from_schema(openapi_schema(version)),
                 selectable_fields=tuple(
                     str(f["jsonPath"]).lstrip(".")
                     for f in version.get("selectableFields") or ()
                     if isinstance(f, dict) and isinstance(f.get("jsonPath"), str)
                 ),
+                schema=compile_schema(openapi_schema(version)),
             )
         )
     return types

@@ -16,7 +16,7 @@ from typing import Any
 
 import attrs
 import trio
-import yaml  # type: ignore[import-untyped]  # no types-PyYAML installed
+import yaml
 
 from ..observability._http import serve_http
 from ._api import Router

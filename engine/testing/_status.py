@@ -6,10 +6,12 @@ raise it.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from ._errors import RequestRejected
 from ._resources import ResourceType
+from ._schema import FieldError
 
 _REASONS = (
     ("Required value", "FieldValueRequired"),
@@ -77,20 +79,36 @@ def already_exists(rt: ResourceType, name: str) -> RequestRejected:
     )
 
 
-def invalid(rt: ResourceType, name: str, causes: list[tuple[str, str]]) -> RequestRejected:
-    """422 Invalid; ``causes`` are ``(field, message)`` pairs, each cause's reason taken from its
-    message (:func:`cause_reason`)."""
-    qualified = f"{rt.kind}.{rt.group}" if rt.group else rt.kind
-    text = ", ".join(f"{field}: {message}" for field, message in causes)
+def _as_field_error(cause: tuple[str, str] | FieldError) -> FieldError:
+    if isinstance(cause, FieldError):
+        return cause
+    field, message = cause
+    return FieldError(cause_reason(message), field, message)
+
+
+def invalid(
+    rt: ResourceType, name: str, causes: Sequence[tuple[str, str] | FieldError], *, kind: str | None = None
+) -> RequestRejected:
+    """422 Invalid; ``causes`` are :class:`FieldError` values or ``(field, message)`` pairs
+    (whose reason follows from the message: ``Required value`` is ``FieldValueRequired``...).
+
+    The message lists the distinct errors as the real server's aggregate does: one alone, or
+    several in brackets. ``kind`` overrides the type's kind (the real server names the kind the
+    request body gave)."""
+    kind = kind or rt.kind
+    qualified = f"{kind}.{rt.group}" if rt.group else kind
+    errors = [_as_field_error(c) for c in causes]
+    texts = list(dict.fromkeys(str(e) for e in errors))
+    text = texts[0] if len(texts) == 1 else "[" + ", ".join(texts) + "]"
     return RequestRejected(
         422,
         "Invalid",
         f'{qualified} "{name}" is invalid: {text}',
         details=details(
             rt.group,
-            rt.kind,
+            kind,
             name,
-            causes=[{"reason": cause_reason(message), "message": message, "field": field} for field, message in causes],
+            causes=[{"reason": e.reason, "message": e.message, "field": e.field} for e in errors],
         ),
     )
 

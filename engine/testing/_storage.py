@@ -9,7 +9,7 @@ Semantics kept from the real API server: one global, monotonically increasing re
 with a status subresource, ``status`` changes, and when deletion starts); optimistic concurrency;
 namespaces that must exist; watches replayed from a bounded history. The rest lives next door:
 per-type validation and defaults in :mod:`._strategies`, field ownership and server-side apply
-in :mod:`._apply`, deletion and garbage collection in :mod:`._deletion`.
+in :mod:`._apply`, deletion in :mod:`._deletion`, garbage collection in :mod:`._controllers`.
 
 Lists read the latest state, or with ``resourceVersionMatch=Exact`` the state at a
 resourceVersion the history still covers; the pages after the first read the first page's
@@ -38,6 +38,7 @@ import trio
 
 from . import _apply, _deletion, _events, _services
 from ._errors import RequestRejected
+from ._fields import FieldCheck
 from ._objects import SYSTEM_METADATA, Key, Obj, format_time, meta
 from ._resources import BUILTIN_TYPES, ResourceType, resource_types_from_crd
 from ._selectors import FieldSelector, LabelSelector
@@ -204,6 +205,15 @@ class ObjectStorage:
         for t in types:
             self._register(t)
         self._crd_types[name] = types
+        schema = types[0].schema if types else None
+        bucket = self._objects.get(types[0].storage_key) if types else None
+        if schema is not None and bucket is not None:
+            # Defaulting on read: objects stored before a default was added read with it.
+            for key, obj in bucket.objects.items():
+                fresh = copy.deepcopy(obj)
+                schema.root.apply_defaults(fresh)
+                if fresh != obj:
+                    bucket.objects[key] = fresh
 
     def _unserve_crd(self, crd: Obj) -> None:
         name = meta(crd)["name"]
@@ -441,6 +451,10 @@ class ObjectStorage:
         if not isinstance(body, dict):
             raise RequestRejected(400, "BadRequest", "the request body must be a JSON object")
         obj = copy.deepcopy(body)
+        if obj.get("kind") not in (None, "", rt.kind) and rt.schema is not None:
+            kind = str(obj["kind"])
+            name_ = str((obj.get("metadata") or {}).get("name") or name or "")
+            raise invalid(rt, name_, [("kind", f'Invalid value: "{kind}": must be {rt.kind}')], kind=kind)
         if obj.get("kind") not in (None, "", rt.kind):
             raise RequestRejected(
                 400, "BadRequest", f"the kind of the object ({obj.get('kind')}) does not match the resource ({rt.kind})"
@@ -483,11 +497,13 @@ class ObjectStorage:
         dry_run: bool = False,
         manager: str | None = None,
         check_size: bool = False,
+        fields: FieldCheck | None = None,
         _managed_fields: list[dict[str, Any]] | None = None,
     ) -> Obj:
         """Create an object. Raises :class:`RequestRejected`: 400, 404 (namespace), 409
         AlreadyExists, 403 (namespace terminating), 422 Invalid; with ``check_size``, 500 for an
-        object larger than etcd stores (:data:`MAX_OBJECT_BYTES`)."""
+        object larger than etcd stores (:data:`MAX_OBJECT_BYTES`). ``fields`` hears of the unknown
+        fields a custom resource's schema pruned (400 under ``fieldValidation=Strict``)."""
         obj = self._prepare_body(rt, namespace, body, None)
         namespace = self.check_namespace(rt, namespace)
         metadata = obj["metadata"]
@@ -510,7 +526,9 @@ class ObjectStorage:
             obj.pop("status", None)
         strategy = strategy_for(rt)
         status_before = obj.get("status")
-        strategy.prepare(rt, obj, self._timestamp)
+        unknown = strategy.prepare(rt, obj, self._timestamp)
+        if fields is not None:
+            fields.report(unknown)
         strategy.check(rt, obj, None)
         if _managed_fields is None and manager:
             _managed_fields = _apply.record_update(rt, None, obj, manager, self._timestamp, base=base)
@@ -565,6 +583,7 @@ class ObjectStorage:
         manager: str | None = None,
         check_version: bool = True,
         check_size: bool = False,
+        fields: FieldCheck | None = None,
         _managed_fields: list[dict[str, Any]] | None = None,
     ) -> Obj:
         """Replace an object (or its status). Raises :class:`RequestRejected`: 404, 409 Conflict
@@ -609,7 +628,9 @@ class ObjectStorage:
         if rt.storage_key == _services.SERVICES:
             _services.keep_allocated(obj, old)
         status_before = copy.deepcopy(obj.get("status")) if strategy.status_writer else None
-        strategy.prepare(rt, obj, self._timestamp)
+        unknown = strategy.prepare(rt, obj, self._timestamp, old=old, subresource=subresource)
+        if fields is not None:
+            fields.report(unknown)
         strategy.check(rt, obj, old)
         managed = _managed_fields
         if managed is None:
@@ -718,8 +739,9 @@ class ObjectStorage:
         """Delete an object; returns ``(object, gone)``; ``gone`` is false while finalizers
         hold it. ``options`` is a ``DeleteOptions`` body (``preconditions``,
         ``propagationPolicy``). Raises :class:`RequestRejected`: 404, 409 on a failed
-        precondition, 400 on an unknown propagation policy. Garbage collection of dependents
-        happens within the call."""
+        precondition, 400 on an unknown propagation policy, 403 for the namespaces that may not
+        be deleted. The propagation policy becomes a finalizer; collecting the dependents is
+        the controllers' work, after the call (see :mod:`._controllers`)."""
         return _deletion.delete(self, rt, namespace, name, options, dry_run=dry_run)
 
 

@@ -3,7 +3,8 @@
 The real API server gives every resource a strategy (prepare, validate, canonicalize). Here a
 :class:`Strategy` holds the type's name rule, its validation beyond metadata and its
 canonicalization (defaults and derived fields). Types without an entry use the default strategy:
-metadata validation only.
+metadata validation only. Custom resources use their definition's schema (:mod:`._schema`):
+pruning, defaults, validation and CEL rules; definitions are checked for structural schemas.
 """
 
 from __future__ import annotations
@@ -18,9 +19,10 @@ import attrs
 
 from . import _access, _services, _workloads
 from ._objects import Obj, meta
-from ._resources import ResourceType, resource_types_from_crd
+from ._resources import ResourceType, openapi_schema, resource_types_from_crd
+from ._schema import FieldError, check_object, structural_errors
 from ._status import CauseSpec, invalid, invalid_causes
-from ._validation import NameRule, validate_metadata
+from ._validation import NameRule, metadata_causes, validate_metadata
 
 __all__ = ["Strategy", "strategy_for"]
 
@@ -72,11 +74,32 @@ class Strategy:
     controller writes them through the status subresource: ``kube-apiserver`` for a
     CustomResourceDefinition's names and conditions); ``None``: nobody owns them."""
 
-    def prepare(self, rt: ResourceType, obj: Obj, now: Clock) -> None:
-        """Validate ``obj`` then canonicalize it in place; raises :class:`RequestRejected`."""
+    def prepare(
+        self, rt: ResourceType, obj: Obj, now: Clock, *, old: Obj | None = None, subresource: str | None = None
+    ) -> list[str]:
+        """Validate ``obj`` then canonicalize it in place; raises :class:`RequestRejected`.
+
+        ``old`` is the stored object on updates, ``subresource`` the subresource written. Returns
+        the paths of the unknown fields a custom resource's schema pruned (for warnings)."""
+        if rt.schema is not None:
+            return _prepare_custom(rt, obj, old, subresource)
         validate_metadata(rt, obj, self.name_rule)
         self.validate_type(rt, obj)
         self.canonicalize(rt, obj, now)
+        return []
+
+
+def _prepare_custom(rt: ResourceType, obj: Obj, old: Obj | None, subresource: str | None) -> list[str]:
+    """Prune and default, then validate as the real server validates a custom resource: metadata
+    and the schema, then the CEL rules unless a blocking error came first."""
+    assert rt.schema is not None
+    unknown = rt.schema.prune_and_default(obj)
+    errors: list[FieldError | tuple[str, str]] = []
+    errors.extend(metadata_causes(obj))
+    errors.extend(check_object(rt.schema, obj, old, status_only=subresource == "status"))
+    if errors:
+        raise invalid(rt, str(meta(obj).get("name", "")), errors)
+    return unknown
 
 
 def _canonicalize_secret(rt: ResourceType, obj: Obj, now: Clock) -> None:
@@ -144,6 +167,11 @@ def _prepare_namespace_update(rt: ResourceType, obj: Obj, old: Obj, subresource:
 
 def _validate_crd(rt: ResourceType, obj: Obj) -> None:
     resource_types_from_crd(obj)
+    errors: list[FieldError] = []
+    for i, version in enumerate(obj["spec"]["versions"]):
+        errors.extend(structural_errors(openapi_schema(version), f"spec.versions[{i}].schema.openAPIV3Schema"))
+    if errors:
+        raise invalid(rt, str(meta(obj).get("name", "")), errors)
 
 
 def _default_crd(rt: ResourceType, obj: Obj) -> None:
@@ -267,6 +295,28 @@ def _check_ingress(rt: ResourceType, obj: Obj, old: Obj | None) -> None:
         raise invalid_causes(rt, str(meta(obj).get("name", "")), causes)
 
 
+def _check_lease(rt: ResourceType, obj: Obj, old: Obj | None) -> None:
+    spec = _mapping(obj.get("spec"))
+    causes: list[CauseSpec] = []
+    duration = spec.get("leaseDurationSeconds")
+    if duration is not None and (not isinstance(duration, int) or duration <= 0):
+        causes.append(("FieldValueInvalid", "spec.leaseDurationSeconds", f"Invalid value: {duration}: must be greater than 0"))
+    transitions = spec.get("leaseTransitions")
+    if transitions is not None and (not isinstance(transitions, int) or transitions < 0):
+        causes.append(
+            ("FieldValueInvalid", "spec.leaseTransitions", f"Invalid value: {transitions}: must be greater than or equal to 0")
+        )
+    strategy = spec.get("strategy")
+    if strategy not in (None, "", "OldestEmulationVersion"):
+        causes.append(
+            ("FieldValueNotSupported", "spec.strategy", f'Unsupported value: "{strategy}": supported values: "OldestEmulationVersion"')
+        )
+    if spec.get("preferredHolder") and not strategy:
+        causes.append(("FieldValueForbidden", "spec.preferredHolder", "Forbidden: may only be specified if `strategy` is defined"))
+    if causes:
+        raise invalid_causes(rt, str(meta(obj).get("name", "")), causes)
+
+
 _WORKLOAD = Strategy(
     canonicalize=_workload_defaults, prepare_create=_workloads.prepare_create, check=_workloads.check
 )
@@ -276,6 +326,7 @@ _DEFAULT = Strategy()
 _STRATEGIES: dict[tuple[str, str], Strategy] = {
     ("", "secrets"): Strategy(canonicalize=_canonicalize_secret, check=_check_data_size),
     ("", "configmaps"): Strategy(check=_check_data_size),
+    ("coordination.k8s.io", "leases"): Strategy(check=_check_lease),
     ("", "services"): Strategy(canonicalize=_service_defaults, prepare_create=_load_balancer_status, check=_services.check),
     ("networking.k8s.io", "ingresses"): Strategy(prepare_create=_load_balancer_status, check=_check_ingress),
     **{key: _WORKLOAD for key in _workloads.WORKLOADS},

@@ -6,6 +6,7 @@ Type-specific rules live in :mod:`._strategies`; this module only knows the shap
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Literal
 
@@ -23,6 +24,14 @@ _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _LABEL_KEY = re.compile(r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
 _LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$")
 _NAME_RULES = {"subdomain": (_DNS_SUBDOMAIN, 253), "label": (_DNS_LABEL, 63)}
+_NAME_TEXT = {
+    "subdomain": "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', "
+    "and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is "
+    "'[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')",
+    "label": "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must "
+    "start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is "
+    "'[a-z0-9]([-a-z0-9]*[a-z0-9])?')",
+}
 
 
 def metadata_causes(obj: Obj, name_rule: NameRule = "subdomain") -> list[tuple[str, str]]:
@@ -31,15 +40,10 @@ def metadata_causes(obj: Obj, name_rule: NameRule = "subdomain") -> list[tuple[s
     name = metadata.get("name", "")
     causes: list[tuple[str, str]] = []
     pattern, limit = _NAME_RULES[name_rule]
-    if not isinstance(name, str) or not pattern.match(name) or len(name) > limit:
-        causes.append(
-            (
-                "metadata.name",
-                f'Invalid value: "{name}": a lowercase RFC 1123 {name_rule} must consist of lower case '
-                "alphanumeric characters, '-' or '.', and must start and end with an "
-                "alphanumeric character",
-            )
-        )
+    if not isinstance(name, str) or not pattern.match(name):
+        causes.append(("metadata.name", f"Invalid value: {json.dumps(name)}: {_NAME_TEXT[name_rule]}"))
+    elif len(name) > limit:
+        causes.append(("metadata.name", f"Invalid value: {json.dumps(name)}: must be no more than {limit} characters"))
     labels = metadata.get("labels") or {}
     if not isinstance(labels, dict):
         causes.append(("metadata.labels", "Invalid value: labels must be a map of strings"))

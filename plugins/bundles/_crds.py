@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 GROUP = "bundles.engine.dev"
+_DURATION = r"^(0|([0-9]+(\.[0-9]+)?(ms|s|m|h))+)$"
 VERSION = "v1alpha1"
 API_VERSION = f"{GROUP}/{VERSION}"
 
@@ -28,9 +29,10 @@ def _crd(kind: str, plural: str, spec_schema: dict[str, Any], columns: list[dict
                     "schema": {
                         "openAPIV3Schema": {
                             "type": "object",
+                            "required": ["spec"],
                             "properties": {
                                 "spec": spec_schema,
-                                "status": {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
+                                "status": _STATUS_SCHEMA,
                             },
                         }
                     },
@@ -40,10 +42,38 @@ def _crd(kind: str, plural: str, spec_schema: dict[str, Any], columns: list[dict
     }
 
 
+_CONDITION = {
+    "type": "object",
+    "required": ["type", "status"],
+    "properties": {
+        "type": {"type": "string", "minLength": 1, "maxLength": 316},
+        "status": {"type": "string", "enum": ["True", "False", "Unknown"]},
+        "reason": {"type": "string", "maxLength": 1024},
+        "message": {"type": "string", "maxLength": 32768},
+        "observedGeneration": {"type": "integer", "format": "int64", "minimum": 0},
+        "lastTransitionTime": {"type": "string", "format": "date-time"},
+    },
+}
+
+_STATUS_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "conditions": {
+            "type": "array",
+            "items": _CONDITION,
+            "x-kubernetes-list-type": "map",
+            "x-kubernetes-list-map-keys": ["type"],
+        },
+        "observedGeneration": {"type": "integer", "format": "int64", "minimum": 0},
+    },
+    "x-kubernetes-preserve-unknown-fields": True,
+}
+
 _READY_COLUMNS = [
     {"name": "Ready", "type": "string", "jsonPath": '.status.conditions[?(@.type=="Ready")].status'},
     {"name": "Status", "type": "string", "jsonPath": '.status.conditions[?(@.type=="Ready")].message'},
 ]
+_AGE_COLUMN = {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}
 
 SOURCE_CRD = _crd(
     "Source",
@@ -52,7 +82,7 @@ SOURCE_CRD = _crd(
         "type": "object",
         "required": ["revision"],
         "properties": {
-            "revision": {"type": "string", "description": "The revision of the artifact, e.g. a commit."},
+            "revision": {"type": "string", "minLength": 1, "description": "The revision of the artifact, e.g. a commit."},
             "artifact": {
                 "type": "array",
                 "description": "The manifests of this revision.",
@@ -60,7 +90,7 @@ SOURCE_CRD = _crd(
             },
         },
     },
-    [{"name": "Revision", "type": "string", "jsonPath": ".spec.revision"}],
+    [{"name": "Revision", "type": "string", "jsonPath": ".spec.revision"}, *_READY_COLUMNS, _AGE_COLUMN],
 )
 
 BUNDLE_CRD = _crd(
@@ -70,22 +100,39 @@ BUNDLE_CRD = _crd(
         "type": "object",
         "required": ["sourceRef"],
         "properties": {
-            "sourceRef": {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]},
+            "sourceRef": {
+                "type": "object",
+                "properties": {"name": {"type": "string", "minLength": 1}},
+                "required": ["name"],
+            },
             "dependsOn": {
                 "type": "array",
-                "items": {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]},
+                "items": {"type": "object", "properties": {"name": {"type": "string", "minLength": 1}}, "required": ["name"]},
             },
-            "interval": {"type": "string", "description": "Periodic resync, e.g. 10m (default 10m)."},
-            "timeout": {"type": "string", "description": "Bound of the health check (default 5m)."},
+            "interval": {
+                "type": "string",
+                "pattern": _DURATION,
+                "default": "10m",
+                "description": "Periodic resync, e.g. 10m.",
+            },
+            "timeout": {
+                "type": "string",
+                "pattern": _DURATION,
+                "default": "5m",
+                "description": "Bound of the health check.",
+            },
             "healthCheckWait": {
                 "type": "string",
-                "description": "How long applied objects must stay healthy before the bundle is Ready (default 0s).",
+                "pattern": _DURATION,
+                "default": "0s",
+                "description": "How long applied objects must stay healthy before the bundle is Ready.",
             },
-            "prune": {"type": "boolean", "description": "Delete objects no longer in the artifact (default true)."},
+            "prune": {"type": "boolean", "default": True, "description": "Delete objects no longer in the artifact."},
         },
     },
     [
         {"name": "Revision", "type": "string", "jsonPath": ".status.lastAppliedRevision"},
         *_READY_COLUMNS,
+        _AGE_COLUMN,
     ],
 )

@@ -14,6 +14,7 @@ from engine.kube import (
     Plugin,
     PluginContext,
     Resource,
+    join_selectors,
     ref_for,
     set_finalizer,
 )
@@ -132,7 +133,7 @@ class MirrorReconciler:
 
 async def setup(ctx: PluginContext) -> None:
     cluster = ctx.cluster
-    sources = await cluster.informer("v1", "ConfigMap", label_selector=_join(f"{ENABLED_LABEL}=true", cluster.label_selector))
+    sources = await cluster.informer("v1", "ConfigMap", label_selector=join_selectors(f"{ENABLED_LABEL}=true", cluster.label_selector))
     copies = await cluster.informer("v1", "ConfigMap", namespace=None, label_selector=SOURCE_LABEL)
     namespaces = await cluster.informer("v1", "Namespace")
     copies.store.add_index(SOURCE_INDEX, lambda obj: [(obj["metadata"].get("labels") or {}).get(SOURCE_LABEL, "")])
@@ -149,10 +150,6 @@ async def setup(ctx: PluginContext) -> None:
 
     cluster.watches_mapped(controller, copies, source_of_copy, reason="mirrored copy changed")
     cluster.watches_mapped(controller, namespaces, all_sources, reason="namespace changed")
-
-
-def _join(*selectors: str | None) -> str:
-    return ",".join(s for s in selectors if s)
 
 
 plugin = Plugin(

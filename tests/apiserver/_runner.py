@@ -23,7 +23,7 @@ from typing import Any
 
 import attrs
 import httpx
-import yaml  # type: ignore[import-untyped]  # no types-PyYAML installed
+import yaml
 
 from ._normalize import Bindings, Unbound, comparable, project, project_watch
 from ._script import ESTABLISHED, TEARDOWN, Step, steps

@@ -12,7 +12,7 @@ import pytest
 import trio
 import yaml
 
-from engine.cli._apiserver import main
+from engine.cli._apiserver import _parser, main, server_from_args
 
 CODE = "import sys; from engine.cli._apiserver import main; sys.exit(main(sys.argv[1:]))"
 
@@ -93,3 +93,8 @@ def test_cli_reports_a_port_in_use(capsys: pytest.CaptureFixture[str]) -> None:
         port = taken.getsockname()[1]
         assert main(["--port", str(port)]) == 1
     assert "cannot start the API server" in capsys.readouterr().err
+
+
+def test_cli_controllers_run_unless_disabled() -> None:
+    assert server_from_args(_parser().parse_args([])).controllers is True
+    assert server_from_args(_parser().parse_args(["--no-controllers"])).controllers is False

@@ -11,8 +11,9 @@ from typing import Any
 import trio
 import trio.testing
 
-from engine import Controller, Manager, ObjectRef, Observability, RunContext, TerminalError
+from engine import Controller, Manager, ObjectRef, RunContext, TerminalError
 from engine.cli._live import LiveState, format_line, main
+from engine.observability import Observability
 
 from .._support import running
 from ..observability._support import Recorder

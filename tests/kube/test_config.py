@@ -12,7 +12,7 @@ import httpx
 import pytest
 import trio
 import trustme
-import yaml  # type: ignore[import-untyped]
+import yaml
 
 from engine.kube import BearerTokenAuth, Config, ConfigError, TokenFileAuth
 from engine.kube.lowlevel import ExecAuth

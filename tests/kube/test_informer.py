@@ -13,6 +13,7 @@ import pytest
 import trio
 import trio.testing
 
+from engine import LifecycleError
 from engine.kube import (
     Client,
     Config,
@@ -327,7 +328,7 @@ async def test_informer_runs_once_at_a_time(api: ApiServer, autojump_clock: trio
     async with memory_client(api) as client, trio.open_nursery() as nursery:
         informer = Informer(client, CONFIGMAPS)
         await nursery.start(informer.run)
-        with pytest.raises(RuntimeError, match=r"^an Informer can run only once at a time$"):
+        with pytest.raises(LifecycleError, match=r"^an Informer can run only once at a time$"):
             await informer.run()
         nursery.cancel_scope.cancel()
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from engine import Controller, Manager, Observability, RunContext
+from engine import Controller, Manager, RunContext
 from engine.kube import (
     SHARD_LABEL,
     Client,
@@ -23,6 +23,7 @@ from engine.kube import (
     load_plugins,
     run_plugins,
 )
+from engine.observability import Observability
 from engine.testing import ApiServer
 
 from ..observability._support import get

@@ -9,6 +9,7 @@ import pytest
 import trio
 import trio.testing
 
+from engine import LifecycleError
 from engine.kube import (
     Added,
     Bookmark,
@@ -78,7 +79,7 @@ async def test_lists_watches_and_relists_after_gone(api: ApiServer, autojump_clo
         await wait_until(lambda: watcher.statistics().gone == 1 and watcher.statistics().lists == 2)
         await wait_until(lambda: any(isinstance(e, Restarted) for e in events[4:]))
         assert [summary(e) for e in events[4:] if not isinstance(e, Bookmark)] == [("Restarted", ["a"])]
-        with pytest.raises(RuntimeError, match=r"^a Watcher can run only once at a time$"):
+        with pytest.raises(LifecycleError, match=r"^a Watcher can run only once at a time$"):
             await watcher.run(events.append)
         nursery.cancel_scope.cancel()
 

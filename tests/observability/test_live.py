@@ -13,16 +13,8 @@ import trio
 import trio.testing
 from trio_websocket import ConnectionClosed, ConnectionRejected, WebSocketConnection, open_websocket_url
 
-from engine import (
-    Controller,
-    DependencyNotReady,
-    Manager,
-    ObjectRef,
-    Observability,
-    Result,
-    RunContext,
-    TerminalError,
-)
+from engine import Controller, DependencyNotReady, Manager, ObjectRef, Result, RunContext, TerminalError
+from engine.observability import Observability
 
 from .._support import running
 from ._support import Recorder, get
@@ -38,11 +30,17 @@ SLOW = ObjectRef("Widget", "slow", "ns")
 SOURCE = ObjectRef("Source", "repo", "ns")
 
 
+SNAPSHOT_AND_STATS = ("objects", "events", "controllers")
+"""Connect-time snapshot and periodic messages (tested in tests/observability/test_dashboard.py)."""
+
+
 async def collect(ws: WebSocketConnection, into: list[dict[str, Any]], until: Any = None) -> None:
     """Read messages into ``into`` until ``until(message)`` or the connection closes."""
     try:
         while True:
             message = json.loads(await ws.get_message())
+            if message["type"] in SNAPSHOT_AND_STATS:
+                continue
             into.append(message)
             if until is not None and until(message):
                 return

@@ -10,17 +10,16 @@ import trio.testing
 from engine import (
     Controller,
     DependencyNotReady,
-    EngineMetrics,
     Event,
     Manager,
     MemorySink,
     ObjectRef,
-    Observability,
     OutcomeKind,
     Result,
     RunContext,
     TerminalError,
 )
+from engine.observability import EngineMetrics, Observability
 from engine.observability._metrics import RECONCILE_TIME_BUCKETS
 
 from .._support import running

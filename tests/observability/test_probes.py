@@ -7,17 +7,8 @@ import pytest
 import trio
 import trio.testing
 
-from engine import (
-    CheckFailed,
-    Controller,
-    Manager,
-    ObjectRef,
-    Observability,
-    Run,
-    RunContext,
-    RunObserver,
-    parse_bind_address,
-)
+from engine import Controller, Manager, ObjectRef, Run, RunContext, RunObserver
+from engine.observability import CheckFailed, Observability, parse_bind_address
 
 from .._support import running
 from ._support import get

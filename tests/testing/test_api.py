@@ -26,9 +26,19 @@ async def test_discovery(client: httpx.AsyncClient) -> None:
     assert (await client.get("/api")).json()["versions"] == ["v1"]
     core = (await client.get("/api/v1")).json()
     names = {r["name"] for r in core["resources"]}
-    assert {"namespaces", "namespaces/status", "configmaps", "secrets", "events"} <= names
+    assert {"namespaces", "namespaces/status", "namespaces/finalize", "configmaps", "secrets", "events"} <= names
+    assert {"services", "pods", "serviceaccounts", "serviceaccounts/token"} <= names
+    resources = {r["name"]: r for r in core["resources"]}
+    assert "deletecollection" not in resources["namespaces"]["verbs"]
+    assert "deletecollection" in resources["configmaps"]["verbs"]
+    assert resources["serviceaccounts/token"]["kind"] == "TokenRequest"
     groups = {g["name"] for g in (await client.get("/apis")).json()["groups"]}
-    assert {"coordination.k8s.io", "events.k8s.io", "apiextensions.k8s.io"} <= groups
+    assert {"coordination.k8s.io", "events.k8s.io", "apiextensions.k8s.io", "apps", "batch", "rbac.authorization.k8s.io"} <= groups
+    apps = {r["name"]: r for r in (await client.get("/apis/apps/v1")).json()["resources"]}
+    assert apps["deployments/scale"]["kind"] == "Scale" and apps["deployments/scale"]["group"] == "autoscaling"
+    assert apps["deployments"]["shortNames"] == ["deploy"] and apps["deployments"]["categories"] == ["all"]
+    reviews = (await client.get("/apis/authorization.k8s.io/v1")).json()["resources"]
+    assert {r["name"]: r["verbs"] for r in reviews}["selfsubjectaccessreviews"] == ["create"]
     leases = (await client.get("/apis/coordination.k8s.io/v1")).json()
     assert leases["resources"][0]["name"] == "leases"
     assert (await client.get("/apis/coordination.k8s.io")).json()["preferredVersion"]["version"] == "v1"
@@ -400,3 +410,9 @@ async def test_delete_options_and_answers(client: httpx.AsyncClient) -> None:
     assert "finalizers" not in released.json()["metadata"]
     assert released.json()["metadata"]["resourceVersion"] == deleting_rv  # removed, not written
     assert_status(await client.get(f"{CM}/held"), 404, "NotFound")
+
+
+async def test_the_system_namespaces_may_not_be_deleted(client: httpx.AsyncClient) -> None:
+    for name in ("default", "kube-system", "kube-public"):
+        assert_status(await client.delete(f"/api/v1/namespaces/{name}"), 403, "Forbidden")
+    assert (await client.get("/api/v1/namespaces/default")).json()["status"]["phase"] == "Active"

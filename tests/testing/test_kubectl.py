@@ -242,12 +242,80 @@ async def test_get_prints_the_servers_table_columns(kubectl: Kubectl) -> None:
         }
     }
     await kubectl("patch", "bundle", "web", "--subresource=status", "--type=merge", "-p", json.dumps(status))
+    columns = [c["name"] for c in BUNDLE_CRD["spec"]["versions"][0]["additionalPrinterColumns"]]
+    assert columns[:3] == ["Revision", "Ready", "Status"]
     lines = (await kubectl("get", "bundles")).splitlines()
-    assert lines[0].split() == ["NAME", "REVISION", "READY", "STATUS"]
-    assert lines[1].split() == ["web", "abc123", "True", "Applied", "revision", "abc123"]
+    assert lines[0].split() == ["NAME", *(c.upper() for c in columns)]
+    assert lines[1].split()[:6] == ["web", "abc123", "True", "Applied", "revision", "abc123"]
     await kubectl("create", "-f", kubectl.file("cm.yaml", CONFIGMAP))
     lines = (await kubectl("get", "configmaps", "demo")).splitlines()
     assert lines[0].split() == ["NAME", "DATA", "AGE"]
     assert lines[1].split()[:2] == ["demo", "1"]
     wide = (await kubectl("get", "namespaces", "default", "-o", "wide")).splitlines()
     assert wide[0].split() == ["NAME", "STATUS", "AGE"] and wide[1].split()[:2] == ["default", "Active"]
+
+
+DEPLOYMENT = """\
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: web, labels: {app: web}}
+spec:
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata: {labels: {app: web}}
+    spec:
+      containers:
+      - {name: c, image: "registry.example/app:1.0", ports: [{containerPort: 8080}]}
+"""
+
+
+async def test_apply_a_deployment_and_scale_it(kubectl: Kubectl) -> None:
+    path = kubectl.file("deploy.yaml", DEPLOYMENT)
+    assert "deployment.apps/web created" in await kubectl("apply", "-f", path)
+    deploy = await kubectl.json("get", "deployment", "web")
+    assert deploy["spec"]["replicas"] == 1 and deploy["metadata"]["generation"] == 1
+    assert deploy["spec"]["strategy"] == {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": "25%", "maxUnavailable": "25%"}}
+    container = deploy["spec"]["template"]["spec"]["containers"][0]
+    assert container["imagePullPolicy"] == "IfNotPresent" and container["ports"][0]["protocol"] == "TCP"
+    assert "unchanged" in await kubectl("apply", "-f", path)
+    assert "deployment.apps/web scaled" in await kubectl("scale", "deployment", "web", "--replicas=3")
+    assert (await kubectl.json("get", "deploy", "web"))["spec"]["replicas"] == 3
+    typo = kubectl.file("typo.yaml", DEPLOYMENT.replace("image:", "imag: x, image:"))
+    rejected = await kubectl("apply", "-f", typo, check=False)
+    assert 'unknown field "spec.template.spec.containers[0].imag"' in rejected
+    bad = kubectl.file("bad.yaml", DEPLOYMENT.replace("labels: {app: web}}\n    spec", "labels: {app: other}}\n    spec"))
+    assert "`selector` does not match template `labels`" in await kubectl("apply", "-f", bad, check=False)
+
+
+async def test_events_show_in_get_events_and_describe(kubectl: Kubectl) -> None:
+    await kubectl("create", "-f", kubectl.file("cm.yaml", CONFIGMAP))
+    cm = await kubectl.json("get", "cm", "demo")
+    event = {
+        "apiVersion": "events.k8s.io/v1",
+        "kind": "Event",
+        "metadata": {"name": "demo.1"},
+        "eventTime": "2026-01-01T00:00:00.000000Z",
+        "reportingController": "engine.dev/demo",
+        "reportingInstance": "demo-1",
+        "action": "Reconcile",
+        "reason": "Synced",
+        "type": "Normal",
+        "note": "all good",
+        "regarding": {"apiVersion": "v1", "kind": "ConfigMap", "namespace": "default", "name": "demo", "uid": cm["metadata"]["uid"]},
+    }
+    await kubectl("create", "-f", kubectl.file("ev.json", json.dumps(event)))
+    core = await kubectl.json("get", "events")
+    assert [(e["reason"], e["message"], e["involvedObject"]["name"]) for e in core["items"]] == [("Synced", "all good", "demo")]
+    listed = await kubectl("events", "--for", "configmap/demo")
+    assert "Synced" in listed and "all good" in listed
+    described = await kubectl("describe", "configmap", "demo")
+    assert "Events:" in described and "Synced" in described and "all good" in described
+
+
+async def test_delete_namespace_waits_for_its_contents(kubectl: Kubectl) -> None:
+    await kubectl("create", "namespace", "team")
+    await kubectl("create", "configmap", "c", "-n", "team", "--from-literal=a=b")
+    await kubectl("apply", "-n", "team", "-f", kubectl.file("deploy.yaml", DEPLOYMENT))
+    assert 'namespace "team" deleted' in await kubectl("delete", "namespace", "team")
+    assert "NotFound" in await kubectl("get", "namespace", "team", check=False)
+    assert "NotFound" in await kubectl("get", "cm", "c", "-n", "team", check=False)

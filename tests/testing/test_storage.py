@@ -150,7 +150,7 @@ def test_lookup_answers_none_where_get_answers_404() -> None:
 
 
 def test_store_is_a_deprecated_alias_of_object_storage() -> None:
-    with pytest.warns(DeprecationWarning, match=r"^engine\.testing\.Store is deprecated: it is now engine\.testing\."):
+    with pytest.warns(DeprecationWarning, match=r"^engine\.testing\.Store is deprecated: use engine\.testing\.ObjectStorage$"):
         assert engine.testing.Store is ObjectStorage
     with pytest.warns(DeprecationWarning):
         from engine.testing import Store  # noqa: F401

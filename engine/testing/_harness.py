@@ -1,0 +1,634 @@
+"""Run a plugin (or a manager you built) against a test target, and drive it from the test.
+
+::
+
+    async with open_plugin_test(plugin, kube_target) as h:
+        await h.apply(WIDGET_YAML)
+        widget = await h.wait_for("Widget", "w1", condition="Ready", timeout=60)
+        assert h.outcomes(name="w1")[-1] is OutcomeKind.REQUEUE_AFTER
+        assert [e.reason for e in h.events] == ["Applied"]
+
+On the embedded server without sockets the whole stack (server, informers, controllers,
+requeues, leader election, event sinks) runs on trio's clock, so under
+``MockClock(autojump_threshold=0)`` a test waits through hours of requeues in milliseconds.
+Every ``timeout`` here is in seconds of trio time. Under ``MockClock`` the clock jumps whenever
+every task waits, so anything that waits on real I/O (a webhook sink on a socket, a listening
+server) does not mix with virtual time: against a listening or real server, use the real clock.
+"""
+
+from __future__ import annotations
+
+import builtins
+import contextlib
+import logging
+import random
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from typing import Any, TypeVar
+
+import attrs
+import trio
+import yaml  # type: ignore[import-untyped, unused-ignore]  # types-PyYAML may be missing
+
+from engine import (
+    Controller,
+    Event,
+    EventSink,
+    LeaderElection,
+    Manager,
+    MemorySink,
+    ObjectRef,
+    OutcomeKind,
+    Run,
+    RunLog,
+    RunRecord,
+    ShutdownReport,
+    Trigger,
+)
+from engine.kube import (
+    SHARD_LABEL,
+    Client,
+    Cluster,
+    GoneError,
+    KubeError,
+    KubernetesEventSink,
+    LeaderElector,
+    NotFoundError,
+    Plugin,
+    PluginContext,
+    Resource,
+    WatchEventType,
+    get_condition,
+    install_crds,
+)
+
+from ._errors import HarnessError, WaitTimeout
+from ._faults import Faults
+from ._server import ApiServer
+from ._target import KubeTarget, ensure_namespace
+
+__all__ = ["PluginHarness", "open_plugin_test", "ResourceSpec", "Condition"]
+
+logger = logging.getLogger("engine.testing.harness")
+
+ResourceSpec = Resource | str | tuple[str, str] | Mapping[str, Any]
+"""A type: a :class:`~engine.kube.Resource`; ``(apiVersion, kind)``; a manifest (its
+``apiVersion``, ``kind``, and name and namespace); or a string: ``"v1/ConfigMap"``,
+``"group/version/Kind"``, or, looked up by discovery, a kind, plural or ``plural.group``
+(``"Bundle"``, ``"bundles"``, ``"bundles.bundles.engine.dev"``)."""
+
+Condition = str | Callable[[dict[str, Any] | None], bool]
+"""A condition type that must be ``"True"`` for the object's current generation (``"Ready"``),
+or a function of the object (``None`` while it does not exist)."""
+
+_CRD = ("apiextensions.k8s.io/v1", "CustomResourceDefinition")
+DRIVER_USER_AGENT = "engine-test-driver/1.0"
+_T = TypeVar("_T")
+
+
+def parse_manifests(manifests: str | Mapping[str, Any] | Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Objects from YAML (one or more documents), one object, or several; ``List`` kinds are
+    flattened. Raises ``ValueError`` for anything that is not an object with apiVersion and kind."""
+    if isinstance(manifests, str):
+        docs: list[Any] = [d for d in yaml.safe_load_all(manifests) if d is not None]
+    elif isinstance(manifests, Mapping):
+        docs = [manifests]
+    else:
+        docs = list(manifests)
+    out: list[dict[str, Any]] = []
+    for doc in docs:
+        if not isinstance(doc, Mapping):
+            raise ValueError(f"a manifest must be a mapping, got {type(doc).__name__}")
+        if str(doc.get("kind", "")).endswith("List") and isinstance(doc.get("items"), list):
+            out.extend(parse_manifests(doc["items"]))
+            continue
+        if not doc.get("apiVersion") or not doc.get("kind") or not (doc.get("metadata") or {}).get("name"):
+            raise ValueError("a manifest needs apiVersion, kind and metadata.name")
+        out.append(dict(doc))
+    return out
+
+
+def condition_check(condition: Condition) -> Callable[[dict[str, Any] | None], bool]:
+    """The predicate for a :data:`Condition`."""
+    if callable(condition):
+        return condition
+    name = condition
+
+    def check(obj: dict[str, Any] | None) -> bool:
+        if obj is None:
+            return False
+        found = get_condition(obj, name)
+        if found is None or found.get("status") != "True":
+            return False
+        generation = (obj.get("metadata") or {}).get("generation")
+        observed = found.get("observedGeneration", (obj.get("status") or {}).get("observedGeneration"))
+        return generation is None or observed is None or observed == generation
+
+    return check
+
+
+class _Recorder(RunLog):
+    """A :class:`~engine.RunLog` that also keeps triggers and wakes waiters on each change."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.triggers: list[tuple[str, Trigger, str | None]] = []
+        self.changed = trio.Event()
+
+    def _wake(self) -> None:
+        self.changed.set()
+        self.changed = trio.Event()
+
+    def on_trigger(self, controller: Controller, trigger: Trigger, superseded: Run | None) -> None:
+        self.triggers.append((controller.name, trigger, superseded.id if superseded is not None else None))
+        self._wake()
+
+    def on_run_started(self, controller: Controller, run: Run) -> None:
+        super().on_run_started(controller, run)
+        self._wake()
+
+    def on_run_finished(self, controller: Controller, run: Run, outcome: Any) -> None:
+        super().on_run_finished(controller, run, outcome)
+        self._wake()
+
+
+def _summary(obj: Mapping[str, Any] | None) -> str:
+    if obj is None:
+        return "absent"
+    text = yaml.safe_dump({"metadata": {k: v for k, v in (obj.get("metadata") or {}).items()
+                                        if k in ("generation", "resourceVersion", "finalizers", "deletionTimestamp")},
+                           "status": obj.get("status")}, sort_keys=False, width=200)
+    return text if len(text) <= 2000 else text[:1997] + "..."
+
+
+@attrs.define(eq=False)
+class PluginHarness:
+    """A running plugin or manager and the handle a test drives it with.
+
+    Built by :func:`open_plugin_test`. Reads (``runs``, ``outcomes``, ``events``) are plain
+    lists of what happened so far; ``wait_*`` methods block until something happened, up to
+    ``timeout`` seconds of trio time, then raise :class:`~engine.testing.WaitTimeout`.
+    """
+
+    target: KubeTarget
+    client: Client
+    """The test's own client (User-Agent ``engine-test-driver/1.0``): apply, get and waits use it,
+    so faults scoped to the replica leave the test's requests alone."""
+    replica_client: Client
+    """The client the plugin, its informers, leader election and events sink use."""
+    manager: Manager
+    cluster: Cluster | None
+    """The plugin's :class:`~engine.kube.Cluster` (``None`` for a manager you built)."""
+    identity: str
+    """This replica's identity (its Lease holder name and event reporting instance)."""
+    namespace: str
+    """Where namespaced manifests without a namespace go."""
+    _recorder: _Recorder
+    _sink: MemorySink
+    _scope: trio.CancelScope = attrs.field(factory=trio.CancelScope)
+    _done: trio.Event = attrs.field(factory=trio.Event)
+    report: ShutdownReport | None = None
+    """The manager's report once it stopped gracefully."""
+    crashed: bool = False
+    """Whether :meth:`crash` ended it."""
+    _discovered: list[Resource] | None = None
+
+    # ----- what happened -----
+
+    @property
+    def api(self) -> ApiServer:
+        """The embedded server (:class:`~engine.testing.HarnessError` on a real one)."""
+        return self.target.require_embedded("PluginHarness.api")
+
+    @property
+    def faults(self) -> Faults:
+        """Fault injection on the embedded server (:class:`~engine.testing.HarnessError` on a
+        real one); pass ``client=h.user_agent`` to aim at this replica alone."""
+        return self.target.faults
+
+    @property
+    def user_agent(self) -> str:
+        """The User-Agent prefix of this replica's requests (``<identity>/``), for ``client=``
+        of :class:`~engine.testing.Faults`."""
+        return f"{self.identity}/"
+
+    @property
+    def runs(self) -> list[RunRecord]:
+        """Finished runs, in order (from a :class:`~engine.RunLog`)."""
+        return list(self._recorder.records)
+
+    @property
+    def started_runs(self) -> list[tuple[str, ObjectRef, Trigger, float]]:
+        """``(controller, key, trigger, trio time)`` for each run that started."""
+        return list(self._recorder.started)
+
+    @property
+    def triggers(self) -> list[tuple[str, Trigger, str | None]]:
+        """``(controller, trigger, id of the run it superseded or None)`` for each trigger."""
+        return list(self._recorder.triggers)
+
+    @property
+    def events(self) -> list[Event]:
+        """Events delivered to the sinks, in order (a :class:`~engine.MemorySink`)."""
+        return list(self._sink.events)
+
+    def runs_for(
+        self, *, name: str | None = None, key: ObjectRef | None = None, controller: str | None = None
+    ) -> list[RunRecord]:
+        """Finished runs of one object (by name or key) and/or one controller."""
+        return [
+            r for r in self._recorder.records
+            if (key is None or r.key == key) and (name is None or r.key.name == name)
+            and (controller is None or r.controller == controller)
+        ]
+
+    def outcomes(
+        self, *, name: str | None = None, key: ObjectRef | None = None, controller: str | None = None
+    ) -> list[OutcomeKind]:
+        """Outcome kinds of :meth:`runs_for`, in order."""
+        return [r.kind for r in self.runs_for(name=name, key=key, controller=controller)]
+
+    # ----- the cluster -----
+
+    async def resource(self, spec: ResourceSpec) -> Resource:
+        """Resolve a :data:`ResourceSpec` through discovery (refreshed once on a miss).
+
+        Cancellation: a checkpoint on a cache miss; nothing to undo.
+        """
+        if isinstance(spec, Resource):
+            return spec
+        if isinstance(spec, tuple):
+            return await self.client.resource(*spec)
+        if isinstance(spec, Mapping):
+            return await self.client.resource_for(spec)
+        if "/" in spec:
+            api_version, _, kind = spec.rpartition("/")
+            return await self.client.resource(api_version, kind)
+        for refresh in (False, True):
+            if refresh or self._discovered is None:
+                self._discovered = await self.client.discover()
+            wanted = spec.lower()
+            found = {
+                (r.group, r.kind): r for r in reversed(self._discovered)
+                if wanted in (r.kind.lower(), r.plural, f"{r.plural}.{r.group}", f"{r.kind.lower()}.{r.group}")
+            }
+            if len(found) > 1:
+                names = ", ".join(sorted(f"{r.plural}.{r.group or 'core'}" for r in found.values()))
+                raise HarnessError(f"{spec!r} names several types ({names}); say which with 'plural.group'")
+            if found:
+                return next(iter(found.values()))
+        raise HarnessError(f"the API server serves no type named {spec!r}")
+
+    async def _locate(
+        self, spec: ResourceSpec, name: str | None, namespace: str | None
+    ) -> tuple[Resource, str, str | None]:
+        resource = await self.resource(spec)
+        meta = (spec.get("metadata") or {}) if isinstance(spec, Mapping) else {}
+        name = name or meta.get("name")
+        if not name:
+            raise HarnessError("give the object's name (or a manifest with metadata.name)")
+        ns = namespace or meta.get("namespace") or self.namespace if resource.namespaced else None
+        return resource, name, ns
+
+    async def apply(
+        self, manifests: str | Mapping[str, Any] | Iterable[Mapping[str, Any]], *, field_manager: str = "engine-test"
+    ) -> list[dict[str, Any]]:
+        """Server-side apply YAML (one or more documents), an object, or several, in order.
+
+        Namespaced objects without a namespace go to :attr:`namespace`. A ``status`` in a
+        manifest is applied to the status subresource too, where there is one. CRDs are
+        installed and waited for until served. Returns the objects as the server stored them.
+
+        Cancellation: a checkpoint between objects; those applied stay applied.
+        """
+        applied: list[dict[str, Any]] = []
+        for manifest in parse_manifests(manifests):
+            if (manifest["apiVersion"], manifest["kind"]) == _CRD:
+                await install_crds(self.client, [manifest])
+                self._discovered = None
+                applied.append(await self.client.get(await self.client.resource(*_CRD), manifest["metadata"]["name"]))
+                continue
+            resource = await self.resource(manifest)
+            meta = dict(manifest["metadata"])
+            if resource.namespaced and not meta.get("namespace"):
+                meta["namespace"] = self.namespace
+            manifest = {**manifest, "metadata": meta}
+            obj = await self.client.apply(resource, manifest, field_manager=field_manager, force=True)
+            if "status" in manifest and "status" in resource.subresources:
+                obj = await self.client.apply(
+                    resource,
+                    {"apiVersion": manifest["apiVersion"], "kind": manifest["kind"], "metadata": {
+                        "name": meta["name"], **({"namespace": meta["namespace"]} if resource.namespaced else {})},
+                     "status": manifest["status"]},
+                    field_manager=field_manager, force=True, subresource="status",
+                )
+            applied.append(obj)
+        return applied
+
+    async def get(
+        self, spec: ResourceSpec, name: str | None = None, *, namespace: str | None = None
+    ) -> dict[str, Any] | None:
+        """The object as the server has it now, or ``None``. Cancellation: a checkpoint."""
+        resource, name, ns = await self._locate(spec, name, namespace)
+        try:
+            return await self.client.get(resource, name, namespace=ns)
+        except NotFoundError:
+            return None
+
+    async def list(
+        self, spec: ResourceSpec, *, namespace: str | None = None, all_namespaces: bool = False,
+        label_selector: str | Mapping[str, str] | None = None,
+    ) -> builtins.list[dict[str, Any]]:
+        """Objects of a type in :attr:`namespace` (or ``namespace``, or all). Cancellation: a
+        checkpoint."""
+        resource = await self.resource(spec)
+        ns = None if all_namespaces or not resource.namespaced else (namespace or self.namespace)
+        return (await self.client.list_all(resource, namespace=ns, label_selector=label_selector)).items
+
+    async def patch(
+        self, spec: ResourceSpec, name: str | None, patch: Mapping[str, Any], *, namespace: str | None = None
+    ) -> dict[str, Any]:
+        """JSON merge patch an object. Cancellation: a checkpoint; the patch may have been applied."""
+        resource, name, ns = await self._locate(spec, name, namespace)
+        return await self.client.patch(resource, name, patch, namespace=ns)
+
+    async def delete(
+        self, spec: ResourceSpec, name: str | None = None, *, namespace: str | None = None, missing_ok: bool = False
+    ) -> None:
+        """Delete an object (finalizers then run; use :meth:`wait_deleted` to see it gone).
+
+        Cancellation: a checkpoint; the delete may have happened.
+        """
+        resource, name, ns = await self._locate(spec, name, namespace)
+        try:
+            await self.client.delete(resource, name, namespace=ns)
+        except NotFoundError:
+            if not missing_ok:
+                raise
+
+    async def wait_for(
+        self,
+        spec: ResourceSpec,
+        name: str | None = None,
+        *,
+        namespace: str | None = None,
+        condition: Condition = "Ready",
+        timeout: float = 60.0,
+    ) -> dict[str, Any] | None:
+        """Wait until an object meets ``condition``; return it as last seen.
+
+        Reads the object, then watches it from that resourceVersion (re-reading after a dropped
+        or expired watch), so no change is missed and nothing polls. Raises
+        :class:`~engine.testing.WaitTimeout` with the last state seen after ``timeout``.
+
+        Cancellation: a checkpoint; nothing to undo.
+        """
+        resource, name, ns = await self._locate(spec, name, namespace)
+        check = condition_check(condition)
+        last: dict[str, Any] | None = None
+        selector = {"metadata.name": name}
+        with trio.move_on_after(timeout):
+            while True:
+                try:
+                    page = await self.client.list(resource, namespace=ns, field_selector=selector)
+                    last = page.items[0] if page.items else None
+                    if check(last):
+                        return last
+                    async with self.client.watch(
+                        resource, namespace=ns, field_selector=selector, resource_version=page.resource_version
+                    ) as stream:
+                        async for event in stream:
+                            if event.type is WatchEventType.BOOKMARK:
+                                continue
+                            last = None if event.type is WatchEventType.DELETED else event.object
+                            if check(last):
+                                return last
+                except GoneError:
+                    continue
+                except KubeError as exc:
+                    logger.debug("wait_for: %s; reading again", exc)
+                    await trio.sleep(0.1)
+        what = condition if isinstance(condition, str) else getattr(condition, "__name__", "the condition")
+        where = f"{ns}/{name}" if ns else name
+        raise WaitTimeout(
+            f"{resource.kind} {where} did not meet {what!r} within {timeout:g}s; last seen:\n{_summary(last)}"
+        )
+
+    async def wait_deleted(
+        self, spec: ResourceSpec, name: str | None = None, *, namespace: str | None = None, timeout: float = 60.0
+    ) -> None:
+        """Wait until an object is gone (its finalizers ran). Cancellation: as :meth:`wait_for`."""
+        await self.wait_for(spec, name, namespace=namespace, condition=lambda obj: obj is None, timeout=timeout)
+
+    async def _wait(self, what: str, probe: Callable[[], _T | None], changed: Callable[[], trio.Event],
+                    timeout: float) -> _T:
+        with trio.move_on_after(timeout):
+            while True:
+                event = changed()
+                found = probe()
+                if found is not None:
+                    return found
+                await event.wait()
+        raise WaitTimeout(f"{what} did not happen within {timeout:g}s")
+
+    async def wait_runs(
+        self,
+        count: int = 1,
+        *,
+        name: str | None = None,
+        key: ObjectRef | None = None,
+        controller: str | None = None,
+        kind: OutcomeKind | None = None,
+        timeout: float = 60.0,
+    ) -> builtins.list[RunRecord]:
+        """Wait until ``count`` finished runs match (see :meth:`runs_for`; ``kind`` filters by
+        outcome); return the matching runs. Cancellation: a checkpoint; nothing to undo."""
+
+        def probe() -> builtins.list[RunRecord] | None:
+            runs = [r for r in self.runs_for(name=name, key=key, controller=controller) if kind is None or r.kind is kind]
+            return runs if len(runs) >= count else None
+
+        return await self._wait(f"{count} run(s) of {name or key or controller or 'any key'}"
+                                + (f" ending {kind.value}" if kind else ""), probe,
+                                lambda: self._recorder.changed, timeout)
+
+    async def wait_events(
+        self, count: int = 1, *, reason: str | None = None, name: str | None = None, timeout: float = 60.0
+    ) -> builtins.list[Event]:
+        """Wait until ``count`` delivered events match ``reason`` and the involved object's
+        ``name``; return them. Cancellation: a checkpoint; nothing to undo."""
+
+        def matching() -> builtins.list[Event]:
+            return [e for e in self._sink.events
+                    if (reason is None or e.reason == reason) and (name is None or e.involved.name == name)]
+
+        with trio.move_on_after(timeout):
+            while len(matching()) < count:
+                await self._sink.wait_for(len(self._sink.events) + 1)
+            return matching()
+        raise WaitTimeout(f"{count} event(s) {reason or ''} on {name or 'any object'} were not delivered within {timeout:g}s")
+
+    async def wait_leading(self, timeout: float = 60.0) -> None:
+        """Wait until this replica leads and its controllers started. Cancellation: a checkpoint."""
+        with trio.move_on_after(timeout):
+            await self.manager.wait_started()
+            return
+        raise WaitTimeout(f"{self.identity} did not start leading within {timeout:g}s")
+
+    async def cluster_events(self, *, name: str | None = None, namespace: str | None = None) -> builtins.list[dict[str, Any]]:
+        """``events.k8s.io/v1`` Events recorded in the cluster (in :attr:`namespace`), about
+        ``name`` if given. Cancellation: a checkpoint."""
+        events = await self.client.resource("events.k8s.io/v1", "Event")
+        items = (await self.client.list_all(events, namespace=namespace or self.namespace)).items
+        return [e for e in items if name is None or (e.get("regarding") or {}).get("name") == name]
+
+    # ----- ending -----
+
+    @property
+    def running(self) -> bool:
+        return not self._done.is_set()
+
+    async def stop(self, reason: str = "test stop", *, timeout: float = 120.0) -> ShutdownReport | None:
+        """Stop gracefully (drain, release the Lease, flush sinks) and return the report
+        (``None`` after :meth:`crash`). Idempotent. Cancellation: a checkpoint; the stop, once
+        requested, proceeds."""
+        if self.running:
+            self.manager.stop(reason)
+            with trio.move_on_after(timeout):
+                await self._done.wait()
+            if self.running:
+                raise WaitTimeout(f"the manager of {self.identity} did not stop within {timeout:g}s")
+        return self.report
+
+    def crash(self) -> None:
+        """End this replica at once, as ``kill -9`` would: runs are cancelled, nothing is
+        drained or flushed, a held Lease is not released (others wait for it to expire). The
+        handle stays usable for reads. Not a checkpoint."""
+        if self.running:
+            self.crashed = True
+            self._scope.cancel(reason="crashed by the test")
+
+    async def _run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        try:
+            with self._scope:
+                task_status.started()
+                self.report = await self.manager.run()
+        finally:
+            self._done.set()
+
+
+def _leader(
+    leader_election: bool | Callable[[Client, str], LeaderElection], client: Client, name: str, namespace: str,
+    identity: str,
+) -> LeaderElection | None:
+    if leader_election is False:
+        return None
+    if leader_election is True:
+        return LeaderElector(
+            client, name=f"engine-{name}", namespace=namespace, identity=identity, rng=random.Random(identity)
+        )
+    return leader_election(client, identity)
+
+
+@contextlib.asynccontextmanager
+async def open_plugin_test(
+    subject: Plugin | Manager,
+    target: KubeTarget | ApiServer,
+    *,
+    config: Mapping[str, Any] | None = None,
+    namespace: str | None = None,
+    watch_namespace: str | None = None,
+    shard: str | None = None,
+    manifests: str | Mapping[str, Any] | Sequence[Mapping[str, Any]] = (),
+    examples: bool = False,
+    identity: str | None = None,
+    leader_election: bool | Callable[[Client, str], LeaderElection] = False,
+    cluster_events: bool = True,
+    sinks: Sequence[EventSink] = (),
+    grace_period: float = 5.0,
+    informer_options: Mapping[str, Any] | None = None,
+    start_timeout: float = 60.0,
+) -> AsyncIterator[PluginHarness]:
+    """Run a plugin (or a manager you built) against ``target`` and yield a :class:`PluginHarness`.
+
+    For a :class:`~engine.kube.Plugin`, as ``python -m engine run`` would: open a client
+    (User-Agent ``<identity>/engine-test``; the test's own requests use another), install the plugin's CRDs, create ``namespace``
+    (default: the target's), apply ``manifests`` (and the plugin's ``examples``), build a
+    :class:`~engine.Manager` (``grace_period``; a :class:`~engine.kube.LeaderElector` on the
+    Lease ``engine-<plugin>`` with client-go's timings when ``leader_election`` is true, or
+    the one a given factory builds from the client and identity), a Kubernetes events sink unless
+    ``cluster_events`` is false, the given ``sinks``, and a :class:`~engine.kube.Cluster` (``watch_namespace``,
+    ``shard``, ``informer_options``), then call ``plugin.setup`` with the plugin's config
+    updated by ``config``.
+
+    For a :class:`~engine.Manager` (not yet run) whose controllers you added yourself, it is
+    run as it is (``replica_client`` is then unused by it).
+
+    Either way a run recorder and a memory sink are added, and the manager is started; unless
+    it waits for leadership, entering returns once its controllers run (informers synced).
+    Leaving stops it gracefully (unless the test stopped or crashed it) and closes the client.
+    Several harnesses on one target are several replicas (give them one ``leader_election``).
+
+    Cancellation: entering and leaving are checkpoints; if the body raises, the manager is
+    cancelled without a graceful stop.
+    """
+    if not isinstance(target, KubeTarget):
+        target = KubeTarget.embedded(target)
+    identity = identity or target.next_identity()
+    namespace = namespace or target.namespace
+    recorder = _Recorder()
+    sink = MemorySink(name="engine-test")
+    async with contextlib.AsyncExitStack() as stack:
+        client = await stack.enter_async_context(
+            target.client(user_agent=f"{identity}/engine-test", rng=random.Random(identity))
+        )
+        driver = await stack.enter_async_context(target.client(user_agent=DRIVER_USER_AGENT))
+        await ensure_namespace(driver, namespace)
+        cluster: Cluster | None = None
+        if isinstance(subject, Manager):
+            if leader_election is not False:
+                raise HarnessError("a Manager you built gets its leader election when you build it")
+            if subject.started or subject.stopping:
+                raise HarnessError("open_plugin_test needs a Manager that has not run")
+            manager = subject
+        elif isinstance(subject, Plugin):
+            await install_crds(driver, subject.crds)
+            manager = Manager(
+                handle_signals=False,
+                grace_period=grace_period,
+                leader_election=_leader(leader_election, client, subject.name, namespace, identity),
+                name=identity,
+            )
+            for extra in sinks:
+                manager.add_sink(extra)
+            if cluster_events:
+                manager.add_sink(KubernetesEventSink(
+                    client, reporting_controller="engine", reporting_instance=identity, rng=random.Random(identity)))
+            cluster = Cluster(
+                client, manager, namespace=watch_namespace,
+                label_selector=f"{SHARD_LABEL}={shard}" if shard else None,
+                informer_options={"rng": random.Random(identity), **(informer_options or {})},
+            )
+        else:
+            raise HarnessError(f"open_plugin_test runs a Plugin or a Manager, got {type(subject).__name__}")
+        manager.add_observer(recorder)
+        manager.add_sink(sink)
+        harness = PluginHarness(target, driver, client, manager, cluster, identity, namespace, recorder, sink)
+        await harness.apply(manifests)
+        if isinstance(subject, Plugin):
+            assert cluster is not None
+            await subject.setup(PluginContext(
+                name=subject.name, manager=manager, cluster=cluster, client=client,
+                config={**subject.config, **(config or {})}, namespace=watch_namespace, shard=shard,
+            ))
+            if examples:
+                await harness.apply(list(subject.examples))
+        async with trio.open_nursery() as nursery:
+            await nursery.start(harness._run)
+            if manager.leader_election is None:
+                with trio.move_on_after(start_timeout):
+                    await manager.wait_started()
+                if not manager.started:
+                    raise HarnessError(
+                        f"the manager did not start within {start_timeout:g}s (informers not synced?)")
+            yield harness
+            await harness.stop("test finished")

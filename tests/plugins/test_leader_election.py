@@ -1,0 +1,62 @@
+"""Leader election between replicas of the bundles plugin, in-process under virtual time:
+graceful handover, takeover after a crash (kill -9: the Lease is not released), no overlap.
+Timings are those the subprocess version used (3 s lease, 2 s renew deadline, 0.5 s retry)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import trio
+
+from engine.kube import Client, LeaderElector
+from engine.testing import KubeTarget, PluginHarness, open_plugin_test
+from plugins.bundles import plugin
+
+from .._e2e import bundle, configmap, source
+
+RETRY, RENEW_DEADLINE, LEASE_DURATION = 0.5, 2.0, 3.0
+
+
+def elector(client: Client, identity: str) -> LeaderElector:
+    return LeaderElector(client, name="engine-bundles", namespace="default", identity=identity,
+                         lease_duration=LEASE_DURATION, renew_deadline=RENEW_DEADLINE, retry_period=RETRY)
+
+
+def replica(target: KubeTarget, **kwargs: Any) -> Any:
+    return open_plugin_test(plugin, target, namespace="e2e", leader_election=elector, cluster_events=False, **kwargs)
+
+
+def reconciles(h: PluginHarness) -> list[tuple[float, float]]:
+    return [(r.started_at, r.finished_at) for r in h.runs_for(name="tick")]
+
+
+async def test_standby_takes_over_after_graceful_shutdown_and_after_a_crash_never_overlapping(
+    kube_target: KubeTarget,
+) -> None:
+    tick = bundle("tick", "repo")
+    tick["spec"]["interval"] = "200ms"
+    async with replica(kube_target, manifests=[source("repo", "r1", [configmap("x")]), tick]) as first:
+        await first.wait_leading(timeout=10)
+        async with replica(kube_target) as second:
+            await first.wait_runs(3, name="tick", timeout=10)
+            assert not second.manager.started and second.runs == []
+            await first.stop()
+            stopped = trio.current_time()
+            await second.wait_leading(timeout=10)
+            assert trio.current_time() - stopped <= RETRY, "a released Lease is taken at the next retry"
+            await second.wait_runs(3, name="tick", timeout=10)
+            assert max(end for _, end in reconciles(first)) <= min(start for start, _ in reconciles(second))
+
+            async with replica(kube_target) as third:
+                await trio.sleep(5 * LEASE_DURATION)
+                assert third.runs == [], "a live leader keeps its Lease"
+                second.crash()
+                crashed = trio.current_time()
+                await third.wait_leading(timeout=30)
+                took_over = trio.current_time() - crashed
+                assert LEASE_DURATION - RETRY <= took_over <= LEASE_DURATION + 2 * RETRY, took_over
+                await third.wait_runs(2, name="tick", timeout=10)
+                assert max(end for _, end in reconciles(second)) <= min(start for start, _ in reconciles(third))
+                lease = await third.get("coordination.k8s.io/v1/Lease", "engine-bundles", namespace="default")
+                assert lease is not None and lease["spec"]["holderIdentity"] == third.identity
+                assert lease["spec"]["leaseTransitions"] == 2
