@@ -153,6 +153,8 @@ class Comparison:
 
 
 def _compare(lhs: Any, rhs: Any, shape: Shape, path: Path, out: Comparison) -> None:
+    if lhs is not _MISSING and rhs is not _MISSING and type(lhs) is type(rhs) and lhs == rhs:
+        return
     if lhs is None and isinstance(rhs, (dict, list)) and not _is_leaf(rhs, shape):
         lhs = type(rhs)()  # a null field of a typed object: the node is there, its items are not
     elif rhs is None and isinstance(lhs, (dict, list)) and not _is_leaf(lhs, shape):
