@@ -15,15 +15,25 @@ from __future__ import annotations
 import base64
 import json
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from ._errors import RequestRejected
 from ._objects import Obj, format_time, meta
 from ._resources import ResourceType
+from ._selectors import FieldSelector, LabelSelector
 from ._status import CauseSpec, invalid_causes, not_found
 
-if TYPE_CHECKING:
-    from ._storage import ObjectStorage
+
+class ObjectStorage(Protocol):
+    """What reviews read of the server's storage (:class:`._storage.ObjectStorage`)."""
+
+    def find_type(self, group: str, version: str, plural: str) -> ResourceType | None: ...
+
+    def lookup(self, rt: ResourceType, namespace: str | None, name: str) -> Obj | None: ...
+
+    def list_objects(
+        self, rt: ResourceType, namespace: str | None, labels: LabelSelector, fields: FieldSelector
+    ) -> tuple[list[Obj], int, str | None, int | None]: ...
 
 __all__ = ["RBAC", "validate_rbac", "review", "token_request", "USER"]
 
@@ -135,8 +145,9 @@ def _allowed(storage: ObjectStorage, spec: dict[str, Any]) -> tuple[bool, str]:
     bindings: list[tuple[Obj, str]] = []
     for plural in ("clusterrolebindings", "rolebindings"):
         rt = storage.find_type(RBAC, "v1", plural)
-        bucket = storage._objects.get(rt.storage_key) if rt is not None else None
-        for (ns, _), binding in (bucket.snapshot(None) if bucket else []):
+        found = storage.list_objects(rt, None, LabelSelector(), FieldSelector())[0] if rt is not None else []
+        for binding in found:
+            ns = str(meta(binding).get("namespace", ""))
             if plural == "rolebindings" and (not namespace or ns != namespace):
                 continue
             bindings.append((binding, ns))

@@ -1,189 +1,305 @@
-"""Field ownership (``managedFields``) and server-side apply.
+"""Field ownership (``managedFields``) and server-side apply, as the real server's field manager
+keeps them.
 
-Ownership is a set of leaf paths per ``(manager, operation)`` entry; lists are atomic leaves.
-An ``Update`` (create, update, patch) takes the paths it changes from every other manager; an
-``Apply`` owns exactly the paths of its configuration. Applying a path whose current value
-differs and that another manager owns is a 409 conflict unless forced; paths a manager applied
-before and omits now are removed unless another manager owns them too.
+Each ``managedFields`` entry is one manager's field set for one operation (``Update`` or
+``Apply``), subresource and, for updates, API version. An update (create, update, patch) gives
+its manager every field it adds, changes or removes from the stored object (:func:`compare`), and
+takes those from every other manager; a manager whose write changes nothing keeps its entry as it
+was. An apply gives its manager exactly the fields of its configuration, merges the configuration
+into the stored object, removes the fields the manager applied before and no longer applies
+(unless someone else owns them), and is a 409 conflict when it would change a field another
+manager owns, unless forced. Fields the write cannot change are left out: ``status`` for writes to
+the main resource of a type with a status subresource, ``spec`` for writes to ``status``.
+
+Only the request object is compared, before the type's strategy prepares it: fields the server
+sets itself (``status.phase`` of a namespace, a namespace's ``spec.finalizers``) belong to no
+manager, as on the real server.
 """
 
 from __future__ import annotations
 
 import copy
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
+
+import attrs
 
 from ._errors import RequestRejected
-from ._objects import SYSTEM_METADATA, Obj, meta
-from ._patch import deep_merge, delete_path, fields_to_paths, get_path, leaf_paths, paths_to_fields
+from ._fieldsets import (
+    Path,
+    Shape,
+    compare,
+    decode,
+    encode,
+    format_path,
+    merge,
+    remove_path,
+    to_field_set,
+    value_at,
+    without,
+)
+from ._objects import Obj, meta
 from ._resources import ResourceType
-from ._status import not_found
+from ._shapes import builtin_shape
+from ._status import details
 
-if TYPE_CHECKING:
-    from ._storage import ObjectStorage
+__all__ = ["shape_for", "managed_base", "record_update", "apply_config"]
 
-__all__ = ["apply", "record_update", "tracked_paths"]
-
-Path = tuple[str, ...]
 Clock = Callable[[], str]
 
-
-def tracked_paths(obj: Obj, rt: ResourceType, *, include_status: bool) -> set[Path]:
-    """The leaf paths of ``obj`` a manager can own (system metadata and, for types with a
-    status subresource and unless ``include_status``, ``status`` excluded)."""
-    paths = set()
-    for path in leaf_paths(obj):
-        if path[0] in ("apiVersion", "kind"):
-            continue
-        if path[0] == "metadata" and (len(path) < 2 or path[1] in SYSTEM_METADATA):
-            continue
-        if path[0] == "status" and rt.has_status and not include_status:
-            continue
-        paths.add(path)
-    return paths
-
-
-def _entries(obj: Obj) -> list[dict[str, Any]]:
-    entries = meta(obj).get("managedFields")
-    return [e for e in entries if isinstance(e, dict)] if isinstance(entries, list) else []
-
-
-def _entry(rt: ResourceType, manager: str, operation: str, paths: set[Path], now: Clock) -> dict[str, Any]:
-    return {
-        "manager": manager,
-        "operation": operation,
-        "apiVersion": rt.api_version,
-        "time": now(),
-        "fieldsType": "FieldsV1",
-        "fieldsV1": paths_to_fields(paths),
+_STRIPPED: frozenset[Path] = frozenset(
+    {("f:apiVersion",), ("f:kind",), ("f:metadata",)}
+    | {
+        ("f:metadata", "f:" + name)
+        for name in (
+            "name",
+            "namespace",
+            "creationTimestamp",
+            "selfLink",
+            "uid",
+            "clusterName",
+            "generation",
+            "managedFields",
+            "resourceVersion",
+        )
     }
+)
 
 
-def record_update(rt: ResourceType, new: Obj, old: Obj | None, manager: str, now: Clock) -> None:
-    """Give ``manager`` (operation ``Update``) the paths ``new`` changes from ``old``, in place;
-    ``now`` gives the timestamp of the entry."""
-    new_paths = tracked_paths(new, rt, include_status=True)
-    old_paths = tracked_paths(old, rt, include_status=True) if old else set()
-    changed = {p for p in new_paths if old is None or get_path(old, p) != get_path(new, p)}
-    removed = old_paths - new_paths
-    entries = []
-    mine: set[Path] = set()
-    for entry in _entries(new):
-        owned = fields_to_paths(entry.get("fieldsV1")) - removed
-        if entry.get("manager") == manager and entry.get("operation") == "Update":
-            mine = owned
-            continue
-        owned -= changed
-        if owned:
-            entries.append({**entry, "fieldsV1": paths_to_fields(owned)})
-    mine |= changed
-    if mine:
-        entries.append(_entry(rt, manager, "Update", mine, now))
-    if entries:
-        new["metadata"]["managedFields"] = entries
+def shape_for(rt: ResourceType) -> Shape:
+    """The shape field sets of ``rt``'s objects are computed with."""
+    return rt.field_shape if isinstance(rt.field_shape, Shape) else builtin_shape(rt.group, rt.plural)
+
+
+def _reset_fields(rt: ResourceType, subresource: str | None) -> set[Path]:
+    if subresource == "status":
+        return {("f:spec",)}
+    if rt.has_status:
+        return {("f:status",)}
+    return set()
+
+
+@attrs.frozen
+class _Entry:
+    manager: str
+    operation: str
+    subresource: str
+    api_version: str
+    time: str | None
+    paths: frozenset[Path]
+
+    @property
+    def identity(self) -> tuple[str, str, str, str]:
+        return (self.manager, self.operation, self.subresource, self.api_version if self.operation != "Apply" else "")
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"manager": self.manager, "operation": self.operation, "apiVersion": self.api_version}
+        if self.time is not None:
+            out["time"] = self.time
+        out["fieldsType"] = "FieldsV1"
+        out["fieldsV1"] = encode(set(self.paths))
+        if self.subresource:
+            out["subresource"] = self.subresource
+        return out
+
+
+def _read(entries: Any) -> list[_Entry] | None:
+    """The entries of a ``managedFields`` value, ``None`` when it is not a valid one."""
+    if not isinstance(entries, list):
+        return None
+    out = []
+    for raw in entries:
+        if not isinstance(raw, dict) or not isinstance(raw.get("manager", ""), str):
+            return None
+        out.append(
+            _Entry(
+                manager=raw.get("manager", ""),
+                operation=str(raw.get("operation", "")),
+                subresource=str(raw.get("subresource", "")),
+                api_version=str(raw.get("apiVersion", "")),
+                time=raw.get("time") if isinstance(raw.get("time"), str) else None,
+                paths=frozenset(decode(raw.get("fieldsV1"))),
+            )
+        )
+    return out
+
+
+def _write(entries: list[_Entry]) -> list[dict[str, Any]]:
+    ordered = sorted(
+        (e for e in entries if e.paths),
+        key=lambda e: (e.operation, e.time or "", e.manager, e.api_version, e.subresource),
+    )
+    return [e.to_json() for e in ordered]
+
+
+def _store(obj: Obj, entries: list[_Entry]) -> None:
+    encoded = _write(entries)
+    if encoded:
+        obj["metadata"]["managedFields"] = encoded
     else:
-        new["metadata"].pop("managedFields", None)
+        obj["metadata"].pop("managedFields", None)
 
 
-def _set_applied(rt: ResourceType, obj: Obj, manager: str, paths: set[Path], stolen: set[Path], now: Clock) -> None:
-    entries = []
-    for entry in _entries(obj):
-        if entry.get("manager") == manager and entry.get("operation") == "Apply":
-            continue
-        owned = fields_to_paths(entry.get("fieldsV1")) - stolen
-        if owned:
-            entries.append({**entry, "fieldsV1": paths_to_fields(owned)})
-    if paths:
-        entries.append(_entry(rt, manager, "Apply", paths, now))
-    obj["metadata"]["managedFields"] = entries
+def managed_base(live: Obj | None, request: Obj, subresource: str | None) -> list[dict[str, Any]]:
+    """The ``managedFields`` a write starts from, as the real server picks them: the live
+    object's for a subresource write or when the request carries none (or an unreadable value);
+    none when the request resets them (``[]`` or ``[{}]``); otherwise the request's own."""
+    live_entries = list(meta(live).get("managedFields") or []) if live is not None else []
+    if subresource:
+        return live_entries
+    sent = meta(request).get("managedFields")
+    if isinstance(sent, list) and (sent == [] or sent == [{}]):
+        return []
+    entries = _read(sent)
+    if not entries or not any(e.paths for e in entries):
+        return live_entries
+    return list(sent) if isinstance(sent, list) else live_entries
 
 
-def apply(
-    storage: ObjectStorage,
+def _overlay(obj: Any, empty: Any) -> Any:
+    if not isinstance(obj, dict) or not isinstance(empty, dict):
+        return obj
+    out = dict(obj)
+    for key, value in empty.items():
+        if key not in out:
+            out[key] = copy.deepcopy(value)
+        elif isinstance(value, dict) and isinstance(out[key], dict):
+            out[key] = _overlay(out[key], value)
+    return out
+
+
+def _typed(obj: Obj, shape: Shape) -> Obj:
+    """``obj`` as the server's typed decoding sees it: with the fields an empty object of its type
+    has (``Shape.empty``) where it lacks them."""
+    return _overlay(obj, shape.empty) if shape.empty else obj
+
+
+def record_update(
     rt: ResourceType,
-    namespace: str | None,
-    name: str,
-    config: Any,
-    *,
+    live: Obj | None,
+    new: Obj,
     manager: str,
+    now: Clock,
+    *,
+    subresource: str | None = None,
+    base: list[dict[str, Any]] | None = None,
+) -> list[dict[str, Any]]:
+    """The ``managedFields`` after ``manager`` wrote ``new`` (the request object, after decoding)
+    over ``live`` (``None`` on create). ``base`` is the entries to start from (see
+    :func:`managed_base`; the live object's by default)."""
+    shape = shape_for(rt)
+    entries = _read(base if base is not None else (meta(live).get("managedFields") if live else [])) or []
+    before = _typed(live, shape) if live is not None else _typed({}, shape)
+    comparison = compare(before, _typed(new, shape), shape).without(_reset_fields(rt, subresource))
+    changed = comparison.modified | comparison.added
+    identity = (manager, "Update", subresource or "", rt.api_version)
+    out = []
+    previous: frozenset[Path] = frozenset()
+    previous_time: str | None = None
+    for entry in entries:
+        kept = entry.paths - changed - comparison.removed
+        if entry.identity == identity:
+            previous, previous_time = kept, entry.time
+            continue
+        out.append(attrs.evolve(entry, paths=kept))
+    mine = changed - _STRIPPED
+    if mine:
+        # The real server converts a scale write's field set back from the Scale object and loses
+        # the entry's time on the way.
+        when = None if subresource == "scale" else now()
+        out.append(_Entry(manager, "Update", subresource or "", rt.api_version, when, previous | mine))
+    elif previous:
+        out.append(_Entry(manager, "Update", subresource or "", rt.api_version, previous_time, previous))
+    return _write(out)
+
+
+def _owned_below(path: Path, owned: set[Path]) -> bool:
+    n = len(path)
+    return any(len(o) >= n and o[:n] == path for o in owned)
+
+
+def _prune(merged: Obj, stale: set[Path], owned: set[Path], shape: Shape) -> None:
+    for path in sorted(stale, key=len, reverse=True):
+        if _owned_below(path, owned):
+            continue
+        if not remove_path(merged, path, shape):
+            continue
+        for depth in range(len(path) - 1, 1 if path[0] == "f:metadata" else 0, -1):
+            ancestor = path[:depth]
+            if value_at(merged, ancestor, shape) in ({}, []) and not _owned_below(ancestor, owned):
+                remove_path(merged, ancestor, shape)
+            else:
+                break
+
+
+def apply_config(
+    rt: ResourceType,
+    live: Obj | None,
+    name: str,
+    config: Obj,
+    manager: str,
+    now: Clock,
+    *,
     force: bool,
     subresource: str | None = None,
-    dry_run: bool = False,
-) -> tuple[Obj, bool]:
-    """Server-side apply of ``config`` into ``storage``; returns ``(object, created)``.
-
-    Raises :class:`RequestRejected`: 400 for a malformed configuration, 404 (namespace, or the
-    object for a status apply), 409 on conflicts without ``force``, and whatever the create or
-    update it turns into raises.
-    """
-    if not isinstance(config, dict):
-        raise RequestRejected(400, "BadRequest", "an apply configuration must be an object")
-    if not config.get("apiVersion") or not config.get("kind"):
-        raise RequestRejected(400, "BadRequest", "an apply configuration must set apiVersion and kind")
-    namespace = storage.check_namespace(rt, namespace)
-    applied = storage._prepare_body(rt, namespace, config, name)
-    applied.pop("apiVersion", None)
-    applied.pop("kind", None)
-    include_status = subresource == "status" or not rt.has_status
-    paths = tracked_paths(applied, rt, include_status=include_status)
-    if subresource == "status":
-        paths = {p for p in paths if p[0] == "status"}
-    elif rt.has_status:
-        applied.pop("status", None)
-    current = storage.lookup(rt, namespace, name)
-    now = storage._timestamp
-    if current is None:
-        if subresource == "status":
-            raise not_found(rt, name)
-        obj = copy.deepcopy(applied)
-        _set_applied(rt, obj, manager, paths, set(), now)
-        created = storage.create(rt, namespace, obj, dry_run=dry_run, _managed_fields=obj["metadata"]["managedFields"])
-        return created, True
+) -> Obj:
+    """The object ``name`` after ``manager`` applied ``config`` to ``live`` (``None``: the object
+    does not exist yet), with its ``managedFields``. Raises :class:`RequestRejected` 409 when a changed
+    field is owned by another manager and not ``force``."""
+    shape = shape_for(rt)
+    ignored = _reset_fields(rt, subresource)
+    entries = (_read(meta(live).get("managedFields")) or []) if live is not None else []
+    applied = frozenset(without(to_field_set(config, shape), ignored) - _STRIPPED)
+    identity = (manager, "Apply", subresource or "", "")
+    last = next((e.paths for e in entries if e.identity == identity), frozenset())
+    base = _typed(live, shape) if live is not None else _typed({}, shape)
+    merged: Obj = merge(base, config, shape)
+    others: set[Path] = set()
+    for entry in entries:
+        if entry.identity != identity:
+            others |= entry.paths
+    _prune(merged, set(last - applied), others | applied, shape)
+    comparison = compare(base, merged, shape).without(ignored)
+    changed = comparison.modified | comparison.added
     conflicts: list[dict[str, str]] = []
-    for entry in _entries(current):
-        if entry.get("manager") == manager:
+    out = []
+    for entry in entries:
+        if entry.identity == identity:
             continue
-        owned = fields_to_paths(entry.get("fieldsV1"))
-        for path in sorted(paths & owned):
-            if get_path(current, path) != get_path(applied, path):
-                conflicts.append(
-                    {
-                        "reason": "FieldManagerConflict",
-                        "message": f'conflict with "{entry.get("manager")}" using '
-                        f"{entry.get('apiVersion', rt.api_version)}",
-                        "field": "." + ".".join(path),
-                    }
-                )
-    if conflicts and not force:
+        taken = entry.paths & changed
+        if taken and not force:
+            who = f'"{entry.manager}"'
+            if entry.subresource:
+                who += f' with subresource "{entry.subresource}"'
+            if entry.operation != "Apply":
+                who += f" using {entry.api_version}"
+            conflicts.extend(
+                {"reason": "FieldManagerConflict", "message": f"conflict with {who}", "field": format_path(p)}
+                for p in sorted(taken)
+            )
+        out.append(attrs.evolve(entry, paths=entry.paths - taken - comparison.removed))
+    if conflicts:
         text = "\n".join(f"- {c['message']}: {c['field']}" for c in conflicts)
+        count = len(conflicts)
         raise RequestRejected(
             409,
             "Conflict",
-            f"Apply failed with {len(conflicts)} conflict{'s' if len(conflicts) > 1 else ''}: {text}",
-            details={"name": name, "group": rt.group, "kind": rt.plural, "causes": conflicts},
+            f"Apply failed with {count} conflict{'s' if count > 1 else ''}: {text}",
+            details=details(rt.group, rt.plural, name, causes=conflicts),
         )
-    previous: set[Path] = set()
-    others: set[Path] = set()
-    for entry in _entries(current):
-        owned = fields_to_paths(entry.get("fieldsV1"))
-        if entry.get("manager") == manager and entry.get("operation") == "Apply":
-            previous = owned
-        else:
-            others |= owned
-    merged = deep_merge(current, applied)
-    for path in previous - paths - others:
-        delete_path(merged, path)
-    stolen = {p for p in paths if get_path(current, p) != get_path(applied, p)}
-    _set_applied(rt, merged, manager, paths, stolen, now)
-    merged["metadata"]["resourceVersion"] = meta(current)["resourceVersion"]
-    updated = storage.update(
-        rt,
-        namespace,
-        name,
-        merged,
-        subresource=subresource,
-        dry_run=dry_run,
-        check_version=False,
-        _ownership_changed=True,
+    unchanged = live is not None and _same_object(base, merged)
+    previous_time = next((e.time for e in entries if e.identity == identity), None)
+    out.append(
+        _Entry(manager, "Apply", subresource or "", rt.api_version, previous_time if unchanged else now(), applied)
     )
-    return updated, False
+    merged.setdefault("metadata", {})
+    _store(merged, out)
+    return merged
+
+
+def _same_object(a: Obj, b: Obj) -> bool:
+    strip = ("managedFields",)
+    return {**a, "metadata": {k: v for k, v in meta(a).items() if k not in strip}} == {
+        **b,
+        "metadata": {k: v for k, v in meta(b).items() if k not in strip},
+    }

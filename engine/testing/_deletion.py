@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from ._errors import RequestRejected
 from ._objects import Obj, meta
 from ._resources import ResourceType
-from ._status import conflict
+from ._status import precondition_failed
 
 if TYPE_CHECKING:
     from ._storage import ObjectStorage
@@ -125,20 +125,20 @@ def delete(
     preconditions = options.get("preconditions") or {}
     metadata = meta(obj)
     if preconditions.get("uid") not in (None, "") and preconditions["uid"] != metadata.get("uid"):
-        raise conflict(
+        raise precondition_failed(
             rt,
             name,
-            f"Precondition failed: UID in precondition: {preconditions['uid']}, "
-            f"UID in object meta: {metadata.get('uid')}",
+            f"the UID in the precondition ({preconditions['uid']}) does not match the UID in record "
+            f"({metadata.get('uid')}). The object might have been deleted and then recreated",
         )
     if preconditions.get("resourceVersion") not in (None, "") and preconditions["resourceVersion"] != metadata.get(
         "resourceVersion"
     ):
-        raise conflict(
+        raise precondition_failed(
             rt,
             name,
-            f"Precondition failed: ResourceVersion in precondition: {preconditions['resourceVersion']}, "
-            f"ResourceVersion in object meta: {metadata.get('resourceVersion')}",
+            f"the ResourceVersion in the precondition ({preconditions['resourceVersion']}) does not match "
+            f"the ResourceVersion in record ({metadata.get('resourceVersion')}). The object might have been modified",
         )
     policy = _policy(options)
     deleting = bool(metadata.get("deletionTimestamp"))
@@ -161,6 +161,7 @@ def delete(
         if rt.storage_key == _NAMESPACES:
             new["status"] = {**(new.get("status") or {}), "phase": "Terminating"}
         elif rt.storage_key != _CRDS:
+            # The generic graceful deletion (rest.BeforeDelete); CRDs have their own delete.
             new["metadata"]["deletionGracePeriodSeconds"] = 0
             if metadata.get("generation"):
                 new["metadata"]["generation"] = int(metadata["generation"]) + 1

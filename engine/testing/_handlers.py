@@ -13,6 +13,7 @@ import yaml
 
 from ..observability._http import Request, Response
 from ._access import review, token_request
+from ._deletion import POLICIES
 from ._errors import RequestRejected
 from ._events import field_selector, from_storage
 from ._faults import RequestInfo
@@ -20,11 +21,12 @@ from ._fields import FieldCheck, field_validation, loads_with_duplicates, unknow
 from ._patch import MERGE_KEYS, json_patch, merge_patch, strategic_merge_patch
 from ._protobuf import decode_protobuf
 from ._resources import BUILTIN_TYPES, REVIEW_TYPES, ResourceType
-from ._responses import json_response, typed
+from ._responses import json_response, list_item, typed
 from ._routing import Target, flag
 from ._selectors import parse_field_selector, parse_label_selector
-from ._status import CauseSpec, invalid_causes
+from ._status import CauseSpec, details, invalid_causes
 from ._storage import ObjectStorage
+from ._tables import Conversion, as_partial, as_partial_list, as_table, negotiate
 from ._workloads import selector_string
 
 __all__ = ["handle_resource", "decode_body"]
@@ -121,8 +123,9 @@ def handle_resource(storage: ObjectStorage, request: Request, target: Target, in
     if sub == "scale":
         return _scale(storage, request, target, info, dry_run)
     if info.verb == "list":
+        conversion = negotiate(request.headers.get("accept"))
         labels = parse_label_selector(q.get("labelSelector"))
-        fields = field_selector(rt, parse_field_selector(q.get("fieldSelector")))
+        fields = field_selector(rt, parse_field_selector(q.get("fieldSelector"), rt))
         if ns is not None:
             storage.check_namespace(rt, ns)
         exact = _list_resource_version(q)
@@ -142,14 +145,26 @@ def handle_resource(storage: ObjectStorage, request: Request, target: Target, in
         if token:
             meta["continue"] = token
             meta["remainingItemCount"] = remaining
+        if conversion is not None:
+            return json_response(200, _converted(storage, request, rt, items, meta, conversion, single=False))
         return json_response(
             200,
-            {"kind": rt.list_kind, "apiVersion": rt.api_version, "metadata": meta, "items": [typed(rt, o) for o in items]},
+            {
+                "kind": rt.list_kind,
+                "apiVersion": rt.api_version,
+                "metadata": meta,
+                "items": [list_item(rt, o) for o in items],
+            },
         )
     if info.verb == "get":
         assert name is not None
         storage.check_not_newer(q.get("resourceVersion"))
-        return json_response(200, typed(rt, storage.get(rt, ns, name)))
+        conversion = negotiate(request.headers.get("accept"))
+        obj = storage.get(rt, ns, name)
+        if conversion is not None:
+            version = {"resourceVersion": obj["metadata"].get("resourceVersion", "")}
+            return json_response(200, _converted(storage, request, rt, [obj], version, conversion, single=True))
+        return json_response(200, typed(rt, obj))
     if info.verb == "create":
         if name is not None:
             raise RequestRejected(405, "MethodNotAllowed", "POST is not allowed on a named object")
@@ -181,15 +196,16 @@ def handle_resource(storage: ObjectStorage, request: Request, target: Target, in
     if info.verb == "delete":
         assert name is not None
         options = _delete_options(request)
+        dry_run = dry_run or options.get("dryRun") == ["All"]
         obj, gone = storage.delete(rt, ns, name, options, dry_run=dry_run)
         if not gone:
-            return json_response(200, typed(rt, obj))
+            # The real server answers 202 to a cascading delete asked for the deprecated way.
+            return json_response(202 if options.get("orphanDependents") is False else 200, typed(rt, obj))
         return json_response(200, _success(rt, obj))
     if info.verb == "deletecollection":
         options = _delete_options(request)
         labels = parse_label_selector(q.get("labelSelector"))
-        fields = parse_field_selector(q.get("fieldSelector"))
-        fields = field_selector(rt, fields)
+        fields = field_selector(rt, parse_field_selector(q.get("fieldSelector"), rt))
         items, _, _, _ = storage.list_objects(rt, ns, labels, fields)
         deleted = []
         for obj in items:
@@ -205,7 +221,7 @@ def handle_resource(storage: ObjectStorage, request: Request, target: Target, in
                 "kind": rt.list_kind,
                 "apiVersion": rt.api_version,
                 "metadata": {"resourceVersion": str(storage.resource_version)},
-                "items": [typed(rt, o) for o in deleted],
+                "items": [list_item(rt, o) for o in deleted],
             },
         )
     raise RequestRejected(405, "MethodNotAllowed", f"{request.method} is not allowed on {request.path}")
@@ -295,8 +311,34 @@ def _scale(storage: ObjectStorage, request: Request, target: Target, info: Reque
         body["metadata"]["resourceVersion"] = sent_rv
     else:
         body["metadata"].pop("resourceVersion", None)
-    stored = storage.update(rt, ns, name, body, dry_run=dry_run, manager=_manager(request))
+    stored = storage.update(rt, ns, name, body, subresource="scale", dry_run=dry_run, manager=_manager(request))
     return json_response(200, _scale_of(rt, stored))
+
+
+def _converted(
+    storage: ObjectStorage,
+    request: Request,
+    rt: ResourceType,
+    stored: list[dict[str, Any]],
+    list_meta: dict[str, Any],
+    conversion: Conversion,
+    *,
+    single: bool,
+) -> dict[str, Any]:
+    """A get's or list's answer converted as the ``Accept`` header asked (:mod:`._tables`)."""
+    if conversion.kind == "Table":
+        return as_table(
+            rt,
+            [(o, typed(rt, o)) for o in stored],
+            list_meta,
+            conversion,
+            now=storage.wall_clock(),
+            include_object=request.query.get("includeObject") or None,
+            no_headers=flag(request.query, "noHeaders"),
+        )
+    if single:
+        return as_partial(typed(rt, stored[0]), conversion)
+    return as_partial_list([typed(rt, o) for o in stored], list_meta, conversion)
 
 
 def _success(rt: ResourceType, obj: dict[str, Any]) -> dict[str, Any]:
@@ -305,22 +347,62 @@ def _success(rt: ResourceType, obj: dict[str, Any]) -> dict[str, Any]:
         "apiVersion": "v1",
         "metadata": {},
         "status": "Success",
-        "details": {
-            "name": obj["metadata"]["name"],
-            "group": rt.group,
-            "kind": rt.plural,
-            "uid": obj["metadata"].get("uid"),
-        },
+        "details": details(rt.group, rt.plural, obj["metadata"]["name"], uid=obj["metadata"].get("uid")),
     }
 
 
 def _delete_options(request: Request) -> dict[str, Any]:
+    """The ``DeleteOptions`` of a delete (body and query parameters), validated as the real
+    server does: 422 Invalid (``meta.k8s.io`` ``DeleteOptions``) for both ``orphanDependents``
+    and ``propagationPolicy``, an unknown policy or a ``dryRun`` other than ``All``."""
     body = decode_body(request) or {}
     if not isinstance(body, dict):
         raise RequestRejected(400, "BadRequest", "DeleteOptions must be a JSON object")
     options = dict(body)
-    if request.query.get("propagationPolicy"):
-        options["propagationPolicy"] = request.query["propagationPolicy"]
+    q = request.query
+    if q.get("propagationPolicy"):
+        options["propagationPolicy"] = q["propagationPolicy"]
+    for key in ("orphanDependents", "gracePeriodSeconds"):
+        if q.get(key):
+            try:
+                options[key] = {"true": True, "false": False}[q[key]] if key == "orphanDependents" else int(q[key])
+            except (KeyError, ValueError):
+                raise RequestRejected(400, "BadRequest", f"invalid value for {key}: {q[key]!r}") from None
+    if q.get("dryRun"):
+        options["dryRun"] = [q["dryRun"]]
+    policy = options.get("propagationPolicy")
+    causes = []
+    if options.get("orphanDependents") is not None and policy is not None:
+        causes.append(
+            (
+                "FieldValueInvalid",
+                "propagationPolicy",
+                f'Invalid value: "{policy}": orphanDependents and deletionPropagation cannot be both set',
+            )
+        )
+    if policy is not None and policy not in POLICIES:
+        causes.append(
+            (
+                "FieldValueNotSupported",
+                "propagationPolicy",
+                f'Unsupported value: "{policy}": supported values: "Foreground", "Background", "Orphan", "nil"',
+            )
+        )
+    dry_run = options.get("dryRun")
+    if dry_run is not None and (not isinstance(dry_run, list) or any(v != "All" for v in dry_run)):
+        causes.append(("FieldValueNotSupported", "dryRun", f'Unsupported value: {dry_run!r}: supported values: "All"'))
+    if causes:
+        text = ", ".join(f"{field}: {message}" for _, field, message in causes)
+        raise RequestRejected(
+            422,
+            "Invalid",
+            f'DeleteOptions.meta.k8s.io "" is invalid: {text}',
+            details=details(
+                "meta.k8s.io",
+                "DeleteOptions",
+                causes=[{"reason": reason, "message": message, "field": field} for reason, field, message in causes],
+            ),
+        )
     return options
 
 

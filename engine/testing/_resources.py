@@ -9,7 +9,9 @@ from typing import Any
 import attrs
 
 from ._errors import RequestRejected
+from ._fieldsets import Shape
 from ._schema import CompiledSchema, compile_schema
+from ._shapes import shape_from_schema
 
 __all__ = ["ResourceType", "BUILTIN_TYPES", "REVIEW_TYPES", "resource_types_from_crd", "openapi_schema", "VERBS"]
 
@@ -40,6 +42,15 @@ class ResourceType:
     """Categories such as ``all``."""
     printer_columns: tuple[dict[str, Any], ...] = ()
     """``additionalPrinterColumns`` of a custom resource (informational)."""
+    has_generation: bool = False
+    """Whether objects carry ``metadata.generation`` (custom resources, CRDs and the workload
+    types; not ConfigMaps, Secrets, Namespaces, Leases, Events...)."""
+    selectable_fields: tuple[str, ...] = ()
+    """A custom resource's ``selectableFields`` (``spec.color``), beyond ``metadata.name`` and
+    ``metadata.namespace``."""
+    field_shape: Shape | None = attrs.field(default=None, eq=False, repr=False)
+    """The structure field ownership is tracked with (from the CRD's schema for custom
+    resources; ``None``: the built-in table of :mod:`._fieldsets`)."""
     verbs: tuple[str, ...] = tuple(VERBS)
     """The verbs discovery lists (and the server serves) for the resource itself."""
     subresources: tuple[str, ...] = ()
@@ -117,13 +128,13 @@ BUILTIN_TYPES: tuple[ResourceType, ...] = (
     ResourceType("", "v1", "serviceaccounts", "serviceaccount", "ServiceAccount", True, ("sa",), subresources=("token",)),
     ResourceType("", "v1", "services", "service", "Service", True, ("svc",), True, ("all",)),
     ResourceType("", "v1", "pods", "pod", "Pod", True, ("po",), True, ("all",)),
-    ResourceType("apps", "v1", "deployments", "deployment", "Deployment", True, ("deploy",), True, ("all",), subresources=("scale",)),
-    ResourceType("apps", "v1", "replicasets", "replicaset", "ReplicaSet", True, ("rs",), True, ("all",), subresources=("scale",)),
-    ResourceType("apps", "v1", "statefulsets", "statefulset", "StatefulSet", True, ("sts",), True, ("all",), subresources=("scale",)),
-    ResourceType("apps", "v1", "daemonsets", "daemonset", "DaemonSet", True, ("ds",), True, ("all",)),
-    ResourceType("batch", "v1", "jobs", "job", "Job", True, (), True, ("all",)),
-    ResourceType("batch", "v1", "cronjobs", "cronjob", "CronJob", True, ("cj",), True, ("all",)),
-    ResourceType("networking.k8s.io", "v1", "ingresses", "ingress", "Ingress", True, ("ing",), True),
+    ResourceType("apps", "v1", "deployments", "deployment", "Deployment", True, ("deploy",), True, ("all",), subresources=("scale",), has_generation=True),
+    ResourceType("apps", "v1", "replicasets", "replicaset", "ReplicaSet", True, ("rs",), True, ("all",), subresources=("scale",), has_generation=True),
+    ResourceType("apps", "v1", "statefulsets", "statefulset", "StatefulSet", True, ("sts",), True, ("all",), subresources=("scale",), has_generation=True),
+    ResourceType("apps", "v1", "daemonsets", "daemonset", "DaemonSet", True, ("ds",), True, ("all",), has_generation=True),
+    ResourceType("batch", "v1", "jobs", "job", "Job", True, (), True, ("all",), has_generation=True),
+    ResourceType("batch", "v1", "cronjobs", "cronjob", "CronJob", True, ("cj",), True, ("all",), has_generation=True),
+    ResourceType("networking.k8s.io", "v1", "ingresses", "ingress", "Ingress", True, ("ing",), True, has_generation=True),
     ResourceType("rbac.authorization.k8s.io", "v1", "roles", "role", "Role", True),
     ResourceType("rbac.authorization.k8s.io", "v1", "rolebindings", "rolebinding", "RoleBinding", True),
     ResourceType("rbac.authorization.k8s.io", "v1", "clusterroles", "clusterrole", "ClusterRole", False),
@@ -156,6 +167,7 @@ BUILTIN_TYPES: tuple[ResourceType, ...] = (
         False,
         ("crd", "crds"),
         True,
+        has_generation=True,
     ),
 )
 """The built-in types, in discovery order."""
@@ -238,6 +250,13 @@ def resource_types_from_crd(crd: dict[str, Any]) -> list[ResourceType]:
                 has_status="status" in subresources,
                 categories=tuple(names.get("categories") or ()),
                 printer_columns=tuple(version.get("additionalPrinterColumns") or ()),
+                has_generation=True,
+                field_shape=shape_from_schema(openapi_schema(version)),
+                selectable_fields=tuple(
+                    str(f["jsonPath"]).lstrip(".")
+                    for f in version.get("selectableFields") or ()
+                    if isinstance(f, dict) and isinstance(f.get("jsonPath"), str)
+                ),
                 schema=compile_schema(openapi_schema(version)),
             )
         )

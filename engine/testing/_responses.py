@@ -8,9 +8,9 @@ from typing import Any
 from ..observability._http import Response
 from ._errors import RequestRejected
 from ._events import from_storage
-from ._resources import ResourceType
+from ._resources import BUILTIN_TYPES, ResourceType
 
-__all__ = ["json_response", "status_response", "typed"]
+__all__ = ["json_response", "status_response", "typed", "list_item"]
 
 _JSON = [("content-type", "application/json")]
 
@@ -34,3 +34,11 @@ def typed(rt: ResourceType, obj: dict[str, Any]) -> dict[str, Any]:
         "kind": rt.kind,
         **{k: v for k, v in obj.items() if k not in ("apiVersion", "kind")},
     }
+
+
+def list_item(rt: ResourceType, obj: dict[str, Any]) -> dict[str, Any]:
+    """``obj`` as an item of a list: built-in types' items carry no ``apiVersion`` and ``kind``
+    (the real server encodes them from typed lists), custom resources' items do."""
+    if rt in BUILTIN_TYPES:
+        return {k: v for k, v in from_storage(rt, obj).items() if k not in ("apiVersion", "kind")}
+    return typed(rt, obj)

@@ -1,9 +1,11 @@
 """Label and field selectors, parsed the way the API server parses them.
 
 Label selectors support ``=``, ``==``, ``!=``, ``in``, ``notin``, ``key`` (exists) and ``!key``.
-Field selectors support ``=``, ``==`` and ``!=`` on any dotted path into the object
-(``metadata.name``, ``metadata.namespace``, ``spec.nodeName``, ...), compared as strings; a path
-that does not exist compares as ``""``.
+Field selectors support ``=``, ``==`` and ``!=`` on the fields each type supports, as the real
+server: ``metadata.name`` and ``metadata.namespace`` for every type, a few more for some built-in
+types (:data:`SELECTABLE_FIELDS`), a custom resource's ``selectableFields``; any other field is
+400 BadRequest. Values compare as strings (booleans as ``true``/``false``); a path that does
+not exist compares as ``""``.
 """
 
 from __future__ import annotations
@@ -15,8 +17,59 @@ from typing import Any
 import attrs
 
 from ._errors import RequestRejected
+from ._resources import ResourceType
 
-__all__ = ["LabelSelector", "FieldSelector", "parse_label_selector", "parse_field_selector"]
+__all__ = ["LabelSelector", "FieldSelector", "parse_label_selector", "parse_field_selector", "SELECTABLE_FIELDS"]
+
+_META = ("metadata.name", "metadata.namespace")
+_INVOLVED = tuple(
+    f"involvedObject.{f}" for f in ("kind", "namespace", "name", "uid", "apiVersion", "resourceVersion", "fieldPath")
+)
+
+SELECTABLE_FIELDS: dict[tuple[str, str], tuple[str, ...]] = {
+    ("", "namespaces"): ("metadata.name", "status.phase"),
+    ("", "secrets"): (*_META, "type"),
+    ("", "events"): (*_META, *_INVOLVED, "reason", "reportingComponent", "source", "type"),
+    ("events.k8s.io", "events"): (
+        *_META,
+        *(f"regarding.{f.split('.', 1)[1]}" for f in _INVOLVED),
+        "reason",
+        "reportingController",
+        "type",
+    ),
+    ("", "pods"): (
+        *_META,
+        "spec.nodeName",
+        "spec.restartPolicy",
+        "spec.schedulerName",
+        "spec.serviceAccountName",
+        "spec.hostNetwork",
+        "status.phase",
+        "status.podIP",
+        "status.podIPs",
+        "status.nominatedNodeName",
+    ),
+    ("", "nodes"): (*_META, "spec.unschedulable"),
+    ("", "replicationcontrollers"): (*_META, "status.replicas"),
+    ("apps", "replicasets"): (*_META, "status.replicas"),
+    ("batch", "jobs"): (*_META, "status.successful"),
+    ("certificates.k8s.io", "certificatesigningrequests"): (*_META, "spec.signerName"),
+}
+"""Field selectors of built-in types beyond ``metadata.name`` and ``metadata.namespace``, by
+``(group, plural)`` (the real server's field label conversions)."""
+
+
+def _check_fields(rt: ResourceType, requirements: tuple[tuple[str, str, str], ...]) -> None:
+    listed = SELECTABLE_FIELDS.get((rt.group, rt.plural))
+    allowed = listed or (*_META, *rt.selectable_fields)
+    for path, _, _ in requirements:
+        if path in allowed:
+            continue
+        if listed is None and rt.field_shape is None:
+            message = f'"{path}" is not a known field selector: only "metadata.name", "metadata.namespace"'
+        else:
+            message = f"field label not supported: {path}"
+        raise RequestRejected(400, "BadRequest", message)
 
 _LABEL_KEY = re.compile(r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
 _LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$")
@@ -69,7 +122,7 @@ class FieldSelector:
             else:
                 for part in path.split("."):
                     current = current.get(part) if isinstance(current, Mapping) else None
-            text = "" if current is None else str(current)
+            text = "" if current is None else ("true" if current else "false") if isinstance(current, bool) else str(current)
             if (text == value) != (op != "!="):
                 return False
         return True
@@ -128,8 +181,9 @@ def parse_label_selector(selector: str | None) -> LabelSelector:
 _FIELD = re.compile(r"^(?P<path>[A-Za-z0-9_.\-]+)\s*(?P<op>==|=|!=)\s*(?P<value>.*)$")
 
 
-def parse_field_selector(selector: str | None) -> FieldSelector:
-    """Parse ``fieldSelector``; raises :class:`RequestRejected` (400) when malformed."""
+def parse_field_selector(selector: str | None, rt: ResourceType | None = None) -> FieldSelector:
+    """Parse ``fieldSelector``; raises :class:`RequestRejected` (400) when malformed or, given the
+    type ``rt``, when it selects on a field ``rt`` does not support."""
     if not selector:
         return FieldSelector()
     requirements = []
@@ -140,4 +194,6 @@ def parse_field_selector(selector: str | None) -> FieldSelector:
         if m is None:
             raise _bad("field", selector, "a field requirement must be path=value, path==value or path!=value")
         requirements.append((m["path"], m["op"], m["value"].strip()))
+    if rt is not None:
+        _check_fields(rt, tuple(requirements))
     return FieldSelector(tuple(requirements))

@@ -13,11 +13,50 @@ from ._errors import RequestRejected
 from ._resources import ResourceType
 from ._schema import FieldError
 
-__all__ = ["not_found", "already_exists", "invalid", "conflict", "CauseSpec", "invalid_causes"]
+_REASONS = (
+    ("Required value", "FieldValueRequired"),
+    ("Invalid value", "FieldValueInvalid"),
+    ("Forbidden", "FieldValueForbidden"),
+    ("Unsupported value", "FieldValueNotSupported"),
+    ("Duplicate value", "FieldValueDuplicate"),
+    ("Too long", "FieldValueTooLong"),
+    ("Too many", "FieldValueTooMany"),
+    ("Not found", "FieldValueNotFound"),
+)
+__all__ = [
+    "not_found",
+    "already_exists",
+    "invalid",
+    "conflict",
+    "CauseSpec",
+    "invalid_causes",
+    "details",
+    "cause_reason",
+    "precondition_failed",
+]
 
 
 def _resource(rt: ResourceType) -> str:
     return f"{rt.plural}.{rt.group}" if rt.group else rt.plural
+
+
+def details(group: str, kind: str, name: str | None = None, **more: Any) -> dict[str, Any]:
+    """``Status.details`` as the real server writes them: ``group`` absent for the core group,
+    ``name`` absent when empty."""
+    out: dict[str, Any] = {}
+    if name:
+        out["name"] = name
+    if group:
+        out["group"] = group
+    out["kind"] = kind
+    out.update(more)
+    return out
+
+
+def cause_reason(message: str) -> str:
+    """The ``reason`` of a field error from its message (``"Required value: ..."`` is
+    ``FieldValueRequired``), as the real server's field errors word them."""
+    return next((reason for prefix, reason in _REASONS if message.startswith(prefix)), "FieldValueInvalid")
 
 
 def not_found(rt: ResourceType, name: str) -> RequestRejected:
@@ -26,7 +65,7 @@ def not_found(rt: ResourceType, name: str) -> RequestRejected:
         404,
         "NotFound",
         f'{_resource(rt)} "{name}" not found',
-        details={"name": name, "group": rt.group, "kind": rt.plural},
+        details=details(rt.group, rt.plural, name),
     )
 
 
@@ -36,26 +75,15 @@ def already_exists(rt: ResourceType, name: str) -> RequestRejected:
         409,
         "AlreadyExists",
         f'{_resource(rt)} "{name}" already exists',
-        details={"name": name, "group": rt.group, "kind": rt.plural},
+        details=details(rt.group, rt.plural, name),
     )
-
-
-_REASONS = (
-    ("Required value", "FieldValueRequired"),
-    ("Unsupported value", "FieldValueNotSupported"),
-    ("Too long", "FieldValueTooLong"),
-    ("Too many", "FieldValueTooMany"),
-    ("Forbidden", "FieldValueForbidden"),
-    ("Duplicate value", "FieldValueDuplicate"),
-)
 
 
 def _as_field_error(cause: tuple[str, str] | FieldError) -> FieldError:
     if isinstance(cause, FieldError):
         return cause
     field, message = cause
-    reason = next((r for prefix, r in _REASONS if message.startswith(prefix)), "FieldValueInvalid")
-    return FieldError(reason, field, message)
+    return FieldError(cause_reason(message), field, message)
 
 
 def invalid(
@@ -76,12 +104,12 @@ def invalid(
         422,
         "Invalid",
         f'{qualified} "{name}" is invalid: {text}',
-        details={
-            "name": name,
-            "group": rt.group,
-            "kind": kind,
-            "causes": [{"reason": e.reason, "message": e.message, "field": e.field} for e in errors],
-        },
+        details=details(
+            rt.group,
+            kind,
+            name,
+            causes=[{"reason": e.reason, "message": e.message, "field": e.field} for e in errors],
+        ),
     )
 
 
@@ -89,14 +117,24 @@ def conflict(
     rt: ResourceType, name: str, message: str, causes: list[dict[str, str]] | None = None
 ) -> RequestRejected:
     """409 Conflict on the object ``name``: ``Operation cannot be fulfilled ...: message``."""
-    details: dict[str, Any] = {"name": name, "group": rt.group, "kind": rt.plural}
-    if causes:
-        details["causes"] = causes
+    more: dict[str, Any] = {"causes": causes} if causes else {}
     return RequestRejected(
         409,
         "Conflict",
         f'Operation cannot be fulfilled on {_resource(rt)} "{name}": {message}',
-        details=details,
+        details=details(rt.group, rt.plural, name, **more),
+    )
+
+
+def precondition_failed(rt: ResourceType, name: str, message: str) -> RequestRejected:
+    """409 Conflict for a failed delete precondition: the real server names the kind, not the
+    resource, in this one."""
+    qualified = f"{rt.kind}.{rt.group}" if rt.group else rt.kind
+    return RequestRejected(
+        409,
+        "Conflict",
+        f'Operation cannot be fulfilled on {qualified} "{name}": {message}',
+        details=details(rt.group, rt.kind, name),
     )
 
 
@@ -108,10 +146,6 @@ def invalid_causes(rt: ResourceType, name: str, causes: list[CauseSpec]) -> Requ
     """422 Invalid with causes of any reason; ``details.group`` is absent for the core group."""
     qualified = f"{rt.kind}.{rt.group}" if rt.group else rt.kind
     text = ", ".join(f"{field}: {message}" for _, field, message in causes)
-    details: dict[str, Any] = {"name": name}
-    if rt.group:
-        details["group"] = rt.group
-    details["kind"] = rt.kind
-    details["causes"] = [{"reason": reason, "message": message, "field": field} for reason, field, message in causes]
+    more = {"causes": [{"reason": reason, "message": message, "field": field} for reason, field, message in causes]}
     message = f'{qualified} "{name}" is invalid: {text}' if len(causes) == 1 else f'{qualified} "{name}" is invalid: [{text}]'
-    return RequestRejected(422, "Invalid", message, details=details)
+    return RequestRejected(422, "Invalid", message, details=details(rt.group, rt.kind, name, **more))

@@ -539,23 +539,27 @@ class ObjectStorage:
                 raise _namespace_terminating(rt, metadata["name"], namespace)
         if (namespace or "", metadata["name"]) in self._objects[rt.storage_key].objects:
             raise already_exists(rt, metadata["name"])
+        base = _apply.managed_base(None, obj, None)
         for field in SYSTEM_METADATA:
             if field not in ("name", "namespace"):
                 metadata.pop(field, None)
         if rt.has_status:
             obj.pop("status", None)
         strategy = strategy_for(rt)
+        status_before = obj.get("status")
         unknown = strategy.prepare(rt, obj, self._timestamp)
         if fields is not None:
             fields.report(unknown)
         strategy.check(rt, obj, None)
+        if _managed_fields is None and manager:
+            _managed_fields = _apply.record_update(rt, None, obj, manager, self._timestamp, base=base)
         metadata["uid"] = self._new_uid()
         metadata["creationTimestamp"] = self._timestamp()
-        metadata["generation"] = 1
-        if _managed_fields is not None:
+        if rt.has_generation:
+            metadata["generation"] = 1
+        if _managed_fields:
             metadata["managedFields"] = _managed_fields
-        elif manager:
-            _apply.record_update(rt, obj, None, manager, self._timestamp)
+        self._record_status_writer(rt, obj, status_before)
         strategy.prepare_create(rt, obj)
         if rt.storage_key == _services.SERVICES:
             _services.allocate(obj, self._objects[rt.storage_key].objects.values(), self._rng)
@@ -574,6 +578,20 @@ class ObjectStorage:
             self._serve_crd(stored)
         return stored
 
+    def _record_status_writer(self, rt: ResourceType, obj: Obj, status_before: Any) -> None:
+        """Give the strategy's status writer the status fields its canonicalization changed (the
+        real server's controllers write them through the status subresource)."""
+        writer = strategy_for(rt).status_writer
+        if writer is None or obj.get("status") == status_before:
+            return
+        before = {k: v for k, v in obj.items() if k != "status"}
+        if status_before is not None:
+            before["status"] = status_before
+        base = list(meta(obj).get("managedFields") or [])
+        managed = _apply.record_update(rt, before, obj, writer, self._timestamp, subresource="status", base=base)
+        if managed:
+            obj["metadata"]["managedFields"] = managed
+
     def update(
         self,
         rt: ResourceType,
@@ -587,7 +605,7 @@ class ObjectStorage:
         check_version: bool = True,
         check_size: bool = False,
         fields: FieldCheck | None = None,
-        _ownership_changed: bool = False,
+        _managed_fields: list[dict[str, Any]] | None = None,
     ) -> Obj:
         """Replace an object (or its status). Raises :class:`RequestRejected`: 404, 409 Conflict
         on a stale ``metadata.resourceVersion``, 400, 422. A write that changes nothing is a
@@ -604,14 +622,14 @@ class ObjectStorage:
                 rt, name, "the object has been modified; please apply your changes to the latest version and try again"
             )
         old_meta = meta(old)
+        strategy = strategy_for(rt)
+        base = _apply.managed_base(old, obj, subresource)
         if subresource == "status":
             new = copy.deepcopy(old)
             if "status" in obj:
                 new["status"] = obj["status"]
             else:
                 new.pop("status", None)
-            if _ownership_changed and "managedFields" in metadata:
-                new["metadata"]["managedFields"] = metadata["managedFields"]
             obj = new
             metadata = obj["metadata"]
         else:
@@ -620,45 +638,49 @@ class ObjectStorage:
                     metadata[field] = old_meta[field]
                 else:
                     metadata.pop(field, None)
-            if "managedFields" not in metadata and "managedFields" in old_meta:
-                metadata["managedFields"] = old_meta["managedFields"]
             if rt.has_status:
                 if "status" in old:
                     obj["status"] = copy.deepcopy(old["status"])
                 else:
                     obj.pop("status", None)
         metadata["resourceVersion"] = old_meta["resourceVersion"]
-        strategy = strategy_for(rt)
         strategy.prepare_update(rt, obj, old, subresource)
         metadata = obj["metadata"]
         if rt.storage_key == _services.SERVICES:
             _services.keep_allocated(obj, old)
+        status_before = copy.deepcopy(obj.get("status")) if strategy.status_writer else None
         unknown = strategy.prepare(rt, obj, self._timestamp, old=old, subresource=subresource)
         if fields is not None:
             fields.report(unknown)
         strategy.check(rt, obj, old)
+        managed = _managed_fields
+        if managed is None:
+            if manager:
+                managed = _apply.record_update(rt, old, obj, manager, self._timestamp, subresource=subresource, base=base)
+            else:
+                managed = base
+        if managed:
+            metadata["managedFields"] = managed
+        else:
+            metadata.pop("managedFields", None)
+        self._record_status_writer(rt, obj, status_before)
         if old_meta.get("deletionTimestamp"):
             new_finalizers = set(metadata.get("finalizers") or []) - set(old_meta.get("finalizers") or [])
             if new_finalizers:
-                raise RequestRejected(
-                    422,
-                    "Invalid",
-                    "metadata.finalizers: Forbidden: no new finalizers can be added if the object is being "
-                    f"deleted, found new finalizers {sorted(new_finalizers)!r}",
-                    details={"name": name, "group": rt.group, "kind": rt.kind},
+                quoted = ", ".join(json.dumps(f) for f in sorted(new_finalizers))
+                message = (
+                    "Forbidden: no new finalizers can be added if the object is being deleted, "
+                    f"found new finalizers []string{{{quoted}}}"
                 )
-        if _spec_part(obj, rt) != _spec_part(old, rt):
+                # The real server validates object metadata twice on update (generic checks and the
+                # type's own), so this cause comes twice.
+                raise invalid(rt, name, [("metadata.finalizers", message)] * 2)
+        if rt.has_generation and _spec_part(obj, rt) != _spec_part(old, rt):
             metadata["generation"] = int(old_meta.get("generation", 1)) + 1
-        if manager:
-            _apply.record_update(rt, obj, old, manager, self._timestamp)
         if _events.is_event(rt):
             obj, rt = self._event_for_storage(rt, obj, stored_old)
             old, metadata = stored_old, obj["metadata"]
-        ignored = () if _ownership_changed else ("managedFields",)
-        comparable_new = {**obj, "metadata": {k: v for k, v in metadata.items() if k not in ignored}}
-        comparable_old = {**old, "metadata": {k: v for k, v in old_meta.items() if k not in ignored}}
-        comparable_new["apiVersion"], comparable_new["kind"] = old.get("apiVersion"), old.get("kind")
-        if comparable_new == comparable_old:
+        if {**obj, "apiVersion": old.get("apiVersion"), "kind": old.get("kind")} == old:
             return old
         if check_size:
             _check_size(obj)
@@ -666,7 +688,11 @@ class ObjectStorage:
             obj["apiVersion"], obj["kind"] = rt.api_version, rt.kind
             return obj
         if metadata.get("deletionTimestamp") and not _deletion.held(rt, obj):
-            return _deletion.remove(self, rt, obj)
+            # Removed instead of written: the answer is the object as this write left it, still
+            # at the resourceVersion it was read at (the watch sees the removal's).
+            _deletion.remove(self, rt, obj)
+            obj["apiVersion"], obj["kind"] = rt.api_version, rt.kind
+            return obj
         stored = self._commit(rt, "MODIFIED", obj, old)
         if rt.storage_key == ("apiextensions.k8s.io", "customresourcedefinitions"):
             self._serve_crd(stored)
@@ -684,16 +710,43 @@ class ObjectStorage:
         subresource: str | None = None,
         dry_run: bool = False,
     ) -> tuple[Obj, bool]:
-        """Server-side apply (simplified ownership, see the README); returns ``(object, created)``.
+        """Server-side apply of ``config``; returns ``(object, created)``. Ownership is kept as
+        :mod:`._apply` describes.
 
-        Ownership is a set of leaf paths per manager (lists are atomic leaves). Applying a path
-        whose current value differs and that another manager owns is a 409 conflict unless
-        ``force``; paths this manager applied before and omits now are removed unless another
-        manager owns them too.
+        Raises :class:`RequestRejected`: 400 for a malformed configuration, 404 (namespace, or
+        the object for a status apply), 409 on conflicts without ``force``, and whatever the
+        create or update it turns into raises.
         """
-        return _apply.apply(
-            self, rt, namespace, name, config, manager=manager, force=force, subresource=subresource, dry_run=dry_run
+        if not isinstance(config, dict):
+            raise RequestRejected(400, "BadRequest", "an apply configuration must be an object")
+        if not config.get("apiVersion") or not config.get("kind"):
+            raise RequestRejected(400, "BadRequest", "an apply configuration must set apiVersion and kind")
+        namespace = self.check_namespace(rt, namespace)
+        applied = self._prepare_body(rt, namespace, config, name)
+        if applied["metadata"].get("managedFields") is not None:
+            raise RequestRejected(400, "BadRequest", "metadata.managedFields must be nil")
+        current = self.lookup(rt, namespace, name)
+        if current is None:
+            if subresource == "status":
+                raise not_found(rt, name)
+            obj = _apply.apply_config(rt, None, name, applied, manager, self._timestamp, force=force)
+            managed = obj["metadata"].pop("managedFields", [])
+            return self.create(rt, namespace, obj, dry_run=dry_run, _managed_fields=managed), True
+        merged = _apply.apply_config(
+            rt, current, name, applied, manager, self._timestamp, force=force, subresource=subresource
         )
+        merged["metadata"]["resourceVersion"] = meta(current)["resourceVersion"]
+        updated = self.update(
+            rt,
+            namespace,
+            name,
+            merged,
+            subresource=subresource,
+            dry_run=dry_run,
+            check_version=False,
+            _managed_fields=merged["metadata"].get("managedFields", []),
+        )
+        return updated, False
 
     def delete(
         self,

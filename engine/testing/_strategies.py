@@ -69,6 +69,10 @@ class Strategy:
     check: Callable[[ResourceType, Obj, Obj | None], None] = _no_check
     """``(rt, obj, old)``: validation that needs the defaults applied or the object an update
     replaces (``old``, ``None`` on create); raises ``RequestRejected``."""
+    status_writer: str | None = None
+    """The manager that owns the ``status`` fields ``canonicalize`` sets (on the real server a
+    controller writes them through the status subresource: ``kube-apiserver`` for a
+    CustomResourceDefinition's names and conditions); ``None``: nobody owns them."""
 
     def prepare(
         self, rt: ResourceType, obj: Obj, now: Clock, *, old: Obj | None = None, subresource: str | None = None
@@ -114,10 +118,14 @@ def _canonicalize_secret(rt: ResourceType, obj: Obj, now: Clock) -> None:
                 raise invalid(rt, meta(obj).get("name", ""), [(f"data[{k}]", "Invalid value: must be base64")]) from None
 
 
-def _canonicalize_namespace(rt: ResourceType, obj: Obj, now: Clock) -> None:
+def _default_namespace(rt: ResourceType, obj: Obj) -> None:
     labels = dict(meta(obj).get("labels") or {})
     labels["kubernetes.io/metadata.name"] = meta(obj)["name"]
     obj["metadata"]["labels"] = labels
+
+
+def _canonicalize_namespace(rt: ResourceType, obj: Obj, now: Clock) -> None:
+    _default_namespace(rt, obj)
 
 
 def _mapping(value: Any) -> dict[str, Any]:
@@ -166,32 +174,66 @@ def _validate_crd(rt: ResourceType, obj: Obj) -> None:
         raise invalid(rt, str(meta(obj).get("name", "")), errors)
 
 
+def _default_crd(rt: ResourceType, obj: Obj) -> None:
+    spec = obj.get("spec")
+    if not isinstance(spec, dict):
+        return
+    names = spec.get("names")
+    if isinstance(names, dict) and isinstance(names.get("kind"), str):
+        names.setdefault("singular", names["kind"].lower())
+        names.setdefault("listKind", names["kind"] + "List")
+    if not isinstance(spec.get("conversion"), dict):
+        spec["conversion"] = {"strategy": "None"}
+
+
 def _canonicalize_crd(rt: ResourceType, obj: Obj, now: Clock) -> None:
+    _default_crd(rt, obj)
     spec = obj["spec"]
-    spec.setdefault("conversion", {"strategy": "None"})
     status = dict(obj.get("status") or {})
     timestamp = now()
+    since = {
+        c.get("type"): c.get("lastTransitionTime")
+        for c in status.get("conditions") or []
+        if isinstance(c, dict) and c.get("status") == "True"
+    }
     status["acceptedNames"] = {k: v for k, v in spec["names"].items()}
     status["acceptedNames"].setdefault("singular", spec["names"]["kind"].lower())
     status["acceptedNames"].setdefault("listKind", spec["names"]["kind"] + "List")
-    status["storedVersions"] = [v["name"] for v in spec["versions"] if v.get("storage")]
     status["conditions"] = [
         {
             "type": "NamesAccepted",
             "status": "True",
             "reason": "NoConflicts",
             "message": "no conflicts found",
-            "lastTransitionTime": timestamp,
+            "lastTransitionTime": since.get("NamesAccepted") or timestamp,
         },
         {
             "type": "Established",
             "status": "True",
             "reason": "InitialNamesAccepted",
             "message": "the initial names have been accepted",
-            "lastTransitionTime": timestamp,
+            "lastTransitionTime": since.get("Established") or timestamp,
         },
     ]
     obj["status"] = status
+
+
+def _stored_versions(obj: Obj, previous: list[Any]) -> None:
+    status = obj.setdefault("status", {})
+    stored = list(previous)
+    for version in obj["spec"].get("versions") or []:
+        if isinstance(version, dict) and version.get("storage") and version.get("name") not in stored:
+            stored.append(version.get("name"))
+    status["storedVersions"] = stored
+
+
+def _prepare_crd_create(rt: ResourceType, obj: Obj) -> None:
+    _stored_versions(obj, [])
+
+
+def _prepare_crd_update(rt: ResourceType, obj: Obj, old: Obj, subresource: str | None) -> None:
+    if isinstance(obj.get("spec"), dict):
+        _stored_versions(obj, list(_mapping(old.get("status")).get("storedVersions") or []))
 
 
 def _workload_defaults(rt: ResourceType, obj: Obj, now: Clock) -> None:
@@ -296,7 +338,11 @@ _STRATEGIES: dict[tuple[str, str], Strategy] = {
         prepare_update=_prepare_namespace_update,
     ),
     ("apiextensions.k8s.io", "customresourcedefinitions"): Strategy(
-        validate_type=_validate_crd, canonicalize=_canonicalize_crd
+        validate_type=_validate_crd,
+        canonicalize=_canonicalize_crd,
+        prepare_create=_prepare_crd_create,
+        prepare_update=_prepare_crd_update,
+        status_writer="kube-apiserver",
     ),
 }
 

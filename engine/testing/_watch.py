@@ -80,7 +80,7 @@ class Watches:
         watch then reports only changes newer than it. Not a checkpoint."""
         rt, ns, q = target.rt, target.namespace, request.query
         labels = parse_label_selector(q.get("labelSelector"))
-        fields = field_selector(rt, parse_field_selector(q.get("fieldSelector")))
+        fields = field_selector(rt, parse_field_selector(q.get("fieldSelector"), rt))
         if target.name is not None:
             fields = attrs.evolve(fields, requirements=fields.requirements + (("metadata.name", "=", target.name),))
         if ns is not None:

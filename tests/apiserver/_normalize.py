@@ -183,11 +183,14 @@ def project(expected: dict[str, Any], status: int, headers: Any, body: Any, elap
         out["apiVersion"] = obj.get("apiVersion")
     if "object" in expected:
         out["object"] = body
+        _sort_managed_fields(body)
     if "status_obj" in expected:
         out["status_obj"] = _status(obj)
     if "checks" in expected:
         out["checks"] = _checks(expected["checks"], obj)
     if "list" in expected:
+        for item in obj.get("items") or []:
+            _sort_managed_fields(item)
         out["list"] = _list(obj, with_items="items" in expected["list"])
     if "table" in expected:
         out["table"] = _table(obj)
@@ -346,6 +349,16 @@ def comparable(response: dict[str, Any]) -> dict[str, Any]:
                 cause.pop("message", None)
             details["causes"].sort(key=lambda c: (str(c.get("field")), str(c.get("reason"))))
     return out
+
+
+def _sort_managed_fields(obj: Any) -> None:
+    # As the recording: entries sorted by manager, operation and subresource (the server orders
+    # them by operation and time, which a replay cannot reproduce to the second).
+    metadata = obj.get("metadata") if isinstance(obj, dict) else None
+    if isinstance(metadata, dict) and isinstance(metadata.get("managedFields"), list):
+        metadata["managedFields"].sort(
+            key=lambda e: (str(e.get("manager")), str(e.get("operation")), str(e.get("subresource", "")))
+        )
 
 
 def project_watch(http_status: int, events: list[dict[str, Any]], error: str | None) -> dict[str, Any]:

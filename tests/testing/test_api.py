@@ -54,7 +54,7 @@ async def test_crud_and_metadata(client: httpx.AsyncClient) -> None:
     assert r.status_code == 201
     created = r.json()
     meta = created["metadata"]
-    assert meta["namespace"] == "default" and meta["generation"] == 1
+    assert meta["namespace"] == "default" and "generation" not in meta  # ConfigMaps have none
     assert meta["uid"] and meta["creationTimestamp"].endswith("Z")
     rv1 = int(meta["resourceVersion"])
     got = (await client.get(f"{CM}/a")).json()
@@ -62,13 +62,13 @@ async def test_crud_and_metadata(client: httpx.AsyncClient) -> None:
     got["data"]["k"] = "w"
     updated = (await client.put(f"{CM}/a", json=got)).json()
     assert int(updated["metadata"]["resourceVersion"]) > rv1
-    assert updated["metadata"]["generation"] == 2
+    assert "generation" not in updated["metadata"]
     same = (await client.put(f"{CM}/a", json=updated)).json()
     assert same["metadata"]["resourceVersion"] == updated["metadata"]["resourceVersion"]
     r = await client.delete(f"{CM}/a")
     assert r.status_code == 200 and r.json()["status"] == "Success"
     body = assert_status(await client.get(f"{CM}/a"), 404, "NotFound")
-    assert body["details"] == {"name": "a", "group": "", "kind": "configmaps"}
+    assert body["details"] == {"name": "a", "kind": "configmaps"}
 
 
 async def test_resource_versions_increase_globally(client: httpx.AsyncClient) -> None:
@@ -86,7 +86,7 @@ async def test_resource_versions_increase_globally(client: httpx.AsyncClient) ->
 async def test_conflicts_and_errors(client: httpx.AsyncClient) -> None:
     first = (await client.post(CM, json=cm("x"))).json()
     body = assert_status(await client.post(CM, json=cm("x")), 409, "AlreadyExists")
-    assert body["details"] == {"name": "x", "group": "", "kind": "configmaps"}
+    assert body["details"] == {"name": "x", "kind": "configmaps"}  # no group for the core group
     await client.put(f"{CM}/x", json={**first, "data": {"a": "1"}})
     stale = assert_status(await client.put(f"{CM}/x", json={**first, "data": {"a": "2"}}), 409, "Conflict")
     assert "the object has been modified" in str(stale["message"])
@@ -190,7 +190,7 @@ async def test_status_subresource_and_generation(client: httpx.AsyncClient) -> N
     kept["metadata"]["labels"] = {}
     status_only = (await client.put("/api/v1/namespaces/team/status", json=kept)).json()
     assert status_only["status"]["phase"] == "Weird" and status_only["metadata"]["labels"]["a"] == "b"
-    assert status_only["metadata"]["generation"] == 1
+    assert "generation" not in status_only["metadata"]
 
 
 async def test_secrets_string_data(client: httpx.AsyncClient) -> None:
@@ -386,6 +386,30 @@ async def test_unknown_routes(client: httpx.AsyncClient) -> None:
     assert_status(await client.get("/api/v1/namespaces/default/namespaces"), 404, "NotFound")
     assert_status(await client.get(f"{CM}/x/scale"), 404, "NotFound")
     assert (await client.get("/healthz")).text == "ok"
+
+
+async def test_delete_options_and_answers(client: httpx.AsyncClient) -> None:
+    await client.post(CM, json={"metadata": {"name": "held", "finalizers": ["example.com/hold"]}, "data": {"k": "v"}})
+    both = {"kind": "DeleteOptions", "propagationPolicy": "Foreground", "orphanDependents": False}
+    body = assert_status(await client.request("DELETE", f"{CM}/held", json=both), 422, "Invalid")
+    assert body["details"] == {
+        "group": "meta.k8s.io",
+        "kind": "DeleteOptions",
+        "causes": [{"reason": "FieldValueInvalid", "message": body["details"]["causes"][0]["message"], "field": "propagationPolicy"}],  # type: ignore[index]
+    }
+    unknown = assert_status(await client.delete(f"{CM}/held", params={"propagationPolicy": "Sideways"}), 422, "Invalid")
+    assert unknown["details"]["causes"][0]["reason"] == "FieldValueNotSupported"  # type: ignore[index]
+    assert not (await client.get(f"{CM}/held")).json()["metadata"].get("deletionTimestamp")
+    r = await client.request("DELETE", f"{CM}/held", json={"kind": "DeleteOptions", "orphanDependents": False})
+    assert r.status_code == 202 and r.json()["kind"] == "ConfigMap" and r.json()["metadata"]["deletionTimestamp"]
+    deleting_rv = r.json()["metadata"]["resourceVersion"]
+    released = await client.patch(
+        f"{CM}/held", json={"metadata": {"finalizers": None}}, headers={"content-type": "application/merge-patch+json"}
+    )
+    assert released.status_code == 200 and released.json()["kind"] == "ConfigMap"
+    assert "finalizers" not in released.json()["metadata"]
+    assert released.json()["metadata"]["resourceVersion"] == deleting_rv  # removed, not written
+    assert_status(await client.get(f"{CM}/held"), 404, "NotFound")
 
 
 async def test_the_system_namespaces_may_not_be_deleted(client: httpx.AsyncClient) -> None:

@@ -221,6 +221,40 @@ async def test_tls_with_client_certificate(tmp_path: Path) -> None:
         assert "Unauthorized" in await kubectl("get", "cm", check=False)
 
 
+async def test_get_prints_the_servers_table_columns(kubectl: Kubectl) -> None:
+    from plugins.bundles._crds import BUNDLE_CRD
+
+    assert "created" in await kubectl("apply", "-f", kubectl.file("bundles.json", json.dumps(BUNDLE_CRD)))
+    bundle = {
+        "apiVersion": "bundles.engine.dev/v1alpha1",
+        "kind": "Bundle",
+        "metadata": {"name": "web"},
+        "spec": {"sourceRef": {"name": "repo"}},
+    }
+    await kubectl("apply", "-f", kubectl.file("web.json", json.dumps(bundle)))
+    status = {
+        "status": {
+            "lastAppliedRevision": "abc123",
+            "conditions": [
+                {"type": "Healthy", "status": "False", "message": "not this one"},
+                {"type": "Ready", "status": "True", "message": "Applied revision abc123"},
+            ],
+        }
+    }
+    await kubectl("patch", "bundle", "web", "--subresource=status", "--type=merge", "-p", json.dumps(status))
+    columns = [c["name"] for c in BUNDLE_CRD["spec"]["versions"][0]["additionalPrinterColumns"]]
+    assert columns[:3] == ["Revision", "Ready", "Status"]
+    lines = (await kubectl("get", "bundles")).splitlines()
+    assert lines[0].split() == ["NAME", *(c.upper() for c in columns)]
+    assert lines[1].split()[:6] == ["web", "abc123", "True", "Applied", "revision", "abc123"]
+    await kubectl("create", "-f", kubectl.file("cm.yaml", CONFIGMAP))
+    lines = (await kubectl("get", "configmaps", "demo")).splitlines()
+    assert lines[0].split() == ["NAME", "DATA", "AGE"]
+    assert lines[1].split()[:2] == ["demo", "1"]
+    wide = (await kubectl("get", "namespaces", "default", "-o", "wide")).splitlines()
+    assert wide[0].split() == ["NAME", "STATUS", "AGE"] and wide[1].split()[:2] == ["default", "Active"]
+
+
 DEPLOYMENT = """\
 apiVersion: apps/v1
 kind: Deployment

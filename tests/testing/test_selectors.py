@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from engine.testing import RequestRejected
+from engine.testing._resources import BUILTIN_TYPES, resource_types_from_crd
 from engine.testing._selectors import parse_field_selector, parse_label_selector
 
 LABELS = {"app": "web", "tier": "front", "example.com/owner": "me"}
@@ -49,3 +50,33 @@ def test_field_selector() -> None:
     assert parse_field_selector("spec.missing=").matches(obj)
     with pytest.raises(RequestRejected, match=r"^unable to parse requirement: field "):
         parse_field_selector("metadata.name")
+
+
+def test_field_selector_supported_fields_per_type() -> None:
+    configmaps = next(rt for rt in BUILTIN_TYPES if rt.plural == "configmaps")
+    namespaces = next(rt for rt in BUILTIN_TYPES if rt.plural == "namespaces")
+    secrets = next(rt for rt in BUILTIN_TYPES if rt.plural == "secrets")
+    parse_field_selector("metadata.name=a,metadata.namespace=b", configmaps)
+    with pytest.raises(RequestRejected, match=r'"data.n" is not a known field selector') as info:
+        parse_field_selector("data.n=x", configmaps)
+    assert info.value.code == 400
+    assert parse_field_selector("status.phase=Active", namespaces).matches({"status": {"phase": "Active"}})
+    with pytest.raises(RequestRejected, match="field label not supported: metadata.namespace"):
+        parse_field_selector("metadata.namespace=x", namespaces)
+    parse_field_selector("type=Opaque", secrets)
+    crd = {
+        "metadata": {"name": "things.example.com"},
+        "spec": {
+            "group": "example.com",
+            "scope": "Namespaced",
+            "names": {"plural": "things", "kind": "Thing"},
+            "versions": [
+                {"name": "v1", "served": True, "storage": True, "selectableFields": [{"jsonPath": ".spec.on"}]}
+            ],
+        },
+    }
+    things = resource_types_from_crd(crd)[0]
+    selector = parse_field_selector("spec.on=true", things)
+    assert selector.matches({"spec": {"on": True}}) and not selector.matches({"spec": {"on": False}})
+    with pytest.raises(RequestRejected, match="field label not supported: spec.size"):
+        parse_field_selector("spec.size=1", things)
