@@ -204,7 +204,6 @@ class ObjectStorage:
                 f"Timeout: Too large resource version: {wanted}, current: {self._rv}",
                 details={
                     "causes": [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}],
-                    "retryAfterSeconds": 1,
                 },
             )
 

@@ -347,6 +347,7 @@ def comparable(response: dict[str, Any]) -> dict[str, Any]:
         if isinstance(details, dict) and isinstance(details.get("causes"), list):
             for cause in details["causes"]:
                 cause.pop("message", None)
+                cause.setdefault("field", None)  # the recording projects an absent field as null
             details["causes"].sort(key=lambda c: (str(c.get("field")), str(c.get("reason"))))
     return out
 

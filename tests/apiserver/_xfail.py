@@ -8,6 +8,4 @@ Details and where each fix belongs: GAPS.md.
 
 XFAIL: dict[str, str] = {
     "ssa.apply_cr_status": "ssa: the expectation has an Apply entry of mgr-a owning spec.size from a held-out step; the authored setup (setup.widget_size_7) sets size by a merge patch instead",
-    "limits.list_rv_future_not_older_than": "limits: a list at a future resourceVersion answers now (real: 504 Timeout, cause ResourceVersionTooLarge)",
-    "limits.get_rv_future": "limits: a get at a future resourceVersion answers now (real: 504 Timeout, cause ResourceVersionTooLarge)",
 }

@@ -184,7 +184,6 @@ def too_large(status: dict[str, Any], wanted: int, current: int) -> bool:
         "code": 504,
         "details": {
             "causes": [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}],
-            "retryAfterSeconds": 1,
         },
     }
 
