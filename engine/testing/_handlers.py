@@ -42,7 +42,10 @@ def decode_body(request: Request) -> Any:
         )
     try:
         if "yaml" in content_type:
-            return yaml.safe_load(request.body)
+            try:
+                return json.loads(request.body)
+            except ValueError:
+                return yaml.safe_load(request.body)
         return json.loads(request.body)
     except (ValueError, yaml.YAMLError):
         raise RequestRejected(400, "BadRequest", "the request body is not valid JSON or YAML") from None
