@@ -306,6 +306,9 @@ class Watcher:
                 continue
             except (ApiError, TransportError, WatchStalledError, ResponseError) as exc:
                 self._stream_failures += 1
+                # Resume after the last event delivered, not from where this stream began:
+                # replaying delivered events would bring deleted objects back into the cache.
+                resource_version = self._resource_version or resource_version
                 delivered = False
                 log.warning(
                     "watch of %s failed (%s: %s); resuming from resourceVersion %s",

@@ -11,13 +11,14 @@ report its current generation as observed.
 from __future__ import annotations
 
 import copy
+import importlib
 import random
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Literal
 
 import attrs
 
-from engine.kube import Plugin, get_condition
+from engine.kube import Plugin, get_condition, load_plugin
 
 from ._selectors import parse_field_selector, parse_label_selector
 from ._storage import ObjectStorage
@@ -30,6 +31,7 @@ __all__ = [
     "example_workload",
     "generation_converged",
     "failed_ready_condition",
+    "simulation_for",
 ]
 
 Obj = dict[str, Any]
@@ -240,3 +242,32 @@ class Simulation:
         """What is not converged yet."""
         check = self.converged if self.converged is not None else generation_converged(self.plugin)
         return list(check(state))
+
+
+def simulation_for(spec: str) -> Simulation:
+    """The :class:`Simulation` of the plugin ``spec`` names (as ``python -m engine run``
+    finds plugins): a ``simulation`` attribute of the module that defines the plugin's setup
+    or of one of its parent packages, for that plugin; else the default simulation (its
+    examples mutated, the default convergence check). Raises
+    :class:`~engine.kube.PluginError` when the plugin cannot be loaded."""
+    plugin = load_plugin(spec)
+    module_name = getattr(plugin.setup, "__module__", None) or ""
+    parts = module_name.split(".")
+    for end in range(len(parts), 0, -1):
+        name = ".".join(parts[:end])
+        try:
+            module = importlib.import_module(name)
+        except ImportError:
+            continue
+        found = getattr(module, "simulation", None)
+        if isinstance(found, Simulation) and found.plugin.name == plugin.name:
+            return found
+        if end < len(parts):
+            try:
+                module = importlib.import_module(f"{name}._simulation")
+            except ImportError:
+                continue
+            found = getattr(module, "simulation", None)
+            if isinstance(found, Simulation) and found.plugin.name == plugin.name:
+                return found
+    return Simulation(plugin=plugin)
