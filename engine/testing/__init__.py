@@ -47,10 +47,10 @@ from ._simulation import ClusterState as ClusterState
 from ._simulation import Simulation as Simulation
 from ._simulation import Step as Step
 from ._simulation import simulation_for as simulation_for
-from ._trace import TraceEntry as TraceEntry
 from ._storage import ObjectStorage as ObjectStorage
 from ._target import KubeTarget as KubeTarget
 from ._target import open_embedded_target as open_embedded_target
+from ._trace import TraceEntry as TraceEntry
 
 __all__ = [
     "ApiServer",

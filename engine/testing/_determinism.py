@@ -19,11 +19,13 @@ from ._errors import HarnessError
 
 __all__ = ["deterministic_scheduling"]
 
+_FLAG = "_ALLOW_DETERMINISTIC_SCHEDULING"
+
 
 def _scheduler() -> ModuleType:
     from trio._core import _run
 
-    if not isinstance(getattr(_run, "_r", None), random.Random) or not hasattr(_run, "_ALLOW_DETERMINISTIC_SCHEDULING"):
+    if not isinstance(getattr(_run, "_r", None), random.Random) or not hasattr(_run, _FLAG):
         raise HarnessError(
             "this trio version has no deterministic scheduling hook (trio._core._run._r and "
             "_ALLOW_DETERMINISTIC_SCHEDULING); the simulation cannot replay a seed"
@@ -40,15 +42,15 @@ def deterministic_scheduling(seed: int) -> Iterator[None]:
     to the process: do not run two simulations at once in different threads.
     """
     run = _scheduler()
-    flag = run._ALLOW_DETERMINISTIC_SCHEDULING
+    flag = getattr(run, _FLAG)
     scheduler_state = run._r.getstate()
     module_state = random.getstate()
-    run._ALLOW_DETERMINISTIC_SCHEDULING = True
+    setattr(run, _FLAG, True)
     run._r.seed(seed)
     random.seed(seed)
     try:
         yield
     finally:
-        run._ALLOW_DETERMINISTIC_SCHEDULING = flag
+        setattr(run, _FLAG, flag)
         run._r.setstate(scheduler_state)
         random.setstate(module_state)

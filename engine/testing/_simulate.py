@@ -256,6 +256,7 @@ class _Simulator:
         if self.violation is None:
             self.violation = message
             self.trace.add("sim", "VIOLATE", message)
+            self.trace.closed = True
             self._scope.cancel(reason="invariant violated")
 
     def check(self) -> None:
@@ -631,7 +632,7 @@ def simulate_seeds(
     """:func:`simulate` each seed in order; stop at the first violation (unless
     ``keep_going``) or once ``budget`` seconds of wall time are spent (the seed in progress
     finishes). Returns the results of the seeds that ran."""
-    results = []
+    results: list[SimulationResult] = []
     start = time.perf_counter()
     for seed in seeds:
         if budget is not None and results and time.perf_counter() - start >= budget:

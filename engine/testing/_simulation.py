@@ -208,6 +208,10 @@ def _no_invariants() -> tuple[Invariant, ...]:
     return ()
 
 
+def _invariants(items: Iterable[Invariant]) -> tuple[Invariant, ...]:
+    return tuple(items)
+
+
 @attrs.frozen(kw_only=True)
 class Simulation:
     """How to simulate one plugin: its workload, its convergence check, its invariants.
@@ -224,7 +228,7 @@ class Simulation:
     plugin: Plugin
     workload: Callable[[random.Random, float], Iterable[Step]] | None = None
     converged: Callable[[ClusterState], Sequence[str]] | None = None
-    invariants: Sequence[Invariant] = attrs.field(factory=_no_invariants, converter=tuple)
+    invariants: Sequence[Invariant] = attrs.field(factory=_no_invariants, converter=_invariants)
     failure_status: Callable[[Mapping[str, Any]], bool] = failed_ready_condition
     config: Mapping[str, Any] = attrs.field(factory=dict)
     namespace: str = "sim"

@@ -33,10 +33,13 @@ class Trace:
 
     origin: float = 0.0
     entries: list[TraceEntry] = attrs.field(factory=list)
+    closed: bool = False
+    """Once closed (after a violation, while everything is cancelled), entries are ignored."""
 
     def add(self, actor: str, what: str, text: str) -> None:
-        """Append an entry stamped with the current trio time. Not a checkpoint."""
-        self.entries.append(TraceEntry(round(trio.current_time() - self.origin, 6), actor, what, text))
+        """Append an entry stamped with the current trio time, unless closed. Not a checkpoint."""
+        if not self.closed:
+            self.entries.append(TraceEntry(round(trio.current_time() - self.origin, 6), actor, what, text))
 
     def digest(self) -> str:
         """A SHA-256 of every entry: equal digests mean equal traces."""
