@@ -250,15 +250,22 @@ class Simulation:
 
 def simulation_for(spec: str) -> Simulation:
     """The :class:`Simulation` of the plugin ``spec`` names (as ``python -m engine run``
-    finds plugins): a ``simulation`` attribute of the module that defines the plugin's setup
-    or of one of its parent packages, for that plugin; else the default simulation (its
+    finds plugins): a ``simulation`` attribute, for that plugin, of the module a
+    ``module:attr`` spec names, of the module that defines the plugin's setup, or of one of
+    its parent packages or their ``_simulation`` modules; else the default simulation (its
     examples mutated, the default convergence check). Raises
     :class:`~engine.kube.PluginError` when the plugin cannot be loaded."""
     plugin = load_plugin(spec)
-    module_name = getattr(plugin.setup, "__module__", None) or ""
-    parts = module_name.split(".")
+    candidates: list[str] = []
+    if ":" in spec:
+        candidates.append(spec.partition(":")[0])
+    parts = (getattr(plugin.setup, "__module__", None) or "").split(".")
     for end in range(len(parts), 0, -1):
-        name = ".".join(parts[:end])
+        package = ".".join(parts[:end])
+        candidates.append(package)
+        if end < len(parts):
+            candidates.append(f"{package}._simulation")
+    for name in candidates:
         try:
             module = importlib.import_module(name)
         except ImportError:
@@ -266,12 +273,4 @@ def simulation_for(spec: str) -> Simulation:
         found = getattr(module, "simulation", None)
         if isinstance(found, Simulation) and found.plugin.name == plugin.name:
             return found
-        if end < len(parts):
-            try:
-                module = importlib.import_module(f"{name}._simulation")
-            except ImportError:
-                continue
-            found = getattr(module, "simulation", None)
-            if isinstance(found, Simulation) and found.plugin.name == plugin.name:
-                return found
     return Simulation(plugin=plugin)
