@@ -21,6 +21,7 @@ import attrs
 import httpx
 import trio
 
+from ._config import Config
 from ._errors import (
     ApiError,
     ClientStateError,
@@ -206,7 +207,10 @@ class Client:
     async def __aenter__(self) -> Client:
         if self._state is not _State.UNOPENED:
             raise ClientStateError("a Client can be opened only once")
-        kwargs = dict(self._config.httpx_client_kwargs())
+        if self._transport is not None and isinstance(self._config, Config):
+            kwargs = self._config.httpx_client_kwargs(tls=False)
+        else:
+            kwargs = dict(self._config.httpx_client_kwargs())
         await self._exec_client_certificate(kwargs)
         if self._transport is not None:
             for key in ("proxy", "verify", "cert", "mounts"):

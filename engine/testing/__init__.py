@@ -19,6 +19,11 @@ pytest plugin (``engine.testing._pytest_plugin``, entry point ``engine``) provid
 fixtures ``kube_target``, ``kube_api``, ``kube_client`` and ``kube_cluster``, under virtual
 time on the embedded server; :class:`EnvTest` starts a real etcd and kube-apiserver the way
 controller-runtime's envtest does.
+
+:func:`simulate` runs a plugin through a seeded workload and fault schedule with trio's
+scheduling fixed by the seed, checks the engine's guarantees at every step, and replays a
+seed exactly (``python -m engine simulate``); a :class:`Simulation` says what the workload is
+and what converged means for a plugin.
 """
 
 from .._exports import moved_names as _moved_names
@@ -36,17 +41,28 @@ from ._harness import PluginHarness as PluginHarness
 from ._harness import open_plugin_test as open_plugin_test
 from ._memory import MemoryTransport as MemoryTransport
 from ._resources import ResourceType as ResourceType
+from ._schedule import FaultKind as FaultKind
 from ._server import ApiServer as ApiServer
+from ._simulate import SimulationResult as SimulationResult
+from ._simulate import simulate as simulate
+from ._simulate import simulate_seeds as simulate_seeds
+from ._simulation import ClusterState as ClusterState
+from ._simulation import Simulation as Simulation
+from ._simulation import Step as Step
+from ._simulation import simulation_for as simulation_for
 from ._storage import ObjectStorage as ObjectStorage
 from ._target import KubeTarget as KubeTarget
 from ._target import open_embedded_target as open_embedded_target
+from ._trace import TraceEntry as TraceEntry
 
 __all__ = [
     "ApiServer",
     "ApiServerError",
+    "ClusterState",
     "EnvTest",
     "EnvTestError",
     "Fault",
+    "FaultKind",
     "FaultScope",
     "Faults",
     "HarnessError",
@@ -56,9 +72,16 @@ __all__ = [
     "PluginHarness",
     "RequestRejected",
     "ResourceType",
+    "Simulation",
+    "SimulationResult",
+    "Step",
+    "TraceEntry",
     "WaitTimeout",
     "open_embedded_target",
     "open_plugin_test",
+    "simulate",
+    "simulate_seeds",
+    "simulation_for",
 ]
 
 _publish(globals())

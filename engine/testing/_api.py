@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+from collections.abc import Callable
 from typing import Any
 
 import attrs
@@ -21,7 +22,7 @@ from ._routing import request_info, resolve
 from ._storage import ObjectStorage
 from ._watch import Watches
 
-__all__ = ["Router"]
+__all__ = ["Router", "ServedRequest", "RequestObserver"]
 
 logger = logging.getLogger("engine.testing.api")
 
@@ -42,6 +43,29 @@ _REASONS = {
 }
 
 
+@attrs.frozen
+class ServedRequest:
+    """One answered resource request, as request observers see it."""
+
+    method: str
+    path: str
+    verb: str
+    """As fault scopes name it: ``get``, ``list``, ``watch``, ``create``, ``patch``, ..."""
+    user_agent: str
+    group: str
+    kind: str
+    namespace: str | None
+    name: str | None
+    subresource: str | None
+    status: int
+    """The HTTP status answered (a watch: the status its stream started with)."""
+    body: bytes
+    """The request body."""
+
+
+RequestObserver = Callable[[ServedRequest], None]
+
+
 @attrs.define(eq=False)
 class Router:
     """Turns :class:`Request` objects into :class:`Response` objects.
@@ -55,6 +79,9 @@ class Router:
     bookmark_interval: float = 60.0
     require_identity: bool = False
     server_address: str = "127.0.0.1:0"
+    observers: list[RequestObserver] = attrs.field(factory=list)
+    """Called synchronously with every answered resource request (not discovery, not
+    ``/_faults``); an observer must not raise."""
     _watches: Watches = attrs.field(init=False, repr=False)
 
     def __attrs_post_init__(self) -> None:
@@ -63,32 +90,47 @@ class Router:
 
     async def handle(self, request: Request) -> Response:
         """Answer one request. Cancellation propagates (the connection is then closed)."""
+        served: list[Any] = []
         try:
-            if self.require_identity and request.identity is None:
-                raise RequestRejected(401, "Unauthorized", "Unauthorized: a client certificate is required")
-            path = request.path.rstrip("/") or "/"
-            if path == "/_faults" or path.startswith("/_faults/"):
-                return self._admin(request, path)
-            target = resolve(self.store, path)
-            info = request_info(request, target)
-            fault = self.faults.take("latency", info)
-            if fault is not None:
-                await trio.sleep(fault.seconds)
-            fault = self.faults.take("fail", info)
-            if fault is not None:
-                return self._failure(fault)
-            if target is None:
-                return discovery_response(self.store.types(), request, path, server_address=self.server_address)
-            if info.verb == "watch":
-                return self._watches.open(request, target, info)
-            return handle_resource(self.store, request, target, info)
+            response = await self._answer(request, served)
         except RequestRejected as exc:
-            return status_response(exc)
+            response = status_response(exc)
         except Exception:
             logger.exception("internal error answering %s %s", request.method, request.path)
-            return status_response(
+            response = status_response(
                 RequestRejected(500, "InternalError", "an internal error occurred in the embedded API server")
             )
+        if self.observers and served:
+            target, info = served
+            record = ServedRequest(
+                request.method, request.path, info.verb, info.user_agent, target.rt.group, target.rt.kind,
+                target.namespace, target.name, target.subresource, response.status, request.body,
+            )
+            for observer in self.observers:
+                observer(record)
+        return response
+
+    async def _answer(self, request: Request, served: list[Any]) -> Response:
+        if self.require_identity and request.identity is None:
+            raise RequestRejected(401, "Unauthorized", "Unauthorized: a client certificate is required")
+        path = request.path.rstrip("/") or "/"
+        if path == "/_faults" or path.startswith("/_faults/"):
+            return self._admin(request, path)
+        target = resolve(self.store, path)
+        info = request_info(request, target)
+        if target is not None:
+            served[:] = [target, info]
+        fault = self.faults.take("latency", info)
+        if fault is not None:
+            await trio.sleep(fault.seconds)
+        fault = self.faults.take("fail", info)
+        if fault is not None:
+            return self._failure(fault)
+        if target is None:
+            return discovery_response(self.store.types(), request, path, server_address=self.server_address)
+        if info.verb == "watch":
+            return self._watches.open(request, target, info)
+        return handle_resource(self.store, request, target, info)
 
     def _failure(self, fault: Fault) -> Response:
         reason = _REASONS.get(fault.status, "InternalError")

@@ -54,7 +54,10 @@ def decode_checked(request: Request) -> tuple[Any, list[str]]:
         )
     try:
         if "yaml" in content_type:
-            return yaml.safe_load(request.body), []
+            try:
+                return loads_with_duplicates(request.body)
+            except ValueError:
+                return yaml.safe_load(request.body), []
         return loads_with_duplicates(request.body)
     except (ValueError, yaml.YAMLError):
         raise RequestRejected(400, "BadRequest", "the request body is not valid JSON or YAML") from None

@@ -40,6 +40,7 @@ from engine import (
     OutcomeKind,
     Run,
     RunLog,
+    RunObserver,
     RunRecord,
     ShutdownReport,
     Trigger,
@@ -500,6 +501,12 @@ class PluginHarness:
                 raise WaitTimeout(f"the manager of {self.identity} did not stop within {timeout:g}s")
         return self.report
 
+    async def wait_stopped(self) -> None:
+        """Wait until the manager stopped, however it stopped (:meth:`stop`, :meth:`crash`,
+        or on its own, as after a lost leadership). Cancellation: a checkpoint; nothing
+        changes."""
+        await self._done.wait()
+
     def crash(self) -> None:
         """End this replica at once, as ``kill -9`` would: runs are cancelled, nothing is
         drained or flushed, a held Lease is not released (others wait for it to expire). The
@@ -545,6 +552,7 @@ async def open_plugin_test(
     leader_election: bool | Callable[[Client, str], LeaderElection] = False,
     cluster_events: bool = True,
     sinks: Sequence[EventSink] = (),
+    observers: Sequence[RunObserver] = (),
     grace_period: float = 5.0,
     informer_options: Mapping[str, Any] | None = None,
     start_timeout: float = 60.0,
@@ -559,7 +567,7 @@ async def open_plugin_test(
     the one a given factory builds from the client and identity), a Kubernetes events sink unless
     ``cluster_events`` is false, the given ``sinks``, and a :class:`~engine.kube.Cluster` (``watch_namespace``,
     ``shard``, ``informer_options``), then call ``plugin.setup`` with the plugin's config
-    updated by ``config``.
+    updated by ``config``. ``observers`` are added to the manager before it runs.
 
     For a :class:`~engine.Manager` (not yet run) whose controllers you added yourself, it is
     run as it is (``replica_client`` is then unused by it).
@@ -612,6 +620,8 @@ async def open_plugin_test(
         else:
             raise HarnessError(f"open_plugin_test runs a Plugin or a Manager, got {type(subject).__name__}")
         manager.add_observer(recorder)
+        for observer in observers:
+            manager.add_observer(observer)
         manager.add_sink(sink)
         harness = PluginHarness(target, driver, client, manager, cluster, identity, namespace, recorder, sink)
         await harness.apply(manifests)

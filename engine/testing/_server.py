@@ -19,7 +19,7 @@ import trio
 import yaml
 
 from ..observability._http import serve_http
-from ._api import Router
+from ._api import RequestObserver, Router
 from ._controllers import Controllers
 from ._errors import ApiServerError
 from ._faults import Faults
@@ -254,6 +254,13 @@ class ApiServer:
 
     async def _serve_memory(self, stream: trio.abc.Stream) -> None:
         await serve_http(stream, self._router.handle, identity="memory-transport")
+
+    def add_request_observer(self, observer: RequestObserver) -> None:
+        """Call ``observer(served)`` synchronously for every answered resource request (a
+        frozen record of method, path, verb, User-Agent, group, kind, namespace, name,
+        subresource, status and body; discovery and ``/_faults`` are left out). The
+        simulator's trace of API writes comes from here. An observer must not raise."""
+        self._router.observers.append(observer)
 
     # ----- for synchronous code -----
 

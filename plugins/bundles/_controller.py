@@ -110,7 +110,16 @@ class BundleReconciler:
             await self._status(ctx, bundle, False, "InvalidSpec", str(exc))
             raise TerminalError(f"invalid spec: {exc}") from None
         if spec.prune and FINALIZER not in (bundle["metadata"].get("finalizers") or []):
-            await set_finalizer(self.client, self.bundles, bundle, FINALIZER, present=True)
+            # The cache may be stale: applying for a bundle that is already gone would leave
+            # objects no finalizer will ever prune. Add the finalizer to the live object.
+            try:
+                live = await self.client.get(self.bundles, name, namespace=ns)
+            except NotFoundError:
+                return None
+            live_meta = live["metadata"]
+            if live_meta.get("uid") != bundle["metadata"].get("uid") or live_meta.get("deletionTimestamp"):
+                return None
+            await set_finalizer(self.client, self.bundles, live, FINALIZER, present=True)
 
         await self._check_dependencies(ctx, bundle, spec)
 
@@ -129,13 +138,17 @@ class BundleReconciler:
         try:
             inventory = await self._apply(ctx, name, ns, manifests)
             previous = self._previous(bundle)
+            # Until the prune succeeded, what it must still delete stays in the inventory.
+            applied = {_identity(e) for e in inventory}
+            pending = inventory + [e for e in previous if _identity(e) not in applied]
             await self._status(
                 ctx, bundle, False, "Progressing", f"Applied revision {revision}; checking health",
-                extra={"inventory": inventory}, reconciling=True,
+                extra={"inventory": pending}, reconciling=True,
             )
-            self._written[(ns, name)] = inventory
+            self._written[(ns, name)] = pending
             if spec.prune:
                 await self._prune(name, previous, inventory)
+                self._written[(ns, name)] = inventory
             ctx.log.info("applied revision %s (%d objects); checking health", revision, len(inventory))
             with ctx.interruptible():
                 with trio.move_on_after(timeout) as health:

@@ -1,0 +1,644 @@
+"""Deterministic simulation: one seed fixes the workload, the faults and the scheduling.
+
+:func:`simulate` runs a plugin against the embedded API server under virtual time, with
+trio's run order fixed by the seed (see :mod:`engine.testing._determinism`), applies the
+seed's workload and fault schedule, and checks the engine's guarantees at every step:
+
+* runs: no two runs of one key at once, across replicas too (fencing); a run the engine
+  cancelled as superseded, at shutdown or on a lost lease is never counted as an error and
+  writes no failure status; a graceful stop lets runs finish for the grace period (drains)
+  before it cancels them;
+* wake-ups: no key waits in a queue while a worker of its controller is idle; every
+  accepted trigger is followed by a run of its key; a dependent starts a run within
+  ``Simulation.prompt`` seconds of its dependency becoming Ready;
+* the plugin's own invariants, at every step;
+* at the end: no Warning event from a superseded, shutdown or fenced run, and, once the
+  faults stopped, every object converges within ``bound`` seconds.
+
+The first violation ends the run; :class:`SimulationResult` then holds it, the one-line
+replay command and the trace.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import random
+import time
+import traceback
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import attrs
+import trio
+import trio.testing
+
+from engine import CancelCause, Controller, Event, EventType, ObjectRef, Outcome, OutcomeKind, Run, RunObserver, Trigger
+from engine._text import summarize
+from engine.kube import Client, KubeError, NotFoundError, install_crds
+
+from ._api import ServedRequest
+from ._determinism import deterministic_scheduling
+from ._faults import Fault
+from ._harness import DRIVER_USER_AGENT, PluginHarness, open_plugin_test
+from ._schedule import FaultKind, ScheduledFault, plan_faults
+from ._simulation import ClusterState, Simulation, Step
+from ._target import KubeTarget, open_embedded_target
+from ._trace import Trace, TraceEntry
+
+__all__ = ["simulate", "simulate_seeds", "SimulationResult", "DEFAULT_DURATION", "DEFAULT_BOUND"]
+
+DEFAULT_DURATION = 60.0
+"""Seconds of virtual time with workload and faults."""
+DEFAULT_BOUND = 300.0
+"""Seconds of virtual time within which everything must converge once the faults stopped."""
+GRACE_PERIOD = 5.0
+EPOCH = 1_700_000_000.0
+REPLICA = "replica-"
+_QUIET = frozenset({OutcomeKind.SUPERSEDED, OutcomeKind.SHUTDOWN, OutcomeKind.LEADERSHIP_LOST})
+_NOT_FAILURES = frozenset({CancelCause.SUPERSEDED, CancelCause.SHUTDOWN, CancelCause.LEADERSHIP_LOST})
+_TICK = 1.0
+
+
+@attrs.frozen
+class SimulationResult:
+    """How one seed went."""
+
+    seed: int
+    violation: str | None
+    """The first guarantee broken, or ``None``."""
+    replay: str
+    """The command that replays this seed."""
+    trace: tuple[TraceEntry, ...]
+    digest: str
+    """SHA-256 of the trace: the same seed gives the same digest."""
+    faults: tuple[str, ...]
+    """The fault schedule, described."""
+    steps: int
+    """Workload steps applied."""
+    runs: int
+    """Runs finished, over every replica."""
+    virtual_seconds: float
+    wall_seconds: float
+
+    @property
+    def ok(self) -> bool:
+        return self.violation is None
+
+    def report(self, last: int = 40) -> str:
+        """The seed, the violation, the replay command and the last ``last`` trace entries."""
+        head = f"seed {self.seed}: " + ("ok" if self.violation is None else f"VIOLATION: {self.violation}")
+        lines = [head, f"replay: {self.replay}", "faults: " + (", ".join(self.faults) or "none")]
+        if self.violation is not None:
+            lines.append(f"last {min(last, len(self.trace))} of {len(self.trace)} trace entries (virtual seconds):")
+            lines.extend(f"  {e}" for e in self.trace[-last:])
+        return "\n".join(lines)
+
+
+def _replay_command(plugin: str, seed: int, kinds: frozenset[FaultKind], duration: float, bound: float) -> str:
+    parts = ["python -m engine simulate", f"--plugin {plugin}", f"--seed {seed}"]
+    if kinds != frozenset(FaultKind):
+        parts.append("--faults " + (",".join(sorted(k.value for k in kinds)) or "none"))
+    if duration != DEFAULT_DURATION:
+        parts.append(f"--duration {duration:g}")
+    if bound != DEFAULT_BOUND:
+        parts.append(f"--bound {bound:g}")
+    return " ".join(parts)
+
+
+class _Notifier:
+    """A notification endpoint as an event sink; after a ``sink-outage`` it hangs for good."""
+
+    name = "notifications"
+
+    def __init__(self) -> None:
+        self.down = False
+
+    async def deliver(self, event: Event) -> None:
+        """Deliver, or hang while the endpoint is down. Cancellation: abandons the delivery."""
+        if self.down:
+            await trio.sleep_forever()
+        await trio.lowlevel.checkpoint()
+
+
+@attrs.define(eq=False)
+class _Replica(RunObserver):
+    """One life of one replica slot, and what the checks remember about it."""
+
+    sim: _Simulator
+    slot: int
+    identity: str
+    harness: PluginHarness | None = None
+    stop_at: float | None = None
+    """When the simulator asked it to stop gracefully."""
+    done: trio.Event = attrs.field(factory=trio.Event)
+    wait_scope: trio.CancelScope = attrs.field(factory=trio.CancelScope)
+    running: dict[tuple[str, ObjectRef], Run] = attrs.field(factory=dict)
+    last_trigger: dict[tuple[str, ObjectRef], tuple[int, Trigger]] = attrs.field(factory=dict)
+    last_start: dict[tuple[str, ObjectRef], int] = attrs.field(factory=dict)
+    waiting: dict[tuple[str, ObjectRef], tuple[ObjectRef, ...]] = attrs.field(factory=dict)
+    pending: dict[tuple[str, ObjectRef], tuple[float, ObjectRef]] = attrs.field(factory=dict)
+    failure_status: set[str] = attrs.field(factory=set)
+    quiet_runs: set[str] = attrs.field(factory=set)
+    events_seen: int = 0
+
+    @property
+    def alive(self) -> bool:
+        h = self.harness
+        return h is not None and h.running and not h.manager.stopping
+
+    def on_trigger(self, controller: Controller, trigger: Trigger, superseded: Run | None) -> None:
+        sim = self.sim
+        sim.serial += 1
+        self.last_trigger[(controller.name, trigger.ref)] = (sim.serial, trigger)
+        text = f"{controller.name} {trigger.ref} #{trigger.sequence} {trigger.reason or ''}".rstrip()
+        if superseded is not None:
+            text += f"; supersedes {superseded.id}"
+        sim.trace.add(self.identity, "trigger", text)
+
+    def on_run_started(self, controller: Controller, run: Run) -> None:
+        sim = self.sim
+        sim.serial += 1
+        key = (controller.name, run.key)
+        self.last_start[key] = sim.serial
+        self.waiting.pop(key, None)
+        self.pending.pop(key, None)
+        self.running[key] = run
+        sim.trace.add(self.identity, "start", f"{run.id} {run.key} trigger #{run.trigger.sequence} attempt {run.attempt}")
+        other = sim.in_progress.get(key)
+        if other is not None:
+            sim.fail(f"two runs of {run.key} at once: {other[0]} {other[1]} and {self.identity} {run.id} (no fencing)")
+        sim.in_progress[key] = (self.identity, run.id)
+
+    def on_run_finished(self, controller: Controller, run: Run, outcome: Outcome) -> None:
+        sim = self.sim
+        key = (controller.name, run.key)
+        self.running.pop(key, None)
+        if sim.in_progress.get(key) == (self.identity, run.id):
+            del sim.in_progress[key]
+        cause = f" cause {run.cause.value}" if run.cause is not None else ""
+        error = f": {type(outcome.error).__name__}" if outcome.error is not None else ""
+        sim.trace.add(self.identity, "end", f"{run.id} {run.key} {outcome.kind.value}{cause}{error}")
+        if outcome.kind in _QUIET:
+            self.quiet_runs.add(run.id)
+        if run.cause in _NOT_FAILURES and outcome.is_failure:
+            sim.fail(f"run {self.identity} {run.id} of {run.key} was cancelled ({run.cause.value}) but counted as "
+                     f"{outcome.kind.value}: an error metric for a run that did not fail")
+        if outcome.kind in _QUIET and run.id in self.failure_status:
+            sim.fail(f"run {self.identity} {run.id} of {run.key} wrote a failure status and ended "
+                     f"{outcome.kind.value}: a run the engine cancelled must not report failure")
+        if outcome.kind is OutcomeKind.SHUTDOWN and self.stop_at is not None and run.finished_at is not None:
+            ran = run.finished_at - self.stop_at
+            if ran < sim.grace_period - 1e-6:
+                sim.fail(f"run {self.identity} {run.id} of {run.key} was cancelled {ran:.3f}s after the graceful stop, "
+                         f"before the grace period of {sim.grace_period:g}s ended (no drain)")
+        if outcome.kind is OutcomeKind.DEPENDENCY_NOT_READY:
+            self.waiting[key] = outcome.dependencies
+
+    def on_ready(self, ref: ObjectRef, revision: str | None) -> None:
+        sim = self.sim
+        sim.trace.add(self.identity, "ready", str(ref))
+        now = trio.current_time()
+        for key, dependencies in self.waiting.items():
+            if ref in dependencies and key not in self.pending:
+                self.pending[key] = (now, ref)
+
+    def object_run(self, kind: str, namespace: str | None, name: str | None) -> Run | None:
+        for (_, ref), run in self.running.items():
+            if ref.kind == kind and ref.name == name and (ref.namespace or None) == (namespace or None):
+                return run
+        return None
+
+
+@attrs.define(eq=False)
+class _Simulator:
+    simulation: Simulation
+    seed: int
+    kinds: frozenset[FaultKind]
+    duration: float
+    bound: float
+    grace_period: float = GRACE_PERIOD
+    trace: Trace = attrs.field(factory=Trace)
+    violation: str | None = None
+    serial: int = 0
+    in_progress: dict[tuple[str, ObjectRef], tuple[str, str]] = attrs.field(factory=dict)
+    replicas: list[_Replica] = attrs.field(factory=list)
+    current: dict[int, _Replica] = attrs.field(factory=dict)
+    generations: dict[int, int] = attrs.field(factory=dict)
+    restarting: set[int] = attrs.field(factory=set)
+    notifier: _Notifier = attrs.field(factory=_Notifier)
+    steps: list[Step] = attrs.field(factory=list)
+    plan: list[ScheduledFault] = attrs.field(factory=list)
+    applied: int = 0
+    settling: bool = False
+    _scope: trio.CancelScope = attrs.field(factory=trio.CancelScope)
+    _nursery: trio.Nursery | None = None
+    _target: KubeTarget | None = None
+    _driver: Client | None = None
+    _state: ClusterState | None = None
+
+    def __attrs_post_init__(self) -> None:
+        master = random.Random(self.seed)
+        workload_rng = random.Random(master.getrandbits(64))
+        fault_rng = random.Random(master.getrandbits(64))
+        self.steps = self.simulation.steps(workload_rng, self.duration)
+        self.plan = plan_faults(fault_rng, self.kinds, self.duration)
+
+    @property
+    def leader_election(self) -> bool:
+        return any(f.kind is FaultKind.LEASE_LOSS for f in self.plan)
+
+    # ----- verdicts -----
+
+    def fail(self, message: str) -> None:
+        """Record the first violation and end the simulation. Not a checkpoint."""
+        if self.violation is None:
+            self.violation = message
+            self.trace.add("sim", "VIOLATE", message)
+            self.trace.closed = True
+            self._scope.cancel(reason="invariant violated")
+
+    def check(self) -> None:
+        """The checks that hold at every step."""
+        assert self._state is not None
+        for invariant in self.simulation.invariants:
+            problem = invariant(self._state)
+            if problem is not None:
+                self.fail(f"plugin invariant {getattr(invariant, '__name__', 'invariant')}: {problem}")
+        now = trio.current_time()
+        for rep in self.replicas:
+            self._check_events(rep)
+            if not rep.alive:
+                continue
+            for key, (since, ref) in rep.pending.items():
+                if now - since > self.simulation.prompt:
+                    self.fail(f"{key[1]} did not run within {self.simulation.prompt:g}s of its dependency {ref} "
+                              f"becoming Ready on {rep.identity} (waited {now - since:.1f}s)")
+
+    def check_quiescent(self) -> None:
+        """Checks for a moment when every task waits: no ready key beside an idle worker."""
+        for rep in self.replicas:
+            if not rep.alive:
+                continue
+            assert rep.harness is not None
+            for controller in rep.harness.manager.controllers:
+                stats = controller.queue.statistics()
+                if stats.depth and not stats.shut_down and controller.live_workers > controller.active_workers:
+                    self.fail(f"{rep.identity} {controller.name}: {stats.depth} key(s) queued while "
+                              f"{controller.live_workers - controller.active_workers} worker(s) idle (lost wake-up)")
+
+    def _check_events(self, rep: _Replica) -> None:
+        if rep.harness is None:
+            return
+        events = rep.harness.events
+        for event in events[rep.events_seen:]:
+            if event.type is EventType.WARNING and event.run_id in rep.quiet_runs:
+                self.fail(f"{rep.identity} emitted Warning {event.reason} about {event.involved} from run "
+                          f"{event.run_id}, which the engine cancelled (a failure event for a run that did not fail)")
+        rep.events_seen = len(events)
+
+    def check_wakeups(self) -> None:
+        """Every trigger a live replica accepted was followed by a run of its key."""
+        for rep in self.replicas:
+            if not rep.alive:
+                continue
+            assert rep.harness is not None
+            for (name, ref), (index, trig) in rep.last_trigger.items():
+                if rep.last_start.get((name, ref), -1) > index:
+                    continue
+                controller = rep.harness.manager.controller(name)
+                if controller.queue.is_processing(ref):
+                    continue
+                stats = controller.queue.statistics()
+                if stats.depth and controller.active_workers >= controller.max_concurrent:
+                    continue
+                self.fail(f"{rep.identity} {name}: trigger #{trig.sequence} ({trig.reason}) of {ref} at "
+                          f"{trig.observed_at - self.trace.origin:.3f}s was never followed by a run (lost wake-up)")
+
+    # ----- the API -----
+
+    def on_request(self, served: ServedRequest) -> None:
+        actor = served.user_agent.split("/", 1)[0] or "?"
+        if served.verb in ("get", "list", "watch"):
+            return
+        name = served.name if served.kind != "Event" else None  # Event names carry a wall-clock suffix
+        where = f"{served.namespace}/{name or ''}" if served.namespace else str(name or "")
+        sub = f"/{served.subresource}" if served.subresource else ""
+        failure = False
+        if served.subresource == "status" and served.verb in ("patch", "update") and actor.startswith(REPLICA):
+            try:
+                body = json.loads(served.body or b"null")
+            except ValueError:
+                body = None
+            status = body.get("status") if isinstance(body, Mapping) else None
+            failure = isinstance(status, Mapping) and self.simulation.failure_status(status)
+            rep = next((r for r in self.replicas if r.identity == actor), None)
+            run = rep.object_run(served.kind, served.namespace, served.name) if rep is not None else None
+            if failure and run is not None and rep is not None and served.status < 300:
+                rep.failure_status.add(run.id)
+        routine = served.kind in ("Lease", "Event") and served.status < 300
+        if not routine:
+            self.trace.add("api", "write", f"{actor} {served.verb} {served.kind} {where}{sub} -> {served.status}"
+                           + (" (failure status)" if failure else ""))
+
+    # ----- replicas -----
+
+    async def start(self, slot: int) -> None:
+        """Start a new life of replica ``slot``. A start that fails on an API error (the
+        plugin's setup could not discover its types, say) is retried as a crash-looping pod
+        would be: after 1, 2, 4, then every 8 seconds."""
+        assert self._nursery is not None
+        for attempt in itertools.count():
+            self.generations[slot] = self.generations.get(slot, 0) + 1
+            rep = _Replica(self, slot, f"{REPLICA}{slot + 1}.{self.generations[slot]}")
+            self.replicas.append(rep)
+            self.current[slot] = rep
+            try:
+                await self._nursery.start(self._replica, rep)
+                return
+            except KubeError as exc:
+                rep.done.set()
+                delay = float(min(8, 2**attempt))
+                self.trace.add(rep.identity, "replica", f"start failed ({summarize(exc)}); again in {delay:g}s")
+            await trio.sleep(delay)
+
+    async def _replica(self, rep: _Replica, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        assert self._target is not None
+        sim = self.simulation
+        async with open_plugin_test(
+            sim.plugin, self._target, identity=rep.identity, namespace=sim.namespace, config=sim.config,
+            leader_election=self.leader_election, sinks=[self.notifier], observers=[rep],
+            grace_period=self.grace_period, start_timeout=math.inf,
+        ) as harness:
+            rep.harness = harness
+            self.trace.add(rep.identity, "replica", "started" + (" (leader election)" if self.leader_election else ""))
+            task_status.started()
+            with rep.wait_scope:
+                await harness.wait_stopped()
+            if harness.running:
+                rep.stop_at = trio.current_time()
+                self.trace.add(rep.identity, "replica", "stopping gracefully")
+                report = await harness.stop("simulated restart", timeout=math.inf)
+                assert report is not None
+                self.trace.add(rep.identity, "replica", f"stopped: drained for {report.drain_seconds:.3f}s, "
+                               f"{report.cancelled_runs} run(s) cancelled")
+            else:
+                lost = harness.manager.leadership_lost
+                self.trace.add(rep.identity, "replica", f"stopped by itself: {lost or harness.report}")
+        rep.done.set()
+
+    def stop(self, rep: _Replica) -> None:
+        rep.wait_scope.cancel()
+
+    async def restart_later(self, rep: _Replica, after: float) -> None:
+        self.restarting.add(rep.slot)
+        try:
+            await rep.done.wait()
+            await trio.sleep(after)
+            if self.current.get(rep.slot) is rep:
+                await self.start(rep.slot)
+        finally:
+            self.restarting.discard(rep.slot)
+
+    # ----- the run -----
+
+    async def main(self) -> None:
+        self.trace.origin = trio.current_time()
+        with self._scope:
+            try:
+                await self._run()
+            except Exception as group:
+                exc: BaseException = group
+                while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+                    exc = exc.exceptions[0]
+                detail = "".join(traceback.format_exception_only(exc)).strip()
+                where = traceback.extract_tb(exc.__traceback__)[-1:]
+                at = f" at {where[0].filename}:{where[0].lineno}" if where else ""
+                self.fail(f"the simulation crashed: {detail}{at}")
+
+    async def _run(self) -> None:
+        sim = self.simulation
+        async with open_embedded_target(
+            namespace=sim.namespace, seed=self.seed, wall_clock=lambda: EPOCH + trio.current_time()
+        ) as target:
+            assert target.api is not None
+            self._target = target
+            target.api.add_request_observer(self.on_request)
+            self._state = ClusterState(target.api.store, sim.namespace)
+            async with target.client(user_agent=DRIVER_USER_AGENT) as driver:
+                self._driver = driver
+                await install_crds(driver, sim.plugin.crds)
+                async with trio.open_nursery() as nursery:
+                    self._nursery = nursery
+                    for f in self.plan:
+                        self.trace.add("sim", "plan", f"at {f.at:.3f}s: {f.describe()}")
+                    for slot in range(2 if self.leader_election else 1):
+                        await self.start(slot)
+                    nursery.start_soon(self._monitor)
+                    await self._drive()
+                    await self._faults_over()
+                    await self._settle()
+                    await self._finish()
+                    nursery.cancel_scope.cancel(reason="simulation finished")
+
+    async def _monitor(self) -> None:
+        while True:
+            await trio.sleep(_TICK)
+            await trio.testing.wait_all_tasks_blocked()
+            self.check_quiescent()
+            self.check()
+
+    async def _drive(self) -> None:
+        timeline: list[tuple[float, int, Step | ScheduledFault]] = [(s.at, 0, s) for s in self.steps]
+        timeline += [(f.at, 1, f) for f in self.plan]
+        timeline.sort(key=lambda item: (item[0], item[1]))
+        for at, _, item in timeline:
+            await trio.sleep_until(self.trace.origin + at)
+            if isinstance(item, Step):
+                await self._step(item)
+            else:
+                self._fault(item)
+            self.check()
+        await trio.sleep_until(self.trace.origin + self.duration)
+
+    async def _step(self, step: Step) -> None:
+        assert self._driver is not None
+        client = self._driver
+        manifest = dict(step.manifest)
+        resource = await client.resource_for(manifest)
+        meta = dict(manifest.get("metadata") or {})
+        if resource.namespaced and not meta.get("namespace"):
+            meta["namespace"] = self.simulation.namespace
+        manifest["metadata"] = meta
+        self.trace.add("sim", "step", step.describe())
+        if step.action == "delete":
+            try:
+                await client.delete(resource, meta["name"], namespace=meta.get("namespace"))
+            except NotFoundError:
+                pass
+        else:
+            await client.apply(resource, manifest, field_manager="engine-simulation", force=True)
+            if isinstance(manifest.get("status"), Mapping) and "status" in resource.subresources:
+                await client.apply(
+                    resource, {"apiVersion": manifest["apiVersion"], "kind": manifest["kind"], "metadata": meta,
+                               "status": manifest["status"]},
+                    field_manager="engine-simulation", force=True, subresource="status",
+                )
+        self.applied += 1
+
+    def _fault(self, fault: ScheduledFault) -> None:
+        assert self._target is not None and self._nursery is not None
+        faults = self._target.faults
+        kind = fault.kind
+        note = ""
+        if kind is FaultKind.WATCH_DROP or kind is FaultKind.WATCH_DROP_ABRUPT:
+            note = f"{faults.drop_watches(client=REPLICA, abrupt=kind is FaultKind.WATCH_DROP_ABRUPT)} watch(es) dropped"
+        elif kind is FaultKind.EXPIRE:
+            dropped = faults.drop_watches(client=REPLICA)
+            if dropped:
+                faults.expire_next_watch(count=dropped, client=REPLICA)
+            note = f"{dropped} watch(es) dropped, resumed into 410"
+        elif kind is FaultKind.ERRORS:
+            faults.fail(fault.status, count=fault.count, client=REPLICA)
+        elif kind is FaultKind.THROTTLE:
+            faults.throttle(count=fault.count, retry_after=fault.retry_after, client=REPLICA)
+        elif kind is FaultKind.LATENCY:
+            faults.add_latency(fault.seconds, count=fault.count, client=REPLICA)
+        elif kind is FaultKind.STALE_WATCH:
+            self._nursery.start_soon(self._lasting, faults.delay_watch(fault.seconds, client=REPLICA), float(fault.count))
+        elif kind is FaultKind.APISERVER_RESTART:
+            dropped = faults.drop_watches(client=REPLICA, abrupt=True)
+            down = faults.fail(503, count=None, client=REPLICA)
+            self._nursery.start_soon(self._lasting, down, fault.seconds, dropped)
+            note = f"{dropped} watch(es) cut"
+        elif kind is FaultKind.RUNNER_RESTART:
+            rep = self.current[fault.target % len(self.current)]
+            if rep.alive and rep.slot not in self.restarting:
+                self.stop(rep)
+                self._nursery.start_soon(self.restart_later, rep, fault.seconds)
+                note = f"{rep.identity}"
+            else:
+                note = "skipped: that replica is not running"
+        elif kind is FaultKind.LEASE_LOSS:
+            leader = next((r for r in self.current.values() if r.alive and r.harness is not None
+                           and r.harness.manager.leader_election is not None
+                           and r.harness.manager.leader_election.is_leader), None)
+            if leader is None:
+                note = "skipped: no leader"
+            else:
+                failing = faults.fail(500, count=None, resource="leases", client=f"{leader.identity}/")
+                self._nursery.start_soon(self._lasting, failing, fault.seconds)
+                self._nursery.start_soon(self.restart_later, leader, fault.seconds)
+                note = f"leader {leader.identity}"
+        elif kind is FaultKind.SINK_OUTAGE:
+            self.notifier.down = True
+        self.trace.add("sim", "fault", fault.describe() + (f": {note}" if note else ""))
+
+    async def _lasting(self, fault: Fault, seconds: float, expire: int = 0) -> None:
+        assert self._target is not None
+        await trio.sleep(seconds)
+        faults = self._target.faults
+        faults.remove(fault)
+        if expire:
+            faults.expire_next_watch(count=expire, client=REPLICA)
+        self.trace.add("sim", "fault", f"{fault.kind} ended" + (f"; the next {expire} watch(es) get 410" if expire else ""))
+
+    async def _faults_over(self) -> None:
+        assert self._target is not None
+        self._target.faults.clear()
+        self.settling = True
+        self.trace.add("sim", "fault", "faults stop" + (" (the notification endpoint stays down)" if self.notifier.down else ""))
+        for slot, rep in sorted(self.current.items()):
+            if not rep.alive and slot not in self.restarting:
+                await rep.done.wait()
+                await self.start(slot)
+
+    async def _settle(self) -> None:
+        assert self._state is not None
+        deadline = trio.current_time() + self.bound
+        while True:
+            problems = self.simulation.convergence(self._state) if not self.restarting else ["a replica is restarting"]
+            if not problems:
+                self.trace.add("sim", "settle", "converged")
+                return
+            if trio.current_time() >= deadline:
+                shown = "; ".join(problems[:5]) + (f"; and {len(problems) - 5} more" if len(problems) > 5 else "")
+                self.fail(f"not converged {self.bound:g}s after the faults stopped: {shown}")
+                await trio.sleep_forever()
+            await trio.sleep(_TICK)
+
+    async def _finish(self) -> None:
+        await trio.testing.wait_all_tasks_blocked()
+        self.check_quiescent()
+        self.check_wakeups()
+        self.check()
+        for rep in list(self.current.values()):
+            if rep.alive:
+                self.stop(rep)
+        for rep in list(self.current.values()):
+            await rep.done.wait()
+        for rep in self.replicas:
+            self._check_events(rep)
+        self.trace.add("sim", "end", f"{sum(len(r.harness.runs) for r in self.replicas if r.harness)} runs")
+
+    def result(self, replay: str, wall: float, virtual: float) -> SimulationResult:
+        return SimulationResult(
+            seed=self.seed, violation=self.violation, replay=replay, trace=tuple(self.trace.entries),
+            digest=self.trace.digest(), faults=tuple(f"{f.describe()} at {f.at:.1f}s" for f in self.plan),
+            steps=self.applied, runs=sum(len(r.harness.runs) for r in self.replicas if r.harness is not None),
+            virtual_seconds=virtual, wall_seconds=wall,
+        )
+
+
+def simulate(
+    simulation: Simulation,
+    seed: int,
+    *,
+    faults: Iterable[FaultKind] | None = None,
+    duration: float = DEFAULT_DURATION,
+    bound: float = DEFAULT_BOUND,
+    plugin: str | None = None,
+) -> SimulationResult:
+    """Simulate ``simulation`` for one ``seed``; return how it went (never raises for a
+    violation: see :attr:`SimulationResult.violation`).
+
+    ``faults`` limits the fault kinds (default: all); the workload and faults run for
+    ``duration`` seconds of virtual time, then the faults stop and everything must converge
+    within ``bound`` seconds. ``plugin`` is how the replay command names the plugin (default:
+    its name). Runs its own ``trio.run`` under ``MockClock``: call it from synchronous code,
+    not from inside trio. The same arguments give the same trace, entry for entry.
+    """
+    if duration <= 0 or bound <= 0:
+        raise ValueError("duration and bound must be > 0")
+    kinds = frozenset(FaultKind) if faults is None else frozenset(faults)
+    runner = _Simulator(simulation, seed, kinds, duration, bound)
+    clock = trio.testing.MockClock(autojump_threshold=0)
+    wall = time.perf_counter()
+    with deterministic_scheduling(seed):
+        trio.run(runner.main, clock=clock)
+    replay = _replay_command(plugin or simulation.plugin.name, seed, kinds, duration, bound)
+    return runner.result(replay, time.perf_counter() - wall, clock.current_time())
+
+
+def simulate_seeds(
+    simulation: Simulation,
+    seeds: Sequence[int] | range,
+    *,
+    budget: float | None = None,
+    keep_going: bool = False,
+    **options: Any,
+) -> list[SimulationResult]:
+    """:func:`simulate` each seed in order; stop at the first violation (unless
+    ``keep_going``) or once ``budget`` seconds of wall time are spent (the seed in progress
+    finishes). Returns the results of the seeds that ran."""
+    results: list[SimulationResult] = []
+    start = time.perf_counter()
+    for seed in seeds:
+        if budget is not None and results and time.perf_counter() - start >= budget:
+            break
+        result = simulate(simulation, seed, **options)
+        results.append(result)
+        if not result.ok and not keep_going:
+            break
+    return results

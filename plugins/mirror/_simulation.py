@@ -1,0 +1,125 @@
+"""How ``python -m engine simulate --plugin mirror`` exercises this plugin.
+
+The workload: three or four namespaces labelled ``team=a`` or ``team=b``, and two or three
+source ConfigMaps in the simulation's namespace, each selecting one team; then namespaces
+change team, sources change data or selector, are disabled and enabled again, deleted and
+created again. Converged means: an enabled source has a copy with its data in exactly the
+namespaces its selector matches (its own excepted), and nothing else has copies; every copy
+belongs to a source that exists (the finalizer removes copies first), at every step.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import attrs
+
+from engine.testing import ClusterState, Simulation, Step
+
+from ._controller import ENABLED_LABEL, FINALIZER, SELECTOR_ANNOTATION, SOURCE_LABEL, parse_selector, plugin
+
+__all__ = ["simulation"]
+
+
+def _namespace(index: int, team: str) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": f"team-ns{index}", "labels": {"team": team}}}
+
+
+@attrs.define
+class _Source:
+    index: int
+    team: str
+    value: int = 0
+    enabled: bool = True
+
+    def manifest(self) -> dict[str, Any]:
+        return {"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": f"src{self.index}",
+                             "labels": {ENABLED_LABEL: "true" if self.enabled else "false"},
+                             "annotations": {SELECTOR_ANNOTATION: f"team={self.team}"}},
+                "data": {"value": str(self.value)}}
+
+
+def workload(rng: random.Random, duration: float) -> list[Step]:
+    teams = {i: rng.choice("ab") for i in range(rng.randint(3, 4))}
+    sources = [_Source(i, rng.choice("ab")) for i in range(rng.randint(2, 3))]
+    steps = [Step.apply(0.0, _namespace(i, t), f"team {t}") for i, t in teams.items()]
+    steps += [Step.apply(0.0, s.manifest(), "created") for s in sources]
+    t = 0.0
+    while True:
+        t += rng.uniform(0.5, 5.0)
+        if t >= duration:
+            return steps
+        roll = rng.random()
+        if roll < 0.25:
+            i = rng.choice(sorted(teams))
+            teams[i] = "b" if teams[i] == "a" else "a"
+            steps.append(Step.apply(t, _namespace(i, teams[i]), f"team {teams[i]}"))
+            continue
+        source = rng.choice(sources)
+        if roll < 0.55:
+            for k in range(rng.choice((1, 1, 2, 3))):
+                source.value += 1
+                steps.append(Step.apply(t + k * rng.uniform(0.05, 0.5), source.manifest(), f"value {source.value}"))
+        elif roll < 0.7:
+            source.team = "b" if source.team == "a" else "a"
+            steps.append(Step.apply(t, source.manifest(), f"selects team {source.team}"))
+        elif roll < 0.85:
+            source.enabled = not source.enabled
+            steps.append(Step.apply(t, source.manifest(), "enabled" if source.enabled else "disabled"))
+        else:
+            steps.append(Step.delete(t, source.manifest(), "deleted"))
+            steps.append(Step.apply(t + rng.uniform(1.0, 10.0), source.manifest(), "created again"))
+
+
+def _copies(state: ClusterState) -> list[dict[str, Any]]:
+    return [cm for cm in state.objects("ConfigMap") if (cm["metadata"].get("labels") or {}).get(SOURCE_LABEL)]
+
+
+def converged(state: ClusterState) -> list[str]:
+    ns = state.namespace
+    namespaces = state.objects("Namespace")
+    copies = _copies(state)
+    problems: list[str] = []
+    for cm in state.objects("ConfigMap", namespace=ns):
+        meta = cm["metadata"]
+        if (meta.get("labels") or {}).get(SOURCE_LABEL):
+            continue
+        mine = f"{ns}.{meta['name']}"
+        have = {c["metadata"]["namespace"]: c.get("data") for c in copies if c["metadata"]["labels"][SOURCE_LABEL] == mine}
+        enabled = (meta.get("labels") or {}).get(ENABLED_LABEL) == "true" and not meta.get("deletionTimestamp")
+        wanted: set[str] = set()
+        if enabled:
+            selector = parse_selector((meta.get("annotations") or {}).get(SELECTOR_ANNOTATION, ""))
+            wanted = {n["metadata"]["name"] for n in namespaces
+                      if selector and n["metadata"]["name"] != ns and not n["metadata"].get("deletionTimestamp")
+                      and all((n["metadata"].get("labels") or {}).get(k) == v for k, v in selector.items())}
+        if set(have) != wanted:
+            problems.append(f"ConfigMap {meta['name']}: copies in {sorted(have)}, wanted in {sorted(wanted)}")
+        stale = sorted(n for n, data in have.items() if data != cm.get("data"))
+        if stale:
+            problems.append(f"ConfigMap {meta['name']}: stale copies in {stale}")
+        if meta.get("deletionTimestamp"):
+            problems.append(f"ConfigMap {meta['name']} is still being deleted")
+        elif not enabled and FINALIZER in (meta.get("finalizers") or []):
+            problems.append(f"ConfigMap {meta['name']} is disabled but keeps the finalizer")
+    return problems + [p for p in [every_copy_has_its_source(state)] if p]
+
+
+def every_copy_has_its_source(state: ClusterState) -> str | None:
+    """The finalizer deletes a source's copies before the source goes away."""
+    orphans = []
+    for copy in _copies(state):
+        ns, _, name = copy["metadata"]["labels"][SOURCE_LABEL].partition(".")
+        if state.get("ConfigMap", name, ns) is None:
+            orphans.append(f"{copy['metadata']['namespace']}/{copy['metadata']['name']}")
+    return f"copies whose source is gone: {', '.join(orphans)}" if orphans else None
+
+
+simulation = Simulation(
+    plugin=plugin,
+    workload=workload,
+    converged=converged,
+    invariants=[every_copy_has_its_source],
+)

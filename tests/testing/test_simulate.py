@@ -1,0 +1,131 @@
+"""engine.testing.simulate: replay by seed, violations reported with a replay command, and the
+bundled plugins held to the engine's guarantees over a time-budgeted number of seeds.
+
+``ENGINE_SIMULATION_BUDGET`` (seconds of wall time per plugin, default 20) and
+``ENGINE_SIMULATION_SEEDS`` (the most seeds to run, default 300) make the CI run longer.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from typing import Any
+
+import pytest
+import trio
+
+from engine import Controller, RunContext
+from engine.kube import Plugin, PluginContext, patch_status
+from engine.testing import FaultKind, Simulation, Step, simulate, simulate_seeds, simulation_for
+from engine.testing._schedule import parse_fault_kinds, plan_faults
+
+BUDGET = float(os.environ.get("ENGINE_SIMULATION_BUDGET", "20"))
+SEEDS = int(os.environ.get("ENGINE_SIMULATION_SEEDS", "300"))
+
+WIDGET_CRD = {
+    "apiVersion": "apiextensions.k8s.io/v1",
+    "kind": "CustomResourceDefinition",
+    "metadata": {"name": "widgets.sim.dev"},
+    "spec": {
+        "group": "sim.dev",
+        "scope": "Namespaced",
+        "names": {"kind": "Widget", "plural": "widgets", "singular": "widget", "listKind": "WidgetList"},
+        "versions": [{"name": "v1", "served": True, "storage": True, "subresources": {"status": {}},
+                      "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}}}],
+    },
+}
+WIDGET = {"apiVersion": "sim.dev/v1", "kind": "Widget", "metadata": {"name": "w1"}, "spec": {"size": 1}}
+
+
+def _widgets(*, warn_when_cancelled: bool) -> Plugin:
+    async def setup(ctx: PluginContext) -> None:
+        widgets = await ctx.cluster.informer("sim.dev/v1", "Widget")
+
+        async def reconcile(run: RunContext) -> None:
+            obj = widgets.store.get(run.ref.namespace, run.ref.name)
+            if obj is None:
+                return
+            try:
+                await trio.sleep(2)
+            except trio.Cancelled:
+                if warn_when_cancelled:
+                    run.events.warning("ReconcileFailed", "cancelled")
+                raise
+            with run.shield(5):
+                await patch_status(ctx.client, widgets.resource, obj, {
+                    "observedGeneration": obj["metadata"]["generation"]})
+
+        ctx.cluster.watches(ctx.manager.add_controller(Controller("widgets", reconcile)), widgets)
+
+    return Plugin(name="widgets", setup=setup, crds=(WIDGET_CRD,), examples=(WIDGET,))
+
+
+def _resizes(rng: random.Random, duration: float) -> list[Step]:
+    steps = [Step.apply(0.0, WIDGET)]
+    t, size = 0.0, 1
+    while t < duration - 1:
+        t += rng.uniform(0.1, 3.0)
+        size += 1
+        steps.append(Step.apply(t, {**WIDGET, "spec": {"size": size}}, f"size {size}"))
+    return steps
+
+
+def test_the_same_seed_replays_the_same_trace_event_for_event() -> None:
+    simulation = simulation_for("bundles")
+    first = simulate(simulation, 3, duration=30)
+    again = simulate(simulation, 3, duration=30)
+    assert first.ok, first.report()
+    assert len(first.trace) > 100
+    assert first.trace == again.trace
+    assert first.digest == again.digest
+    other = simulate(simulation, 4, duration=30)
+    assert other.digest != first.digest
+
+
+def test_a_violation_names_the_seed_a_replay_command_and_the_last_steps() -> None:
+    simulation = Simulation(plugin=_widgets(warn_when_cancelled=True), workload=_resizes)
+    result = simulate(simulation, 1, faults=[FaultKind.LATENCY], duration=20, plugin="tests.x:widgets")
+    assert result.violation is not None
+    assert result.violation.startswith("replica-1.1 emitted Warning ReconcileFailed about Widget.sim.dev/sim/w1 "
+                                       "from run widgets-"), result.violation
+    assert result.violation.endswith("which the engine cancelled (a failure event for a run that did not fail)")
+    report = result.report(5).splitlines()
+    assert report[0] == f"seed 1: VIOLATION: {result.violation}"
+    assert report[1] == "replay: python -m engine simulate --plugin tests.x:widgets --seed 1 --faults latency --duration 20"
+    assert report[3] == f"last 5 of {len(result.trace)} trace entries (virtual seconds):"
+    assert "VIOLATE" in report[-1]
+    assert any(e.what == "end" and "superseded cause superseded" in e.text for e in result.trace)
+    replayed = simulate(simulation, 1, faults=[FaultKind.LATENCY], duration=20, plugin="tests.x:widgets")
+    assert replayed.violation == result.violation and replayed.digest == result.digest
+
+
+def test_convergence_is_required_once_the_faults_stop() -> None:
+    never = Simulation(plugin=_widgets(warn_when_cancelled=False), workload=_resizes,
+                       converged=lambda state: ["never converges"])
+    result = simulate(never, 2, faults=[], duration=10, bound=30)
+    assert result.violation == "not converged 30s after the faults stopped: never converges"
+    assert result.virtual_seconds == pytest.approx(40, abs=1.5)
+    fine = Simulation(plugin=_widgets(warn_when_cancelled=False), workload=_resizes)
+    assert simulate(fine, 2, faults=[], duration=10).ok
+
+
+def test_fault_kinds_parse_and_the_schedule_is_a_function_of_the_seed() -> None:
+    assert parse_fault_kinds("all") == frozenset(FaultKind)
+    assert parse_fault_kinds("none") == frozenset()
+    assert parse_fault_kinds("lease-loss, errors") == {FaultKind.LEASE_LOSS, FaultKind.ERRORS}
+    with pytest.raises(ValueError, match=r"^unknown fault 'nope' \(known: all, none, watch-drop, "):
+        parse_fault_kinds("nope")
+    plans = [plan_faults(random.Random(seed), FaultKind, 60) for seed in (5, 5, 6)]
+    assert plans[0] == plans[1] != plans[2]
+    assert all(1 <= f.at < 54 for f in plans[0])
+    assert [f.at for f in plans[0]] == sorted(f.at for f in plans[0])
+
+
+@pytest.mark.parametrize("name", ["bundles", "mirror"])
+def test_bundled_plugins_hold_their_guarantees_over_seeds(name: str, record_property: Any) -> None:
+    results = simulate_seeds(simulation_for(name), range(SEEDS), budget=BUDGET)
+    record_property("seeds", len(results))
+    failed = [r for r in results if not r.ok]
+    assert not failed, failed[0].report()
+    assert len(results) >= 3, f"only {len(results)} seeds ran within {BUDGET:g}s"
+    print(f"{name}: {len(results)} seeds held")
