@@ -19,6 +19,7 @@ manager, as on the real server.
 from __future__ import annotations
 
 import copy
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -218,8 +219,23 @@ def _owned_below(path: Path, owned: set[Path]) -> bool:
     return any(len(o) >= n and o[:n] == path for o in owned)
 
 
+def _is_key_field(path: Path) -> bool:
+    """Whether ``path`` names a key field of a keyed list item (``k:{"name":"a"}`` / ``f:name``)."""
+    if len(path) < 2 or not path[-2].startswith("k:") or not path[-1].startswith("f:"):
+        return False
+    try:
+        keys = json.loads(path[-2][2:])
+    except ValueError:
+        return False
+    return isinstance(keys, dict) and path[-1][2:] in keys
+
+
 def _prune(merged: Obj, stale: set[Path], owned: set[Path], shape: Shape) -> None:
     for path in sorted(stale, key=len, reverse=True):
+        if _is_key_field(path):
+            # A keyed item's key goes with the item: removing it alone would leave an item no
+            # key can find again; the item itself is pruned when nobody owns anything in it.
+            path = path[:-1]
         if _owned_below(path, owned):
             continue
         if not remove_path(merged, path, shape):

@@ -90,3 +90,20 @@ def test_apply_conflicts_force_and_prune() -> None:
     assert forced["metadata"]["managedFields"][0]["fieldsV1"] == {"f:data": {"f:x": {}}}
     pruned = apply_config(CONFIGMAPS, forced, "c", {"metadata": {"name": "c"}}, "a", now, force=False)
     assert pruned["data"] == {"k": "w"}
+
+
+def test_an_item_of_a_keyed_list_that_is_no_longer_applied_goes_with_its_key() -> None:
+    from plugins.bundles import plugin
+
+    bundles = next(
+        rt for crd in plugin.crds for rt in resource_types_from_crd(dict(crd)) if rt.plural == "bundles"
+    )
+
+    def bundle(*deps: str) -> dict[str, object]:
+        return {"metadata": {"name": "b"}, "spec": {"sourceRef": {"name": "s"}, "dependsOn": [{"name": d} for d in deps]}}
+
+    live = apply_config(bundles, None, "b", bundle("a"), "m", now, force=False)
+    live = apply_config(bundles, live, "b", bundle("c"), "m", now, force=False)
+    assert live["spec"]["dependsOn"] == [{"name": "c"}]
+    live = apply_config(bundles, live, "b", bundle("a", "c"), "m", now, force=False)
+    assert sorted(d["name"] for d in live["spec"]["dependsOn"]) == ["a", "c"]
