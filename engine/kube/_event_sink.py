@@ -53,7 +53,10 @@ class KubernetesEventSink:
     The regarding object's ``apiVersion`` is resolved through ``client`` discovery from the
     ref's group and kind (the group's first listed, that is preferred, version) and cached; a
     kind discovery does not know (checked again after ``discovery_ttl`` seconds) or a failed
-    discovery gives a reference without ``apiVersion``, and the Event is still posted. A
+    discovery gives a reference without ``apiVersion``, and the Event is still posted. Its
+    ``uid`` is read from the object itself (kept ``uid_ttl`` seconds per object), so that
+    ``kubectl describe``, which looks events up by uid, shows them; an object that cannot be
+    read gives a reference without ``uid``. A
     cluster-scoped object's Events go to ``namespace_default``. ``reporting_instance``
     defaults to the host name.
 
@@ -86,6 +89,7 @@ class KubernetesEventSink:
         delivery_timeout: float = 10.0,
         cache_size: int = 1024,
         discovery_ttl: float = 300.0,
+        uid_ttl: float = 60.0,
         rng: random.Random | None = None,
     ) -> None:
         if not reporting_controller:
@@ -117,6 +121,8 @@ class KubernetesEventSink:
         self._versions: dict[tuple[str, str], str] = {}
         self._unknown: dict[tuple[str, str], float] = {}
         self._discovered_at: float | None = None
+        self._uid_ttl = uid_ttl
+        self._uids: collections.OrderedDict[ObjectRef, tuple[str | None, float]] = collections.OrderedDict()
         self._last_stamp = 0
         self.created = 0
         """Events created."""
@@ -273,7 +279,29 @@ class KubernetesEventSink:
         api_version = await self._api_version(ref)
         if api_version is not None:
             regarding["apiVersion"] = api_version
+            uid = await self._uid(ref, api_version)
+            if uid is not None:
+                meta["uid"] = uid
         return regarding
+
+    async def _uid(self, ref: ObjectRef, api_version: str) -> str | None:
+        now = trio.current_time()
+        cached = self._uids.get(ref)
+        if cached is not None and now < cached[1]:
+            return cached[0]
+        uid: str | None = None
+        try:
+            resource = await self._client.resource(api_version, ref.kind)
+            obj = await self._client.get(resource, ref.name, namespace=ref.namespace)
+            found = (obj.get("metadata") or {}).get("uid")
+            uid = found if isinstance(found, str) and found else None
+        except KubeError as exc:
+            logger.debug("event sink %s could not read %s for its uid (%s)", self.name, ref, summarize(exc))
+        self._uids[ref] = (uid, now + self._uid_ttl)
+        self._uids.move_to_end(ref)
+        while len(self._uids) > self._cache_size:
+            self._uids.popitem(last=False)
+        return uid
 
     async def _api_version(self, ref: ObjectRef) -> str | None:
         key = (ref.group, ref.kind)

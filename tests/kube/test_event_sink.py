@@ -96,6 +96,25 @@ async def test_an_event_becomes_an_events_k8s_io_event(api: ApiServer, autojump_
         assert sink(c, reporting_instance=None).reporting_instance == socket.gethostname()
 
 
+async def test_regarding_carries_the_objects_uid_so_describe_finds_its_events(
+    api: ApiServer, autojump_clock: trio.testing.MockClock
+) -> None:
+    async with memory_client(api) as c:
+        cms = await c.resource("v1", "ConfigMap")
+        created = await c.create(cms, {"metadata": {"name": "settings"}}, namespace="default")
+        uid = created["metadata"]["uid"]
+        await sink(c).deliver(event())
+        (stored,) = await events_in(c)
+        assert stored["regarding"]["uid"] == uid
+        # what `kubectl describe` asks for: core v1 Events by the involved object's uid
+        core = await c.resource("v1", "Event")
+        found = await c.list(
+            core, namespace="default",
+            field_selector=f"involvedObject.kind=ConfigMap,involvedObject.name=settings,involvedObject.uid={uid}",
+        )
+        assert [e["reason"] for e in found.items] == ["ReconciliationSucceeded"]
+
+
 async def test_regarding_api_version_comes_from_discovery(api: ApiServer, autojump_clock: trio.testing.MockClock) -> None:
     async with memory_client(api) as c:
         s = sink(c)
