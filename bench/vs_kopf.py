@@ -55,6 +55,8 @@ sys.path.insert(0, ROOT)
 from engine.kube import Client, Config, Resource, install_crds  # noqa: E402
 
 OPERATORS = ("kopf", "engine", "reference")
+VARIANTS = ("engine-lean", "reference-lean")
+"""Also accepted by --operators: the engine or the reference with ``operators/_lean.py``'s transport."""
 GROUP, VERSION, KIND, PLURAL = "bench.example.com", "v1", "Widget", "widgets"
 DRIVER_AGENT = "bench-driver"
 BURST = "burst"
@@ -93,7 +95,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--n", type=int, nargs="+", default=[1000], help="objects per run; several give a scale curve")
     parser.add_argument(
-        "--operators", default=",".join(OPERATORS), help=f"comma-separated subset of {','.join(OPERATORS)}, in order"
+        "--operators", default=",".join(OPERATORS), help=f"comma-separated, in order, from {','.join(OPERATORS + VARIANTS)}"
     )
     parser.add_argument("--kubeconfig", help="run against this cluster instead of the embedded server")
     parser.add_argument("--context", help="kubeconfig context (with --kubeconfig)")
@@ -109,9 +111,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--profile-dir", default="bench-profiles", help="where profiles go (bench-profiles)")
     args = parser.parse_args(argv)
     args.operators = [name.strip() for name in args.operators.split(",") if name.strip()]
-    unknown = sorted(set(args.operators) - set(OPERATORS))
+    unknown = sorted(set(args.operators) - set(OPERATORS) - set(VARIANTS))
     if unknown or not args.operators:
-        parser.error(f"--operators: unknown {unknown}; choose from {', '.join(OPERATORS)}")
+        parser.error(f"--operators: unknown {unknown}; choose from {', '.join(OPERATORS + VARIANTS)}")
     if any(n < 1 for n in args.n):
         parser.error("--n must be >= 1")
     return args
@@ -170,11 +172,12 @@ class OperatorProcess:
         self.log_path = os.path.join(workdir, f"{name}-{namespace}.log")
         command = [
             sys.executable,
-            os.path.join(HERE, "operators", f"{name}_op.py"),
+            os.path.join(HERE, "operators", f"{name.split('-')[0]}_op.py"),
             "--kubeconfig", kubeconfig,
             "--namespace", namespace,
             "--stats", self.stats_path,
             "--workers", str(args.workers),
+            "--transport", "lean" if name.endswith("-lean") else "httpx",
         ]  # fmt: skip
         self.profile_path: str | None = None
         if args.profile == "cprofile":
@@ -537,7 +540,8 @@ def value(results: dict[str, Any], op: str, fn: Callable[[dict[str, Any]], float
 
 
 def table(n: int, results: dict[str, Any], operators: list[str]) -> str:
-    ratios = [(a, b) for a, b in (("kopf", "engine"), ("engine", "reference")) if a in operators and b in operators]
+    pairs = (("kopf", "engine"), ("engine", "reference"), ("engine-lean", "engine"), ("reference-lean", "reference"))
+    ratios = [(a, b) for a, b in pairs if a in operators and b in operators]
     head = ["N = " + format(n, ",")] + operators + [f"{a}/{b}" for a, b in ratios]
     lines = [head]
     for label, fn, fmt in ROWS:
@@ -582,7 +586,7 @@ def plot(path: str, runs: dict[int, dict[str, Any]], operators: list[str]) -> No
     for ax, (title, fn) in zip(axes.flat, PLOTTED, strict=True):
         if len(sizes) == 1:
             values = [value(runs[sizes[0]], op, fn) for op in operators]
-            bars = ax.bar(operators, [v or 0 for v in values], color=["C0", "C1", "C2"][: len(operators)])
+            bars = ax.bar(operators, [v or 0 for v in values], color=[f"C{i}" for i in range(len(operators))])
             ax.bar_label(bars, labels=["-" if v is None else f"{v:.3g}" for v in values])
         else:
             for op in operators:

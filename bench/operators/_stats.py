@@ -46,7 +46,22 @@ def add_arguments(parser: Any) -> None:
     parser.add_argument("--namespace", required=True)
     parser.add_argument("--stats", required=True, help="where SIGUSR1 and exit write the counters (JSON)")
     parser.add_argument("--workers", type=int, default=16)
-    parser.add_argument("--cprofile", help="write cProfile stats of the whole run to this path")
+    parser.add_argument("--cprofile", help="write cProfile stats (CPU time) of the whole run to this path")
+    parser.add_argument(
+        "--transport", choices=("httpx", "lean"), default="httpx", help="engine and reference: httpx's default pool, or _lean.LeanTransport (kopf ignores it)",
+    )
+
+
+def profiler(path: str | None) -> Any:
+    """A started cProfile profiler that measures CPU time (not wall time), or None."""
+    if path is None:
+        return None
+    import cProfile
+    import time
+
+    profile = cProfile.Profile(time.process_time)
+    profile.enable()
+    return profile
 
 
 GROUP = "bench.example.com"

@@ -5,13 +5,13 @@
 An informer on the namespace's Widgets feeds a controller (16 workers) through
 ``generation_changed``; the reconciler reads the cached object and writes
 ``status.observedN = spec.n`` with one status merge patch when it differs. SIGTERM stops the
-manager gracefully.
+manager gracefully. ``--transport lean`` gives the client ``_lean.LeanTransport`` (the
+engine's public ``Client(transport=...)``) instead of httpx's default connection pool.
 """
 
 from __future__ import annotations
 
 import argparse
-import cProfile
 import os
 import sys
 
@@ -20,6 +20,7 @@ import trio
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 
 import _stats  # noqa: E402
+from _lean import LeanTransport  # noqa: E402
 
 from engine import Controller, Manager, RunContext  # noqa: E402
 from engine.kube import Client, Cluster, Config, NotFoundError, generation_changed  # noqa: E402
@@ -27,7 +28,8 @@ from engine.kube import Client, Cluster, Config, NotFoundError, generation_chang
 
 async def main(args: argparse.Namespace) -> None:
     config = Config.from_kubeconfig(args.kubeconfig)
-    async with Client(config, user_agent="bench-engine-operator") as client:
+    transport = LeanTransport(config.server, config.ssl_context()) if args.transport == "lean" else None
+    async with Client(config, transport=transport, user_agent="bench-engine-operator") as client:
         manager = Manager(grace_period=10)
         cluster = Cluster(client, manager, namespace=args.namespace)
         widgets = await cluster.informer(f"{_stats.GROUP}/{_stats.VERSION}", _stats.KIND)
@@ -57,9 +59,7 @@ if __name__ == "__main__":
     _stats.add_arguments(parser)
     arguments = parser.parse_args()
     _stats.install(arguments.stats)
-    profile = cProfile.Profile() if arguments.cprofile else None
-    if profile is not None:
-        profile.enable()
+    profile = _stats.profiler(arguments.cprofile)
     try:
         trio.run(main, arguments)
     finally:

@@ -12,7 +12,6 @@ SIGTERM is handled by kopf.
 from __future__ import annotations
 
 import argparse
-import cProfile
 import logging
 import os
 import sys
@@ -52,9 +51,7 @@ if __name__ == "__main__":
     _stats.install(arguments.stats)
     kopf.configure(quiet=True)
     logging.getLogger().setLevel(logging.WARNING)
-    profile = cProfile.Profile() if arguments.cprofile else None
-    if profile is not None:
-        profile.enable()
+    profile = _stats.profiler(arguments.cprofile)
     try:
         kopf.run(standalone=True, clusterwide=False, namespaces=[arguments.namespace])
     finally:

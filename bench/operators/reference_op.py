@@ -7,13 +7,13 @@ ends; a 410 or an error relists). Every event updates a dict of the latest objec
 whose ``status.observedN`` differs from ``spec.n`` is queued once (a queued name is not queued
 again), and 16 workers each take a name and write ``status.observedN`` from the latest cached
 object with one status merge patch. Only the kubeconfig (server, TLS, credentials) is read
-with ``engine.kube.Config``. SIGTERM cancels everything and exits.
+with ``engine.kube.Config``. SIGTERM cancels everything and exits. ``--transport lean`` uses
+``_lean.LeanTransport`` instead of httpx's default connection pool.
 """
 
 from __future__ import annotations
 
 import argparse
-import cProfile
 import json
 import math
 import os
@@ -27,6 +27,7 @@ import trio
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 
 import _stats  # noqa: E402
+from _lean import LeanTransport  # noqa: E402
 
 from engine.kube import Config  # noqa: E402
 
@@ -96,7 +97,10 @@ class Reference:
 
 
 async def main(args: argparse.Namespace) -> None:
-    kwargs = Config.from_kubeconfig(args.kubeconfig).httpx_client_kwargs()
+    config = Config.from_kubeconfig(args.kubeconfig)
+    kwargs = config.httpx_client_kwargs()
+    if args.transport == "lean":
+        kwargs["transport"] = LeanTransport(config.server, config.ssl_context())
     async with httpx.AsyncClient(headers={"User-Agent": "bench-reference-operator"}, **kwargs) as http:
         reference = Reference(http, args.namespace)
         with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
@@ -114,9 +118,7 @@ if __name__ == "__main__":
     _stats.add_arguments(parser)
     arguments = parser.parse_args()
     _stats.install(arguments.stats)
-    profile = cProfile.Profile() if arguments.cprofile else None
-    if profile is not None:
-        profile.enable()
+    profile = _stats.profiler(arguments.cprofile)
     try:
         trio.run(main, arguments)
     finally:
