@@ -24,7 +24,8 @@ trailing work counts. API requests are counted by the embedded server per User-A
 cluster, "writes" are the operator's changes to the Widgets seen by the watch instead (no-op
 writes and other objects not included). Handler runs are counted by each operator.
 
-Prints one table per N (with kopf/engine and engine/reference ratios), writes JSON, and with
+Prints one table per N (with kopf/engine and engine/reference ratios; with ``--repeat R`` the
+operators run R times, interleaved, and the table shows medians), writes JSON, and with
 ``--plot`` draws a PNG chart (bars for one N, a scale curve over several).
 """
 
@@ -36,6 +37,7 @@ import os
 import platform
 import secrets
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -99,6 +101,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--kubeconfig", help="run against this cluster instead of the embedded server")
     parser.add_argument("--context", help="kubeconfig context (with --kubeconfig)")
+    parser.add_argument(
+        "--repeat", type=int, default=1, help="run the operators R times, interleaved; the table shows medians (1)"
+    )
     parser.add_argument("--burst", type=int, default=50, help="rapid patches to one object in workload C (50)")
     parser.add_argument("--concurrency", type=int, default=16, help="the driver's concurrent requests (16)")
     parser.add_argument("--workers", type=int, default=16, help="engine and reference worker tasks (16)")
@@ -407,10 +412,10 @@ async def run_operator(
             op.popen.wait()
         if not op.log.closed:
             op.log.close()
+        with trio.move_on_after(120):
+            await client.delete(namespaces, namespace)
     if op.profile_path is not None:
         result["profile"] = op.profile_path
-    with trio.move_on_after(120):
-        await client.delete(namespaces, namespace)
     return result
 
 
@@ -530,19 +535,23 @@ def server_cpu(r: dict[str, Any]) -> float | None:
 
 
 def value(results: dict[str, Any], op: str, fn: Callable[[dict[str, Any]], float | None]) -> float | None:
-    r = results.get(op)
-    if r is None or "error" in r:
-        return None
-    try:
-        return fn(r)
-    except (KeyError, TypeError):
-        return None
+    """The median over an operator's runs of ``fn`` (runs that failed are left out)."""
+    values = []
+    for r in results.get(op) or []:
+        try:
+            v = fn(r)
+        except (KeyError, TypeError):
+            v = None
+        if v is not None:
+            values.append(v)
+    return statistics.median(values) if values else None
 
 
 def table(n: int, results: dict[str, Any], operators: list[str]) -> str:
     pairs = (("kopf", "engine"), ("engine", "reference"), ("engine-lean", "engine"), ("reference-lean", "reference"))
     ratios = [(a, b) for a, b in pairs if a in operators and b in operators]
-    head = ["N = " + format(n, ",")] + operators + [f"{a}/{b}" for a, b in ratios]
+    repeats = max(len(runs) for runs in results.values())
+    head = ["N = " + format(n, ",") + (f" (median of {repeats})" if repeats > 1 else "")] + operators + [f"{a}/{b}" for a, b in ratios]
     lines = [head]
     for label, fn, fmt in ROWS:
         cells = [label]
@@ -560,8 +569,9 @@ def table(n: int, results: dict[str, Any], operators: list[str]) -> str:
         if k == 0:
             out.append("  ".join("-" * w for w in widths))
     for op in operators:
-        if "error" in results.get(op, {}):
-            out.append(f"{op}: FAILED: {results[op]['error']}")
+        for r in results.get(op) or []:
+            if "error" in r:
+                out.append(f"{op}: FAILED: {r['error']}")
     return "\n".join(out)
 
 
@@ -633,13 +643,17 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             widgets = await client.resource(f"{GROUP}/{VERSION}", KIND)
             for n in args.n:
                 print(f"N = {n:,}", flush=True)
-                results: dict[str, Any] = {}
-                for name in args.operators:
-                    try:
-                        results[name] = await run_operator(name, n, client, widgets, kubeconfig, server, workdir, args)
-                    except Exception as exc:  # reported in the table; the next operator still runs
-                        results[name] = {"error": f"{type(exc).__name__}: {exc}"}
-                        print(f"  {name} failed: {exc}", flush=True)
+                results: dict[str, list[dict[str, Any]]] = {name: [] for name in args.operators}
+                for repeat in range(args.repeat):
+                    if args.repeat > 1:
+                        print(f" repeat {repeat + 1} of {args.repeat}", flush=True)
+                    for name in args.operators:
+                        try:
+                            run = await run_operator(name, n, client, widgets, kubeconfig, server, workdir, args)
+                        except Exception as exc:  # reported in the table; the next operator still runs
+                            run = {"error": f"{type(exc).__name__}: {exc}"}
+                            print(f"  {name} failed: {exc}", flush=True)
+                        results[name].append(run)
                 report["runs"][str(n)] = results
                 print()
                 print(table(n, results, args.operators), flush=True)
@@ -671,7 +685,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.plot:
         plot(args.plot, {int(n): r for n, r in report["runs"].items()}, args.operators)
         print(f"chart written to {args.plot}")
-    failed = any("error" in r for results in report["runs"].values() for r in results.values())
+    failed = any("error" in r for results in report["runs"].values() for runs in results.values() for r in runs)
     return 1 if failed else 0
 
 
