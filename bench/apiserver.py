@@ -24,9 +24,9 @@ import trio
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
+from engine.observability._http import Request, Response  # noqa: E402
 from engine.testing import ApiServer  # noqa: E402
 from engine.testing._api import Router  # noqa: E402
-from engine.testing._http import Request, Response  # noqa: E402
 
 COUNTS: Counter[str] = Counter()
 
