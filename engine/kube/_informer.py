@@ -121,7 +121,7 @@ class Informer:
         self.idle_timeout = idle_timeout
         self.store = store if store is not None else Store()
         """The cache this informer writes (and only it)."""
-        self.store._faults.resource = resource
+        self.store.resource = resource
         self._handlers: list[Handler] = []
         self._synced = False
         self._synced_event = trio.Event()
@@ -166,7 +166,7 @@ class Informer:
             restarts=self._restarts,
             events=self._events,
             skipped=watcher.skipped,
-            object_errors=self.store._faults.count,
+            object_errors=self.store.object_errors,
             resets=watcher.resets,
         )
 
@@ -193,7 +193,7 @@ class Informer:
             handler(event)
         except Exception as exc:
             name = getattr(handler, "__qualname__", type(handler).__qualname__)
-            self.store._faults.report(f"informer handler {name} on {event.type.value}", handler, event.obj, exc)
+            self.store.report_object_error(f"informer handler {name} on {event.type.value}", handler, event.obj, exc)
 
     # --- the writer ---
 

@@ -206,6 +206,30 @@ class Store:
     def __iter__(self) -> Iterator[dict[str, Any]]:
         return iter(list(self._objects.values()))
 
+    # --- contained exceptions, shared with the owning informer ---
+
+    @property
+    def resource(self) -> object:
+        """What the cached objects are, as the log lines of contained exceptions name them
+        (``None`` says "object"); set by the informer that owns the store."""
+        return self._faults.resource
+
+    @resource.setter
+    def resource(self, resource: object) -> None:
+        self._faults.resource = resource
+
+    @property
+    def object_errors(self) -> int:
+        """How many exceptions user code raised for single objects so far, counting index
+        functions and the owning informer's handlers."""
+        return self._faults.count
+
+    def report_object_error(self, site: str, ident: object, obj: Mapping[str, Any], exc: Exception) -> None:
+        """Count ``exc``, raised by user code at ``site`` (``ident`` tells equal names apart)
+        for ``obj``, and log it unless it was logged for this object, ``resourceVersion`` and
+        site already. The owning informer reports its handlers' exceptions here."""
+        self._faults.report(site, ident, obj, exc)
+
     # --- the writer ---
 
     def apply(self, event: WatcherEvent) -> builtins.list[InformerEvent]:

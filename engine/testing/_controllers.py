@@ -80,8 +80,8 @@ class Controllers:
     _idle: trio.Event | None = attrs.field(default=None, init=False, repr=False)
 
     def __attrs_post_init__(self) -> None:
-        for storage_key, bucket in self.storage._objects.items():
-            for key, obj in bucket.objects.items():
+        for storage_key in self.storage.storage_keys():
+            for key, obj in self.storage.objects_of(storage_key):
                 self._index(storage_key, key, obj, None)
         self.storage.add_listener(self._observe)
 
@@ -122,7 +122,7 @@ class Controllers:
                 self._enqueue("dependents", uid)
             namespace = metadata.get("namespace")
             if gc and namespace:
-                ns_obj = self.storage._objects[_NAMESPACES].objects.get(("", namespace))
+                ns_obj = self.storage.stored(_NAMESPACES, ("", namespace))
                 if ns_obj is not None and meta(ns_obj).get("deletionTimestamp"):
                     self._enqueue("namespace", namespace)
             if storage_key in self._cleaning:
@@ -205,11 +205,10 @@ class Controllers:
     # ----- helpers -----
 
     def _type(self, storage_key: StorageKey) -> ResourceType | None:
-        return self.storage._storage_type(storage_key)
+        return self.storage.storage_type(storage_key)
 
     def _get(self, storage_key: StorageKey, key: Key) -> Obj | None:
-        bucket = self.storage._objects.get(storage_key)
-        return bucket.objects.get(key) if bucket else None
+        return self.storage.stored(storage_key, key)
 
     def _by_uid(self, uid: str) -> tuple[ResourceType, Obj] | None:
         ref = self._uids.get(uid)
@@ -300,13 +299,13 @@ class Controllers:
     # ----- the namespace controller -----
 
     def _contents(self, namespace: str) -> Iterator[tuple[ResourceType, Obj]]:
-        for storage_key, bucket in list(self.storage._objects.items()):
+        for storage_key in self.storage.storage_keys():
             if storage_key == _NAMESPACES or storage_key in REVIEW_TYPES:
                 continue
             rt = self._type(storage_key)
             if rt is None or not rt.namespaced:
                 continue
-            for _, obj in bucket.snapshot(namespace):
+            for obj in self.storage.objects_in_namespace(storage_key, namespace):
                 yield rt, obj
 
     def _clean_namespace(self, name: str) -> None:
@@ -333,16 +332,13 @@ class Controllers:
         crd = self._get(_CRDS, ("", name))
         if crd_rt is None or crd is None or CRD_CLEANUP not in (meta(crd).get("finalizers") or []):
             return
-        types = self.storage._crd_types.get(name) or []
+        types = self.storage.crd_types(name)
         if types:
             storage_key = types[0].storage_key
             self._cleaning[storage_key] = name
-            bucket = self.storage._objects.get(storage_key)
-            objects = list(bucket.objects.values()) if bucket else []
-            for obj in objects:
+            for _, obj in self.storage.objects_of(storage_key):
                 self._delete(types[0], obj, "Background")
-            bucket = self.storage._objects.get(storage_key)
-            if bucket and bucket.objects:
+            if self.storage.objects_of(storage_key):
                 return
             self._cleaning.pop(storage_key, None)
         self._without_finalizer(crd_rt, crd, CRD_CLEANUP)

@@ -59,9 +59,9 @@ def held(rt: ResourceType, obj: Obj) -> bool:
 def remove(storage: ObjectStorage, rt: ResourceType, obj: Obj) -> Obj:
     """Remove ``obj`` for good; returns it as last stored (with the resourceVersion of its
     removal). Removing a CustomResourceDefinition stops serving its resources."""
-    stored = storage._commit(rt, "DELETED", obj, obj)
+    stored = storage.commit(rt, "DELETED", obj, obj)
     if rt.storage_key == _CRDS:
-        storage._unserve_crd(obj)
+        storage.unserve_crd(obj)
     return stored
 
 
@@ -83,7 +83,7 @@ def _terminating_condition(storage: ObjectStorage, obj: Obj) -> None:
         {
             "type": "Terminating",
             "status": "True",
-            "lastTransitionTime": storage._timestamp(),
+            "lastTransitionTime": storage.timestamp(),
             "reason": "InstanceDeletionPending",
             "message": "CustomResourceDefinition marked for deletion; CustomResource deletion will begin soon",
         }
@@ -151,13 +151,13 @@ def delete(
         new["metadata"]["finalizers"] = new_finalizers
     else:
         new["metadata"].pop("finalizers", None)
-    stored_as = storage._storage_type(rt.storage_key) or rt
+    stored_as = storage.storage_type(rt.storage_key) or rt
     if not held(rt, new):
         if dry_run:
             return obj, True
         return remove(storage, stored_as, new), True
     if not deleting:
-        new["metadata"]["deletionTimestamp"] = storage._timestamp()
+        new["metadata"]["deletionTimestamp"] = storage.timestamp()
         if rt.storage_key == _NAMESPACES:
             new["status"] = {**(new.get("status") or {}), "phase": "Terminating"}
         elif rt.storage_key != _CRDS:
@@ -171,4 +171,4 @@ def delete(
         return obj, False
     if dry_run:
         return new, False
-    return storage._commit(stored_as, "MODIFIED", new, obj), False
+    return storage.commit(stored_as, "MODIFIED", new, obj), False

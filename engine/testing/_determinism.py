@@ -5,7 +5,9 @@ trio runs each batch of runnable tasks in a random order drawn from a module-lev
 (trio's Hypothesis integration sets it), the batch is first sorted by task creation order and
 then shuffled with that generator, so seeding it makes the run order a function of the seed.
 Both names are private to trio; ``tests/testing/test_simulate_determinism.py`` checks they
-still exist and still have that effect, so a trio upgrade that removes them fails loudly.
+still exist and still have that effect, so a trio upgrade that removes them fails loudly. This
+is the single exception ``tests/test_layering.py`` allows to the rule that no module touches
+another module's private names.
 """
 
 from __future__ import annotations

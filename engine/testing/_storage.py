@@ -148,7 +148,8 @@ class ObjectStorage:
     _crd_types: dict[str, list[ResourceType]] = attrs.field(factory=dict, init=False, repr=False)
     _listeners: list[Callable[[Change], None]] = attrs.field(factory=list, init=False, repr=False)
 
-    def _timestamp(self) -> str:
+    def timestamp(self) -> str:
+        """Now by :attr:`wall_clock`, formatted as the server writes timestamps into objects."""
         return format_time(self.wall_clock())
 
     def __attrs_post_init__(self) -> None:
@@ -207,7 +208,9 @@ class ObjectStorage:
                 },
             )
 
-    def _storage_type(self, key: tuple[str, str]) -> ResourceType | None:
+    def storage_type(self, key: tuple[str, str]) -> ResourceType | None:
+        """The served type whose objects are stored under ``key`` (``(group, plural)``), or
+        ``None``; of several versions, the first registered."""
         return next((t for t in self._types.values() if t.storage_key == key), None)
 
     def _check_crd_collision(self, crd: Obj) -> None:
@@ -235,7 +238,10 @@ class ObjectStorage:
                 if fresh != obj:
                     bucket.objects[key] = fresh
 
-    def _unserve_crd(self, crd: Obj) -> None:
+    def unserve_crd(self, crd: Obj) -> None:
+        """Stop serving the types of the CustomResourceDefinition ``crd`` (being removed):
+        its remaining objects are committed as deleted, its watches closed and its types
+        forgotten. Not a checkpoint."""
         name = meta(crd)["name"]
         types = self._crd_types.pop(name, [])
         if not types:
@@ -243,7 +249,7 @@ class ObjectStorage:
         key = types[0].storage_key
         bucket = self._objects.get(key)
         for obj in list(bucket.objects.values()) if bucket else []:
-            self._commit(types[0], "DELETED", obj, obj)
+            self.commit(types[0], "DELETED", obj, obj)
         for sub in list(self._subs.get(key, ())):
             self.unsubscribe(sub)
         for t in types:
@@ -252,7 +258,14 @@ class ObjectStorage:
 
     # ----- commits and watch fan-out -----
 
-    def _commit(self, rt: ResourceType, type_: str, obj: Obj, old: Obj | None) -> Obj:
+    def commit(self, rt: ResourceType, type_: str, obj: Obj, old: Obj | None) -> Obj:
+        """Store a copy of ``obj`` as ``rt`` (``type_`` ``DELETED`` removes it) under the next
+        resourceVersion and tell watches and listeners; returns the stored copy.
+
+        The last step of every write, for the server's own rules (deletion, controllers): it
+        checks nothing, so the caller has validated, defaulted and admitted ``obj``. ``old`` is
+        the object it replaces, as listeners see it. Not a checkpoint.
+        """
         self._rv += 1
         obj = copy.deepcopy(obj)
         obj["apiVersion"] = rt.api_version
@@ -350,6 +363,33 @@ class ObjectStorage:
                 details={"name": namespace, "kind": "namespaces"},
             )
         return namespace
+
+    def storage_keys(self) -> list[tuple[str, str]]:
+        """The storage key of every resource that has objects or is served, in the order
+        first registered."""
+        return list(self._objects)
+
+    def stored(self, storage_key: tuple[str, str], key: Key) -> Obj | None:
+        """The object stored under ``key`` for ``storage_key`` (do not modify it), or ``None``;
+        unlike :meth:`lookup`, whatever version serves it and without namespace rules."""
+        bucket = self._objects.get(storage_key)
+        return bucket.objects.get(key) if bucket else None
+
+    def objects_of(self, storage_key: tuple[str, str]) -> list[tuple[Key, Obj]]:
+        """``(key, object)`` for every object stored for ``storage_key``, in the order first
+        stored (do not modify them)."""
+        bucket = self._objects.get(storage_key)
+        return list(bucket.objects.items()) if bucket else []
+
+    def objects_in_namespace(self, storage_key: tuple[str, str], namespace: str) -> list[Obj]:
+        """The objects stored for ``storage_key`` in ``namespace``, in key order (do not
+        modify them)."""
+        bucket = self._objects.get(storage_key)
+        return [obj for _, obj in bucket.snapshot(namespace)] if bucket else []
+
+    def crd_types(self, name: str) -> list[ResourceType]:
+        """The types the CustomResourceDefinition ``name`` has the server serve, or ``[]``."""
+        return list(self._crd_types.get(name) or [])
 
     def lookup(self, rt: ResourceType, namespace: str | None, name: str) -> Obj | None:
         """The stored object (do not modify it), or ``None``."""
@@ -457,7 +497,7 @@ class ObjectStorage:
         stored as."""
         stored = _events.to_storage(rt, obj)
         causes = _events.validate(rt, stored, stored_old)
-        storage_rt = self._storage_type(rt.storage_key)
+        storage_rt = self.storage_type(rt.storage_key)
         assert storage_rt is not None
         if causes:
             raise invalid_causes(storage_rt, str(meta(stored).get("name", "")), causes)
@@ -546,14 +586,14 @@ class ObjectStorage:
             obj.pop("status", None)
         strategy = strategy_for(rt)
         status_before = obj.get("status")
-        unknown = strategy.prepare(rt, obj, self._timestamp)
+        unknown = strategy.prepare(rt, obj, self.timestamp)
         if fields is not None:
             fields.report(unknown)
         strategy.check(rt, obj, None)
         if _managed_fields is None and manager:
-            _managed_fields = _apply.record_update(rt, None, obj, manager, self._timestamp, base=base)
+            _managed_fields = _apply.record_update(rt, None, obj, manager, self.timestamp, base=base)
         metadata["uid"] = self._new_uid()
-        metadata["creationTimestamp"] = self._timestamp()
+        metadata["creationTimestamp"] = self.timestamp()
         if rt.has_generation:
             metadata["generation"] = 1
         if _managed_fields:
@@ -572,7 +612,7 @@ class ObjectStorage:
         if dry_run:
             obj["apiVersion"], obj["kind"] = rt.api_version, rt.kind
             return obj
-        stored = self._commit(rt, "ADDED", obj, None)
+        stored = self.commit(rt, "ADDED", obj, None)
         if is_crd:
             self._serve_crd(stored)
         return stored
@@ -587,7 +627,7 @@ class ObjectStorage:
         if status_before is not None:
             before["status"] = status_before
         base = list(meta(obj).get("managedFields") or [])
-        managed = _apply.record_update(rt, before, obj, writer, self._timestamp, subresource="status", base=base)
+        managed = _apply.record_update(rt, before, obj, writer, self.timestamp, subresource="status", base=base)
         if managed:
             obj["metadata"]["managedFields"] = managed
 
@@ -648,14 +688,14 @@ class ObjectStorage:
         if rt.storage_key == _services.SERVICES:
             _services.keep_allocated(obj, old)
         status_before = copy.deepcopy(obj.get("status")) if strategy.status_writer else None
-        unknown = strategy.prepare(rt, obj, self._timestamp, old=old, subresource=subresource)
+        unknown = strategy.prepare(rt, obj, self.timestamp, old=old, subresource=subresource)
         if fields is not None:
             fields.report(unknown)
         strategy.check(rt, obj, old)
         managed = _managed_fields
         if managed is None:
             if manager:
-                managed = _apply.record_update(rt, old, obj, manager, self._timestamp, subresource=subresource, base=base)
+                managed = _apply.record_update(rt, old, obj, manager, self.timestamp, subresource=subresource, base=base)
             else:
                 managed = base
         if managed:
@@ -692,7 +732,7 @@ class ObjectStorage:
             _deletion.remove(self, rt, obj)
             obj["apiVersion"], obj["kind"] = rt.api_version, rt.kind
             return obj
-        stored = self._commit(rt, "MODIFIED", obj, old)
+        stored = self.commit(rt, "MODIFIED", obj, old)
         if rt.storage_key == ("apiextensions.k8s.io", "customresourcedefinitions"):
             self._serve_crd(stored)
         return stored
@@ -728,11 +768,11 @@ class ObjectStorage:
         if current is None:
             if subresource == "status":
                 raise not_found(rt, name)
-            obj = _apply.apply_config(rt, None, name, applied, manager, self._timestamp, force=force)
+            obj = _apply.apply_config(rt, None, name, applied, manager, self.timestamp, force=force)
             managed = obj["metadata"].pop("managedFields", [])
             return self.create(rt, namespace, obj, dry_run=dry_run, _managed_fields=managed), True
         merged = _apply.apply_config(
-            rt, current, name, applied, manager, self._timestamp, force=force, subresource=subresource
+            rt, current, name, applied, manager, self.timestamp, force=force, subresource=subresource
         )
         merged["metadata"]["resourceVersion"] = meta(current)["resourceVersion"]
         updated = self.update(
