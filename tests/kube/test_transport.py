@@ -384,3 +384,32 @@ async def test_tls_verification_is_on_by_default_and_failures_are_classified(tmp
     error = await serve_and_get(tmp_path, server, {"certificate-authority-data": pem(ca.cert_pem.bytes())})
     assert isinstance(error, TLSVerificationError)
     assert "x509: certificate is not valid for 127.0.0.1" in str(error)
+
+
+# --- the client's request URLs ---
+
+
+@pytest.mark.parametrize("server", ["https://10.0.0.1:6443", "http://127.0.0.1:8080/", "https://rancher.example/k8s/clusters/c-1"])
+@pytest.mark.parametrize(
+    ("path", "query"),
+    [
+        ("/api/v1/namespaces/default/configmaps/cm-1", None),
+        ("/apis/bench.example.com/v1/namespaces/n/widgets/w/status", "fieldManager=me&force=true"),
+        ("/api/v1/pods", "labelSelector=app%3Dweb%2Ctier+in+%28a%2Cb%29&watch=true"),
+        ("/api/v1/namespaces/default/configmaps/a%2Fb", None),
+        ("/api/v1/namespaces/default/configmaps/..", None),
+        ("/api/v1/namespaces/default/configmaps/caf\u00e9 x", "q=100%"),
+    ],
+)
+async def test_request_urls_are_the_ones_httpx_would_parse(server: str, path: str, query: str | None, tmp_path: Path) -> None:
+    doc = {
+        "clusters": [{"name": "c", "cluster": {"server": server}}],
+        "users": [{"name": "u", "user": {}}],
+        "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
+        "current-context": "x",
+    }
+    async with Client(Config.from_dict(doc), transport=httpx.MockTransport(lambda r: httpx.Response(200))) as client:
+        url = client._url(path, query)
+    expected = httpx.URL(server.rstrip("/") + path + ("" if query is None else "?" + query))
+    assert url == expected
+    assert (url.raw_path, url.host, url.port, url.scheme) == (expected.raw_path, expected.host, expected.port, expected.scheme)
