@@ -190,7 +190,10 @@ class Client:
             obj = await client.get(cms, "settings", namespace="default")
 
     ``config`` is an :class:`engine.kube.Config` (anything with ``namespace`` and
-    ``httpx_client_kwargs()``). ``transport`` replaces the network transport (for example
+    ``httpx_client_kwargs()``). Requests go through the engine's own HTTP/1.1 transport
+    (``engine.kube._transport``: one origin, reused connections, TLS from the config), or
+    through ``httpx.AsyncClient``'s pool when a proxy applies (``proxy-url``, or
+    ``HTTPS_PROXY`` and friends). ``transport`` replaces the network transport (for example
     ``ApiServer.memory_transport()`` or an ``httpx.MockTransport``); with it, proxy and TLS
     settings of the config are unused. ``timeout`` bounds each non-watch request;
     ``field_manager`` is the default manager for server-side apply; ``user_agent`` names the

@@ -17,7 +17,7 @@ import trio
 import trio.testing
 import trustme
 
-from engine.kube import Client, Config, RetryPolicy, TLSVerificationError
+from engine.kube import Client, Config, NotFoundError, RetryPolicy, TLSVerificationError
 from engine.kube._transport import Transport
 
 
@@ -413,3 +413,27 @@ async def test_request_urls_are_the_ones_httpx_would_parse(server: str, path: st
     expected = httpx.URL(server.rstrip("/") + path + ("" if query is None else "?" + query))
     assert url == expected
     assert (url.raw_path, url.host, url.port, url.scheme) == (expected.raw_path, expected.host, expected.port, expected.scheme)
+
+
+async def test_a_proxy_url_sends_requests_through_httpxs_pool_to_the_proxy(tmp_path: Path) -> None:
+    proxy = Server()
+    async with trio.open_nursery() as nursery:
+        proxy_url = await proxy.start(nursery)
+        config = kubeconfig("http://kube.invalid:6443", tmp_path, {"proxy-url": proxy_url})
+        async with Client(config, retry=RetryPolicy(max_attempts=1)) as client:
+            assert client._http is not None and client._sender is None
+            with pytest.raises(NotFoundError):
+                await client._request_json("GET", "/json", safe=True)
+        nursery.cancel_scope.cancel()
+    assert [path for _, path, _ in proxy.requests] == ["http://kube.invalid:6443/json"]
+
+
+async def test_a_proxy_from_the_environment_is_honoured_by_httpxs_pool(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HTTPS_PROXY", "http://proxy.invalid:3128")
+    async with Client(kubeconfig("https://kube.invalid:6443", tmp_path, {})) as client:
+        assert client._http is not None and client._sender is None
+    monkeypatch.delenv("HTTPS_PROXY")
+    async with Client(kubeconfig("https://kube.invalid:6443", tmp_path, {})) as client:
+        assert client._http is None and isinstance(client._sender, Transport)
