@@ -162,6 +162,7 @@ class Controller:
         self._running: dict[ObjectRef, Run] = {}
         self._wiring: ControllerWiring | None = None
         self._observers: Sequence[RunObserver] = ()
+        self._deps = DependencyIndex()
         self._stopping = False
         self._live_workers = 0
         self.worker_failures = 0
@@ -169,7 +170,10 @@ class Controller:
         self.trigger_errors = 0
         """Times user code on the way to this controller raised for one item (a source's
         mapper or key function, an observer's ``on_trigger``); that item was skipped."""
-        self.outcomes: dict[OutcomeKind, int] = dict.fromkeys(OutcomeKind, 0)
+        self._outcomes: dict[OutcomeKind, int] = dict.fromkeys(OutcomeKind, 0)
+        self._succeeded = 0
+        self._now: Callable[[], float] = trio.current_time
+        """``trio.current_time``, or while serving, the run's clock read directly (cheaper)."""
 
     def __repr__(self) -> str:
         return f"<Controller {self.name!r} workers={self.max_concurrent} supersede={self.supersede.value}>"
@@ -201,16 +205,19 @@ class Controller:
         (``sequence`` greater than the run's), so one change delivered twice never cancels
         the run it started. Returns the trigger, or ``None`` once the controller is stopping.
         """
-        seq = self.next_sequence() if sequence is None else sequence
-        trig = Trigger(ref=ref, sequence=seq, reason=reason, revision=revision, observed_at=trio.current_time())
+        if sequence is None:
+            self._sequence += 1
+            seq = self._sequence
+        else:
+            seq = sequence
+        trig = Trigger(ref, seq, reason, revision, self._now())
         if not self.queue.add(ref):
             return None
-        latest = self._latest.get(ref)
-        if latest is None or seq >= latest.sequence:
+        latest = self._latest.setdefault(ref, trig)
+        if latest is not trig and seq >= latest.sequence:
             self._latest[ref] = trig
-        run = self._running.get(ref)
         superseded = None
-        if run is not None and run.trigger.sequence < seq:
+        if self._running and (run := self._running.get(ref)) is not None and run.trigger.sequence < seq:
             policy = self.supersede
             why = f"superseded by trigger #{seq}" + (f" ({reason})" if reason else "")
             if policy is SupersedePolicy.CANCEL_RUN:
@@ -238,6 +245,13 @@ class Controller:
         self.trigger_errors += 1
 
     # -- introspection -----------------------------------------------------------------------
+
+    @property
+    def outcomes(self) -> dict[OutcomeKind, int]:
+        """How many runs ended in each way (a snapshot)."""
+        counts = dict(self._outcomes)
+        counts[OutcomeKind.SUCCEEDED] += self._succeeded
+        return counts
 
     @property
     def running(self) -> dict[ObjectRef, Run]:
@@ -271,6 +285,7 @@ class Controller:
             raise ManagerStateError(f"controller {self.name!r} already belongs to another manager")
         self._wiring = wiring
         self._observers = wiring.observers
+        self._deps = wiring.dependencies
 
     def shutdown(self) -> None:
         """Refuse new triggers and stop handing out keys; runs in progress go on.
@@ -305,11 +320,15 @@ class Controller:
         """
         if self._wiring is None:
             raise ManagerStateError(f"controller {self.name!r} must be added to a manager to run")
-        async with trio.open_nursery() as nursery:
-            await nursery.start(self.queue.run)
-            for i in range(self.max_concurrent):
-                nursery.start_soon(self._worker, name=f"{self.name}-worker-{i}")
-            task_status.started()
+        self._now = trio.lowlevel.current_clock().current_time
+        try:
+            async with trio.open_nursery() as nursery:
+                await nursery.start(self.queue.run)
+                for i in range(self.max_concurrent):
+                    nursery.start_soon(self._worker, name=f"{self.name}-worker-{i}")
+                task_status.started()
+        finally:
+            self._now = trio.current_time
 
     # -- running -----------------------------------------------------------------------------
 
@@ -370,7 +389,7 @@ class Controller:
                                 raise cancelled from None
                             break
                         else:
-                            outcome = self._result_outcome(result)
+                            outcome = SUCCEEDED if result is None else self._result_outcome(result)
                         self._end(run, outcome)
                         spent = run.cause is not None
                         run = None
@@ -396,38 +415,35 @@ class Controller:
                 self._end(run, self._cancelled_outcome(run))
 
     def _begin(self, key: ObjectRef, scope: trio.CancelScope) -> Run:
+        queue = self.queue
         trig = self._latest.pop(key, None)
-        now = self.queue.started_at(key)
+        now = queue.started_at(key)
         if trig is None:
-            trig = Trigger(ref=key, sequence=self._sequence, reason="requeue", observed_at=now)
+            trig = Trigger(key, self._sequence, "requeue", None, now)
         self._runs_started += 1
+        # Positional arguments: a keyword call of Run's generated __init__ costs twice as much.
         run = Run(
-            id=f"{self.name}-{self._runs_started}",
-            controller=self.name,
-            key=key,
-            trigger=trig,
-            attempt=self.queue.num_requeues(key) + 1,
-            started_at=now,
-            scope=scope,
+            f"{self.name}-{self._runs_started}", self.name, key, trig, queue.num_requeues(key) + 1, now, scope
         )
         self._running[key] = run
-        assert self._wiring is not None
-        deps = self._wiring.dependencies
+        deps = self._deps
         deps.clear(self, key)
         run.dependency_epoch = deps.epoch
-        for observer in self._observers:
-            observer.on_run_started(self, run)
+        if self._observers:
+            for observer in self._observers:
+                observer.on_run_started(self, run)
         return run
 
     def _end(self, run: Run, outcome: Outcome) -> None:
         key = run.key
         del self._running[key]
         run.outcome = outcome
-        run.finished_at = trio.current_time()
+        run.finished_at = self._now()
         try:
             self._settle(run, outcome)
-            for observer in self._observers:
-                observer.on_run_finished(self, run, outcome)
+            if self._observers:
+                for observer in self._observers:
+                    observer.on_run_finished(self, run, outcome)
         finally:
             self.queue.done(key)
 
@@ -476,8 +492,12 @@ class Controller:
     def _settle(self, run: Run, outcome: Outcome) -> None:
         key = run.key
         queue = self.queue
+        if outcome is SUCCEEDED:
+            self._succeeded += 1
+            queue.forget(key)
+            return
         kind = outcome.kind
-        self.outcomes[kind] += 1
+        self._outcomes[kind] += 1
         if kind is OutcomeKind.SUCCEEDED:
             queue.forget(key)
         elif kind is OutcomeKind.REQUEUE_AFTER:

@@ -1,8 +1,8 @@
-"""A work queue with client-go's semantics, built on a trio memory channel.
+"""A work queue with client-go's semantics, on trio.
 
 Invariants:
 
-* a key is in the ready channel at most once (the *dirty* set says which keys are queued);
+* a key is ready at most once (the *dirty* set says which keys are queued);
 * a key is handed to at most one worker at a time (the *processing* set);
 * ``add`` while a key is processing marks it dirty; ``done`` re-delivers it right away;
 * ready keys are handed out first in, first out.
@@ -10,12 +10,14 @@ Invariants:
 
 from __future__ import annotations
 
+import collections
 import heapq
 import math
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from typing import Generic, Protocol, TypeVar
 
 import attrs
+import outcome
 import trio
 
 from ._errors import QueueShutDown
@@ -88,7 +90,8 @@ class WorkQueue(Generic[K]):
         name: str = "",
     ) -> None:
         self.name = name
-        self._send, self._receive = trio.open_memory_channel[K](math.inf)
+        self._ready_keys: collections.deque[K] = collections.deque()
+        self._getters: collections.OrderedDict[trio.lowlevel.Task, None] = collections.OrderedDict()
         self._dirty: set[K] = set()
         self._processing: dict[K, float] = {}
         self._queued_at: dict[K, float] = {}
@@ -104,6 +107,8 @@ class WorkQueue(Generic[K]):
         self._timer_scope: trio.CancelScope | None = None
         self._sleep_scope: trio.CancelScope | None = None
         self._adds_total = 0
+        self._now: Callable[[], float] = trio.current_time
+        """``trio.current_time``, or while :meth:`run` runs, the run's clock read directly."""
         self._retries_total = 0
 
     @property
@@ -126,18 +131,33 @@ class WorkQueue(Generic[K]):
         """
         if self._shut:
             return False
-        if key in self._dirty:
+        dirty = self._dirty
+        size = len(dirty)
+        dirty.add(key)
+        if len(dirty) == size or key in self._processing:
             return True
-        self._dirty.add(key)
-        if key in self._processing:
-            return True
-        self._enqueue(key)
+        # _enqueue, inlined: add is the hot path of every trigger.
+        self._ready += 1
+        self._adds_total += 1
+        if self._getters:
+            task, _ = self._getters.popitem(last=False)
+            trio.lowlevel.reschedule(task, outcome.Value(key))
+        else:
+            self._ready_keys.append(key)
+        if self._observer is not None:
+            self._queued_at[key] = trio.current_time()
+            self._observer.on_add(key)
         return True
 
     def _enqueue(self, key: K) -> None:
         self._ready += 1
         self._adds_total += 1
-        self._send.send_nowait(key)
+        if self._getters:
+            # A worker is waiting, so no key is ready: hand this one over directly.
+            task, _ = self._getters.popitem(last=False)
+            trio.lowlevel.reschedule(task, outcome.Value(key))
+        else:
+            self._ready_keys.append(key)
         if self._observer is not None:
             self._queued_at[key] = trio.current_time()
             self._observer.on_add(key)
@@ -181,13 +201,13 @@ class WorkQueue(Generic[K]):
 
     def forget(self, key: K) -> None:
         """Reset ``key``'s failure count (call on success). Does not touch a pending delay."""
-        if key in self._failing:
+        if self._failing and key in self._failing:
             self._failing.discard(key)
             self._limiter.forget(key)
 
     def num_requeues(self, key: K) -> int:
         """How many rate-limited retries ``key`` had since it was last forgotten."""
-        return self._limiter.num_requeues(key) if key in self._failing else 0
+        return self._limiter.num_requeues(key) if self._failing and key in self._failing else 0
 
     # -- taking ------------------------------------------------------------------------------
 
@@ -198,11 +218,9 @@ class WorkQueue(Generic[K]):
         """
         if self._shut:
             raise QueueShutDown(f"work queue {self.name!r} is shut down")
-        try:
-            key = self._receive.receive_nowait()
-        except trio.EndOfChannel:
-            raise QueueShutDown(f"work queue {self.name!r} is shut down") from None
-        return self._take(key)
+        if not self._ready_keys:
+            raise trio.WouldBlock
+        return self._take(self._ready_keys.popleft())
 
     async def get(self) -> K:
         """Wait for a ready key and hand it to the caller, who must later call :meth:`done`.
@@ -214,17 +232,28 @@ class WorkQueue(Generic[K]):
         """
         if self._shut:
             raise QueueShutDown(f"work queue {self.name!r} is shut down")
-        try:
-            key = await self._receive.receive()
-        except trio.EndOfChannel:
-            raise QueueShutDown(f"work queue {self.name!r} is shut down") from None
+        key: K
+        if self._ready_keys:
+            await trio.lowlevel.checkpoint_if_cancelled()
+            key = self._ready_keys.popleft()
+            await trio.lowlevel.cancel_shielded_checkpoint()
+        else:
+            task = trio.lowlevel.current_task()
+            getters = self._getters
+            getters[task] = None
+
+            def abort(_: trio.lowlevel.RaiseCancelT) -> trio.lowlevel.Abort:
+                del getters[task]
+                return trio.lowlevel.Abort.SUCCEEDED
+
+            key = await trio.lowlevel.wait_task_rescheduled(abort)
         if self._shut:
             raise QueueShutDown(f"work queue {self.name!r} is shut down")
         return self._take(key)
 
     def _take(self, key: K) -> K:
         self._ready -= 1
-        now = trio.current_time()
+        now = self._now()
         self._dirty.discard(key)
         self._processing[key] = now
         if self._waiting:
@@ -272,7 +301,10 @@ class WorkQueue(Generic[K]):
         if self._shut:
             return
         self._shut = True
-        self._send.close()
+        self._ready_keys.clear()
+        getters, self._getters = self._getters, collections.OrderedDict()
+        for task in getters:
+            trio.lowlevel.reschedule(task, outcome.Error(QueueShutDown(f"work queue {self.name!r} is shut down")))
         self._dirty.clear()
         self._waiting.clear()
         self._heap.clear()
@@ -301,6 +333,13 @@ class WorkQueue(Generic[K]):
 
         Cancellation: delayed keys stay pending; they are delivered if the timer runs again.
         """
+        self._now = trio.lowlevel.current_clock().current_time
+        try:
+            await self._run_timer(task_status)
+        finally:
+            self._now = trio.current_time
+
+    async def _run_timer(self, task_status: trio.TaskStatus[None]) -> None:
         with trio.CancelScope() as timer_scope:
             self._timer_scope = timer_scope
             if self._shut:

@@ -1,0 +1,364 @@
+"""The client's default network transport: HTTP/1.1 on h11 over trio sockets, to one origin.
+
+An ``httpx.AsyncBaseTransport`` built for the client's traffic pattern (many small requests
+from a fixed set of workers, plus long watch streams): idle connections are a LIFO stack, so
+taking one and putting it back cost O(1) whatever the pool size; the request head and body go
+out in one write; a response whose body already arrived with its head is returned complete,
+and a longer one (a watch) is streamed and gives its connection back when read to the end.
+An exchange that fails, is cancelled, or whose body is closed before its end closes its
+connection. Timeouts and keep-alive expiry run on trio's clock.
+"""
+
+from __future__ import annotations
+
+import collections
+import math
+import ssl
+from collections.abc import AsyncIterator
+from types import TracebackType
+
+import h11
+import httpx
+import trio
+
+__all__ = ["Transport"]
+
+_READ_SIZE = 65536
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+class _Connection:
+    """One HTTP/1.1 connection: its stream, the socket under it and its h11 state."""
+
+    __slots__ = ("stream", "socket", "h11", "expires_at", "closed")
+
+    def __init__(self, stream: trio.abc.Stream, socket: trio.socket.SocketType) -> None:
+        self.stream = stream
+        self.socket = socket
+        self.h11 = h11.Connection(h11.CLIENT)
+        self.expires_at = math.inf
+        self.closed = False
+
+
+def _timeouts(request: httpx.Request) -> dict[str, float | None]:
+    timeouts: dict[str, float | None] | None = request.extensions.get("timeout")
+    return timeouts if timeouts is not None else {}
+
+
+class _ResponseStream(httpx.AsyncByteStream):
+    """The body of a response that did not arrive with its head (chunked or long: watches)."""
+
+    def __init__(
+        self, transport: Transport, conn: _Connection, read_timeout: float | None, first: list[bytes]
+    ) -> None:
+        self._transport = transport
+        self._conn: _Connection | None = conn
+        self._read_timeout = read_timeout
+        self._first = first[::-1]
+
+    def __aiter__(self) -> AsyncIterator[bytes]:
+        return self
+
+    async def __anext__(self) -> bytes:
+        if self._first:
+            return self._first.pop()
+        conn = self._conn
+        if conn is None:
+            raise StopAsyncIteration
+        try:
+            while True:
+                event = conn.h11.next_event()
+                if event is h11.NEED_DATA:
+                    await self._transport._receive(conn, self._read_timeout)
+                    continue
+                if type(event) is h11.Data:
+                    data = event.data
+                    return data if type(data) is bytes else bytes(data)
+                if type(event) is h11.EndOfMessage:
+                    self._conn = None
+                    self._transport._release(conn)
+                    raise StopAsyncIteration
+                raise httpx.RemoteProtocolError(f"the server sent {type(event).__name__} inside a response body")
+        except StopAsyncIteration:
+            raise
+        except BaseException as exc:
+            self._conn = None
+            self._transport._discard(conn)
+            _raise_mapped(exc, httpx.ReadError)
+            raise
+
+    async def aclose(self) -> None:
+        """Close the body; a connection whose body was not read to its end is closed.
+
+        Cancellation: not a checkpoint.
+        """
+        conn, self._conn = self._conn, None
+        self._first.clear()
+        if conn is not None:
+            self._transport._discard(conn)
+
+
+def _raise_mapped(exc: BaseException, error: type[httpx.TransportError]) -> None:
+    """Raise the ``httpx`` exception for a failure of the network or of the peer's protocol
+    (``error`` for I/O failures); return for anything else (cancellation, httpx's own)."""
+    if isinstance(exc, httpx.HTTPError):
+        return
+    if isinstance(exc, h11.RemoteProtocolError):
+        raise httpx.RemoteProtocolError(str(exc) or "the server broke the HTTP/1.1 protocol") from exc
+    if isinstance(exc, h11.LocalProtocolError):
+        raise httpx.LocalProtocolError(str(exc) or "the request broke the HTTP/1.1 protocol") from exc
+    if isinstance(exc, trio.BrokenResourceError | trio.ClosedResourceError | OSError):
+        raise error(str(exc) or type(exc).__name__) from exc
+
+
+class Transport(httpx.AsyncBaseTransport):
+    """HTTP/1.1 to the origin of ``url`` (``http`` or ``https``), over trio.
+
+    ``ssl_context`` is used for ``https`` (it decides verification, trusted CAs, client
+    certificates and the server name); without one, httpx's default context verifies against
+    the system roots. At most ``max_connections`` connections are open (``None``: no limit);
+    a request that finds none free waits, up to the request's ``pool`` timeout. Up to
+    ``max_idle`` connections are kept for reuse, each for ``keepalive_expiry`` seconds.
+    The request's ``connect``, ``read`` and ``write`` timeouts (httpx's ``timeout``
+    extension) bound each network operation. A request for another origin raises
+    ``httpx.UnsupportedProtocol``. Failures are raised as httpx's transport exceptions
+    (``ConnectError``, ``ReadTimeout``, ...), with the original error as their cause.
+    """
+
+    def __init__(
+        self,
+        url: str | httpx.URL,
+        *,
+        ssl_context: ssl.SSLContext | None = None,
+        max_connections: int | None = 100,
+        max_idle: int = 20,
+        keepalive_expiry: float = 5.0,
+    ) -> None:
+        origin = httpx.URL(url)
+        if origin.scheme not in _DEFAULT_PORTS or not origin.host:
+            raise ValueError(f"the transport needs an http or https URL with a host, not {str(origin)!r}")
+        if max_connections is not None and max_connections < 1:
+            raise ValueError("max_connections must be >= 1 or None")
+        self._scheme = origin.scheme
+        self._host = origin.host
+        self._url_port = origin.port
+        self._port = origin.port or _DEFAULT_PORTS[origin.scheme]
+        self._ssl: ssl.SSLContext | None = None
+        if origin.scheme == "https":
+            self._ssl = ssl_context if ssl_context is not None else httpx.create_ssl_context()
+        self._max_connections = max_connections if max_connections is not None else math.inf
+        self._max_idle = max_idle
+        self._keepalive_expiry = keepalive_expiry
+        self._idle: collections.deque[_Connection] = collections.deque()
+        self._open = 0
+        self._waiting = trio.lowlevel.ParkingLot()
+        self._closed = False
+
+    # -- the pool ------------------------------------------------------------------------------
+
+    async def _acquire(self, timeouts: dict[str, float | None]) -> _Connection:
+        idle = self._idle
+        while idle:
+            conn = idle.pop()
+            if conn.expires_at <= trio.current_time():
+                # The newest idle connection expired, so did every older one.
+                self._discard(conn)
+                while idle:
+                    self._discard(idle.pop())
+                break
+            if conn.socket.is_readable():
+                # The server closed it (or sent something unasked): not reusable.
+                self._discard(conn)
+                continue
+            return conn
+        if self._open >= self._max_connections:
+            await self._wait_for_room(timeouts.get("pool"))
+            if idle:
+                return await self._acquire(timeouts)
+        self._open += 1
+        try:
+            return await self._connect(timeouts.get("connect"))
+        except BaseException:
+            self._open -= 1
+            if self._waiting:
+                self._waiting.unpark()
+            raise
+
+    async def _wait_for_room(self, timeout: float | None) -> None:
+        with trio.move_on_after(math.inf if timeout is None else timeout) as scope:
+            while self._open >= self._max_connections and not self._idle:
+                await self._waiting.park()
+        if scope.cancelled_caught:
+            raise httpx.PoolTimeout("timed out waiting for a free connection")
+
+    async def _connect(self, timeout: float | None) -> _Connection:
+        if self._closed:
+            raise httpx.ConnectError("the transport is closed")
+        stream: trio.abc.Stream | None = None
+        try:
+            with trio.fail_after(math.inf if timeout is None else timeout):
+                tcp = await trio.open_tcp_stream(self._host, self._port)
+                stream = tcp
+                if self._ssl is not None:
+                    tls = trio.SSLStream(tcp, self._ssl, server_hostname=self._host, https_compatible=True)
+                    stream = tls
+                    await tls.do_handshake()
+        except trio.TooSlowError as exc:
+            if stream is not None:
+                await trio.aclose_forcefully(stream)
+            raise httpx.ConnectTimeout("timed out connecting") from exc
+        except BaseException as exc:
+            if stream is not None:
+                await trio.aclose_forcefully(stream)
+            _raise_mapped(exc, httpx.ConnectError)
+            raise
+        return _Connection(stream, tcp.socket)
+
+    def _release(self, conn: _Connection) -> None:
+        """Put ``conn`` back for reuse if its exchange completed cleanly; else close it."""
+        h = conn.h11
+        if (
+            h.our_state is h11.DONE
+            and h.their_state is h11.DONE
+            and not self._closed
+            and len(self._idle) < self._max_idle
+        ):
+            h.start_next_cycle()
+            now = trio.current_time()
+            conn.expires_at = now + self._keepalive_expiry
+            idle = self._idle
+            idle.append(conn)
+            while idle and idle[0].expires_at <= now:
+                self._discard(idle.popleft())
+            if self._waiting:
+                self._waiting.unpark()
+        else:
+            self._discard(conn)
+
+    def _discard(self, conn: _Connection) -> None:
+        """Close ``conn`` at once (its socket; no TLS close_notify). Synchronous; idempotent."""
+        if conn.closed:
+            return
+        conn.closed = True
+        conn.socket.close()
+        self._open -= 1
+        if self._waiting:
+            self._waiting.unpark()
+
+    # -- I/O -----------------------------------------------------------------------------------
+
+    async def _receive(self, conn: _Connection, timeout: float | None) -> None:
+        if timeout is None:
+            data = await conn.stream.receive_some(_READ_SIZE)
+        else:
+            with trio.move_on_after(timeout) as scope:
+                data = await conn.stream.receive_some(_READ_SIZE)
+            if scope.cancelled_caught:
+                raise httpx.ReadTimeout("timed out waiting for the answer")
+        conn.h11.receive_data(data)  # type: ignore[arg-type]  # h11 takes any bytes-like
+
+    async def _send(self, conn: _Connection, data: bytes, timeout: float | None) -> None:
+        if timeout is None:
+            await conn.stream.send_all(data)
+            return
+        with trio.move_on_after(timeout) as scope:
+            await conn.stream.send_all(data)
+        if scope.cancelled_caught:
+            raise httpx.WriteTimeout("timed out sending the request")
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        """Send ``request`` and return its response (its body streamed if it is still coming).
+
+        Cancellation: a checkpoint; a cancelled exchange closes its connection.
+        """
+        url = request.url
+        if url.scheme != self._scheme or url.host != self._host or url.port != self._url_port:
+            raise httpx.UnsupportedProtocol(
+                f"this transport serves {self._scheme}://{self._host}:{self._port} only, not {url.scheme}://{url.netloc.decode()}"
+            )
+        timeouts = _timeouts(request)
+        conn = await self._acquire(timeouts)
+        try:
+            return await self._exchange(conn, request, timeouts)
+        except BaseException as exc:
+            self._discard(conn)
+            _raise_mapped(exc, httpx.ReadError)
+            raise
+
+    async def _exchange(
+        self, conn: _Connection, request: httpx.Request, timeouts: dict[str, float | None]
+    ) -> httpx.Response:
+        h = conn.h11
+        head = h11.Request(method=request.method, target=request.url.raw_path, headers=request.headers.raw)
+        try:
+            body: bytes | None = request.content
+        except httpx.RequestNotRead:
+            body = None
+        write_timeout = timeouts.get("write")
+        if body is not None:
+            data = h.send(head) or b""
+            if body:
+                data += h.send(h11.Data(data=body)) or b""
+            data += h.send(h11.EndOfMessage()) or b""
+            await self._send(conn, data, write_timeout)
+        else:
+            await self._send(conn, h.send(head) or b"", write_timeout)
+            async for chunk in request.stream:  # type: ignore[union-attr]
+                if chunk:
+                    await self._send(conn, h.send(h11.Data(data=chunk)) or b"", write_timeout)
+            await self._send(conn, h.send(h11.EndOfMessage()) or b"", write_timeout)
+        read_timeout = timeouts.get("read")
+        while True:
+            event = h.next_event()
+            if event is h11.NEED_DATA:
+                await self._receive(conn, read_timeout)
+                continue
+            if isinstance(event, h11.Response):
+                response = event
+                break
+            if not isinstance(event, h11.InformationalResponse):
+                raise httpx.RemoteProtocolError(f"the server answered with {type(event).__name__}, not a response")
+        extensions = {"http_version": b"HTTP/1.1", "reason_phrase": response.reason}
+        headers = response.headers.raw_items()
+        # A body that is already here (small answers come with their head) is returned whole,
+        # and the connection goes back at once.
+        chunks: list[bytes] = []
+        while True:
+            event = h.next_event()
+            if type(event) is h11.Data:
+                data = event.data
+                chunks.append(data if type(data) is bytes else bytes(data))
+                continue
+            if type(event) is h11.EndOfMessage:
+                content = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+                whole = httpx.Response(
+                    response.status_code, headers=headers, stream=httpx.ByteStream(content), extensions=extensions
+                )
+                self._release(conn)
+                return whole
+            if event is h11.NEED_DATA:
+                break
+            raise httpx.RemoteProtocolError(f"the server sent {type(event).__name__} inside a response body")
+        stream = _ResponseStream(self, conn, read_timeout, chunks)
+        return httpx.Response(response.status_code, headers=headers, stream=stream, extensions=extensions)
+
+    async def aclose(self) -> None:
+        """Close the idle connections; connections in use close when their exchange ends.
+
+        Cancellation: not a checkpoint.
+        """
+        self._closed = True
+        while self._idle:
+            self._discard(self._idle.pop())
+
+    async def __aenter__(self) -> Transport:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None = None,
+        exc_value: BaseException | None = None,
+        traceback: TracebackType | None = None,
+    ) -> None:
+        await self.aclose()
+

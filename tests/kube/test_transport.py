@@ -1,0 +1,439 @@
+"""The client's default transport (engine.kube._transport) over real loopback sockets: reuse,
+streaming, early close, cancellation, expiry, limits, timeouts and TLS."""
+
+from __future__ import annotations
+
+import contextlib
+import ssl
+from collections.abc import AsyncIterator
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import h11
+import httpx
+import pytest
+import trio
+import trio.testing
+import trustme
+
+from engine.kube import Client, Config, NotFoundError, RetryPolicy, TLSVerificationError
+from engine.kube._transport import Transport
+
+
+class Server:
+    """A loopback HTTP/1.1 server on h11. Every response names its connection (``x-conn``).
+
+    Paths: ``/json`` answers at once; ``/chunked`` sends three chunks, yielding between them;
+    ``/stream`` sends one chunk and then waits for ``release`` (a watch); ``/close`` answers
+    with ``Connection: close``; ``/hang`` never answers; ``/drop`` answers, then closes the
+    connection without saying so (a server's idle timeout).
+    """
+
+    def __init__(self) -> None:
+        self.connections = 0
+        self.closed = 0
+        self.requests: list[tuple[int, str, bytes]] = []
+        self.release = trio.Event()
+        self.ssl: ssl.SSLContext | None = None
+        self.peer_certs: list[dict[str, Any] | None] = []
+        self.port = 0
+
+    async def start(self, nursery: trio.Nursery) -> str:
+        listeners = await nursery.start(partial(trio.serve_tcp, self._handle, 0, host="127.0.0.1"))
+        self.port = listeners[0].socket.getsockname()[1]
+        return f"{'https' if self.ssl else 'http'}://127.0.0.1:{self.port}"
+
+    async def _handle(self, tcp: trio.SocketStream) -> None:
+        self.connections += 1
+        conn_id = self.connections
+        stream: trio.abc.Stream = tcp
+        try:
+            if self.ssl is not None:
+                tls = trio.SSLStream(tcp, self.ssl, server_side=True)
+                await tls.do_handshake()
+                self.peer_certs.append(tls.getpeercert())
+                stream = tls
+            await self._serve(stream, conn_id)
+        except (trio.BrokenResourceError, trio.ClosedResourceError, h11.RemoteProtocolError):
+            pass
+        finally:
+            self.closed += 1
+            await trio.aclose_forcefully(stream)
+
+    async def _serve(self, stream: trio.abc.Stream, conn_id: int) -> None:
+        conn = h11.Connection(h11.SERVER)
+
+        async def next_event() -> Any:
+            while True:
+                event = conn.next_event()
+                if event is not h11.NEED_DATA:
+                    return event
+                data = await stream.receive_some(65536)
+                conn.receive_data(data)
+
+        async def send(*events: Any) -> None:
+            await stream.send_all(b"".join(conn.send(e) or b"" for e in events))
+
+        while True:
+            event = await next_event()
+            if isinstance(event, h11.ConnectionClosed):
+                return
+            assert isinstance(event, h11.Request)
+            body = b""
+            while not isinstance(part := await next_event(), h11.EndOfMessage):
+                body += part.data
+            path = event.target.decode()
+            self.requests.append((conn_id, path, body))
+            headers = [("x-conn", str(conn_id))]
+            if path == "/json":
+                payload = b'{"ok":true}'
+                await send(h11.Response(status_code=200, headers=[*headers, ("content-length", str(len(payload)))]),
+                           h11.Data(data=payload), h11.EndOfMessage())
+            elif path == "/chunked":
+                await send(h11.Response(status_code=200, headers=[*headers, ("transfer-encoding", "chunked")]))
+                for part in (b"a", b"b", b"c"):
+                    await trio.testing.wait_all_tasks_blocked()
+                    await send(h11.Data(data=part))
+                await send(h11.EndOfMessage())
+            elif path == "/stream":
+                await send(h11.Response(status_code=200, headers=[*headers, ("transfer-encoding", "chunked")]),
+                           h11.Data(data=b"first\n"))
+                await until(self.release.wait, stream)
+                await send(h11.Data(data=b"last\n"), h11.EndOfMessage())
+            elif path == "/close":
+                await send(h11.Response(status_code=200, headers=[*headers, ("connection", "close"), ("content-length", "0")]),
+                           h11.EndOfMessage())
+                return
+            elif path == "/drop":
+                await send(h11.Response(status_code=200, headers=[*headers, ("content-length", "0")]), h11.EndOfMessage())
+                return
+            elif path == "/hang":
+                await until(trio.sleep_forever, stream)
+            else:
+                await send(h11.Response(status_code=404, headers=[*headers, ("content-length", "0")]), h11.EndOfMessage())
+            conn.start_next_cycle()
+
+
+async def until(wait: Any, stream: trio.abc.Stream) -> None:
+    """Return when ``wait()`` does; raise ``ClosedResourceError`` if the client closes first."""
+    closed = False
+    async with trio.open_nursery() as nursery:
+
+        async def watch() -> None:
+            nonlocal closed
+            while await stream.receive_some(65536):
+                pass
+            closed = True
+            nursery.cancel_scope.cancel()
+
+        nursery.start_soon(watch)
+        await wait()
+        nursery.cancel_scope.cancel()
+    if closed:
+        raise trio.ClosedResourceError("the client closed the connection")
+
+
+@contextlib.asynccontextmanager
+async def serving(server: Server | None = None, **transport_options: Any) -> AsyncIterator[tuple[Server, httpx.AsyncClient, Transport]]:
+    """A server, and an httpx client on a :class:`Transport` to it."""
+    server = server or Server()
+    async with trio.open_nursery() as nursery:
+        url = await server.start(nursery)
+        transport = Transport(url, ssl_context=transport_options.pop("ssl_context", None), **transport_options)
+        async with httpx.AsyncClient(base_url=url, transport=transport, timeout=None) as client:
+            yield server, client, transport
+        nursery.cancel_scope.cancel()
+
+
+async def wait_closed(server: Server, count: int) -> None:
+    with trio.fail_after(30):
+        while server.closed < count:
+            await trio.sleep(0)
+
+
+async def test_sequential_requests_reuse_one_connection() -> None:
+    async with serving() as (server, client, transport):
+        for _ in range(5):
+            response = await client.get("/json")
+            assert response.json() == {"ok": True}
+            assert response.headers["x-conn"] == "1"
+        response = await client.post("/json", content=b"x" * 100_000)
+        assert response.headers["x-conn"] == "1"
+        assert server.requests[-1] == (1, "/json", b"x" * 100_000)
+        assert server.connections == 1
+
+
+async def test_concurrent_requests_open_connections_and_the_newest_idle_one_is_reused_first() -> None:
+    async with serving(max_idle=3) as (server, client, transport):
+        async with trio.open_nursery() as nursery:
+            for _ in range(5):
+                nursery.start_soon(client.get, "/chunked")
+        assert server.connections == 5
+        await wait_closed(server, 2)  # the idle list keeps 3; the other two were closed
+        first = (await client.get("/json")).headers["x-conn"]
+        second = (await client.get("/json")).headers["x-conn"]
+        assert first == second
+        assert server.connections == 5
+
+
+async def test_a_streamed_body_read_to_the_end_gives_its_connection_back() -> None:
+    async with serving() as (server, client, transport):
+        async with client.stream("GET", "/chunked") as response:
+            assert [chunk async for chunk in response.aiter_bytes()] == [b"a", b"b", b"c"]
+        assert (await client.get("/json")).headers["x-conn"] == "1"
+        assert server.connections == 1
+
+
+async def test_a_body_closed_before_its_end_closes_its_connection() -> None:
+    async with serving() as (server, client, transport):
+        async with client.stream("GET", "/stream") as response:
+            assert await response.aiter_bytes().__anext__() == b"first\n"
+        await wait_closed(server, 1)
+        assert (await client.get("/json")).headers["x-conn"] == "2"
+
+
+async def test_a_watch_like_stream_delivers_chunks_as_they_come_and_ends() -> None:
+    async with serving() as (server, client, transport):
+        async with client.stream("GET", "/stream") as response:
+            lines = response.aiter_lines()
+            assert await lines.__anext__() == "first"
+            server.release.set()
+            assert [line async for line in lines] == ["last"]
+        assert (await client.get("/json")).headers["x-conn"] == "1"
+
+
+async def test_a_cancelled_request_closes_its_connection() -> None:
+    async with serving() as (server, client, transport):
+        with trio.move_on_after(5) as scope:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(client.get, "/hang")
+                await trio.testing.wait_all_tasks_blocked()
+                scope.cancel()
+        await wait_closed(server, 1)
+        assert transport._open == 0
+        assert (await client.get("/json")).headers["x-conn"] == "2"
+
+
+async def test_a_cancelled_stream_read_closes_its_connection() -> None:
+    async with serving() as (server, client, transport):
+        async with client.stream("GET", "/stream") as response:
+            chunks = response.aiter_bytes()
+            await chunks.__anext__()
+            with trio.move_on_after(5) as scope:
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(chunks.__anext__)
+                    await trio.testing.wait_all_tasks_blocked()
+                    scope.cancel()
+        await wait_closed(server, 1)
+        assert transport._open == 0
+
+
+async def test_connection_close_and_a_server_that_dropped_an_idle_connection_get_a_new_one() -> None:
+    async with serving() as (server, client, transport):
+        assert (await client.get("/close")).headers["x-conn"] == "1"
+        assert (await client.get("/drop")).headers["x-conn"] == "2"
+        await wait_closed(server, 2)
+        response = await client.post("/json", content=b"{}")
+        assert response.headers["x-conn"] == "3"
+
+
+async def test_idle_connections_expire_on_trios_clock(mock_clock: trio.testing.MockClock) -> None:
+    async with serving(keepalive_expiry=5.0) as (server, client, transport):
+        assert (await client.get("/json")).headers["x-conn"] == "1"
+        mock_clock.jump(4)
+        assert (await client.get("/json")).headers["x-conn"] == "1"
+        mock_clock.jump(6)
+        assert (await client.get("/json")).headers["x-conn"] == "2"
+        await wait_closed(server, 1)
+
+
+async def test_the_connection_limit_makes_a_request_wait_and_the_pool_timeout_bounds_it() -> None:
+    async with serving(max_connections=1) as (server, client, transport):
+        async with client.stream("GET", "/stream") as response:
+            with pytest.raises(httpx.PoolTimeout):
+                await client.get("/json", timeout=httpx.Timeout(None, pool=0))
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(client.get, "/json")
+                await trio.testing.wait_all_tasks_blocked()
+                assert server.connections == 1
+                server.release.set()
+                await response.aread()
+        assert server.connections == 1
+        assert [path for _, path, _ in server.requests] == ["/stream", "/json"]
+
+
+async def test_a_read_timeout_raises_and_closes_the_connection(autojump_clock: trio.testing.MockClock) -> None:
+    async with serving() as (server, client, transport):
+        await client.get("/json")
+        with pytest.raises(httpx.ReadTimeout):
+            await client.get("/hang", timeout=httpx.Timeout(None, read=3))
+        await wait_closed(server, 1)
+        assert transport._open == 0
+
+
+async def test_an_unreachable_server_and_another_origin_are_transport_errors() -> None:
+    with socket_bound() as port:
+        transport = Transport(f"http://127.0.0.1:{port}")
+        with pytest.raises(httpx.ConnectError, match="all attempts to connect"):
+            await transport.handle_async_request(httpx.Request("GET", f"http://127.0.0.1:{port}/"))
+        with pytest.raises(httpx.UnsupportedProtocol):
+            await transport.handle_async_request(httpx.Request("GET", "http://example.com/"))
+    with pytest.raises(ValueError, match="http or https"):
+        Transport("ftp://example.com")
+
+
+@contextlib.contextmanager
+def socket_bound() -> Any:
+    """A loopback port that is bound but not listening (connections are refused)."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        yield sock.getsockname()[1]
+
+
+# --- TLS, through Config.ssl_context and the Client ---
+
+
+def tls_server(cert: trustme.LeafCert, client_ca: trustme.CA | None = None) -> Server:
+    server = Server()
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    cert.configure_cert(context)
+    if client_ca is not None:
+        context.verify_mode = ssl.CERT_REQUIRED
+        client_ca.configure_trust(context)
+    server.ssl = context
+    return server
+
+
+def kubeconfig(server: str, tmp_path: Path, cluster: dict[str, Any], user: dict[str, Any] | None = None) -> Config:
+    doc = {
+        "clusters": [{"name": "c", "cluster": {"server": server, **cluster}}],
+        "users": [{"name": "u", "user": user or {"token": "abc.def"}}],
+        "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
+        "current-context": "x",
+    }
+    return Config.from_dict(doc, path=tmp_path / "kubeconfig")
+
+
+async def serve_and_get(
+    tmp_path: Path, server: Server, cluster: dict[str, Any], user: dict[str, Any] | None = None
+) -> dict[str, Any] | Exception:
+    """``GET /json`` with a Client configured by ``cluster`` and ``user``: the answer, or the
+    exception the client raised."""
+    result: dict[str, Any] | Exception
+    async with trio.open_nursery() as nursery:
+        url = await server.start(nursery)
+        async with Client(kubeconfig(url, tmp_path, cluster, user), retry=RetryPolicy(max_attempts=1)) as client:
+            assert isinstance(client._sender, Transport)
+            try:
+                result = await client._request_json("GET", "/json", safe=True)
+            except Exception as exc:
+                result = exc
+        nursery.cancel_scope.cancel()
+    return result
+
+
+def pem(data: bytes) -> str:
+    import base64
+
+    return base64.b64encode(data).decode()
+
+
+async def test_tls_verified_against_the_kubeconfig_ca_data_and_file(tmp_path: Path) -> None:
+    ca = trustme.CA()
+    cert = ca.issue_cert("127.0.0.1")
+    assert await serve_and_get(tmp_path, tls_server(cert), {"certificate-authority-data": pem(ca.cert_pem.bytes())}) == {"ok": True}
+    ca.cert_pem.write_to_path(str(tmp_path / "ca.pem"))
+    assert await serve_and_get(tmp_path, tls_server(cert), {"certificate-authority": str(tmp_path / "ca.pem")}) == {"ok": True}
+
+
+async def test_tls_client_certificate_is_presented(tmp_path: Path) -> None:
+    ca, client_ca = trustme.CA(), trustme.CA()
+    server = tls_server(ca.issue_cert("127.0.0.1"), client_ca=client_ca)
+    client_cert = client_ca.issue_cert("alice")
+    user = {
+        "client-certificate-data": pem(client_cert.cert_chain_pems[0].bytes()),
+        "client-key-data": pem(client_cert.private_key_pem.bytes()),
+    }
+    assert await serve_and_get(tmp_path, server, {"certificate-authority-data": pem(ca.cert_pem.bytes())}, user) == {"ok": True}
+    assert server.peer_certs[0], "the server required a client certificate and got one"
+
+
+async def test_tls_server_name_and_insecure_skip_tls_verify(tmp_path: Path) -> None:
+    ca = trustme.CA()
+    cert = ca.issue_cert("kube.internal")
+    cluster = {"certificate-authority-data": pem(ca.cert_pem.bytes()), "tls-server-name": "kube.internal"}
+    assert await serve_and_get(tmp_path, tls_server(cert), cluster) == {"ok": True}
+    untrusted = trustme.CA().issue_cert("elsewhere.example")
+    assert await serve_and_get(tmp_path, tls_server(untrusted), {"insecure-skip-tls-verify": True}) == {"ok": True}
+
+
+async def test_tls_verification_is_on_by_default_and_failures_are_classified(tmp_path: Path) -> None:
+    cert = trustme.CA().issue_cert("127.0.0.1")
+    server = tls_server(cert)
+    error = await serve_and_get(tmp_path, server, {})
+    assert isinstance(error, TLSVerificationError)
+    assert str(error) == (
+        f"cannot verify the certificate of the API server at https://127.0.0.1:{server.port}: "
+        "x509: certificate signed by unknown authority (trusted authorities: the system trust store)"
+    )
+    ca = trustme.CA()
+    server = tls_server(ca.issue_cert("kube.internal"))
+    error = await serve_and_get(tmp_path, server, {"certificate-authority-data": pem(ca.cert_pem.bytes())})
+    assert isinstance(error, TLSVerificationError)
+    assert "x509: certificate is not valid for 127.0.0.1" in str(error)
+
+
+# --- the client's request URLs ---
+
+
+@pytest.mark.parametrize("server", ["https://10.0.0.1:6443", "http://127.0.0.1:8080/", "https://rancher.example/k8s/clusters/c-1"])
+@pytest.mark.parametrize(
+    ("path", "query"),
+    [
+        ("/api/v1/namespaces/default/configmaps/cm-1", None),
+        ("/apis/bench.example.com/v1/namespaces/n/widgets/w/status", "fieldManager=me&force=true"),
+        ("/api/v1/pods", "labelSelector=app%3Dweb%2Ctier+in+%28a%2Cb%29&watch=true"),
+        ("/api/v1/namespaces/default/configmaps/a%2Fb", None),
+        ("/api/v1/namespaces/default/configmaps/..", None),
+        ("/api/v1/namespaces/default/configmaps/caf\u00e9 x", "q=100%"),
+    ],
+)
+async def test_request_urls_are_the_ones_httpx_would_parse(server: str, path: str, query: str | None, tmp_path: Path) -> None:
+    doc = {
+        "clusters": [{"name": "c", "cluster": {"server": server}}],
+        "users": [{"name": "u", "user": {}}],
+        "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
+        "current-context": "x",
+    }
+    async with Client(Config.from_dict(doc), transport=httpx.MockTransport(lambda r: httpx.Response(200))) as client:
+        url = client._url(path, query)
+    expected = httpx.URL(server.rstrip("/") + path + ("" if query is None else "?" + query))
+    assert url == expected
+    assert (url.raw_path, url.host, url.port, url.scheme) == (expected.raw_path, expected.host, expected.port, expected.scheme)
+
+
+async def test_a_proxy_url_sends_requests_through_httpxs_pool_to_the_proxy(tmp_path: Path) -> None:
+    proxy = Server()
+    async with trio.open_nursery() as nursery:
+        proxy_url = await proxy.start(nursery)
+        config = kubeconfig("http://kube.invalid:6443", tmp_path, {"proxy-url": proxy_url})
+        async with Client(config, retry=RetryPolicy(max_attempts=1)) as client:
+            assert client._http is not None and client._sender is None
+            with pytest.raises(NotFoundError):
+                await client._request_json("GET", "/json", safe=True)
+        nursery.cancel_scope.cancel()
+    assert [path for _, path, _ in proxy.requests] == ["http://kube.invalid:6443/json"]
+
+
+async def test_a_proxy_from_the_environment_is_honoured_by_httpxs_pool(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HTTPS_PROXY", "http://proxy.invalid:3128")
+    async with Client(kubeconfig("https://kube.invalid:6443", tmp_path, {})) as client:
+        assert client._http is not None and client._sender is None
+    monkeypatch.delenv("HTTPS_PROXY")
+    async with Client(kubeconfig("https://kube.invalid:6443", tmp_path, {})) as client:
+        assert client._http is None and isinstance(client._sender, Transport)
