@@ -16,8 +16,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
 import time
+from collections.abc import Awaitable, Callable
+from functools import partial
 from typing import IO, Any
 from urllib.parse import urlencode, urlsplit, urlunsplit
 
@@ -270,12 +273,34 @@ def main(argv: list[str], *, stdout: IO[str] | None = None, stderr: IO[str] | No
     token = args.token or os.environ.get(TOKEN_ENV) or None
     interactive = out.isatty() and not args.follow and args.count is None and not args.once
     try:
-        return trio.run(_follow, args, url, token, out, err, interactive)
-    except KeyboardInterrupt:
-        if interactive:
-            out.write(_SHOW_CURSOR + "\n")
-            out.flush()
-        return 130
+        code = trio.run(_until_interrupted, partial(_follow, args, url, token, out, err, interactive))
+    except KeyboardInterrupt:  # Ctrl-C before the signal receiver was installed
+        code = 130
+    if code == 130 and interactive:
+        out.write(_SHOW_CURSOR + "\n")
+        out.flush()
+    return code
+
+
+async def _until_interrupted(follow: Callable[[], Awaitable[int]]) -> int:
+    """Run ``follow`` and return its exit code; SIGINT cancels it and the code is 130.
+
+    Receiving the signal as a message (rather than as ``KeyboardInterrupt``, which trio raises
+    in whatever task runs, a websocket library task included) ends the command cleanly.
+    """
+    code = 130
+    with trio.open_signal_receiver(signal.SIGINT) as signals:
+        async with trio.open_nursery() as nursery:
+
+            async def cancel_on_signal() -> None:
+                async for _ in signals:
+                    nursery.cancel_scope.cancel()
+                    return
+
+            nursery.start_soon(cancel_on_signal)
+            code = await follow()
+            nursery.cancel_scope.cancel()
+    return code
 
 
 async def _follow(
