@@ -18,6 +18,7 @@ import json
 import os
 import signal
 import sys
+import threading
 import time
 from collections.abc import Awaitable, Callable
 from functools import partial
@@ -288,6 +289,8 @@ async def _until_interrupted(follow: Callable[[], Awaitable[int]]) -> int:
     Receiving the signal as a message (rather than as ``KeyboardInterrupt``, which trio raises
     in whatever task runs, a websocket library task included) ends the command cleanly.
     """
+    if threading.current_thread() is not threading.main_thread():  # signals reach the main thread only
+        return await follow()
     code = 130
     with trio.open_signal_receiver(signal.SIGINT) as signals:
         async with trio.open_nursery() as nursery:
