@@ -237,9 +237,10 @@ class _Simulator:
     settling: bool = False
     snapshots: dict[int, StorageSnapshot] = attrs.field(factory=dict)
     """The snapshots taken for the plan's history rewinds, by the fault's index in the plan."""
-    watched: set[tuple[str, str]] = attrs.field(factory=set)
-    """``(replica identity, path)`` of every collection a replica has watched."""
-    resyncing: set[tuple[str, str]] = attrs.field(factory=set)
+    watched: set[tuple[str, str, str, str]] = attrs.field(factory=set)
+    """``(replica identity, path, label selector, field selector)`` of every collection a
+    replica has watched."""
+    resyncing: set[tuple[str, str, str, str]] = attrs.field(factory=set)
     """After a history rewind: the watched collections not listed again yet."""
     writable: trio.Event = attrs.field(factory=trio.Event)
     """Set while writes are accepted (cleared from a history rewind until the replicas resynced)."""
@@ -334,9 +335,9 @@ class _Simulator:
     def on_request(self, served: ServedRequest) -> None:
         actor = served.user_agent.split("/", 1)[0] or "?"
         if served.verb == "watch" and served.status == 200 and actor.startswith(REPLICA):
-            self.watched.add((actor, served.path))
+            self.watched.add((actor, served.path, *served.selectors))
         if served.verb == "list" and served.status < 300:
-            self.resyncing.discard((actor, served.path))
+            self.resyncing.discard((actor, served.path, *served.selectors))
         if served.verb in ("get", "list", "watch"):
             return
         name = served.name if served.kind != "Event" else None  # Event names carry a wall-clock suffix
