@@ -60,7 +60,7 @@ REPLICA = "replica-"
 _QUIET = frozenset({OutcomeKind.SUPERSEDED, OutcomeKind.SHUTDOWN, OutcomeKind.LEADERSHIP_LOST})
 _NOT_FAILURES = frozenset({CancelCause.SUPERSEDED, CancelCause.SHUTDOWN, CancelCause.LEADERSHIP_LOST})
 _TICK = 1.0
-_RESYNC = 30.0
+_RESYNC = 120.0
 _WRITES = frozenset({"create", "update", "patch", "delete", "deletecollection"})
 
 
@@ -230,6 +230,7 @@ class _Simulator:
     current: dict[int, _Replica] = attrs.field(factory=dict)
     generations: dict[int, int] = attrs.field(factory=dict)
     restarting: set[int] = attrs.field(factory=set)
+    restart_scopes: dict[int, trio.CancelScope] = attrs.field(factory=dict)
     notifier: _Notifier = attrs.field(factory=_Notifier)
     steps: list[Step] = attrs.field(factory=list)
     plan: list[ScheduledFault] = attrs.field(factory=list)
@@ -410,13 +411,18 @@ class _Simulator:
         rep.wait_scope.cancel()
 
     async def restart_later(self, rep: _Replica, after: float) -> None:
+        """Start ``rep``'s slot again ``after`` seconds once it stopped. Cancelled (see
+        :meth:`_faults_over`) when the faults stop while it still runs: a lease loss whose
+        fault the end of the faults cleared before the leader lost its lease."""
         self.restarting.add(rep.slot)
         try:
-            await rep.done.wait()
-            await trio.sleep(after)
-            if self.current.get(rep.slot) is rep:
-                await self.start(rep.slot)
+            with self.restart_scopes.setdefault(rep.slot, trio.CancelScope()):
+                await rep.done.wait()
+                await trio.sleep(after)
+                if self.current.get(rep.slot) is rep:
+                    await self.start(rep.slot)
         finally:
+            self.restart_scopes.pop(rep.slot, None)
             self.restarting.discard(rep.slot)
 
     # ----- the run -----
@@ -607,19 +613,24 @@ class _Simulator:
             live = {r.identity for r in self.current.values() if r.alive}
             self.resyncing = {w for w in self.resyncing if w[0] in live}
             await trio.sleep(_TICK / 10)
-        left = len(self.resyncing)
+        left = ", ".join(f"{who} {path}" + (f"?{labels}" if labels else "") for who, path, labels, _ in sorted(self.resyncing))
         self.resyncing.clear()
         faults.remove(writes)
         self.rewinds_pending -= 1
         if not self.rewinds_pending:
             self.writable.set()
-        self.trace.add("sim", "fault", "writes accepted again" + (f" ({left} collection(s) not listed in time)" if left else ""))
+        self.trace.add("sim", "fault", "writes accepted again" + (f" (not listed again in time: {left})" if left else ""))
 
     async def _faults_over(self) -> None:
         assert self._target is not None
         self._target.faults.clear()
         self.settling = True
         self.trace.add("sim", "fault", "faults stop" + (" (the notification endpoint stays down)" if self.notifier.down else ""))
+        for slot, scope in sorted(self.restart_scopes.items()):
+            rep = self.current[slot]
+            if rep.alive:
+                scope.cancel(reason="faults stopped")
+                self.trace.add("sim", "fault", f"{rep.identity} kept running: its restart is called off")
         for slot, rep in sorted(self.current.items()):
             if not rep.alive and slot not in self.restarting:
                 await rep.done.wait()
