@@ -121,6 +121,36 @@ def test_fault_kinds_parse_and_the_schedule_is_a_function_of_the_seed() -> None:
     assert [f.at for f in plans[0]] == sorted(f.at for f in plans[0])
 
 
+def test_history_rewinds_restore_a_snapshot_taken_after_the_previous_rewind() -> None:
+    rewinds = [f for seed in range(200) for f in plan_faults(random.Random(seed), [FaultKind.HISTORY_REWIND], 60)]
+    assert len(rewinds) > 150
+    for f in rewinds:
+        assert f.snapshot_at is not None and 0.5 <= f.snapshot_at <= f.at - 0.5
+    for seed in range(200):
+        plan = plan_faults(random.Random(seed), [FaultKind.HISTORY_REWIND], 60)
+        for before, after in zip(plan, plan[1:], strict=False):
+            assert after.snapshot_at is not None and after.snapshot_at >= before.at
+    drops = [f for seed in range(10) for f in plan_faults(random.Random(seed), [FaultKind.WATCH_DROP], 60)]
+    assert drops and all(f.snapshot_at is None for f in drops)
+
+
+def test_a_history_rewind_restores_a_snapshot_and_the_plugin_converges_on_what_is_left() -> None:
+    simulation = Simulation(plugin=_widgets(warn_when_cancelled=False), workload=_resizes)
+
+    def rewinds(seed: int) -> int:
+        master = random.Random(seed)
+        master.getrandbits(64)  # the workload's
+        return len(plan_faults(random.Random(master.getrandbits(64)), [FaultKind.HISTORY_REWIND], 30))
+
+    seed = next(s for s in range(100) if rewinds(s))
+    result = simulate(simulation, seed, faults=[FaultKind.HISTORY_REWIND], duration=30)
+    assert result.ok, result.report()
+    texts = [e.text for e in result.trace if e.actor == "sim" and e.what == "fault"]
+    assert any(t.startswith("snapshot at resourceVersion ") for t in texts)
+    assert any("history-rewind" in t and "change(s) undone), watches cut" in t for t in texts)
+    assert any(t == "writes accepted again" for t in texts)
+
+
 @pytest.mark.parametrize("name", ["bundles", "mirror"])
 def test_bundled_plugins_hold_their_guarantees_over_seeds(name: str, record_property: Any) -> None:
     results = simulate_seeds(simulation_for(name), range(SEEDS), budget=BUDGET)
