@@ -108,9 +108,10 @@ def plan_faults(rng: random.Random, kinds: Iterable[FaultKind], duration: float)
     """The faults of one run, sorted by time: each enabled kind is picked with probability
     one half and then happens one to three times (lease loss and sink outage once) at
     uniform moments of ``[1, 0.9 * duration)``; a history rewind restores a snapshot taken at a
-    uniform moment between the previous rewind (or 0.5 s) and half a second before it."""
+    uniform moment between the previous rewind (or 0.5 s) and half a second before it. Rewinds
+    are drawn last, so the other kinds' faults of a seed are the same with or without them."""
     plan: list[ScheduledFault] = []
-    for kind in sorted(kinds, key=lambda k: k.value):
+    for kind in sorted(kinds, key=lambda k: (k is FaultKind.HISTORY_REWIND, k.value)):
         if rng.random() < 0.5:
             continue
         once = kind in (FaultKind.LEASE_LOSS, FaultKind.SINK_OUTAGE)

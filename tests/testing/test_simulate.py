@@ -159,3 +159,11 @@ def test_bundled_plugins_hold_their_guarantees_over_seeds(name: str, record_prop
     assert not failed, failed[0].report()
     assert len(results) >= 3, f"only {len(results)} seeds ran within {BUDGET:g}s"
     print(f"{name}: {len(results)} seeds held")
+
+
+def test_history_rewinds_leave_the_other_kinds_schedule_of_a_seed_as_it_was() -> None:
+    others = frozenset(FaultKind) - {FaultKind.HISTORY_REWIND}
+    for seed in range(20):
+        with_rewinds = plan_faults(random.Random(seed), FaultKind, 60)
+        assert [f for f in with_rewinds if f.kind is not FaultKind.HISTORY_REWIND] == plan_faults(
+            random.Random(seed), others, 60)
