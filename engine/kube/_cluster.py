@@ -55,14 +55,24 @@ _UNSET = _Unset.UNSET
 
 
 def generation_changed(event: InformerEvent) -> bool:
-    """Adds, deletes, spec changes (``metadata.generation``) and the start of a deletion."""
+    """Adds, deletes, spec changes (``metadata.generation``), the start of a deletion, and an
+    object older than the one cached (the server's history went back, as after an etcd
+    restore: whatever was written since, status included, is undone)."""
     if event.type is not WatchEventType.MODIFIED or event.old is None:
         return True
     old, new = event.old.get("metadata", {}), event.obj.get("metadata", {})
     return bool(
         old.get("generation") != new.get("generation")
         or old.get("deletionTimestamp") != new.get("deletionTimestamp")
+        or _rv_number(new) < _rv_number(old)
     )
+
+
+def _rv_number(meta: Mapping[str, Any]) -> int:
+    try:
+        return int(meta.get("resourceVersion") or 0)
+    except (TypeError, ValueError):
+        return 0
 
 
 def annotation_changed(key: str) -> Predicate:

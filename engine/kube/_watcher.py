@@ -21,8 +21,9 @@ Behaviour under failure
   server accepts a watch from a future ``resourceVersion`` and stays silent, so before resuming
   a watch whose previous stream failed or ended without progress, the watcher asks the server
   whether it still knows the ``resourceVersion`` it holds (a one-item list "not older than"
-  it). Each case logs a warning saying why, relists from scratch and emits
-  :class:`Restarted` with ``reset`` set.
+  it; while the server answers that list with ``5xx`` or ``429``, the watcher backs off and
+  asks again rather than resuming unchecked). Each case logs a warning saying why, relists
+  from scratch and emits :class:`Restarted` with ``reset`` set.
 * **Half-dead connection**: when no bytes at all (not even a bookmark) arrive within
   ``idle_timeout``, the stream is abandoned and reopened as for a dropped stream.
 * **Malformed data** (a line that is not JSON, an event or list item without
@@ -46,7 +47,15 @@ from engine._backoff import jittered_backoff
 
 from .._errors import LifecycleError
 from ._client import Client, ObjectList, Selector
-from ._errors import ApiError, GoneError, ResponseError, TransportError, WatchStalledError
+from ._errors import (
+    ApiError,
+    GoneError,
+    ResponseError,
+    ServerError,
+    TooManyRequestsError,
+    TransportError,
+    WatchStalledError,
+)
 from ._resource import Resource
 from ._watch import WatchEventType
 
@@ -298,8 +307,11 @@ class Watcher:
 
     async def _check_history(self, resource_version: str) -> None:
         """Raise :class:`_HistoryWentBack` if the server answers that ``resource_version`` is
-        newer than anything it has (a watch from there would wait silently). Any other API
-        error leaves the question open; transport errors propagate."""
+        newer than anything it has (a watch from there would wait silently). A server that
+        cannot answer yet (``5xx``, ``429``) raises that error, so the check is made again
+        before resuming: a server restarted on a restored etcd is down for a while, and
+        watching without the check once it is back would go unnoticed. Other API errors leave
+        the question open; transport errors propagate."""
         try:
             await self._client.list(
                 self.resource,
@@ -315,6 +327,8 @@ class Watcher:
                 raise _HistoryWentBack(
                     f"the server answered that resourceVersion {resource_version} is too large: {exc.message}"
                 ) from exc
+            if isinstance(exc, ServerError | TooManyRequestsError):
+                raise
             log.debug("could not check the history of %s (%s); watching anyway", self.resource, exc)
 
     async def _watch_once(self, resource_version: str, on_event: Callable[[WatcherEvent], object]) -> bool:

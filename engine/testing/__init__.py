@@ -8,7 +8,8 @@ Start with :class:`ApiServer`::
 
 ``ApiServer(listen=False)`` with :meth:`ApiServer.memory_transport` runs without sockets, so a
 whole system can run inside one trio run under ``MockClock``. ``api.faults`` injects failures;
-``api.store`` is the server's :class:`ObjectStorage`, for seeding and inspecting state.
+``api.store`` is the server's :class:`ObjectStorage`, for seeding and inspecting state;
+``api.snapshot()`` and ``api.restore(snapshot)`` take it back in time, as an etcd restore does.
 Beside the API, the server runs what a cluster's controller manager would (garbage collection,
 namespace clean-up), after the requests, as a cluster does: ``await api.settle()`` waits for
 it, and ``ApiServer(controllers=False)`` answers as an API server alone.
@@ -51,6 +52,7 @@ from ._simulation import Simulation as Simulation
 from ._simulation import Step as Step
 from ._simulation import simulation_for as simulation_for
 from ._storage import ObjectStorage as ObjectStorage
+from ._storage import StorageSnapshot as StorageSnapshot
 from ._target import KubeTarget as KubeTarget
 from ._target import open_embedded_target as open_embedded_target
 from ._trace import TraceEntry as TraceEntry
@@ -75,6 +77,7 @@ __all__ = [
     "Simulation",
     "SimulationResult",
     "Step",
+    "StorageSnapshot",
     "TraceEntry",
     "WaitTimeout",
     "open_embedded_target",

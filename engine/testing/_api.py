@@ -61,6 +61,8 @@ class ServedRequest:
     """The HTTP status answered (a watch: the status its stream started with)."""
     body: bytes
     """The request body."""
+    selectors: tuple[str, str] = ("", "")
+    """The ``labelSelector`` and ``fieldSelector`` of a list or watch (empty when absent)."""
 
 
 RequestObserver = Callable[[ServedRequest], None]
@@ -105,6 +107,7 @@ class Router:
             record = ServedRequest(
                 request.method, request.path, info.verb, info.user_agent, target.rt.group, target.rt.kind,
                 target.namespace, target.name, target.subresource, response.status, request.body,
+                (request.query.get("labelSelector", ""), request.query.get("fieldSelector", "")),
             )
             for observer in self.observers:
                 observer(record)

@@ -84,6 +84,7 @@ class Controllers:
             for key, obj in self.storage.objects_of(storage_key):
                 self._index(storage_key, key, obj, None)
         self.storage.add_listener(self._observe)
+        self.storage.add_restore_listener(self._restored)
 
     # ----- watching the storage -----
 
@@ -138,6 +139,19 @@ class Controllers:
             self._enqueue("namespace", metadata["name"])
         if deleting and storage_key == _CRDS and CRD_CLEANUP in (metadata.get("finalizers") or []):
             self._enqueue("crd", metadata["name"])
+
+    def _restored(self) -> None:
+        """The storage went back to a snapshot: forget everything and look at every object
+        again, as controllers starting on a restored cluster do."""
+        self._queue.clear()
+        self._queued.clear()
+        self._uids.clear()
+        self._dependents.clear()
+        self._cleaning.clear()
+        rv = self.storage.resource_version
+        for storage_key in self.storage.storage_keys():
+            for _, obj in self.storage.objects_of(storage_key):
+                self._observe(Change(rv, storage_key, "ADDED", obj, None, 0.0))
 
     # ----- running -----
 

@@ -31,6 +31,11 @@ class FaultKind(enum.Enum):
     APISERVER_RESTART = "apiserver-restart"
     """The API server restarts: connections cut, 503 for a few seconds, and its watch history
     is gone (every resumed watch gets 410 and relists)."""
+    HISTORY_REWIND = "history-rewind"
+    """The API server restarts on an etcd restored from a snapshot taken earlier in the run:
+    connections cut, 503 for a few seconds, every object as it was at the snapshot (the ones
+    created since gone, the ones deleted since back) and resourceVersions going backwards to
+    the snapshot's, so informers must notice and relist from scratch."""
     RUNNER_RESTART = "runner-restart"
     """A replica stops gracefully at a random moment and starts again a little later."""
     LEASE_LOSS = "lease-loss"
@@ -77,6 +82,13 @@ class ScheduledFault:
     """``Retry-After`` seconds (throttle)."""
     target: int = 0
     """Which replica slot it aims at, where it aims at one."""
+    rewind: float = 0.0
+    """For ``history-rewind``: how many seconds before ``at`` the restored snapshot is taken."""
+
+    @property
+    def snapshot_at(self) -> float | None:
+        """When the snapshot a ``history-rewind`` restores is taken, else ``None``."""
+        return self.at - self.rewind if self.kind is FaultKind.HISTORY_REWIND else None
 
     def describe(self) -> str:
         detail = {
@@ -85,6 +97,7 @@ class ScheduledFault:
             FaultKind.LATENCY: f"+{self.seconds:.2f}s on {self.count} requests",
             FaultKind.STALE_WATCH: f"events {self.seconds:.1f}s late for {self.count}s",
             FaultKind.APISERVER_RESTART: f"down {self.seconds:.1f}s",
+            FaultKind.HISTORY_REWIND: f"back to {self.at - self.rewind:.1f}s, down {self.seconds:.1f}s",
             FaultKind.RUNNER_RESTART: f"replica slot {self.target}, back after {self.seconds:.1f}s",
             FaultKind.LEASE_LOSS: f"lease requests fail for {self.seconds:.1f}s",
         }.get(self.kind, "")
@@ -94,14 +107,19 @@ class ScheduledFault:
 def plan_faults(rng: random.Random, kinds: Iterable[FaultKind], duration: float) -> list[ScheduledFault]:
     """The faults of one run, sorted by time: each enabled kind is picked with probability
     one half and then happens one to three times (lease loss and sink outage once) at
-    uniform moments of ``[1, 0.9 * duration)``."""
+    uniform moments of ``[1, 0.9 * duration)``; a history rewind restores a snapshot taken at a
+    uniform moment between the previous rewind (or 0.5 s) and half a second before it. Rewinds
+    are drawn last, so the other kinds' faults of a seed are the same with or without them."""
     plan: list[ScheduledFault] = []
-    for kind in sorted(kinds, key=lambda k: k.value):
+    for kind in sorted(kinds, key=lambda k: (k is FaultKind.HISTORY_REWIND, k.value)):
         if rng.random() < 0.5:
             continue
         once = kind in (FaultKind.LEASE_LOSS, FaultKind.SINK_OUTAGE)
-        for _ in range(1 if once else rng.randint(1, 3)):
-            at = rng.uniform(1.0, max(1.0, 0.9 * duration))
+        moments = [rng.uniform(1.0, max(1.0, 0.9 * duration)) for _ in range(1 if once else rng.randint(1, 3))]
+        if kind is FaultKind.HISTORY_REWIND:
+            plan.extend(_rewinds(rng, sorted(moments)))
+            continue
+        for at in moments:
             if kind is FaultKind.ERRORS:
                 plan.append(ScheduledFault(at, kind, count=rng.randint(3, 25), status=rng.choice((500, 503))))
             elif kind is FaultKind.THROTTLE:
@@ -120,3 +138,19 @@ def plan_faults(rng: random.Random, kinds: Iterable[FaultKind], duration: float)
                 plan.append(ScheduledFault(at, kind))
     plan.sort(key=lambda f: (f.at, f.kind.value))
     return plan
+
+
+def _rewinds(rng: random.Random, moments: list[float]) -> list[ScheduledFault]:
+    """History rewinds at ``moments`` (sorted), each restoring a snapshot taken after the
+    previous one happened: restoring a snapshot from before an earlier restore would bring
+    back resourceVersions that name different versions of an object in the two histories,
+    which no client can tell apart. A moment too close to the previous one is left out."""
+    rewinds: list[ScheduledFault] = []
+    floor = 0.5
+    for at in moments:
+        if at - 0.5 < floor:
+            continue
+        snapshot_at = rng.uniform(floor, at - 0.5)
+        rewinds.append(ScheduledFault(at, FaultKind.HISTORY_REWIND, seconds=rng.uniform(0.5, 5.0), rewind=at - snapshot_at))
+        floor = at
+    return rewinds

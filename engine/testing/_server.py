@@ -24,7 +24,7 @@ from ._controllers import Controllers
 from ._errors import ApiServerError
 from ._faults import Faults
 from ._memory import MemoryTransport
-from ._storage import ObjectStorage
+from ._storage import ObjectStorage, StorageSnapshot
 from ._tls import TlsMaterial, common_name
 
 __all__ = ["ApiServer"]
@@ -178,6 +178,30 @@ class ApiServer:
         """
         self._require_open()
         await self._controllers.wait_idle()
+
+    def snapshot(self) -> StorageSnapshot:
+        """The server's state now, for a later :meth:`restore`: every object, the served types
+        and the resourceVersion counter (as an etcd snapshot holds them). Not a checkpoint."""
+        return self.store.snapshot()
+
+    def restore(self, snapshot: StorageSnapshot) -> None:
+        """Take the server back to ``snapshot``, as restoring etcd from a backup and restarting
+        the API server on it does: objects as they were then (same uids; the ones created
+        since are gone, the ones deleted since are back), and resourceVersions **going
+        backwards** to the snapshot's, so the next writes reuse numbers clients saw before.
+        Every open watch is cut (clients see the connection reset) and the watch history is
+        gone (a watch resumed from before the snapshot answers 410 Expired; one from after it
+        is accepted and silent, as on a real server, until newer changes come); reads at a
+        resourceVersion newer than the restored one answer 504 ``ResourceVersionTooLarge``.
+        The controllers (garbage collector, namespace and CRD clean-up) start over on the
+        restored objects. Informers notice that history went backwards and relist from
+        scratch (see :mod:`engine.kube`'s watcher).
+
+        It does not make the server unavailable: combine it with ``faults.fail(503, ...)`` for
+        a restart with downtime. Synchronous and atomic: not a checkpoint, so no request sees
+        a half-restored state. Raises ``ValueError`` for a snapshot another server took.
+        """
+        self.store.restore(snapshot)
 
     def _require_open(self) -> None:
         if self._state is not _State.OPEN:

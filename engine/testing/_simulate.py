@@ -44,6 +44,7 @@ from ._faults import Fault
 from ._harness import DRIVER_USER_AGENT, PluginHarness, open_plugin_test
 from ._schedule import FaultKind, ScheduledFault, plan_faults
 from ._simulation import ClusterState, Simulation, Step
+from ._storage import StorageSnapshot
 from ._target import KubeTarget, open_embedded_target
 from ._trace import Trace, TraceEntry
 
@@ -59,6 +60,8 @@ REPLICA = "replica-"
 _QUIET = frozenset({OutcomeKind.SUPERSEDED, OutcomeKind.SHUTDOWN, OutcomeKind.LEADERSHIP_LOST})
 _NOT_FAILURES = frozenset({CancelCause.SUPERSEDED, CancelCause.SHUTDOWN, CancelCause.LEADERSHIP_LOST})
 _TICK = 1.0
+_RESYNC = 120.0
+_WRITES = frozenset({"create", "update", "patch", "delete", "deletecollection"})
 
 
 @attrs.frozen
@@ -227,11 +230,22 @@ class _Simulator:
     current: dict[int, _Replica] = attrs.field(factory=dict)
     generations: dict[int, int] = attrs.field(factory=dict)
     restarting: set[int] = attrs.field(factory=set)
+    restart_scopes: dict[int, trio.CancelScope] = attrs.field(factory=dict)
     notifier: _Notifier = attrs.field(factory=_Notifier)
     steps: list[Step] = attrs.field(factory=list)
     plan: list[ScheduledFault] = attrs.field(factory=list)
     applied: int = 0
     settling: bool = False
+    snapshots: dict[int, StorageSnapshot] = attrs.field(factory=dict)
+    """The snapshots taken for the plan's history rewinds, by the fault's index in the plan."""
+    watched: set[tuple[str, str, str, str]] = attrs.field(factory=set)
+    """``(replica identity, path, label selector, field selector)`` of every collection a
+    replica has watched."""
+    resyncing: set[tuple[str, str, str, str]] = attrs.field(factory=set)
+    """After a history rewind: the watched collections not listed again yet."""
+    writable: trio.Event = attrs.field(factory=trio.Event)
+    """Set while writes are accepted (cleared from a history rewind until the replicas resynced)."""
+    rewinds_pending: int = 0
     _scope: trio.CancelScope = attrs.field(factory=trio.CancelScope)
     _nursery: trio.Nursery | None = None
     _target: KubeTarget | None = None
@@ -239,6 +253,7 @@ class _Simulator:
     _state: ClusterState | None = None
 
     def __attrs_post_init__(self) -> None:
+        self.writable.set()
         master = random.Random(self.seed)
         workload_rng = random.Random(master.getrandbits(64))
         fault_rng = random.Random(master.getrandbits(64))
@@ -320,6 +335,10 @@ class _Simulator:
 
     def on_request(self, served: ServedRequest) -> None:
         actor = served.user_agent.split("/", 1)[0] or "?"
+        if served.verb == "watch" and served.status == 200 and actor.startswith(REPLICA):
+            self.watched.add((actor, served.path, *served.selectors))
+        if served.verb == "list" and served.status < 300:
+            self.resyncing.discard((actor, served.path, *served.selectors))
         if served.verb in ("get", "list", "watch"):
             return
         name = served.name if served.kind != "Event" else None  # Event names carry a wall-clock suffix
@@ -392,13 +411,18 @@ class _Simulator:
         rep.wait_scope.cancel()
 
     async def restart_later(self, rep: _Replica, after: float) -> None:
+        """Start ``rep``'s slot again ``after`` seconds once it stopped. Cancelled (see
+        :meth:`_faults_over`) when the faults stop while it still runs: a lease loss whose
+        fault the end of the faults cleared before the leader lost its lease."""
         self.restarting.add(rep.slot)
         try:
-            await rep.done.wait()
-            await trio.sleep(after)
-            if self.current.get(rep.slot) is rep:
-                await self.start(rep.slot)
+            with self.restart_scopes.setdefault(rep.slot, trio.CancelScope()):
+                await rep.done.wait()
+                await trio.sleep(after)
+                if self.current.get(rep.slot) is rep:
+                    await self.start(rep.slot)
         finally:
+            self.restart_scopes.pop(rep.slot, None)
             self.restarting.discard(rep.slot)
 
     # ----- the run -----
@@ -450,20 +474,31 @@ class _Simulator:
             self.check()
 
     async def _drive(self) -> None:
-        timeline: list[tuple[float, int, Step | ScheduledFault]] = [(s.at, 0, s) for s in self.steps]
+        timeline: list[tuple[float, int, Step | ScheduledFault | int]] = [(s.at, 0, s) for s in self.steps]
         timeline += [(f.at, 1, f) for f in self.plan]
+        timeline += [(at, 2, i) for i, f in enumerate(self.plan) if (at := f.snapshot_at) is not None]
         timeline.sort(key=lambda item: (item[0], item[1]))
         for at, _, item in timeline:
             await trio.sleep_until(self.trace.origin + at)
             if isinstance(item, Step):
                 await self._step(item)
+            elif isinstance(item, int):
+                self._take_snapshot(item)
             else:
                 self._fault(item)
             self.check()
         await trio.sleep_until(self.trace.origin + self.duration)
 
+    def _take_snapshot(self, index: int) -> None:
+        assert self._target is not None and self._target.api is not None
+        snapshot = self._target.api.snapshot()
+        self.snapshots[index] = snapshot
+        self.trace.add("sim", "fault", f"snapshot at resourceVersion {snapshot.resource_version} taken, for the "
+                       f"{self.plan[index].kind.value} at {self.plan[index].at:.3f}s")
+
     async def _step(self, step: Step) -> None:
         assert self._driver is not None
+        await self.writable.wait()
         client = self._driver
         manifest = dict(step.manifest)
         resource = await client.resource_for(manifest)
@@ -512,6 +547,21 @@ class _Simulator:
             down = faults.fail(503, count=None, client=REPLICA)
             self._nursery.start_soon(self._lasting, down, fault.seconds, dropped)
             note = f"{dropped} watch(es) cut"
+        elif kind is FaultKind.HISTORY_REWIND:
+            api = self._target.api
+            assert api is not None
+            snapshot = self.snapshots.pop(next(i for i, f in enumerate(self.plan) if f is fault))
+            lost = api.store.resource_version - snapshot.resource_version
+            down = faults.fail(503, count=None, client=REPLICA)
+            writes = faults.fail(503, count=None, client=REPLICA, verbs=_WRITES)
+            api.restore(snapshot)
+            live = {r.identity for r in self.current.values() if r.alive}
+            self.resyncing |= {w for w in self.watched if w[0] in live}
+            self.rewinds_pending += 1
+            if self.writable.is_set():
+                self.writable = trio.Event()
+            self._nursery.start_soon(self._rewound, down, writes, fault.seconds)
+            note = f"back to resourceVersion {snapshot.resource_version} ({lost} change(s) undone), watches cut"
         elif kind is FaultKind.RUNNER_RESTART:
             rep = self.current[fault.target % len(self.current)]
             if rep.alive and rep.slot not in self.restarting:
@@ -544,11 +594,43 @@ class _Simulator:
             faults.expire_next_watch(count=expire, client=REPLICA)
         self.trace.add("sim", "fault", f"{fault.kind} ended" + (f"; the next {expire} watch(es) get 410" if expire else ""))
 
+    async def _rewound(self, down: Fault, writes: Fault, seconds: float) -> None:
+        """After a history rewind: down for ``seconds``, then reads only until every replica
+        listed each collection it watches again (at most ``_RESYNC`` seconds).
+
+        Writes after a restore reuse resourceVersions that clients saw before it; a client
+        whose resourceVersion the server's counter has passed again when it reconnects cannot
+        tell that history went back (as with an etcd restore without ``--bump-revision``), so
+        the simulation holds writes until the replicas have had the chance to notice.
+        """
+        assert self._target is not None
+        faults = self._target.faults
+        await trio.sleep(seconds)
+        faults.remove(down)
+        self.trace.add("sim", "fault", f"{down.kind} ended; writes wait for the replicas to list again")
+        deadline = trio.current_time() + _RESYNC
+        while self.resyncing and trio.current_time() < deadline:
+            live = {r.identity for r in self.current.values() if r.alive}
+            self.resyncing = {w for w in self.resyncing if w[0] in live}
+            await trio.sleep(_TICK / 10)
+        left = ", ".join(f"{who} {path}" + (f"?{labels}" if labels else "") for who, path, labels, _ in sorted(self.resyncing))
+        self.resyncing.clear()
+        faults.remove(writes)
+        self.rewinds_pending -= 1
+        if not self.rewinds_pending:
+            self.writable.set()
+        self.trace.add("sim", "fault", "writes accepted again" + (f" (not listed again in time: {left})" if left else ""))
+
     async def _faults_over(self) -> None:
         assert self._target is not None
         self._target.faults.clear()
         self.settling = True
         self.trace.add("sim", "fault", "faults stop" + (" (the notification endpoint stays down)" if self.notifier.down else ""))
+        for slot, scope in sorted(self.restart_scopes.items()):
+            rep = self.current[slot]
+            if rep.alive:
+                scope.cancel(reason="faults stopped")
+                self.trace.add("sim", "fault", f"{rep.identity} kept running: its restart is called off")
         for slot, rep in sorted(self.current.items()):
             if not rep.alive and slot not in self.restarting:
                 await rep.done.wait()

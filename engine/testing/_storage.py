@@ -15,7 +15,9 @@ Lists read the latest state, or with ``resourceVersionMatch=Exact`` the state at
 resourceVersion the history still covers; the pages after the first read the first page's
 state, as on the real server; a ``resourceVersion`` newer than the latest is refused (see
 :meth:`ObjectStorage.check_not_newer`). Core ``v1`` and ``events.k8s.io/v1`` Events are one
-storage (the core form) with two views (:mod:`._events`). There is no persistence.
+storage (the core form) with two views (:mod:`._events`). There is no persistence, but
+:meth:`ObjectStorage.snapshot` and :meth:`ObjectStorage.restore` take the state back to an
+earlier moment, resourceVersions included, as an etcd restore does.
 """
 
 from __future__ import annotations
@@ -46,7 +48,7 @@ from ._selectors import FieldSelector, LabelSelector
 from ._status import already_exists, conflict, invalid, invalid_causes, not_found
 from ._strategies import strategy_for
 
-__all__ = ["ObjectStorage", "Change", "Subscription", "DEFAULT_NAMESPACES"]
+__all__ = ["ObjectStorage", "StorageSnapshot", "Change", "Subscription", "DEFAULT_NAMESPACES"]
 
 logger = logging.getLogger("engine.testing.storage")
 
@@ -124,6 +126,20 @@ class _Bucket:
         return [(self.keys[i], self.objects[self.keys[i]]) for i in self.span(namespace, None)]
 
 
+@attrs.frozen(eq=False)
+class StorageSnapshot:
+    """The state of an :class:`ObjectStorage` at one moment, as :meth:`ObjectStorage.snapshot`
+    took it: every object, the served types and the resourceVersion counter. Opaque: hand it
+    to :meth:`ObjectStorage.restore` (or :meth:`ApiServer.restore`) of the same storage."""
+
+    _owner: ObjectStorage = attrs.field(alias="owner", repr=False)
+    resource_version: int
+    """The latest resourceVersion handed out when it was taken."""
+    _types: dict[tuple[str, str, str], ResourceType] = attrs.field(alias="types", repr=False)
+    _crd_types: dict[str, list[ResourceType]] = attrs.field(alias="crd_types", repr=False)
+    _objects: dict[tuple[str, str], dict[Key, Obj]] = attrs.field(alias="objects", repr=False)
+
+
 @attrs.define(eq=False)
 class ObjectStorage:
     """The embedded server's state: resource types, objects, the change history and watches.
@@ -147,6 +163,7 @@ class ObjectStorage:
     _rng: random.Random = attrs.field(init=False, repr=False)
     _crd_types: dict[str, list[ResourceType]] = attrs.field(factory=dict, init=False, repr=False)
     _listeners: list[Callable[[Change], None]] = attrs.field(factory=list, init=False, repr=False)
+    _restore_listeners: list[Callable[[], None]] = attrs.field(factory=list, init=False, repr=False)
 
     def timestamp(self) -> str:
         """Now by :attr:`wall_clock`, formatted as the server writes timestamps into objects."""
@@ -302,6 +319,54 @@ class ObjectStorage:
         write to the storage itself). Not a checkpoint."""
         self._listeners.append(listener)
 
+    def add_restore_listener(self, listener: Callable[[], None]) -> None:
+        """Call ``listener()`` after every :meth:`restore`, synchronously, once the restored
+        state is in place (the server's controllers index it again). Not a checkpoint."""
+        self._restore_listeners.append(listener)
+
+    # ----- snapshots -----
+
+    def snapshot(self) -> StorageSnapshot:
+        """The current state, for a later :meth:`restore`: every object, the served types and
+        the resourceVersion counter (not the watch history). Cheap: stored objects are never
+        modified, so the snapshot shares them. Not a checkpoint."""
+        return StorageSnapshot(
+            owner=self,
+            resource_version=self._rv,
+            types=dict(self._types),
+            crd_types={name: list(types) for name, types in self._crd_types.items()},
+            objects={key: dict(bucket.objects) for key, bucket in self._objects.items()},
+        )
+
+    def restore(self, snapshot: StorageSnapshot) -> None:
+        """Put the state back to ``snapshot``, as an etcd restore does: the objects (uids,
+        generations, resourceVersions and all) and the served types as they were, and the
+        resourceVersion counter back to the snapshot's, so resourceVersions go backwards and
+        the next writes hand out numbers already seen before. Objects created since are gone,
+        deleted ones are back; nothing is reported to watches as a change.
+
+        The watch history is emptied (watches from before the snapshot's resourceVersion then
+        answer 410 Expired) and every open watch ends abruptly, as the connections of a server
+        restarted on a restored etcd do. Then the restore listeners run. Generated uids and
+        names go on from where they were (new objects do not reuse the uids of the ones that
+        vanished). Synchronous and atomic: not a checkpoint, so no request sees a half-restored
+        state. Raises ``ValueError`` for a snapshot another storage took.
+        """
+        if snapshot._owner is not self:
+            raise ValueError("a snapshot can be restored only into the storage that took it")
+        self._rv = snapshot.resource_version
+        self._types = dict(snapshot._types)
+        self._crd_types = {name: list(kinds) for name, kinds in snapshot._crd_types.items()}
+        self._objects = {key: _Bucket(dict(stored), sorted(stored)) for key, stored in snapshot._objects.items()}
+        self._history.clear()
+        self._floor = snapshot.resource_version
+        for sub in self.subscriptions():
+            sub.dropped = sub.abrupt = True
+            self.unsubscribe(sub)
+        logger.info("storage restored to resourceVersion %d", snapshot.resource_version)
+        for listener in self._restore_listeners:
+            listener()
+
     def subscribe(
         self, rt: ResourceType, namespace: str | None, since: int | None
     ) -> tuple[list[Change], Subscription]:
@@ -447,9 +512,12 @@ class ObjectStorage:
                     "The provided continue parameter is too old to display a consistent list "
                     "result. You can start a new list without the continue parameter.",
                 )
+            if list_rv > self._rv:
+                # A token from before a restore: etcd refuses to read at a future revision.
+                raise RequestRejected(500, "", "etcdserver: mvcc: required revision is a future revision")
         bucket = self._objects.get(rt.storage_key) or _Bucket()
         if list_rv < self._rv:
-            bucket = self._snapshot(rt.storage_key, bucket, list_rv)
+            bucket = self._bucket_at(rt.storage_key, bucket, list_rv)
         span = bucket.span(namespace, after)
         wanted = limit if limit is not None and limit > 0 else None
         page: list[Key] = []
@@ -474,7 +542,7 @@ class ObjectStorage:
             return items, list_rv, token, matched - wanted
         return items, list_rv, None, None
 
-    def _snapshot(self, storage_key: tuple[str, str], bucket: _Bucket, rv: int) -> _Bucket:
+    def _bucket_at(self, storage_key: tuple[str, str], bucket: _Bucket, rv: int) -> _Bucket:
         """``bucket`` as it was at ``rv`` (which the history must still cover), rebuilt by
         undoing the later changes."""
         objects = dict(bucket.objects)

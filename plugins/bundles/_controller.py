@@ -136,8 +136,11 @@ class BundleReconciler:
         revision, manifests, timeout = artifact.revision, artifact.artifact, spec.timeout
 
         try:
-            inventory = await self._apply(ctx, name, ns, manifests)
             previous = self._previous(bundle)
+            # Recorded as each object is applied, before any status write that could fail:
+            # a deletion must prune what was applied even if the inventory never reached the status.
+            self._written[(ns, name)] = written = list(previous)
+            inventory = await self._apply(ctx, name, ns, manifests, written)
             # Until the prune succeeded, what it must still delete stays in the inventory.
             applied = {_identity(e) for e in inventory}
             pending = inventory + [e for e in previous if _identity(e) not in applied]
@@ -206,9 +209,17 @@ class BundleReconciler:
             )
 
     async def _apply(
-        self, ctx: RunContext, bundle: str, ns: str | None, manifests: tuple[Mapping[str, Any], ...]
+        self,
+        ctx: RunContext,
+        bundle: str,
+        ns: str | None,
+        manifests: tuple[Mapping[str, Any], ...],
+        written: list[dict[str, Any]],
     ) -> list[dict[str, Any]]:
+        """Apply ``manifests``; returns their inventory entries, each also added to
+        ``written`` once its object is applied."""
         inventory = []
+        known = {_identity(e) for e in written}
         for manifest in manifests:
             obj = copy.deepcopy(dict(manifest))
             resource = await self.client.resource(obj["apiVersion"], obj["kind"])
@@ -218,7 +229,11 @@ class BundleReconciler:
                 meta["namespace"] = target_ns
             meta.setdefault("labels", {})[OWNER_LABEL] = label_value(bundle)
             await self.client.apply(resource, obj, field_manager=FIELD_MANAGER, force=True)
-            inventory.append(_entry(obj, target_ns))
+            entry = _entry(obj, target_ns)
+            inventory.append(entry)
+            if _identity(entry) not in known:
+                known.add(_identity(entry))
+                written.append(entry)
         return inventory
 
     async def _finalize(self, ctx: RunContext, bundle: Mapping[str, Any]) -> None:

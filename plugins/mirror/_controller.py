@@ -57,14 +57,19 @@ class MirrorReconciler:
 
     async def reconcile(self, ctx: RunContext) -> None:
         source = self.sources.store.get(ctx.ref.namespace, ctx.ref.name)
-        if source is None:
-            # Not (or no longer) labelled for mirroring, or gone: if it still carries our
-            # finalizer, clean up as for a deletion.
-            try:
-                source = await self.client.get(self.configmaps, ctx.ref.name, namespace=ctx.ref.namespace)
-            except NotFoundError:
-                return
+        if source is None or (source["metadata"].get("labels") or {}).get(ENABLED_LABEL) != "true":
+            # Disabled, no longer labelled for mirroring, or gone: if it still carries our
+            # finalizer, clean up as for a deletion; copies of a source that is gone or
+            # holds no finalizer (written by a request that was still in flight, or brought
+            # back by a restore of the cluster's storage) are deleted too.
+            if source is None:
+                try:
+                    source = await self.client.get(self.configmaps, ctx.ref.name, namespace=ctx.ref.namespace)
+                except NotFoundError:
+                    await self._delete_stray_copies(f"{ctx.ref.namespace}.{ctx.ref.name}")
+                    return
             if FINALIZER not in (source["metadata"].get("finalizers") or []):
+                await self._delete_stray_copies(_source_id(source))
                 return
             await self._clean_up(ctx, source)
             return
@@ -125,6 +130,10 @@ class MirrorReconciler:
         await set_finalizer(self.client, self.configmaps, source, FINALIZER, present=False)
         ctx.events.normal("Cleaned", f"deleted {len(copies.items)} mirrored copies")
 
+    async def _delete_stray_copies(self, mine: str) -> None:
+        for copy in self.copies.store.by_index(SOURCE_INDEX, mine):
+            await self._delete_copy(copy["metadata"]["namespace"], copy["metadata"]["name"])
+
     async def _delete_copy(self, namespace: str, name: str) -> None:
         try:
             await self.client.delete(self.configmaps, name, namespace=namespace)
@@ -133,7 +142,7 @@ class MirrorReconciler:
 
 async def setup(ctx: PluginContext) -> None:
     cluster = ctx.cluster
-    sources = await cluster.informer("v1", "ConfigMap", label_selector=join_selectors(f"{ENABLED_LABEL}=true", cluster.label_selector))
+    sources = await cluster.informer("v1", "ConfigMap", label_selector=join_selectors(ENABLED_LABEL, cluster.label_selector))
     copies = await cluster.informer("v1", "ConfigMap", namespace=None, label_selector=SOURCE_LABEL)
     namespaces = await cluster.informer("v1", "Namespace")
     copies.store.add_index(SOURCE_INDEX, lambda obj: [(obj["metadata"].get("labels") or {}).get(SOURCE_LABEL, "")])

@@ -19,7 +19,9 @@ from engine.kube import (
     Cluster,
     Config,
     InformerCollector,
+    InformerEvent,
     RetryPolicy,
+    WatchEventType,
     any_of,
     generation_changed,
     requested_at_changed,
@@ -166,3 +168,14 @@ async def test_one_object_raising_in_user_code_stops_nothing_else(
             ) == contained_by_informer
             lines = [r.getMessage() for r in caplog.records if "raised for" in r.getMessage()]
             assert len(lines) == 1 and f"default/{bad_name}" in lines[0] and "TypeError" in lines[0], lines
+
+
+def test_generation_changed_accepts_an_object_older_than_the_cached_one() -> None:
+    def event(old_rv: str, new_rv: str) -> InformerEvent:
+        old = {"metadata": {"name": "b", "generation": 3, "resourceVersion": old_rv}, "status": {"phase": "done"}}
+        new = {"metadata": {"name": "b", "generation": 3, "resourceVersion": new_rv}, "status": {"phase": "half"}}
+        return InformerEvent(WatchEventType.MODIFIED, new, old)
+
+    assert not generation_changed(event("10", "12")), "a status-only change"
+    assert generation_changed(event("12", "10")), "history went back: the status written since is undone"
+    assert not generation_changed(event("x", "y"))

@@ -457,3 +457,51 @@ async def test_malformed_list_items_and_stream_lines_are_skipped(
         assert "skipping a malformed watch line" in caplog.text
         assert "skipping a malformed list item" in caplog.text
         nursery.cancel_scope.cancel()
+
+
+async def test_a_server_restored_to_an_earlier_snapshot_is_relisted_from_scratch(
+    api: ApiServer, caplog: pytest.LogCaptureFixture, autojump_clock: trio.testing.MockClock
+) -> None:
+    async with memory_client(api) as client, trio.open_nursery() as nursery:
+        for name in ("keep", "change", "remove"):
+            await client.create(CONFIGMAPS, cm(name, v="1"))
+        informer = Informer(client, CONFIGMAPS, namespace="default")
+        rec = Recorder(informer)
+        informer.add_handler(rec)
+        await nursery.start(informer.run)
+        await informer.wait_synced()
+        await wait_for(lambda: informer.statistics().watches == 1)
+        snapshot = api.snapshot()
+        before = cached(informer)
+
+        await client.create(CONFIGMAPS, cm("created-since", v="1"))
+        await client.patch(CONFIGMAPS, "change", {"data": {"v": "2"}})
+        await client.delete(CONFIGMAPS, "remove")
+        await wait_for(lambda: len(rec.events) == 6)
+        held = api.store.resource_version
+        assert held == snapshot.resource_version + 3
+
+        n = len(rec.events)
+        api.restore(snapshot)
+        assert await listed(client) == before
+        await client.create(CONFIGMAPS, cm("new", v="1"))
+        await client.patch(CONFIGMAPS, "keep", {"data": {"v": "3"}})
+        after = await listed(client)
+        assert int(after["new"]) < held, "the new writes reuse resourceVersions the informer saw before the restore"
+        await wait_for(lambda: cached(informer) == after)
+
+        assert informer.statistics().resets == 1 and rec.violations == []
+        assert (
+            f"the API server's history of configmaps/v1 went backwards (the server answered that resourceVersion "
+            f"{held} is too large: Timeout: Too large resource version: {held}, current: "
+        ) in caplog.text
+        since = set(rec.since(n))
+        assert {(DELETED, "created-since"), (ADDED, "remove"), (MODIFIED, "change")} <= since
+        assert (ADDED, "new") in since and (MODIFIED, "keep") in since
+        assert informer.store.get("default", "change")["data"] == {"v": "1"}  # type: ignore[index]
+        assert informer.store.get("default", "keep")["data"] == {"v": "3"}  # type: ignore[index]
+
+        await client.create(CONFIGMAPS, cm("later"))
+        await wait_for(lambda: (ADDED, "later") in rec.events)
+        assert informer.statistics().resets == 1
+        nursery.cancel_scope.cancel()

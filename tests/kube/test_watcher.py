@@ -247,3 +247,31 @@ async def test_a_watch_answered_too_large_relists_from_scratch(
         "went backwards (the server answered that resourceVersion 10 is too large: "
         "Timeout: Too large resource version: 10, current: 4)" in caplog.text
     )
+
+
+async def test_a_history_check_the_server_cannot_answer_yet_is_asked_again_before_resuming(
+    api: ApiServer, caplog: pytest.LogCaptureFixture, autojump_clock: trio.testing.MockClock
+) -> None:
+    events: list[WatcherEvent] = []
+    async with memory_client(api) as client, trio.open_nursery() as nursery:
+        await client.create(CONFIGMAPS, cm("a"))
+        watcher = Watcher(client, CONFIGMAPS, namespace="default", rng=random.Random(7))
+        nursery.start_soon(watcher.run, events.append)
+        await wait_until(lambda: watcher.statistics().watches == 1)
+        snapshot = api.snapshot()
+        for name in ("b", "c", "d"):
+            await client.create(CONFIGMAPS, cm(name))
+        await wait_until(lambda: len(events) == 4)
+        held = watcher.resource_version
+
+        api.restore(snapshot)
+        lists_down = api.faults.fail(503, count=None, verbs={"list"})
+        await wait_until(lambda: lists_down.hits >= 6)
+        assert watcher.statistics().watches == 1, "no watch resumed while the check could not be made"
+        api.faults.remove(lists_down)
+        await wait_until(lambda: watcher.statistics().resets == 1)
+        await client.create(CONFIGMAPS, cm("after"))
+        await wait_until(lambda: summary(events[-1]) == ("Added", "after"))
+        nursery.cancel_scope.cancel()
+    assert summary(events[4]) == ("Restarted", ["a"]) and events[4].reset  # type: ignore[union-attr]
+    assert f"went backwards (the server answered that resourceVersion {held} is too large" in caplog.text

@@ -66,3 +66,21 @@ async def test_without_controllers_finalizers_of_the_garbage_collector_stay() ->
         )
         assert released.status_code == 200
         assert (await client.get(f"{CM}/owner")).status_code == 404
+
+
+async def test_after_a_restore_the_garbage_collector_knows_the_restored_owners(api: ApiServer) -> None:
+    async with httpx.AsyncClient(transport=api.memory_transport(), base_url=api.url) as client:
+        owner = (await client.post(CM, json=cm("owner"))).json()
+        ref = {"apiVersion": "v1", "kind": "ConfigMap", "name": "owner", "uid": owner["metadata"]["uid"]}
+        await client.post(CM, json={"metadata": {"name": "child", "ownerReferences": [ref]}})
+        snapshot = api.snapshot()
+        await client.delete(f"{CM}/owner")
+        await api.settle()
+        assert (await client.get(f"{CM}/child")).status_code == 404
+
+        api.restore(snapshot)
+        assert (await client.get(f"{CM}/owner")).json()["metadata"]["uid"] == owner["metadata"]["uid"]
+        assert (await client.get(f"{CM}/child")).status_code == 200
+        await client.delete(f"{CM}/owner")
+        await api.settle()
+        assert (await client.get(f"{CM}/child")).status_code == 404

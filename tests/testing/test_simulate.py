@@ -121,6 +121,36 @@ def test_fault_kinds_parse_and_the_schedule_is_a_function_of_the_seed() -> None:
     assert [f.at for f in plans[0]] == sorted(f.at for f in plans[0])
 
 
+def test_history_rewinds_restore_a_snapshot_taken_after_the_previous_rewind() -> None:
+    rewinds = [f for seed in range(200) for f in plan_faults(random.Random(seed), [FaultKind.HISTORY_REWIND], 60)]
+    assert len(rewinds) > 150
+    for f in rewinds:
+        assert f.snapshot_at is not None and 0.5 <= f.snapshot_at <= f.at - 0.5
+    for seed in range(200):
+        plan = plan_faults(random.Random(seed), [FaultKind.HISTORY_REWIND], 60)
+        for before, after in zip(plan, plan[1:], strict=False):
+            assert after.snapshot_at is not None and after.snapshot_at >= before.at
+    drops = [f for seed in range(10) for f in plan_faults(random.Random(seed), [FaultKind.WATCH_DROP], 60)]
+    assert drops and all(f.snapshot_at is None for f in drops)
+
+
+def test_a_history_rewind_restores_a_snapshot_and_the_plugin_converges_on_what_is_left() -> None:
+    simulation = Simulation(plugin=_widgets(warn_when_cancelled=False), workload=_resizes)
+
+    def rewinds(seed: int) -> int:
+        master = random.Random(seed)
+        master.getrandbits(64)  # the workload's
+        return len(plan_faults(random.Random(master.getrandbits(64)), [FaultKind.HISTORY_REWIND], 30))
+
+    seed = next(s for s in range(100) if rewinds(s))
+    result = simulate(simulation, seed, faults=[FaultKind.HISTORY_REWIND], duration=30)
+    assert result.ok, result.report()
+    texts = [e.text for e in result.trace if e.actor == "sim" and e.what == "fault"]
+    assert any(t.startswith("snapshot at resourceVersion ") for t in texts)
+    assert any("history-rewind" in t and "change(s) undone), watches cut" in t for t in texts)
+    assert any(t == "writes accepted again" for t in texts)
+
+
 @pytest.mark.parametrize("name", ["bundles", "mirror"])
 def test_bundled_plugins_hold_their_guarantees_over_seeds(name: str, record_property: Any) -> None:
     results = simulate_seeds(simulation_for(name), range(SEEDS), budget=BUDGET)
@@ -129,3 +159,11 @@ def test_bundled_plugins_hold_their_guarantees_over_seeds(name: str, record_prop
     assert not failed, failed[0].report()
     assert len(results) >= 3, f"only {len(results)} seeds ran within {BUDGET:g}s"
     print(f"{name}: {len(results)} seeds held")
+
+
+def test_history_rewinds_leave_the_other_kinds_schedule_of_a_seed_as_it_was() -> None:
+    others = frozenset(FaultKind) - {FaultKind.HISTORY_REWIND}
+    for seed in range(20):
+        with_rewinds = plan_faults(random.Random(seed), FaultKind, 60)
+        assert [f for f in with_rewinds if f.kind is not FaultKind.HISTORY_REWIND] == plan_faults(
+            random.Random(seed), others, 60)

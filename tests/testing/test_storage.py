@@ -158,3 +158,85 @@ def test_store_is_a_deprecated_alias_of_object_storage() -> None:
         warnings.simplefilter("error")
         with pytest.raises(AttributeError, match=r"^module 'engine.testing' has no attribute 'Nope'$"):
             engine.testing.Nope  # noqa: B018
+
+
+def test_restore_puts_objects_and_the_resource_version_back() -> None:
+    storage = ObjectStorage(seed=3)
+    rt = _configmaps(storage)
+    a = storage.create(rt, "default", {"metadata": {"name": "a"}, "data": {"v": "1"}})
+    b = storage.create(rt, "default", {"metadata": {"name": "b"}})
+    snapshot = storage.snapshot()
+    assert snapshot.resource_version == storage.resource_version == int(b["metadata"]["resourceVersion"])
+    updated = storage.update(rt, "default", "a", {"metadata": {"name": "a"}, "data": {"v": "2"}})
+    storage.delete(rt, "default", "b")
+    c = storage.create(rt, "default", {"metadata": {"name": "c"}})
+    assert storage.resource_version > snapshot.resource_version
+
+    storage.restore(snapshot)
+    assert storage.resource_version == snapshot.resource_version
+    assert storage.lookup(rt, "default", "a") == a and storage.lookup(rt, "default", "b") == b
+    assert storage.lookup(rt, "default", "c") is None
+    items, rv, _, _ = storage.list_objects(rt, "default", ALL_LABELS, ALL_FIELDS)
+    assert rv == snapshot.resource_version and [o["metadata"]["name"] for o in items] == ["a", "b"]
+    again = storage.create(rt, "default", {"metadata": {"name": "c"}})
+    assert again["metadata"]["resourceVersion"] == updated["metadata"]["resourceVersion"], "numbers seen before"
+    assert again["metadata"]["uid"] != c["metadata"]["uid"]
+    storage.restore(snapshot)
+    assert storage.lookup(rt, "default", "c") is None, "a snapshot can be restored more than once"
+
+
+def test_restore_forgets_the_types_of_definitions_created_since() -> None:
+    storage = ObjectStorage(seed=3)
+    crds = storage.find_type("apiextensions.k8s.io", "v1", "customresourcedefinitions")
+    assert crds is not None
+    snapshot = storage.snapshot()
+    storage.create(crds, None, {"metadata": {"name": "widgets.example.com"}, "spec": {
+        "group": "example.com", "scope": "Namespaced",
+        "names": {"plural": "widgets", "singular": "widget", "kind": "Widget"},
+        "versions": [{"name": "v1", "served": True, "storage": True,
+                      "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}}}],
+    }})
+    assert storage.find_type("example.com", "v1", "widgets") is not None
+    storage.restore(snapshot)
+    assert storage.find_type("example.com", "v1", "widgets") is None
+    assert storage.crd_types("widgets.example.com") == []
+
+
+async def test_restore_ends_every_watch_abruptly_and_empties_the_history() -> None:
+    storage = ObjectStorage(seed=3)
+    rt = _configmaps(storage)
+    storage.create(rt, "default", {"metadata": {"name": "a"}})
+    snapshot = storage.snapshot()
+    storage.create(rt, "default", {"metadata": {"name": "b"}})
+    _, sub = storage.subscribe(rt, None, None)
+    restored: list[int] = []
+    storage.add_restore_listener(lambda: restored.append(storage.resource_version))
+
+    storage.restore(snapshot)
+    assert (sub.dropped, sub.abrupt, sub.closed.is_set()) == (True, True, True)
+    assert storage.subscriptions() == [] and restored == [snapshot.resource_version]
+    assert storage.history_floor == snapshot.resource_version
+    with pytest.raises(RequestRejected, match=rf"^too old resource version: {snapshot.resource_version - 1} "):
+        storage.subscribe(rt, None, snapshot.resource_version - 1)
+    replay, _ = storage.subscribe(rt, None, snapshot.resource_version)
+    assert replay == []
+    storage.create(rt, "default", {"metadata": {"name": "c"}})
+    replay, _ = storage.subscribe(rt, None, snapshot.resource_version)
+    assert [(c.type, c.obj["metadata"]["name"]) for c in replay] == [("ADDED", "c")]
+
+
+def test_a_continue_token_from_before_a_restore_is_refused() -> None:
+    storage = ObjectStorage(seed=3)
+    rt = _configmaps(storage)
+    snapshot = storage.snapshot()
+    for name in ("a", "b", "c"):
+        storage.create(rt, "default", {"metadata": {"name": name}})
+    _, _, token, _ = storage.list_objects(rt, "default", ALL_LABELS, ALL_FIELDS, limit=1)
+    storage.restore(snapshot)
+    with pytest.raises(RequestRejected, match=r"^etcdserver: mvcc: required revision is a future revision$"):
+        storage.list_objects(rt, "default", ALL_LABELS, ALL_FIELDS, continue_token=token)
+
+
+def test_only_the_storage_that_took_a_snapshot_restores_it() -> None:
+    with pytest.raises(ValueError, match=r"^a snapshot can be restored only into the storage that took it$"):
+        ObjectStorage().restore(ObjectStorage().snapshot())
