@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 import os
-from importlib.metadata import entry_points
+from importlib.metadata import distributions
 
 import pytest
 import trio.testing
@@ -14,7 +14,11 @@ def _engine_plugin_autoloaded() -> bool:
     entry point); registering it again under its module name would be an error."""
     if os.environ.get("PYTEST_DISABLE_PLUGIN_AUTOLOAD"):
         return False
-    return any(ep.value == ENGINE_PYTEST_PLUGIN for ep in entry_points(group="pytest11"))
+    return any(
+        ep.group == "pytest11" and ep.value == ENGINE_PYTEST_PLUGIN
+        for dist in distributions()
+        for ep in dist.entry_points
+    )
 
 
 pytest_plugins = ["pytester"] + ([] if _engine_plugin_autoloaded() else [ENGINE_PYTEST_PLUGIN])

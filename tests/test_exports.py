@@ -39,7 +39,7 @@ def test_all_lists_every_public_name_and_only_those(package_name: str) -> None:
     public = {
         name
         for name, value in vars(package).items()
-        if not name.startswith("_") and not isinstance(value, types.ModuleType)
+        if name.isidentifier() and not name.startswith("_") and not isinstance(value, types.ModuleType)
     }
     assert sorted(public - set(package.__all__)) == []
     assert sorted(set(package.__all__) - public) == []

@@ -410,13 +410,20 @@ class _Simulator:
     def stop(self, rep: _Replica) -> None:
         rep.wait_scope.cancel()
 
+    def schedule_restart(self, rep: _Replica, after: float) -> None:
+        """Mark ``rep``'s slot as restarting now (so a fault drawn in the same instant sees it) and
+        start :meth:`restart_later` for it."""
+        assert self._nursery is not None and rep.slot not in self.restarting
+        self.restarting.add(rep.slot)
+        self._nursery.start_soon(self.restart_later, rep, after)
+
     async def restart_later(self, rep: _Replica, after: float) -> None:
         """Start ``rep``'s slot again ``after`` seconds once it stopped. Cancelled (see
         :meth:`_faults_over`) when the faults stop while it still runs: a lease loss whose
         fault the end of the faults cleared before the leader lost its lease."""
-        self.restarting.add(rep.slot)
+        scope = self.restart_scopes[rep.slot] = trio.CancelScope()
         try:
-            with self.restart_scopes.setdefault(rep.slot, trio.CancelScope()):
+            with scope:
                 await rep.done.wait()
                 await trio.sleep(after)
                 if self.current.get(rep.slot) is rep:
@@ -566,7 +573,7 @@ class _Simulator:
             rep = self.current[fault.target % len(self.current)]
             if rep.alive and rep.slot not in self.restarting:
                 self.stop(rep)
-                self._nursery.start_soon(self.restart_later, rep, fault.seconds)
+                self.schedule_restart(rep, fault.seconds)
                 note = f"{rep.identity}"
             else:
                 note = "skipped: that replica is not running"
@@ -579,8 +586,11 @@ class _Simulator:
             else:
                 failing = faults.fail(500, count=None, resource="leases", client=f"{leader.identity}/")
                 self._nursery.start_soon(self._lasting, failing, fault.seconds)
-                self._nursery.start_soon(self.restart_later, leader, fault.seconds)
-                note = f"leader {leader.identity}"
+                if leader.slot in self.restarting:
+                    note = f"leader {leader.identity} (its restart is already pending)"
+                else:
+                    self.schedule_restart(leader, fault.seconds)
+                    note = f"leader {leader.identity}"
         elif kind is FaultKind.SINK_OUTAGE:
             self.notifier.down = True
         self.trace.add("sim", "fault", fault.describe() + (f": {note}" if note else ""))
