@@ -46,6 +46,10 @@ class Run:
     supersede_pending: str | None = None
     """Under the interruptible policy: the reason of a supersede waiting for an interruptible section."""
     shields: set[trio.CancelScope] = attrs.field(factory=set)
+    """The ``ctx.shield`` sections open now."""
+    shields_at_cancel: frozenset[trio.CancelScope] = frozenset()
+    """The ``ctx.shield`` sections that were open when the cause was recorded: a final write
+    begun in one of them was decided before the cancellation, and finishes after it."""
     forced: bool = False
     """Set by a forced shutdown: shields are cancelled, and new ones start cancelled."""
     dependency_epoch: int = 0
@@ -67,6 +71,7 @@ class Run:
         if self.cause is None:
             self.cause = cause
             self.cancel_reason = reason
+            self.shields_at_cancel = frozenset(self.shields)
         self.scope.cancel(reason=reason)
 
     def force_cancel(self, cause: CancelCause, reason: str) -> None:

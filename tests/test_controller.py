@@ -17,7 +17,9 @@ from engine import (
     OutcomeKind,
     Result,
     RunContext,
+    Run,
     RunLog,
+    RunObserver,
     SupersedePolicy,
     TerminalError,
 )
@@ -625,3 +627,38 @@ async def test_deadline_that_passed_in_a_shield_is_not_reported_as_superseded(
         await trio.sleep(30)
     assert log.kinds()[0] is OutcomeKind.DEADLINE
     assert [e.reason for e in sink.events][:1] == ["ReconcileDeadlineExceeded"]
+
+
+
+async def test_a_cancellation_records_the_shields_open_at_that_moment(autojump_clock: trio.testing.MockClock) -> None:
+    """A final write begun in a shield before the cancellation was decided before it (the
+    simulator excuses a failure status written from one); a shield entered after it is not
+    among them."""
+    runs: list[Run] = []
+    seen: list[tuple[bool, bool]] = []
+
+    class Capture(RunObserver):
+        def on_run_started(self, controller: Controller, run: Run) -> None:
+            runs.append(run)
+
+    async def reconcile(ctx: RunContext) -> None:
+        if len(runs) > 1:
+            return
+        try:
+            with ctx.shield(5) as before:
+                await trio.sleep(2)  # superseded during this write
+        finally:
+            with ctx.shield(5) as after:
+                await trio.sleep(1)
+            seen.append((before in runs[0].shields_at_cancel, after in runs[0].shields_at_cancel))
+
+    manager, controller, log, _ = make(reconcile)
+    manager.add_observer(Capture())
+    async with running(manager):
+        controller.trigger(A)
+        await trio.sleep(1)
+        controller.trigger(A)
+        await trio.sleep(10)
+    assert runs[0].cause is CancelCause.SUPERSEDED
+    assert seen == [(True, False)]
+    assert not runs[0].shields

@@ -6,7 +6,8 @@ seed's workload and fault schedule, and checks the engine's guarantees at every 
 
 * runs: no two runs of one key at once, across replicas too (fencing); a run the engine
   cancelled as superseded, at shutdown or on a lost lease is never counted as an error and
-  writes no failure status; a graceful stop lets runs finish for the grace period (drains)
+  writes no failure status (unless it failed, and began writing that status, before it was
+  cancelled); a graceful stop lets runs finish for the grace period (drains)
   before it cancels them;
 * wake-ups: no key waits in a queue while a worker of its controller is idle; every
   accepted trigger is followed by a run of its key; a dependent starts a run within
@@ -143,6 +144,7 @@ class _Replica(RunObserver):
     waiting: dict[tuple[str, ObjectRef], tuple[ObjectRef, ...]] = attrs.field(factory=dict)
     pending: dict[tuple[str, ObjectRef], tuple[float, ObjectRef]] = attrs.field(factory=dict)
     failure_status: set[str] = attrs.field(factory=set)
+    failed_before_cancel: set[str] = attrs.field(factory=set)
     quiet_runs: set[str] = attrs.field(factory=set)
     events_seen: int = 0
 
@@ -188,7 +190,7 @@ class _Replica(RunObserver):
         if run.cause in _NOT_FAILURES and outcome.is_failure:
             sim.fail(f"run {self.identity} {run.id} of {run.key} was cancelled ({run.cause.value}) but counted as "
                      f"{outcome.kind.value}: an error metric for a run that did not fail")
-        if outcome.kind in _QUIET and run.id in self.failure_status:
+        if outcome.kind in _QUIET and run.id in self.failure_status and run.id not in self.failed_before_cancel:
             sim.fail(f"run {self.identity} {run.id} of {run.key} wrote a failure status and ended "
                      f"{outcome.kind.value}: a run the engine cancelled must not report failure")
         if outcome.kind is OutcomeKind.SHUTDOWN and self.stop_at is not None and run.finished_at is not None:
@@ -354,8 +356,13 @@ class _Simulator:
             failure = isinstance(status, Mapping) and self.simulation.failure_status(status)
             rep = next((r for r in self.replicas if r.identity == actor), None)
             run = rep.object_run(served.kind, served.namespace, served.name) if rep is not None else None
-            if failure and run is not None and rep is not None and served.status < 300:
-                rep.failure_status.add(run.id)
+            if failure and run is not None and rep is not None:
+                if run.cause is None or run.shields & run.shields_at_cancel:
+                    # Written from a shield the run entered before the engine cancelled it: it
+                    # failed, and began reporting so, before the cancellation.
+                    rep.failed_before_cancel.add(run.id)
+                if served.status < 300:
+                    rep.failure_status.add(run.id)
         routine = served.kind in ("Lease", "Event") and served.status < 300
         if not routine:
             self.trace.add("api", "write", f"{actor} {served.verb} {served.kind} {where}{sub} -> {served.status}"

@@ -242,7 +242,8 @@ class BundleReconciler:
             return
         meta = bundle["metadata"]
         if mapping(bundle.get("spec")).get("prune", True) is not False:
-            await self._prune(meta["name"], self._previous(bundle), [])
+            previous = self._previous(bundle)
+            await self._prune(meta["name"], previous + await self._labelled(meta, previous), [])
         self._written.pop((meta.get("namespace"), meta["name"]), None)
         await set_finalizer(self.client, self.bundles, bundle, FINALIZER, present=False)
         ctx.log.info("deleted; garbage-collected the objects it applied")
@@ -253,6 +254,29 @@ class BundleReconciler:
         written = self._written.get((meta.get("namespace"), meta["name"]), [])
         seen = {_identity(e) for e in cached}
         return cached + [e for e in written if _identity(e) not in seen]
+
+    async def _labelled(self, meta: Mapping[str, Any], previous: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Objects in the bundle's namespace, of the types its inventory holds, that carry its
+        label but are not in the inventory: applied just before a status write that never
+        happened, or that a restore of the API server's storage undid."""
+        ns = meta.get("namespace") or ""
+        known = {_identity(e) for e in previous}
+        types = sorted({(e["apiVersion"], e["kind"]) for e in previous if (e.get("namespace") or "") == ns and ns})
+        found = []
+        for api_version, kind in types:
+            try:
+                resource = await self.client.resource(api_version, kind)
+                listed = await self.client.list_all(
+                    resource, namespace=ns, label_selector=f"{OWNER_LABEL}={label_value(meta['name'])}"
+                )
+            except (ResourceNotFoundError, NotFoundError):
+                continue
+            for obj in listed.items:
+                entry = _entry(obj, ns)
+                if _identity(entry) not in known:
+                    known.add(_identity(entry))
+                    found.append(entry)
+        return found
 
     async def _prune(self, bundle: str, previous: list[dict[str, Any]], inventory: list[dict[str, Any]]) -> None:
         """Delete what this bundle applied before and no longer has, if it still carries this

@@ -92,6 +92,27 @@ async def test_deleting_a_bundle_garbage_collects_what_it_applied(kube_target: K
         assert {o["metadata"]["name"] for o in await h.list("ConfigMap")} & {"a", "b"} == set()
 
 
+async def test_deleting_a_bundle_also_deletes_what_carries_its_label_but_missed_its_inventory(
+    kube_target: KubeTarget,
+) -> None:
+    """An object applied just before a status write that never happened (a crash, or a restore
+    of the server's storage that undid the write) is in no inventory: the deletion finds it by
+    its label, among the types and in the namespace the inventory holds. An object labelled for
+    another bundle is left alone. (Found by the simulation, bundles seed 147.)"""
+    def labelled(name: str, owner: str) -> dict[str, Any]:
+        cm = configmap(name)
+        cm["metadata"]["labels"] = {OWNER_LABEL: owner}
+        return cm
+
+    async with open_plugin_test(plugin, kube_target, namespace="e2e", manifests=[
+            source("repo", "r1", [configmap("a")]), bundle("app", "repo")]) as h:
+        await h.wait_for(API + "/Bundle", "app", condition=lambda o: ready_at(o, "r1"), timeout=20)
+        await h.apply([labelled("lost", "app"), labelled("theirs", "other")])
+        await h.delete(API + "/Bundle", "app")
+        await h.wait_deleted(API + "/Bundle", "app", timeout=20)
+        assert {o["metadata"]["name"] for o in await h.list("ConfigMap")} & {"a", "lost", "theirs"} == {"theirs"}
+
+
 async def test_seed1_rapid_revisions_with_a_stale_cache_end_ready_at_the_final_revision(kube_target: KubeTarget) -> None:
     """50 Source revisions 10 ms apart while health checks run and watch delivery to the
     replica is delayed (a stale cache): every Bundle ends Ready at the final revision."""
