@@ -58,6 +58,8 @@ from ._informer import Informer as Informer
 from ._metrics import InformerCollector as InformerCollector
 from ._informer import InformerEvent as InformerEvent
 from ._informer import InformerStatistics as InformerStatistics
+from ._informer import Transform as Transform
+from ._informer import strip_managed_fields as strip_managed_fields
 from ._store import NAMESPACE_INDEX as NAMESPACE_INDEX
 from ._store import OWNER_INDEX as OWNER_INDEX
 from ._store import IndexFunc as IndexFunc
@@ -161,6 +163,7 @@ __all__ = [
     "TokenFileAuth",
     "TooManyRequestsError",
     "TLSVerificationError",
+    "Transform",
     "TransportError",
     "UnauthorizedError",
     "WatchEvent",
@@ -188,6 +191,7 @@ __all__ = [
     "run_plugins",
     "set_condition",
     "set_finalizer",
+    "strip_managed_fields",
 ]
 
 _publish(globals())

@@ -20,7 +20,7 @@ from .._manager import Manager
 from .._refs import ObjectRef
 from .._sources import MappedSource
 from ._client import Client, Selector, WatchEventType
-from ._informer import Informer, InformerEvent
+from ._informer import Informer, InformerEvent, Transform, strip_managed_fields
 from ._resource import Resource, split_api_version
 from ._status import is_ready
 
@@ -123,6 +123,8 @@ class Cluster:
     :meth:`informer` creates (once per resource, namespace and selector) an informer that runs
     as a source of ``manager``; the manager starts controllers only after every informer
     synced. ``label_selector`` (a shard) applies to the informers of primary objects.
+    ``informer_options`` are passed to every :class:`Informer`; a ``transform`` among them
+    replaces :func:`strip_managed_fields` as the default transform of :meth:`informer`.
     """
 
     def __init__(
@@ -139,7 +141,8 @@ class Cluster:
         self.namespace = namespace
         self.label_selector = label_selector
         self._options = dict(informer_options or {})
-        self._informers: dict[tuple[Resource, str | None, str], Informer] = {}
+        self._transform: Transform | None = self._options.pop("transform", strip_managed_fields)
+        self._informers: dict[tuple[Resource, str | None, str, Transform | None], Informer] = {}
         manager.add_start_gate(self.wait_synced)
 
     async def resource(self, api_version: str, kind: str) -> Resource:
@@ -156,10 +159,18 @@ class Cluster:
         *,
         namespace: str | None | _Unset = _UNSET,
         label_selector: Selector | None = None,
+        transform: Transform | None | _Unset = _UNSET,
     ) -> Informer:
         """The informer for a type (created and added to the manager on first use).
 
         ``namespace`` defaults to the cluster's; ``None`` means all namespaces.
+
+        ``transform`` is applied to each object before it is cached (see :class:`Informer`).
+        By default it is :func:`strip_managed_fields`: cached objects have no
+        ``metadata.managedFields``, often half their size (objects read from the API, and
+        objects written, are untouched). Pass ``transform=None`` to cache objects whole, or
+        your own :data:`~engine.kube.Transform`; one informer is shared per resource,
+        namespace, selector and transform.
 
         Cancellation: the only checkpoint is discovery; if cancelled, no informer is created.
         """
@@ -167,11 +178,17 @@ class Cluster:
         ns = self.namespace if isinstance(namespace, _Unset) else namespace
         if not resource.namespaced:
             ns = None
-        key = (resource, ns, str(label_selector))
+        chosen = self._transform if isinstance(transform, _Unset) else transform
+        key = (resource, ns, str(label_selector), chosen)
         informer = self._informers.get(key)
         if informer is None:
             informer = Informer(
-                self.client, resource, namespace=ns, label_selector=label_selector, **self._options
+                self.client,
+                resource,
+                namespace=ns,
+                label_selector=label_selector,
+                transform=chosen,
+                **self._options,
             )
             self._informers[key] = informer
             self.manager.add_source(informer)

@@ -19,13 +19,24 @@ object, ``resourceVersion`` and index or handler, and counted in
 :attr:`InformerStatistics.object_errors`.
 
 Handlers run synchronously, after the store reflects the event they are given.
+
+Before an object reaches the store, the informer's ``transform`` (if any) is applied to it
+(every listed object, on the first list and on each relist, and the object of every
+``ADDED``, ``MODIFIED`` and ``DELETED`` watch event), and the store and handlers see only the
+result, like client-go's ``SetTransform``. :func:`strip_managed_fields` is the usual one
+(:meth:`Cluster.informer <engine.kube.Cluster.informer>` applies it by default). Then the
+object's dictionary keys, and the values of a few fields that repeat from object to object
+(``apiVersion``, ``kind``, ``namespace``, ``type``, ``status``, ``reason``, label values and
+the like), are interned: every cached object shares one copy of each such string.
 """
 
 from __future__ import annotations
 
 import logging
 import random
+import sys
 from collections.abc import Callable
+from typing import Any
 
 import attrs
 import trio
@@ -33,17 +44,82 @@ import trio
 from .._errors import LifecycleError
 from ._client import Client, Selector
 from ._resource import Resource
-from ._store import InformerEvent, Store
+from ._store import InformerEvent, Store, object_key
 from ._watch import WatchEventType
-from ._watcher import Restarted, Watcher, WatcherEvent
+from ._watcher import Added, Deleted, Modified, Restarted, Watcher, WatcherEvent
 
-__all__ = ["Informer", "InformerEvent", "InformerStatistics", "Handler"]
+__all__ = ["Informer", "InformerEvent", "InformerStatistics", "Handler", "Transform", "strip_managed_fields"]
 
 log = logging.getLogger("engine.kube.informer")
 
 
 Handler = Callable[[InformerEvent], object]
 """A synchronous callable an informer calls with each :class:`InformerEvent`."""
+
+Transform = Callable[[dict[str, Any]], dict[str, Any]]
+"""A synchronous function an informer applies to each object before caching it (see
+:class:`Informer`): it returns the object to cache, which may be the one it was given, changed
+in place. It must keep ``metadata.name``, ``metadata.namespace`` and
+``metadata.resourceVersion``."""
+
+
+def strip_managed_fields(obj: dict[str, Any]) -> dict[str, Any]:
+    """Remove ``metadata.managedFields`` from ``obj`` (in place) and return it.
+
+    The server-side apply bookkeeping is often half an object's size and rarely read by
+    controllers; this is controller-runtime's ``cache.TransformStripManagedFields()``.
+    """
+    meta = obj.get("metadata")
+    if isinstance(meta, dict):
+        meta.pop("managedFields", None)
+    return obj
+
+
+_intern = sys.intern
+
+_REPEATED_VALUES = frozenset(
+    {
+        "apiVersion",
+        "kind",
+        "namespace",
+        "type",
+        "status",
+        "reason",
+        "fieldsType",
+        "manager",
+        "operation",
+        "subresource",
+    }
+)
+"""Keys whose string values repeat across objects of a type; those values are interned."""
+
+
+def _compact(obj: dict[str, Any]) -> dict[str, Any]:
+    """A copy of the decoded ``obj`` that shares its strings with other cached objects: keys
+    interned, and the values of :data:`_REPEATED_VALUES` and label values. Only containers
+    are copied; other values are the decoded ones."""
+    out: dict[str, Any] = {}
+    for key, value in obj.items():
+        kind = type(value)
+        if kind is str:
+            if key in _REPEATED_VALUES:
+                value = _intern(value)
+        elif kind is dict:
+            value = _compact_labels(value) if key == "labels" else _compact(value)
+        elif kind is list:
+            value = _compact_list(value)
+        out[_intern(key)] = value
+    return out
+
+
+def _compact_list(items: list[Any]) -> list[Any]:
+    return [
+        _compact(v) if type(v) is dict else _compact_list(v) if type(v) is list else v for v in items
+    ]
+
+
+def _compact_labels(labels: dict[str, Any]) -> dict[str, Any]:
+    return {_intern(k): _intern(v) if type(v) is str else v for k, v in labels.items()}
 
 
 @attrs.frozen
@@ -84,6 +160,16 @@ class Informer:
     there); ``min_backoff``/``max_backoff`` also bound the backoff before the informer starts
     over after an unexpected error. ``store`` is the cache to fill (a new one by default).
     All timing uses trio's clock.
+
+    ``transform`` (a :data:`Transform`, none by default) is applied to each object before it
+    is stored: every object of the first list and of each relist, and the object of each
+    ``ADDED``, ``MODIFIED`` and ``DELETED`` watch event. The store and the handlers see only
+    its result. A transform that raises for an object, or returns something without the
+    object's ``metadata.name`` and ``metadata.namespace``, is contained like an index
+    function: the object is cached as it was decoded (or as far as an in-place transform got),
+    the exception is logged once per object and ``resourceVersion`` and counted in
+    :attr:`InformerStatistics.object_errors`. Pass :func:`strip_managed_fields` to drop
+    ``metadata.managedFields`` from the cache.
     """
 
     def __init__(
@@ -101,6 +187,7 @@ class Informer:
         max_backoff: float = 30.0,
         store: Store | None = None,
         rng: random.Random | None = None,
+        transform: Transform | None = None,
     ) -> None:
         self.watcher = Watcher(
             client,
@@ -122,6 +209,8 @@ class Informer:
         self.store = store if store is not None else Store()
         """The cache this informer writes (and only it)."""
         self.store.resource = resource
+        self.transform = transform
+        """The function applied to each object before it is stored (``None``: none)."""
         self._handlers: list[Handler] = []
         self._synced = False
         self._synced_event = trio.Event()
@@ -205,7 +294,38 @@ class Informer:
             self._synced = False
             self._synced_event = trio.Event()
 
+    def _transformed(self, obj: dict[str, Any]) -> dict[str, Any]:
+        transform = self.transform
+        if transform is None:
+            return obj
+        key = object_key(obj)
+        try:
+            result = transform(obj)
+            if not isinstance(result, dict) or object_key(result) != key:
+                raise TypeError(
+                    "a transform must return a dict with the object's metadata.name and metadata.namespace, "
+                    f"and returned {type(result).__name__}"
+                )
+        except Exception as exc:
+            name = getattr(transform, "__qualname__", type(transform).__qualname__)
+            self.store.report_object_error(f"informer transform {name}", ("transform", transform), obj, exc)
+            return obj
+        return result
+
+    def _prepared(self, event: WatcherEvent) -> WatcherEvent:
+        if isinstance(event, Added):
+            return Added(_compact(self._transformed(event.obj)))
+        if isinstance(event, Modified):
+            return Modified(_compact(self._transformed(event.obj)))
+        if isinstance(event, Deleted):
+            return event if self.transform is None else Deleted(self._transformed(event.obj))
+        if isinstance(event, Restarted):
+            objects = [_compact(self._transformed(obj)) for obj in event.objects]
+            return Restarted(objects, event.resource_version, reset=event.reset)
+        return event
+
     def _on_event(self, event: WatcherEvent) -> None:
+        event = self._prepared(event)
         for change in self.store.apply(event):
             self._events += 1
             for handler in tuple(self._handlers):

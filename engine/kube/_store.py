@@ -152,7 +152,9 @@ class Store:
         self._objects: dict[ObjectKey, dict[str, Any]] = {}
         self._index_funcs: dict[str, IndexFunc] = {}
         self._indexes: dict[str, dict[str, set[ObjectKey]]] = {}
-        self._filed: dict[str, dict[ObjectKey, tuple[str, ...]]] = {}
+        self._filed: dict[str, dict[ObjectKey, str | tuple[str, ...]]] = {}
+        """Per index, the values each object is filed under: a lone value as itself (no
+        tuple of one per object), several as a tuple."""
         self.add_index(NAMESPACE_INDEX, _by_namespace)
         self.add_index(OWNER_INDEX, _by_owner)
 
@@ -292,15 +294,20 @@ class Store:
         return {index: self._values(index, obj) for index in self._index_funcs}
 
     def _file(self, index: str, key: ObjectKey, obj: Mapping[str, Any]) -> None:
-        values = self._values(index, obj)
+        self._file_values(index, key, self._values(index, obj))
+
+    def _file_values(self, index: str, key: ObjectKey, values: tuple[str, ...]) -> None:
         buckets = self._indexes[index]
         for value in values:
             buckets.setdefault(value, set()).add(key)
-        if values:
+        if len(values) == 1:
+            self._filed[index][key] = values[0]
+        elif values:
             self._filed[index][key] = values
 
     def _unfile(self, index: str, key: ObjectKey) -> None:
-        values = self._filed[index].pop(key, ())
+        filed = self._filed[index].pop(key, ())
+        values = (filed,) if isinstance(filed, str) else filed
         buckets = self._indexes[index]
         for value in values:
             bucket = buckets.get(value)
@@ -314,17 +321,15 @@ class Store:
 
     def _insert(self, obj: dict[str, Any], new_values: dict[str, tuple[str, ...]]) -> dict[str, Any] | None:
         key = object_key(obj)
-        old = self._objects.get(key)
+        # Popped, not read: reassigning would keep the old key tuple while the indexes took
+        # the new one, two tuples per object.
+        old = self._objects.pop(key, None)
         if old is not None:
             for index in self._index_funcs:
                 self._unfile(index, key)
         self._objects[key] = obj
         for index, values in new_values.items():
-            buckets = self._indexes[index]
-            for value in values:
-                buckets.setdefault(value, set()).add(key)
-            if values:
-                self._filed[index][key] = values
+            self._file_values(index, key, values)
         return old
 
     def _remove(self, key: ObjectKey) -> dict[str, Any] | None:

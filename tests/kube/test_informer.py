@@ -3,6 +3,7 @@ under virtual time (and an httpx.MockTransport where the server cannot misbehave
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 from collections.abc import AsyncIterator, Callable
@@ -25,6 +26,7 @@ from engine.kube import (
     Store,
     WatcherEvent,
     WatchEventType,
+    strip_managed_fields,
 )
 from engine.testing import ApiServer
 
@@ -504,4 +506,122 @@ async def test_a_server_restored_to_an_earlier_snapshot_is_relisted_from_scratch
         await client.create(CONFIGMAPS, cm("later"))
         await wait_for(lambda: (ADDED, "later") in rec.events)
         assert informer.statistics().resets == 1
+        nursery.cancel_scope.cancel()
+
+
+def test_strip_managed_fields_removes_only_managed_fields_in_place() -> None:
+    obj = {"metadata": {"name": "a", "managedFields": [{"manager": "m"}], "labels": {"x": "y"}}, "data": {}}
+    assert strip_managed_fields(obj) is obj
+    assert obj == {"metadata": {"name": "a", "labels": {"x": "y"}}, "data": {}}
+    assert strip_managed_fields(obj) == {"metadata": {"name": "a", "labels": {"x": "y"}}, "data": {}}
+    assert strip_managed_fields({"kind": "NoMetadata"}) == {"kind": "NoMetadata"}
+
+
+async def test_transform_applies_to_list_watch_events_and_relist(
+    api: ApiServer, autojump_clock: trio.testing.MockClock
+) -> None:
+    calls: list[str] = []
+
+    def transform(obj: dict[str, Any]) -> dict[str, Any]:
+        calls.append(obj["metadata"]["name"])
+        obj["metadata"].setdefault("annotations", {})["transformed"] = obj["metadata"]["resourceVersion"]
+        return strip_managed_fields(obj)
+
+    def transformed(obj: dict[str, Any]) -> bool:
+        meta = obj["metadata"]
+        return "managedFields" not in meta and meta["annotations"]["transformed"] == meta["resourceVersion"]
+
+    async with memory_client(api) as client, trio.open_nursery() as nursery:
+        for name in ("keep", "change", "remove"):
+            await client.create(CONFIGMAPS, cm(name))
+        assert all("managedFields" in o["metadata"] for o in (await client.list(CONFIGMAPS, namespace="default")).items)
+        informer = Informer(client, CONFIGMAPS, namespace="default", transform=transform)
+        assert informer.transform is transform
+        rec = Recorder(informer)
+        seen: list[InformerEvent] = []
+        informer.add_handler(rec)
+        informer.add_handler(seen.append)
+        await nursery.start(informer.run)
+        await informer.wait_synced()
+        assert sorted(calls) == ["change", "keep", "remove"]
+        assert all(transformed(o) for o in informer.store.list())
+
+        await client.create(CONFIGMAPS, cm("added"))
+        await client.patch(CONFIGMAPS, "change", {"data": {"v": "2"}})
+        await client.delete(CONFIGMAPS, "remove")
+        await wait_for(lambda: len(seen) == 6)
+        assert [(e.type, e.obj["metadata"]["name"]) for e in seen[3:]] == [
+            (ADDED, "added"), (MODIFIED, "change"), (DELETED, "remove")
+        ]
+        assert all(transformed(e.obj) for e in seen)
+        assert calls[3:] == ["added", "change", "remove"]
+
+        del calls[:]
+        await wait_for(lambda: informer.statistics().watches >= 1)
+        api.faults.expire_next_watch()
+        api.faults.drop_watches()
+        await client.patch(CONFIGMAPS, "keep", {"data": {"v": "3"}})
+        await wait_for(lambda: informer.statistics().gone == 1 and len(seen) == 7)
+        assert sorted(calls) == ["added", "change", "keep"], "the relist is transformed"
+        assert (seen[-1].type, seen[-1].obj["metadata"]["name"]) == (MODIFIED, "keep")
+        assert all(transformed(o) for o in informer.store.list())
+        assert rec.violations == []
+        assert cached(informer) == await listed(client)
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_transform_failing_for_one_object_caches_it_as_decoded(
+    api: ApiServer, caplog: pytest.LogCaptureFixture, autojump_clock: trio.testing.MockClock
+) -> None:
+    def transform(obj: dict[str, Any]) -> Any:
+        name = obj["metadata"]["name"]
+        if name == "raises":
+            raise ValueError("no")
+        if name == "renames":
+            return {"metadata": {"name": "other", "namespace": "default", "resourceVersion": "1"}}
+        if name == "not-a-dict":
+            return [obj]
+        return strip_managed_fields(obj)
+
+    async with memory_client(api) as client, trio.open_nursery() as nursery:
+        await client.create(CONFIGMAPS, cm("raises"))
+        await client.create(CONFIGMAPS, cm("fine"))
+        informer = Informer(client, CONFIGMAPS, namespace="default", transform=transform)
+        await nursery.start(informer.run)
+        await informer.wait_synced()
+        await client.create(CONFIGMAPS, cm("renames"))
+        await client.create(CONFIGMAPS, cm("not-a-dict"))
+        await client.create(CONFIGMAPS, cm("after"))
+        await wait_for(lambda: informer.store.get("default", "after") is not None)
+        kept = {o["metadata"]["name"]: "managedFields" in o["metadata"] for o in informer.store.list()}
+        assert kept == {"raises": True, "fine": False, "renames": True, "not-a-dict": True, "after": False}
+        stats = informer.statistics()
+        assert (stats.object_errors, stats.restarts, stats.lists) == (3, 0, 1)
+        assert informer.synced
+        assert "informer transform test_a_transform_failing_for_one_object_caches_it_as_decoded.<locals>.transform raised for configmaps/v1 default/raises" in caplog.text
+        assert "ValueError: no" in caplog.text and "returned list" in caplog.text
+        nursery.cancel_scope.cancel()
+
+
+async def test_cached_objects_share_keys_and_repeated_values(
+    api: ApiServer, autojump_clock: trio.testing.MockClock
+) -> None:
+    async with memory_client(api) as client, trio.open_nursery() as nursery:
+        await client.create(CONFIGMAPS, {"metadata": {"name": "listed", "labels": {"app": "x"}}, "data": {"k": "v"}}, namespace="default")
+        informer = Informer(client, CONFIGMAPS, namespace="default")
+        await nursery.start(informer.run)
+        await informer.wait_synced()
+        for name in ("watched-1", "watched-2"):
+            await client.create(CONFIGMAPS, {"metadata": {"name": name, "labels": {"app": "x"}}, "data": {"k": "v"}}, namespace="default")
+        await wait_for(lambda: len(informer.store) == 3)
+        objects = [informer.store.get("default", n) for n in ("listed", "watched-1", "watched-2")]
+        for a, b in itertools.combinations(objects, 2):
+            assert a is not None and b is not None
+            for outer, inner in ((a, b), (a["metadata"], b["metadata"]), (a["data"], b["data"])):
+                for key in outer:
+                    assert next(k for k in inner if k == key) is key
+            assert a["kind"] is b["kind"] and a["apiVersion"] is b["apiVersion"]
+            assert a["metadata"]["namespace"] is b["metadata"]["namespace"]
+            assert a["metadata"]["labels"]["app"] is b["metadata"]["labels"]["app"]
+            assert a["metadata"]["uid"] != b["metadata"]["uid"]
         nursery.cancel_scope.cancel()

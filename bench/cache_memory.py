@@ -1,0 +1,162 @@
+"""Memory an informer's cache takes per object, against the size of the object's JSON.
+
+Run by hand (not a test)::
+
+    python bench/cache_memory.py [N] [--transform strip,none]
+
+Creates N ConfigMaps (labels, an annotation, two data keys) in the embedded API server, run in
+its own process (``bench/apiserver.py``, so that this process holds nothing but the client and
+the cache), then for each transform asked for (``strip``:
+:func:`engine.kube.strip_managed_fields`, what ``Cluster.informer`` uses by default; ``none``:
+objects cached whole) runs an :class:`engine.kube.Informer` and measures with ``tracemalloc``
+how much traced memory grew since just before the informer started:
+
+* **at sync**: once the informer synced (the list, decoded and cached);
+* **after watch**: once every object was patched (a new ``data`` value) and the informer
+  received all the changes through its watch (the cache then holds objects decoded from watch
+  events).
+
+Each is printed per object and as a ratio to the object's JSON size, the size of the object as
+the server sends it (compact separators, ``managedFields`` included), measured from a list
+just before.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import gc
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import tracemalloc
+from collections.abc import Awaitable, Callable, Iterator
+from typing import Any
+
+import trio
+
+sys.path.insert(0, os.environ.get("ROOT", "."))
+
+from engine.kube import Client, Config, Informer, InformerEvent, Resource, WatchEventType  # noqa: E402
+
+CM = Resource(group="", version="v1", kind="ConfigMap", plural="configmaps", namespaced=True)
+
+
+def configmap(i: int) -> dict[str, Any]:
+    return {
+        "metadata": {
+            "name": f"cm-{i:06d}",
+            "labels": {"app": "bench", "shard": str(i % 16)},
+            "annotations": {"bench.example.com/index": str(i)},
+        },
+        "data": {"key": f"value-{i}", "config.yaml": "a: 1\nb: [x, y, z]\n" * 4},
+    }
+
+
+def transforms(names: str) -> list[tuple[str, Any]]:
+    out: list[tuple[str, Any]] = []
+    for name in names.split(","):
+        if name == "none":
+            out.append(("none (whole objects)", None))
+        elif name == "strip":
+            from engine.kube import strip_managed_fields
+
+            out.append(("strip_managed_fields (Cluster.informer's default)", strip_managed_fields))
+        else:
+            raise SystemExit(f"unknown transform {name!r}: use strip or none")
+    return out
+
+
+async def json_size(client: Client, n: int) -> float:
+    listing = await client.list(CM, namespace="default")
+    return sum(len(json.dumps(o, separators=(",", ":"))) for o in listing.items) / n
+
+
+def traced() -> int:
+    gc.collect()
+    return tracemalloc.get_traced_memory()[0]
+
+
+async def measure(client: Client, n: int, label: str, transform: Any, round_: int) -> None:
+    size = await json_size(client, n)
+    kwargs = {} if transform is None else {"transform": transform}
+    base = traced()
+    informer = Informer(client, CM, namespace="default", **kwargs)
+    modified = 0
+
+    def count(event: InformerEvent) -> None:
+        nonlocal modified
+        modified += event.type is WatchEventType.MODIFIED
+
+    async with trio.open_nursery() as nursery:
+        await nursery.start(informer.run)
+        await informer.wait_synced()
+        at_sync = (traced() - base) / n
+        informer.add_handler(count, replay=False)
+        await for_all(n, lambda i: client.patch(CM, f"cm-{i:06d}", {"data": {"key": f"value-{i}-{round_}"}}, namespace="default"))
+        while modified < n:
+            await trio.sleep(0.01)
+        nursery.cancel_scope.cancel()
+    after_watch = (traced() - base) / n
+    del informer
+    watched_size = await json_size(client, n)
+    print(f"transform: {label}")
+    print(f"  at sync      JSON {size:5.0f} B/object  cache {at_sync:5.0f} B/object  ratio {at_sync / size:.2f}")
+    print(
+        f"  after watch  JSON {watched_size:5.0f} B/object  cache {after_watch:5.0f} B/object"
+        f"  ratio {after_watch / watched_size:.2f}"
+    )
+
+
+@contextlib.contextmanager
+def api_server() -> Iterator[str]:
+    """Start ``bench/apiserver.py``; yields the path of its kubeconfig."""
+    with tempfile.TemporaryDirectory() as workdir:
+        kubeconfig = os.path.join(workdir, "kubeconfig")
+        here = os.path.dirname(os.path.abspath(__file__))
+        popen = subprocess.Popen(
+            [sys.executable, os.path.join(here, "apiserver.py"), "--write-kubeconfig", kubeconfig],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            assert popen.stdout is not None
+            line = popen.stdout.readline()
+            if not line.startswith("listening on "):
+                raise SystemExit(f"the embedded API server did not start: {line!r}")
+            yield kubeconfig
+        finally:
+            popen.terminate()
+            popen.wait(30)
+
+
+async def for_all(n: int, request: Callable[[int], Awaitable[object]]) -> None:
+    """``request(i)`` for every ``i`` below ``n``, 16 at a time."""
+
+    async def worker(start: int) -> None:
+        for i in range(start, n, 16):
+            await request(i)
+
+    async with trio.open_nursery() as nursery:
+        for start in range(16):
+            nursery.start_soon(worker, start)
+
+
+async def main(n: int, names: str, kubeconfig: str) -> None:
+    async with Client(Config.from_kubeconfig(kubeconfig)) as client:
+        await for_all(n, lambda i: client.create(CM, configmap(i), namespace="default"))
+        tracemalloc.start()
+        print(f"N={n}")
+        for round_, (label, transform) in enumerate(transforms(names)):
+            await measure(client, n, label, transform, round_)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("n", type=int, nargs="?", default=10_000, help="objects (default 10,000)")
+    parser.add_argument("--transform", default="strip,none", help="comma-separated: strip, none")
+    args = parser.parse_args()
+    with api_server() as kubeconfig:
+        trio.run(main, args.n, args.transform, kubeconfig)
