@@ -78,7 +78,14 @@ class MirrorReconciler:
             await self._clean_up(ctx, source)
             return
         if FINALIZER not in (meta.get("finalizers") or []):
-            await set_finalizer(self.client, self.configmaps, source, FINALIZER, present=True)
+            if not await set_finalizer(self.client, self.configmaps, source, FINALIZER, present=True):
+                # Not written: the source is gone (the cache showed it late), or another
+                # writer added the finalizer. Never copy a source that holds no finalizer.
+                try:
+                    await self.client.get(self.configmaps, meta["name"], namespace=meta.get("namespace"))
+                except NotFoundError:
+                    await self._delete_stray_copies(_source_id(source))
+                    return
         try:
             selector = parse_selector((meta.get("annotations") or {}).get(SELECTOR_ANNOTATION, ""))
         except ValueError as exc:

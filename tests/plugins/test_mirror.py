@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import trio
+
 from engine import EventType
-from engine.testing import KubeTarget, open_plugin_test
+from engine.testing import ApiServer, KubeTarget, open_plugin_test
 from plugins.mirror import plugin as mirror_plugin
 from plugins.mirror._controller import FINALIZER, SOURCE_LABEL
 
@@ -75,3 +77,19 @@ async def test_unlabelled_source_releases_its_finalizer_and_user_configmaps_are_
         assert await copy_namespaces(h) == set(), "copies were cleaned up"
         await h.delete("ConfigMap", "settings")
         assert await h.get("ConfigMap", "settings", namespace="a2")
+
+
+async def test_a_source_seen_late_after_it_was_deleted_is_never_copied(kube_target: KubeTarget, kube_api: ApiServer) -> None:
+    """A stale cache shows a source that is already gone: adding the finalizer finds nothing,
+    and no copy is made (a copy without a source, until the deletion reached the cache, was
+    found by the simulation, mirror seed 204)."""
+    async with open_plugin_test(mirror_plugin, kube_target, namespace="src",
+                                manifests=[namespace("src"), namespace("a1", team="a")]) as h:
+        kube_api.faults.delay_watch(5, resource="configmaps")
+        await h.apply(SOURCE)
+        await trio.sleep(2)
+        await h.delete("ConfigMap", "settings")
+        assert await h.get("ConfigMap", "settings") is None
+        for _ in range(8):  # the ADDED event arrives at 5 s, the DELETED one at 7 s
+            await trio.sleep(1)
+            assert await copy_namespaces(h) == set()
