@@ -62,6 +62,9 @@ class WorkQueueStatistics:
     """Whether :meth:`WorkQueue.shutdown` was called."""
     longest_processing: float
     """Seconds the longest-running key has been processing (0 when none)."""
+    last_delay_ends_in: float = 0.0
+    """Seconds until the last pending delay ends (0 when none): with rate-limited retries
+    after many failures, up to the rate limiter's cap."""
 
 
 class WorkQueue(Generic[K]):
@@ -379,4 +382,5 @@ class WorkQueue(Generic[K]):
             retries_total=self._retries_total,
             shut_down=self._shut,
             longest_processing=longest,
+            last_delay_ends_in=max((d for d, _ in self._waiting.values()), default=now) - now,
         )

@@ -17,7 +17,10 @@ running in several replicas: one replica leads (its controllers run), the others
   (errors, conflicts, or a request that hangs: attempts are cut off at the deadline), or a read
   shows another holder, the ``on_lost`` callbacks are called synchronously and the elector stops
   leading. Because ``renew_deadline < lease_duration``, they run strictly before a standby can
-  take over.
+  take over. One case no Lease-based election fences (client-go's neither): a restore of the
+  API server's storage (an etcd backup) that brings back an older Lease record, released or
+  held by an earlier leader. A standby may then take the Lease while the current leader still
+  leads, until that leader's renewals fail for ``renew_deadline``.
 * **Optimistic concurrency.** Every write carries the ``resourceVersion`` it was based on; a
   ``ConflictError`` means someone else wrote first, and the Lease is read again.
 * **Release.** :meth:`LeaderElector.release` (called by the manager after a graceful drain)
