@@ -336,3 +336,18 @@ def test_statistics_are_a_snapshot() -> None:
         assert math.isclose(q.statistics().longest_processing, 0.0)
 
     trio.run(main, clock=trio.testing.MockClock())
+
+
+def test_statistics_tell_when_the_last_pending_delay_ends() -> None:
+    async def main() -> None:
+        q: WorkQueue[str] = WorkQueue(rate_limiter=ExponentialBackoffLimiter(base=1, cap=1000))
+        assert q.statistics().last_delay_ends_in == 0
+        q.add_rate_limited("b")
+        q.add_after("a", 5)
+        assert q.statistics().last_delay_ends_in == 5
+        clock.jump(2)
+        stats = q.statistics()
+        assert stats.waiting == 2 and math.isclose(stats.last_delay_ends_in, 3)
+
+    clock = trio.testing.MockClock()
+    trio.run(main, clock=clock)
