@@ -151,6 +151,7 @@ def test_a_history_rewind_restores_a_snapshot_and_the_plugin_converges_on_what_i
     assert any(t == "writes accepted again" for t in texts)
 
 
+@pytest.mark.timeout(BUDGET + 120)
 @pytest.mark.parametrize("name", ["bundles", "mirror"])
 def test_bundled_plugins_hold_their_guarantees_over_seeds(name: str, record_property: Any) -> None:
     results = simulate_seeds(simulation_for(name), range(SEEDS), budget=BUDGET)
