@@ -16,8 +16,8 @@ from engine import (
     ObjectRef,
     OutcomeKind,
     Result,
-    RunContext,
     Run,
+    RunContext,
     RunLog,
     RunObserver,
     SupersedePolicy,
@@ -494,7 +494,7 @@ async def test_trigger_after_stop_is_refused_and_cancels_nothing(autojump_clock:
 async def test_cancelling_an_ended_run_never_reaches_the_next_run(autojump_clock: trio.testing.MockClock) -> None:
     """Workers reuse a cancel scope across uncancelled runs; a late cancel of an ended run
     must not leak into the next run of the same worker."""
-    from engine import Run, RunObserver
+    from engine import RunObserver
 
     runs: list[Run] = []
 

@@ -431,9 +431,9 @@ class _Simulator:
         if self.rewound_at is None:
             return None
         since = trio.current_time() - self.rewound_at
-        deadlines = [rep.harness.manager.leader_election.renew_deadline for rep in self.replicas
-                     if rep.harness is not None and rep.harness.manager.leader_election is not None]
-        return since if deadlines and since <= max(deadlines) else None
+        deadlines = [float(getattr(rep.harness.manager.leader_election, "renew_deadline", 0.0))
+                     for rep in self.replicas if rep.harness is not None]
+        return since if since <= max(deadlines, default=0.0) else None
 
     def stop(self, rep: _Replica) -> None:
         rep.wait_scope.cancel()
