@@ -119,7 +119,18 @@ class BundleReconciler:
             live_meta = live["metadata"]
             if live_meta.get("uid") != bundle["metadata"].get("uid") or live_meta.get("deletionTimestamp"):
                 return None
-            await set_finalizer(self.client, self.bundles, live, FINALIZER, present=True)
+            if not await set_finalizer(self.client, self.bundles, live, FINALIZER, present=True):
+                # Not written: gone since (a retried write can outlast the object), or someone
+                # added it first. Only a live bundle holding the finalizer gets objects.
+                try:
+                    live = await self.client.get(self.bundles, name, namespace=ns)
+                except NotFoundError:
+                    return None
+                live_meta = live["metadata"]
+                if live_meta.get("uid") != bundle["metadata"].get("uid") or live_meta.get("deletionTimestamp"):
+                    return None
+                if FINALIZER not in (live_meta.get("finalizers") or []):
+                    raise RuntimeError(f"the finalizer {FINALIZER} could not be added to Bundle {ns}/{name}")
 
         await self._check_dependencies(ctx, bundle, spec)
 

@@ -111,7 +111,10 @@ class MirrorReconciler:
                 "metadata": {"name": meta["name"], "namespace": ns, "labels": {SOURCE_LABEL: mine}},
                 "data": dict(source.get("data") or {}),
             }
-            await self.client.apply(self.configmaps, copy, field_manager=FIELD_MANAGER, force=True)
+            # Shielded: a superseded run finishes this write before it ends, so the write never
+            # lands after the next run deleted the copies of a source that is going away.
+            with ctx.shield(10):
+                await self.client.apply(self.configmaps, copy, field_manager=FIELD_MANAGER, force=True)
         for ns in sorted(existing - wanted):
             await self._delete_copy(ns, meta["name"])
         if skipped:

@@ -15,7 +15,7 @@ import trio
 
 from engine import Event, EventType, OutcomeKind
 from engine.kube import InvalidError, get_condition
-from engine.testing import KubeTarget, PluginHarness, open_plugin_test
+from engine.testing import ApiServer, KubeTarget, PluginHarness, open_plugin_test
 from plugins.bundles import plugin
 from plugins.bundles._controller import OWNER_LABEL, _identity, parse_duration
 
@@ -111,6 +111,23 @@ async def test_deleting_a_bundle_also_deletes_what_carries_its_label_but_missed_
         await h.delete(API + "/Bundle", "app")
         await h.wait_deleted(API + "/Bundle", "app", timeout=20)
         assert {o["metadata"]["name"] for o in await h.list("ConfigMap")} & {"a", "lost", "theirs"} == {"theirs"}
+
+
+async def test_a_bundle_deleted_while_its_finalizer_was_being_added_gets_nothing_applied(
+    kube_target: KubeTarget, kube_api: ApiServer
+) -> None:
+    """The finalizer patch is slow and the bundle, deleted meanwhile (it had no finalizer yet),
+    is gone when the patch arrives: nothing is applied, so nothing is left behind without an
+    owner. (Found by the simulation, bundles seeds 336 and 360.)"""
+    async with open_plugin_test(plugin, kube_target, namespace="e2e",
+                                manifests=[source("repo", "r1", [configmap("a")])]) as h:
+        await h.apply(bundle("app", "repo"))
+        kube_api.faults.add_latency(3, count=1, resource="bundles", verbs={"patch"})
+        await trio.sleep(1)
+        await h.delete(API + "/Bundle", "app")
+        assert await h.get(API + "/Bundle", "app") is None
+        await trio.sleep(10)
+        assert {o["metadata"]["name"] for o in await h.list("ConfigMap")} & {"a"} == set()
 
 
 async def test_seed1_rapid_revisions_with_a_stale_cache_end_ready_at_the_final_revision(kube_target: KubeTarget) -> None:
