@@ -21,6 +21,10 @@ async def set_finalizer(
     (by another controller) are never lost; on a race the object is read again and the patch
     retried once, then the error is raised. A missing object is not an error (nothing to do).
 
+    ``False`` after ``present=True`` means the finalizer was already there *or the object is
+    gone* (a stale cache, or a write retried past its deletion): read the object again before
+    creating anything the finalizer is meant to clean up, or it will outlive its owner.
+
     Cancellation: if cancelled, the patch may or may not have been applied; it is idempotent, so the next
     reconcile can simply call it again.
     """
