@@ -84,6 +84,7 @@ from ._cluster import generation_changed as generation_changed
 from ._cluster import labels_match as labels_match
 from ._cluster import ref_for as ref_for
 from ._cluster import requested_at_changed as requested_at_changed
+from ._finalizer import hold_finalizer as hold_finalizer
 from ._finalizer import set_finalizer as set_finalizer
 from ._plugin import ENTRY_POINT_GROUP as ENTRY_POINT_GROUP
 from ._plugin import Plugin as Plugin
@@ -178,6 +179,7 @@ __all__ = [
     "error_from_status",
     "generation_changed",
     "get_condition",
+    "hold_finalizer",
     "install_crds",
     "is_ready",
     "join_selectors",

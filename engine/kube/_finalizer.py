@@ -9,7 +9,7 @@ from ._client import Client, PatchType
 from ._errors import ConflictError, InvalidError, NotFoundError
 from ._resource import Resource
 
-__all__ = ["set_finalizer"]
+__all__ = ["hold_finalizer", "set_finalizer"]
 
 
 async def set_finalizer(
@@ -51,3 +51,36 @@ async def set_finalizer(
             except NotFoundError:
                 return False
     return False
+
+
+async def hold_finalizer(
+    client: Client, resource: Resource, obj: Mapping[str, Any], finalizer: str
+) -> dict[str, Any] | None:
+    """The object as the server has it now, holding ``finalizer`` (added if missing), or
+    ``None`` when it is gone or was replaced by another of the same name (another uid).
+
+    Call it before creating anything the finalizer is meant to clean up: ``obj`` usually comes
+    from a cache, which may show an object already deleted, or show the finalizer on an object
+    whose finalizer was since removed. The answer comes from the server (a GET, and a patch if
+    the finalizer is missing). An object being deleted is returned as it is (check
+    ``metadata.deletionTimestamp``): clean up rather than create.
+
+    Cancellation: if cancelled, the finalizer may or may not have been added; calling again is
+    safe.
+    """
+    meta = obj["metadata"]
+    name, namespace = meta["name"], meta.get("namespace")
+    for _ in range(2):
+        try:
+            live = await client.get(resource, name, namespace=namespace)
+        except NotFoundError:
+            return None
+        live_meta = live["metadata"]
+        if meta.get("uid") and live_meta.get("uid") != meta.get("uid"):
+            return None
+        if live_meta.get("deletionTimestamp") or finalizer in (live_meta.get("finalizers") or []):
+            return live
+        await set_finalizer(client, resource, live, finalizer, present=True)
+    raise ConflictError(
+        f"the finalizer {finalizer} could not be added to {resource.kind} {namespace}/{name}", code=409, reason="Conflict"
+    )

@@ -24,6 +24,7 @@ from engine.kube import (
     Store,
     any_of,
     generation_changed,
+    hold_finalizer,
     is_ready,
     ref_for,
     requested_at_changed,
@@ -109,28 +110,13 @@ class BundleReconciler:
         except InvalidSpec as exc:
             await self._status(ctx, bundle, False, "InvalidSpec", str(exc))
             raise TerminalError(f"invalid spec: {exc}") from None
-        if spec.prune and FINALIZER not in (bundle["metadata"].get("finalizers") or []):
-            # The cache may be stale: applying for a bundle that is already gone would leave
-            # objects no finalizer will ever prune. Add the finalizer to the live object.
-            try:
-                live = await self.client.get(self.bundles, name, namespace=ns)
-            except NotFoundError:
+        if spec.prune:
+            # The cache may show a bundle already gone, or a finalizer since removed: applying
+            # for it would leave objects no finalizer will ever prune. Only a bundle holding the
+            # finalizer on the server gets objects.
+            live = await hold_finalizer(self.client, self.bundles, bundle, FINALIZER)
+            if live is None or live["metadata"].get("deletionTimestamp"):
                 return None
-            live_meta = live["metadata"]
-            if live_meta.get("uid") != bundle["metadata"].get("uid") or live_meta.get("deletionTimestamp"):
-                return None
-            if not await set_finalizer(self.client, self.bundles, live, FINALIZER, present=True):
-                # Not written: gone since (a retried write can outlast the object), or someone
-                # added it first. Only a live bundle holding the finalizer gets objects.
-                try:
-                    live = await self.client.get(self.bundles, name, namespace=ns)
-                except NotFoundError:
-                    return None
-                live_meta = live["metadata"]
-                if live_meta.get("uid") != bundle["metadata"].get("uid") or live_meta.get("deletionTimestamp"):
-                    return None
-                if FINALIZER not in (live_meta.get("finalizers") or []):
-                    raise RuntimeError(f"the finalizer {FINALIZER} could not be added to Bundle {ns}/{name}")
 
         await self._check_dependencies(ctx, bundle, spec)
 
@@ -254,7 +240,7 @@ class BundleReconciler:
         meta = bundle["metadata"]
         if mapping(bundle.get("spec")).get("prune", True) is not False:
             previous = self._previous(bundle)
-            await self._prune(meta["name"], previous + await self._labelled(meta, previous), [])
+            await self._prune(meta["name"], previous + await self._labelled(bundle, previous), [])
         self._written.pop((meta.get("namespace"), meta["name"]), None)
         await set_finalizer(self.client, self.bundles, bundle, FINALIZER, present=False)
         ctx.log.info("deleted; garbage-collected the objects it applied")
@@ -266,17 +252,31 @@ class BundleReconciler:
         seen = {_identity(e) for e in cached}
         return cached + [e for e in written if _identity(e) not in seen]
 
-    async def _labelled(self, meta: Mapping[str, Any], previous: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """Objects in the bundle's namespace, of the types its inventory holds, that carry its
-        label but are not in the inventory: applied just before a status write that never
-        happened, or that a restore of the API server's storage undid."""
+    async def _labelled(self, bundle: Mapping[str, Any], previous: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Objects in the bundle's namespace that carry its label but are not in the inventory:
+        applied just before a status write that never happened, written by a request still in
+        flight when its run was cancelled, or undone from the inventory by a restore of the API
+        server's storage. Looked for among the types the inventory holds and the types its
+        Source's manifests have now."""
+        meta = bundle["metadata"]
         ns = meta.get("namespace") or ""
+        if not ns:
+            return []
         known = {_identity(e) for e in previous}
-        types = sorted({(e["apiVersion"], e["kind"]) for e in previous if (e.get("namespace") or "") == ns and ns})
+        wanted = {(e["apiVersion"], e["kind"]) for e in previous if (e.get("namespace") or "") == ns}
+        source = self.source_store.get(ns, name) if (name := source_name(bundle)) else None
+        try:
+            manifests = parse_source_spec(source).artifact if source is not None else ()
+        except InvalidSpec:
+            manifests = ()
+        wanted |= {(str(m["apiVersion"]), str(m["kind"])) for m in manifests if m.get("apiVersion") and m.get("kind")}
+        types = sorted(wanted)
         found = []
         for api_version, kind in types:
             try:
                 resource = await self.client.resource(api_version, kind)
+                if not resource.namespaced:
+                    continue
                 listed = await self.client.list_all(
                     resource, namespace=ns, label_selector=f"{OWNER_LABEL}={label_value(meta['name'])}"
                 )

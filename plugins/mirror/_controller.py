@@ -14,6 +14,7 @@ from engine.kube import (
     Plugin,
     PluginContext,
     Resource,
+    hold_finalizer,
     join_selectors,
     ref_for,
     set_finalizer,
@@ -77,15 +78,15 @@ class MirrorReconciler:
         if meta.get("deletionTimestamp"):
             await self._clean_up(ctx, source)
             return
-        if FINALIZER not in (meta.get("finalizers") or []):
-            if not await set_finalizer(self.client, self.configmaps, source, FINALIZER, present=True):
-                # Not written: the source is gone (the cache showed it late), or another
-                # writer added the finalizer. Never copy a source that holds no finalizer.
-                try:
-                    await self.client.get(self.configmaps, meta["name"], namespace=meta.get("namespace"))
-                except NotFoundError:
-                    await self._delete_stray_copies(_source_id(source))
-                    return
+        # The cache may show a source already gone, or a finalizer since removed: copy only a
+        # source that holds the finalizer on the server.
+        live = await hold_finalizer(self.client, self.configmaps, source, FINALIZER)
+        if live is None:
+            await self._delete_stray_copies(_source_id(source))
+            return
+        if live["metadata"].get("deletionTimestamp"):
+            await self._clean_up(ctx, live)
+            return
         try:
             selector = parse_selector((meta.get("annotations") or {}).get(SELECTOR_ANNOTATION, ""))
         except ValueError as exc:

@@ -113,6 +113,24 @@ async def test_deleting_a_bundle_also_deletes_what_carries_its_label_but_missed_
         assert {o["metadata"]["name"] for o in await h.list("ConfigMap")} & {"a", "lost", "theirs"} == {"theirs"}
 
 
+async def test_a_deleted_bundle_with_no_inventory_finds_its_objects_among_its_sources_types(
+    kube_target: KubeTarget,
+) -> None:
+    """A bundle that never recorded an inventory, and an object carrying its label (a write
+    still in flight when its run was cancelled, landing later): the deletion looks for it among
+    the types its Source's manifests have. (Found by the simulation, bundles seed 1096.)"""
+    async with open_plugin_test(plugin, kube_target, namespace="e2e", manifests=[
+            source("repo", "r1", [configmap("a")]), bundle("app", "repo", depends_on=("missing",))]) as h:
+        await h.wait_for(API + "/Bundle", "app", timeout=20, condition=lambda o: "bundles.engine.dev/finalizer" in
+                         ((o or {}).get("metadata") or {}).get("finalizers", ()))
+        late = configmap("a")
+        late["metadata"]["labels"] = {OWNER_LABEL: "app"}
+        await h.apply(late)
+        await h.delete(API + "/Bundle", "app")
+        await h.wait_deleted(API + "/Bundle", "app", timeout=20)
+        assert await h.get("ConfigMap", "a") is None
+
+
 async def test_a_bundle_deleted_while_its_finalizer_was_being_added_gets_nothing_applied(
     kube_target: KubeTarget, kube_api: ApiServer
 ) -> None:

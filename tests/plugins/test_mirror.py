@@ -114,3 +114,22 @@ async def test_a_copy_written_by_a_superseded_run_lands_before_the_next_run(
                 orphaned.append(trio.current_time())
         assert orphaned == []
         assert await h.get("ConfigMap", "settings") is None and await copy_namespaces(h) == set()
+
+
+async def test_a_cached_finalizer_on_a_source_since_deleted_is_not_trusted(
+    kube_target: KubeTarget, kube_api: ApiServer
+) -> None:
+    """The cache shows a source holding the finalizer; on the server the finalizer was removed
+    and the source deleted. No copy is made: the finalizer is checked on the server (a copy
+    without a source, found by the simulation, mirror seed 721)."""
+    async with open_plugin_test(mirror_plugin, kube_target, namespace="src",
+                                manifests=[namespace("src"), namespace("a1", team="a")]) as h:
+        kube_api.faults.delay_watch(5, resource="configmaps")
+        await h.apply(SOURCE.replace("  labels:", f"  finalizers: [{FINALIZER}]\n  labels:"))
+        await trio.sleep(2)
+        await h.patch("ConfigMap", "settings", {"metadata": {"finalizers": None}})
+        await h.delete("ConfigMap", "settings")
+        assert await h.get("ConfigMap", "settings") is None
+        for _ in range(8):
+            await trio.sleep(1)
+            assert await copy_namespaces(h) == set()
