@@ -168,3 +168,22 @@ def test_history_rewinds_leave_the_other_kinds_schedule_of_a_seed_as_it_was() ->
         with_rewinds = plan_faults(random.Random(seed), FaultKind, 60)
         assert [f for f in with_rewinds if f.kind is not FaultKind.HISTORY_REWIND] == plan_faults(
             random.Random(seed), others, 60)
+
+
+@pytest.mark.parametrize("name", ["bundles", "mirror"])
+def test_a_leader_that_keeps_reconciling_after_losing_its_lease_is_caught(
+    name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Fencing broken on purpose (the elector forgets to call its ``on_lost`` callbacks): the
+    simulator reports two runs at once. The allowance after a history rewind does not hide it."""
+    from engine.kube._leader import LeaderElector
+
+    def lose_without_telling(self: LeaderElector, reason: str) -> None:
+        self._callbacks = []
+        original(self, reason)
+
+    original = LeaderElector._lose
+    monkeypatch.setattr(LeaderElector, "_lose", lose_without_telling)
+    results = simulate_seeds(simulation_for(name), range(20))
+    caught = next((r for r in results if not r.ok), None)
+    assert caught is not None and caught.violation is not None and "(no fencing)" in caught.violation
