@@ -2,17 +2,20 @@
 
 Run by hand (not a test)::
 
-    python bench/cache_memory.py [N] [--transform strip,none]
+    python bench/cache_memory.py [N] [--kind configmap,widget] [--transform strip,none]
 
-Creates N ConfigMaps (labels, an annotation, two data keys) in the embedded API server, run in
-its own process (``bench/apiserver.py``, so that this process holds nothing but the client and
-the cache), then for each transform asked for (``strip``:
+For each kind asked for, creates N objects in the embedded API server, run in its own process
+(``bench/apiserver.py``, so that this process holds nothing but the client and the cache):
+``configmap``, ConfigMaps with labels, an annotation and two data keys; ``widget``, the custom
+resource of ``bench/vs_kopf.py`` (``spec.n``, and ``status.observedN`` written through the
+status subresource, as its operators do). Then, for each transform asked for (``strip``:
 :func:`engine.kube.strip_managed_fields`, what ``Cluster.informer`` uses by default; ``none``:
 objects cached whole) runs an :class:`engine.kube.Informer` and measures with ``tracemalloc``
 how much traced memory grew since just before the informer started:
 
 * **at sync**: once the informer synced (the list, decoded and cached);
-* **after watch**: once every object was patched (a new ``data`` value) and the informer
+* **after watch**: once every object was patched (a new ``data`` value, a new ``spec.n``) and
+  the informer
   received all the changes through its watch (the cache then holds objects decoded from watch
   events).
 
@@ -35,11 +38,20 @@ import tracemalloc
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
+import attrs
 import trio
 
 sys.path.insert(0, os.environ.get("ROOT", "."))
 
-from engine.kube import Client, Config, Informer, InformerEvent, Resource, WatchEventType  # noqa: E402
+from engine.kube import (  # noqa: E402
+    Client,
+    Config,
+    Informer,
+    InformerEvent,
+    Resource,
+    WatchEventType,
+    install_crds,
+)
 
 CM = Resource(group="", version="v1", kind="ConfigMap", plural="configmaps", namespaced=True)
 
@@ -53,6 +65,46 @@ def configmap(i: int) -> dict[str, Any]:
         },
         "data": {"key": f"value-{i}", "config.yaml": "a: 1\nb: [x, y, z]\n" * 4},
     }
+
+
+@attrs.frozen
+class Kind:
+    """What to cache: objects of ``resource``, made by ``make``, changed by ``change``."""
+
+    resource: Resource
+    make: Callable[[Client, int], Awaitable[object]]
+    change: Callable[[Client, int, int], Awaitable[object]]
+    setup: Callable[[Client], Awaitable[object]] | None = None
+
+
+def configmaps() -> Kind:
+    return Kind(
+        CM,
+        lambda client, i: client.create(CM, configmap(i), namespace="default"),
+        lambda client, i, round_: client.patch(
+            CM, f"cm-{i:06d}", {"data": {"key": f"value-{i}-{round_}"}}, namespace="default"
+        ),
+    )
+
+
+def widgets() -> Kind:
+    from vs_kopf import CRD, GROUP, KIND, PLURAL, VERSION
+
+    widget = Resource(group=GROUP, version=VERSION, kind=KIND, plural=PLURAL, namespaced=True)
+
+    async def make(client: Client, i: int) -> None:
+        await client.create(widget, {"metadata": {"name": f"w-{i:06d}"}, "spec": {"n": 0}}, namespace="default")
+        await client.patch_status(widget, f"w-{i:06d}", {"status": {"observedN": 0}}, namespace="default")
+
+    return Kind(
+        widget,
+        make,
+        lambda client, i, round_: client.patch(widget, f"w-{i:06d}", {"spec": {"n": round_ + 1}}, namespace="default"),
+        lambda client: install_crds(client, [CRD]),
+    )
+
+
+KINDS = {"configmap": configmaps, "widget": widgets}
 
 
 def transforms(names: str) -> list[tuple[str, Any]]:
@@ -69,8 +121,8 @@ def transforms(names: str) -> list[tuple[str, Any]]:
     return out
 
 
-async def json_size(client: Client, n: int) -> float:
-    listing = await client.list(CM, namespace="default")
+async def json_size(client: Client, resource: Resource, n: int) -> float:
+    listing = await client.list(resource, namespace="default")
     return sum(len(json.dumps(o, separators=(",", ":"))) for o in listing.items) / n
 
 
@@ -79,11 +131,11 @@ def traced() -> int:
     return tracemalloc.get_traced_memory()[0]
 
 
-async def measure(client: Client, n: int, label: str, transform: Any, round_: int) -> None:
-    size = await json_size(client, n)
+async def measure(client: Client, kind: Kind, n: int, label: str, transform: Any, round_: int) -> None:
+    size = await json_size(client, kind.resource, n)
     kwargs = {} if transform is None else {"transform": transform}
     base = traced()
-    informer = Informer(client, CM, namespace="default", **kwargs)
+    informer = Informer(client, kind.resource, namespace="default", **kwargs)
     modified = 0
 
     def count(event: InformerEvent) -> None:
@@ -95,13 +147,13 @@ async def measure(client: Client, n: int, label: str, transform: Any, round_: in
         await informer.wait_synced()
         at_sync = (traced() - base) / n
         informer.add_handler(count, replay=False)
-        await for_all(n, lambda i: client.patch(CM, f"cm-{i:06d}", {"data": {"key": f"value-{i}-{round_}"}}, namespace="default"))
+        await for_all(n, lambda i: kind.change(client, i, round_))
         while modified < n:
             await trio.sleep(0.01)
         nursery.cancel_scope.cancel()
     after_watch = (traced() - base) / n
     del informer
-    watched_size = await json_size(client, n)
+    watched_size = await json_size(client, kind.resource, n)
     print(f"transform: {label}")
     print(f"  at sync      JSON {size:5.0f} B/object  cache {at_sync:5.0f} B/object  ratio {at_sync / size:.2f}")
     print(
@@ -144,19 +196,30 @@ async def for_all(n: int, request: Callable[[int], Awaitable[object]]) -> None:
             nursery.start_soon(worker, start)
 
 
-async def main(n: int, names: str, kubeconfig: str) -> None:
+async def main(n: int, kinds: list[str], names: str, kubeconfig: str) -> None:
     async with Client(Config.from_kubeconfig(kubeconfig)) as client:
-        await for_all(n, lambda i: client.create(CM, configmap(i), namespace="default"))
         tracemalloc.start()
-        print(f"N={n}")
-        for round_, (label, transform) in enumerate(transforms(names)):
-            await measure(client, n, label, transform, round_)
+        round_ = 0
+        for name in kinds:
+            kind = KINDS[name]()
+            if kind.setup is not None:
+                await kind.setup(client)
+            await for_all(n, lambda i, kind=kind: kind.make(client, i))
+            print(f"{kind.resource.kind}, N={n}")
+            for label, transform in transforms(names):
+                await measure(client, kind, n, label, transform, round_)
+                round_ += 1
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("n", type=int, nargs="?", default=10_000, help="objects (default 10,000)")
+    parser.add_argument("--kind", default="configmap,widget", help="comma-separated: configmap, widget")
     parser.add_argument("--transform", default="strip,none", help="comma-separated: strip, none")
     args = parser.parse_args()
+    kinds = [name.strip() for name in args.kind.split(",") if name.strip()]
+    unknown = sorted(set(kinds) - set(KINDS))
+    if unknown or not kinds:
+        parser.error(f"--kind: unknown {unknown}; choose from {', '.join(KINDS)}")
     with api_server() as kubeconfig:
-        trio.run(main, args.n, args.transform, kubeconfig)
+        trio.run(main, args.n, kinds, args.transform, kubeconfig)

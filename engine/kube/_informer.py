@@ -25,16 +25,15 @@ Before an object reaches the store, the informer's ``transform`` (if any) is app
 ``ADDED``, ``MODIFIED`` and ``DELETED`` watch event), and the store and handlers see only the
 result, like client-go's ``SetTransform``. :func:`strip_managed_fields` is the usual one
 (:meth:`Cluster.informer <engine.kube.Cluster.informer>` applies it by default). Then the
-object's dictionary keys, and the values of a few fields that repeat from object to object
-(``apiVersion``, ``kind``, ``namespace``, ``type``, ``status``, ``reason``, label values and
-the like), are interned: every cached object shares one copy of each such string.
+object is copied into a compact form that shares interned strings and dictionary key tables
+with the other cached objects (:mod:`engine.kube._compact`); it is still made of plain
+``dict`` and ``list`` objects.
 """
 
 from __future__ import annotations
 
 import logging
 import random
-import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -43,6 +42,7 @@ import trio
 
 from .._errors import LifecycleError
 from ._client import Client, Selector
+from ._compact import compact
 from ._resource import Resource
 from ._store import InformerEvent, Store, object_key
 from ._watch import WatchEventType
@@ -73,53 +73,6 @@ def strip_managed_fields(obj: dict[str, Any]) -> dict[str, Any]:
     if isinstance(meta, dict):
         meta.pop("managedFields", None)
     return obj
-
-
-_intern = sys.intern
-
-_REPEATED_VALUES = frozenset(
-    {
-        "apiVersion",
-        "kind",
-        "namespace",
-        "type",
-        "status",
-        "reason",
-        "fieldsType",
-        "manager",
-        "operation",
-        "subresource",
-    }
-)
-"""Keys whose string values repeat across objects of a type; those values are interned."""
-
-
-def _compact(obj: dict[str, Any]) -> dict[str, Any]:
-    """A copy of the decoded ``obj`` that shares its strings with other cached objects: keys
-    interned, and the values of :data:`_REPEATED_VALUES` and label values. Only containers
-    are copied; other values are the decoded ones."""
-    out: dict[str, Any] = {}
-    for key, value in obj.items():
-        kind = type(value)
-        if kind is str:
-            if key in _REPEATED_VALUES:
-                value = _intern(value)
-        elif kind is dict:
-            value = _compact_labels(value) if key == "labels" else _compact(value)
-        elif kind is list:
-            value = _compact_list(value)
-        out[_intern(key)] = value
-    return out
-
-
-def _compact_list(items: list[Any]) -> list[Any]:
-    return [
-        _compact(v) if type(v) is dict else _compact_list(v) if type(v) is list else v for v in items
-    ]
-
-
-def _compact_labels(labels: dict[str, Any]) -> dict[str, Any]:
-    return {_intern(k): _intern(v) if type(v) is str else v for k, v in labels.items()}
 
 
 @attrs.frozen
@@ -314,13 +267,13 @@ class Informer:
 
     def _prepared(self, event: WatcherEvent) -> WatcherEvent:
         if isinstance(event, Added):
-            return Added(_compact(self._transformed(event.obj)))
+            return Added(compact(self._transformed(event.obj)))
         if isinstance(event, Modified):
-            return Modified(_compact(self._transformed(event.obj)))
+            return Modified(compact(self._transformed(event.obj)))
         if isinstance(event, Deleted):
             return event if self.transform is None else Deleted(self._transformed(event.obj))
         if isinstance(event, Restarted):
-            objects = [_compact(self._transformed(obj)) for obj in event.objects]
+            objects = [compact(self._transformed(obj)) for obj in event.objects]
             return Restarted(objects, event.resource_version, reset=event.reset)
         return event
 

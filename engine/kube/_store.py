@@ -117,11 +117,6 @@ class _ObjectFaults:
         self._logged.clear()
 
 
-def _by_namespace(obj: Mapping[str, Any]) -> Iterable[str]:
-    ns = obj["metadata"].get("namespace")
-    return (ns,) if ns else ()
-
-
 def _by_owner(obj: Mapping[str, Any]) -> Iterable[str]:
     refs = obj["metadata"].get("ownerReferences")
     if not isinstance(refs, list):
@@ -149,13 +144,16 @@ class Store:
 
     def __init__(self) -> None:
         self._faults = _ObjectFaults()
-        self._objects: dict[ObjectKey, dict[str, Any]] = {}
+        self._namespaces: dict[str | None, dict[str, dict[str, Any]]] = {}
+        """Objects by namespace (``None`` for cluster-scoped ones), then name: no key tuple
+        per object, and the namespace index for free."""
+        self._count = 0
         self._index_funcs: dict[str, IndexFunc] = {}
         self._indexes: dict[str, dict[str, set[ObjectKey]]] = {}
         self._filed: dict[str, dict[ObjectKey, str | tuple[str, ...]]] = {}
         """Per index, the values each object is filed under: a lone value as itself (no
         tuple of one per object), several as a tuple."""
-        self.add_index(NAMESPACE_INDEX, _by_namespace)
+        self._reserved = {NAMESPACE_INDEX}
         self.add_index(OWNER_INDEX, _by_owner)
 
     def add_index(self, name: str, func: IndexFunc) -> None:
@@ -164,49 +162,70 @@ class Store:
         Raises ``ValueError`` if an index of that name exists. Objects ``func`` raises for
         are left out of the index (see the class documentation).
         """
-        if name in self._index_funcs:
+        if name in self._index_funcs or name in self._reserved:
             raise ValueError(f"index names must be unique, and {name!r} exists")
         self._index_funcs[name] = func
         self._indexes[name] = {}
         self._filed[name] = {}
-        for key, obj in self._objects.items():
+        for key, obj in self._items():
             self._file(name, key, obj)
 
     def get(self, namespace: str | None, name: str) -> dict[str, Any] | None:
         """The cached object, or ``None``. Pass ``None`` as namespace for cluster-scoped objects."""
-        return self._objects.get((namespace or None, name))
+        names = self._namespaces.get(namespace or None)
+        return None if names is None else names.get(name)
 
     def list(self) -> builtins.list[dict[str, Any]]:
         """Every cached object, in no particular order."""
-        return list(self._objects.values())
+        out: builtins.list[dict[str, Any]] = []
+        for names in self._namespaces.values():
+            out.extend(names.values())
+        return out
 
     def keys(self) -> builtins.list[ObjectKey]:
         """The ``(namespace, name)`` key of every cached object."""
-        return list(self._objects)
+        return [key for key, _ in self._items()]
+
+    def _items(self) -> Iterator[tuple[ObjectKey, dict[str, Any]]]:
+        for namespace, names in self._namespaces.items():
+            for name, obj in names.items():
+                yield (namespace, name), obj
+
+    def _get(self, key: ObjectKey) -> dict[str, Any] | None:
+        names = self._namespaces.get(key[0])
+        return None if names is None else names.get(key[1])
 
     def by_index(self, name: str, value: str) -> builtins.list[dict[str, Any]]:
         """The cached objects that index ``name`` files under ``value``.
 
         Raises ``KeyError`` for an unknown index.
         """
+        if name == NAMESPACE_INDEX:
+            return list(self._namespaces.get(value, {}).values()) if value else []
         if name not in self._indexes:
             raise KeyError(f"no index named {name!r}; add it with add_index() first")
-        return [self._objects[key] for key in self._indexes[name].get(value, ())]
+        objects = self._namespaces
+        return [objects[namespace][object_name] for namespace, object_name in self._indexes[name].get(value, ())]
 
     def index_values(self, name: str) -> builtins.list[str]:
         """The values under which index ``name`` files at least one object."""
+        if name == NAMESPACE_INDEX:
+            return [namespace for namespace in self._namespaces if namespace]
         if name not in self._indexes:
             raise KeyError(f"no index named {name!r}; add it with add_index() first")
         return list(self._indexes[name])
 
     def __len__(self) -> int:
-        return len(self._objects)
+        return self._count
 
     def __contains__(self, key: object) -> bool:
-        return key in self._objects
+        if not isinstance(key, tuple) or len(key) != 2:
+            return False
+        names = self._namespaces.get(key[0])
+        return names is not None and key[1] in names
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
-        return iter(list(self._objects.values()))
+        return iter(self.list())
 
     # --- contained exceptions, shared with the owning informer ---
 
@@ -246,8 +265,7 @@ class Store:
         and does not stop the event (see the class documentation).
         """
         if isinstance(event, Added | Modified):
-            key = object_key(event.obj)
-            current = self._objects.get(key)
+            current = self._get(object_key(event.obj))
             if current is not None and _rv(current) == _rv(event.obj):
                 return []
             return [self._change(event.obj, self._put(event.obj))]
@@ -272,12 +290,12 @@ class Store:
         for obj in objects:
             key = object_key(obj)
             seen.add(key)
-            current = self._objects.get(key)
+            current = self._get(key)
             if not reset and current is not None and _rv(current) == _rv(obj):
                 continue
             planned.append((obj, self._index_values(obj)))
         changes = [self._change(obj, self._insert(obj, values)) for obj, values in planned]
-        for key in [k for k in self._objects if k not in seen]:
+        for key in [k for k, _ in self._items() if k not in seen]:
             old = self._remove(key)
             if old is not None:
                 changes.append(InformerEvent(WatchEventType.DELETED, old, old))
@@ -320,22 +338,35 @@ class Store:
         return self._insert(obj, self._index_values(obj))
 
     def _insert(self, obj: dict[str, Any], new_values: dict[str, tuple[str, ...]]) -> dict[str, Any] | None:
-        key = object_key(obj)
-        # Popped, not read: reassigning would keep the old key tuple while the indexes took
-        # the new one, two tuples per object.
-        old = self._objects.pop(key, None)
-        if old is not None:
+        key = namespace, name = object_key(obj)
+        names = self._namespaces.get(namespace)
+        if names is None:
+            names = self._namespaces[namespace] = {}
+        old = names.get(name)
+        if old is None:
+            self._count += 1
+        else:
             for index in self._index_funcs:
                 self._unfile(index, key)
-        self._objects[key] = obj
+            # The table keeps the name it was first given; the new object is made to share
+            # that string rather than hold an equal one of its own.
+            kept = old["metadata"]["name"]
+            meta = obj["metadata"]
+            if meta["name"] is not kept and kept == name:
+                meta["name"] = kept
+        names[name] = obj
         for index, values in new_values.items():
             self._file_values(index, key, values)
         return old
 
     def _remove(self, key: ObjectKey) -> dict[str, Any] | None:
         self._faults.forget(key)
-        old = self._objects.pop(key, None)
+        names = self._namespaces.get(key[0])
+        old = None if names is None else names.pop(key[1], None)
         if old is not None:
+            self._count -= 1
+            if not names:
+                del self._namespaces[key[0]]
             for index in self._index_funcs:
                 self._unfile(index, key)
         return old

@@ -3,9 +3,15 @@ under virtual time (and an httpx.MockTransport where the server cannot misbehave
 
 from __future__ import annotations
 
+import copy
+import gc
 import itertools
 import json
 import logging
+import random
+import sys
+import tracemalloc
+import uuid
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -625,3 +631,94 @@ async def test_cached_objects_share_keys_and_repeated_values(
             assert a["metadata"]["labels"]["app"] is b["metadata"]["labels"]["app"]
             assert a["metadata"]["uid"] != b["metadata"]["uid"]
         nursery.cancel_scope.cancel()
+
+
+def served_configmap(i: int, rng: random.Random) -> dict[str, Any]:
+    """A ConfigMap as a server returns it, ``managedFields`` included (bench/cache_memory.py's)."""
+    stamp = f"2026-12-03T10:{i // 600 % 60:02d}:{i // 10 % 60:02d}Z"
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": f"cm-{i:06d}",
+            "namespace": "default",
+            "uid": str(uuid.UUID(int=rng.getrandbits(128), version=4)),
+            "resourceVersion": str(1000 + i),
+            "creationTimestamp": stamp,
+            "labels": {"app": "bench", "shard": str(i % 16)},
+            "annotations": {"bench.example.com/index": str(i)},
+            "managedFields": [
+                {
+                    "manager": "bench",
+                    "operation": "Update",
+                    "apiVersion": "v1",
+                    "time": stamp,
+                    "fieldsType": "FieldsV1",
+                    "fieldsV1": {
+                        "f:data": {".": {}, "f:config.yaml": {}, "f:key": {}},
+                        "f:metadata": {
+                            "f:annotations": {".": {}, "f:bench.example.com/index": {}},
+                            "f:labels": {".": {}, "f:app": {}, "f:shard": {}},
+                        },
+                    },
+                }
+            ],
+        },
+        "data": {"key": f"value-{i}", "config.yaml": "a: 1\nb: [x, y, z]\n" * 4},
+    }
+
+
+@pytest.mark.skipif(sys.implementation.name != "cpython", reason="the figure is CPython's")
+async def test_the_cache_holds_an_object_in_at_most_one_and_a_half_times_its_json(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Issue 14's bound on cache growth at N = 10,000, as ``bench/cache_memory.py`` measures
+    it against a server: memory traced from before the informer started, per cached object, against
+    the object's JSON as the server sends it; once synced, and after a watch changed them all."""
+    n = 10_000
+    rng = random.Random(14)
+    server = ScriptedApi([served_configmap(i, rng) for i in range(n)])
+    size = sum(len(json.dumps(o, separators=(",", ":"))) for o in server.items) / n
+    changes = []
+    for i, obj in enumerate(copy.deepcopy(server.items)):
+        obj["metadata"]["resourceVersion"] = str(1000 + n + i)
+        obj["data"]["key"] = f"value-{i}-1"
+        changes.append(json.dumps({"type": "MODIFIED", "object": obj}).encode() + b"\n")
+    config = Config.from_dict(
+        {
+            "clusters": [{"name": "c", "cluster": {"server": "http://k8s.test"}}],
+            "users": [{"name": "u", "user": {}}],
+            "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
+            "current-context": "x",
+        }
+    )
+    changed = 0
+
+    def count(event: InformerEvent) -> None:
+        nonlocal changed
+        changed += event.type is MODIFIED
+
+    def traced() -> int:
+        gc.collect()
+        return tracemalloc.get_traced_memory()[0]
+
+    async with Client(config, transport=httpx.MockTransport(server)) as client, trio.open_nursery() as nursery:
+        tracemalloc.start()
+        try:
+            base = traced()
+            informer = Informer(client, CONFIGMAPS, idle_timeout=None, transform=strip_managed_fields)
+            informer.add_handler(count)
+            await nursery.start(informer.run)
+            await informer.wait_synced()
+            at_sync = (traced() - base) / n
+            await wait_for(lambda: bool(server.watches))
+            for change in changes:
+                await server.watches[0].send(change)
+            await wait_for(lambda: changed == n)
+            after_watch = (traced() - base) / n
+        finally:
+            tracemalloc.stop()
+        nursery.cancel_scope.cancel()
+    assert len(informer.store) == n
+    assert at_sync <= 1.5 * size, (at_sync, size)
+    assert after_watch <= 1.5 * size, (after_watch, size)

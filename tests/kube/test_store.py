@@ -51,6 +51,21 @@ def test_get_list_and_builtin_indexes() -> None:
     assert names(store.by_index(OWNER_INDEX, "u2")) == ["b"]
     assert store.by_index(OWNER_INDEX, "nobody") == []
     assert sorted(store.index_values(NAMESPACE_INDEX)) == ["default", "other"]
+    assert store.by_index(NAMESPACE_INDEX, "") == [] and store.by_index(NAMESPACE_INDEX, "nowhere") == []
+    for name in (NAMESPACE_INDEX, OWNER_INDEX):
+        with pytest.raises(ValueError, match=f"^index names must be unique, and '{name}' exists$"):
+            store.add_index(name, lambda o: [])
+
+
+def test_an_update_keeps_one_name_string_per_object() -> None:
+    store = Store()
+    first = obj("a" * 20)
+    store._put(first)
+    second = obj("".join(["a"] * 20))
+    assert second["metadata"]["name"] is not first["metadata"]["name"]
+    store._put(second)
+    assert store.get("default", "a" * 20) is second
+    assert second["metadata"]["name"] is first["metadata"]["name"]
 
 
 def test_update_refiles_and_remove_unfiles() -> None:
@@ -132,7 +147,7 @@ ops = st.lists(
     st.tuples(
         st.booleans(),
         st.sampled_from(["a", "b", "c", "d"]),
-        st.sampled_from(["n1", "n2"]),
+        st.sampled_from(["n1", "n2", None]),
         st.lists(st.sampled_from(["u1", "u2", "u3"]), max_size=2),
     ),
     max_size=40,
@@ -141,16 +156,23 @@ ops = st.lists(
 
 @settings(max_examples=150, deadline=None)
 @given(ops)
-def test_indexes_agree_with_a_scan(operations: list[tuple[bool, str, str, list[str]]]) -> None:
+def test_indexes_agree_with_a_scan(operations: list[tuple[bool, str, str | None, list[str]]]) -> None:
     store = Store()
+    expected_keys = set()
     for put, name, ns, owners in operations:
         if put:
             store._put(obj(name, ns, owners=owners))
+            expected_keys.add((ns, name))
         else:
             store._remove((ns, name))
+            expected_keys.discard((ns, name))
+    assert len(store) == len(expected_keys) == len(store.list())
+    assert sorted(store.keys(), key=str) == sorted(expected_keys, key=str)
+    assert all(key in store for key in expected_keys) and ("n3", "a") not in store and "a" not in store
+    assert sorted(store.index_values(NAMESPACE_INDEX)) == sorted({ns for ns, _ in expected_keys if ns})
     for ns in ("n1", "n2"):
         assert names(store.by_index(NAMESPACE_INDEX, ns)) == names(
-            [o for o in store.list() if o["metadata"]["namespace"] == ns]
+            [o for o in store.list() if o["metadata"].get("namespace") == ns]
         )
     for uid in ("u1", "u2", "u3"):
         expected = [
