@@ -153,7 +153,6 @@ class Store:
         self._filed: dict[str, dict[ObjectKey, str | tuple[str, ...]]] = {}
         """Per index, the values each object is filed under: a lone value as itself (no
         tuple of one per object), several as a tuple."""
-        self._reserved = {NAMESPACE_INDEX}
         self.add_index(OWNER_INDEX, _by_owner)
 
     def add_index(self, name: str, func: IndexFunc) -> None:
@@ -162,7 +161,7 @@ class Store:
         Raises ``ValueError`` if an index of that name exists. Objects ``func`` raises for
         are left out of the index (see the class documentation).
         """
-        if name in self._index_funcs or name in self._reserved:
+        if name in self._index_funcs or name == NAMESPACE_INDEX:
             raise ValueError(f"index names must be unique, and {name!r} exists")
         self._index_funcs[name] = func
         self._indexes[name] = {}
