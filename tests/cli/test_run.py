@@ -169,7 +169,7 @@ async def test_embedded_start_up_prints_once_keeps_the_kubeconfig_out_of_the_wor
             codes[name] = await trio.to_thread.run_sync(lambda argv=argv, out=out, err=err: live(argv, stdout=out, stderr=err))
         assert codes == {"no token": 1, "token": 0}
         run.proc.send_signal(signal.SIGTERM)
-    assert run.proc.returncode == 0
+    assert run.proc.returncode == 0, (run.out + run.err).decode()[-4000:]
     everything = (run.out + run.err).decode()
     assert everything.count("embedded API server listening on") == 1
     assert "HTTP Request" not in everything
@@ -181,7 +181,7 @@ async def test_the_hint_fits_the_plugins_that_run(tmp_path: Path) -> None:
         assert len(hints) == 1
         assert hints[0].endswith(" get configmaps,namespaces -A")
         run.proc.send_signal(signal.SIGTERM)
-    assert run.proc.returncode == 0
+    assert run.proc.returncode == 0, (run.out + run.err).decode()[-4000:]
 
 
 async def test_on_a_terminal_the_runner_shows_readiness_wakeups_rollouts_and_shutdown(tmp_path: Path) -> None:
@@ -197,7 +197,7 @@ async def test_on_a_terminal_the_runner_shows_readiness_wakeups_rollouts_and_shu
         with trio.fail_after(60):
             await run.wait_for("reconciled Bundle demo/infra  rollout finished in ")
         run.proc.send_signal(signal.SIGTERM)
-    assert run.proc.returncode == 0
+    assert run.proc.returncode == 0, (run.out + run.err).decode()[-4000:]
     words = [line[10:] for line in run.lines if line[:2].isdigit()]
     assert "waiting    Bundle demo/apps  for Bundle demo/infra" in words
     assert "ready      Bundle demo/infra" in words
