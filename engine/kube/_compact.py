@@ -53,7 +53,8 @@ class KeyShapes:
     """The classes whose instances' ``__dict__`` share one key table, one per key sequence.
 
     :meth:`build` returns a key-sharing copy of a dictionary whose key sequence has been seen
-    often enough, and ``None`` otherwise. A class and its key table cost about 2.5 KiB, and
+    often enough, and ``None`` otherwise (always for keys that are not all strings, which only
+    a transform can add). A class and its key table cost about 2.5 KiB, and
     each dictionary built from it saves 90 to 300 bytes, so a sequence only gets a class once
     it has been seen :attr:`min_sightings` times; sightings of sequences without a class are
     forgotten once :attr:`max_sightings` distinct ones have piled up, and no more than
@@ -93,6 +94,8 @@ class KeyShapes:
     def _sighted(self, keys: tuple[str, ...]) -> type | None:
         if len(keys) > self.max_keys or not keys or len(self._classes) >= self.max_shapes:
             return None
+        if not all(type(key) is str for key in keys):
+            return None
         seen = self._sightings.get(keys, 0) + 1
         if seen < self.min_sightings:
             if len(self._sightings) >= self.max_sightings:
@@ -122,7 +125,7 @@ def compact(obj: dict[str, Any], shapes: KeyShapes = _shapes) -> dict[str, Any]:
             value = _compact_labels(value, shapes) if key == "labels" else compact(value, shapes)
         elif kind is list:
             value = _compact_list(value, shapes)
-        out[_intern(key)] = value
+        out[_intern(key) if type(key) is str else key] = value
     return shapes.build(out) or out
 
 
@@ -134,5 +137,7 @@ def _compact_list(items: list[Any], shapes: KeyShapes) -> list[Any]:
 
 
 def _compact_labels(labels: dict[str, Any], shapes: KeyShapes) -> dict[str, Any]:
-    out = {_intern(k): _intern(v) if type(v) is str else v for k, v in labels.items()}
+    out = {
+        _intern(k) if type(k) is str else k: _intern(v) if type(v) is str else v for k, v in labels.items()
+    }
     return shapes.build(out) or out

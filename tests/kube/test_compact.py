@@ -152,3 +152,12 @@ def test_keys_and_repeated_values_are_interned() -> None:
     assert a["kind"] is b["kind"] and a["metadata"]["namespace"] is b["metadata"]["namespace"]
     assert a["metadata"]["labels"]["app"] is b["metadata"]["labels"]["app"]
     assert a["metadata"]["uid"] is not b["metadata"]["uid"]
+
+
+def test_keys_that_are_not_strings_are_kept_as_they_are() -> None:
+    shapes = KeyShapes()
+    items = {"metadata": {"name": "a", "labels": {1: "one", "k": 2}}, 7: "seven", ("t",): None}
+    for _ in range(KeyShapes.min_sightings + 1):
+        out = compact(items, shapes)
+        assert_same_tree(out, items)
+    assert len(shapes) == 1  # metadata alone
