@@ -15,9 +15,8 @@ how much traced memory grew since just before the informer started:
 
 * **at sync**: once the informer synced (the list, decoded and cached);
 * **after watch**: once every object was patched (a new ``data`` value, a new ``spec.n``) and
-  the informer
-  received all the changes through its watch (the cache then holds objects decoded from watch
-  events).
+  the informer received all the changes through its watch (the cache then holds objects
+  decoded from watch events).
 
 Each is printed per object and as a ratio to the object's JSON size, the size of the object as
 the server sends it (compact separators, ``managedFields`` included), measured from a list

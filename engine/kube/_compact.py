@@ -17,10 +17,10 @@ serialise and copy exactly like the decoded ones:
   small class of its own (:class:`KeyShapes`); the dictionaries the cache holds are the
   instances' ``__dict__``, and the instances themselves are dropped. A key sequence gets a
   class once it has been seen :attr:`KeyShapes.min_sightings` times, and at most
-  :attr:`KeyShapes.max_shapes` classes are made; other dictionaries are ordinary ones. Any
-  change to a key-sharing dictionary makes CPython turn it into an ordinary one, so
-  behaviour never differs; only the memory does. On interpreters that do not share keys the
-  copies are ordinary dictionaries.
+  :attr:`KeyShapes.max_shapes` classes are made; other dictionaries are ordinary ones. A
+  change that the shared table cannot hold (a new key, a deleted one) makes CPython give
+  that dictionary a table of its own, so behaviour never differs; only the memory does. On
+  interpreters that do not share keys the copies are ordinary dictionaries.
 """
 
 from __future__ import annotations
@@ -54,9 +54,9 @@ class KeyShapes:
 
     :meth:`build` returns a key-sharing copy of a dictionary whose key sequence has been seen
     often enough, and ``None`` otherwise (always for keys that are not all strings, which only
-    a transform can add). A class and its key table cost about 2.5 KiB, and
-    each dictionary built from it saves 90 to 300 bytes, so a sequence only gets a class once
-    it has been seen :attr:`min_sightings` times; sightings of sequences without a class are
+    a transform can add). A class and its key table cost about 2.5 KiB, and each dictionary
+    built from it saves 90 to 300 bytes, so a sequence only gets a class once it has been
+    seen :attr:`min_sightings` times; sightings of sequences without a class are
     forgotten once :attr:`max_sightings` distinct ones have piled up, and no more than
     :attr:`max_shapes` classes are ever made. Dictionaries with more than :attr:`max_keys`
     keys are never shared (CPython stops sharing keys at 30, and then an instance dictionary
