@@ -55,17 +55,6 @@ from engine.kube import (  # noqa: E402
 CM = Resource(group="", version="v1", kind="ConfigMap", plural="configmaps", namespaced=True)
 
 
-def configmap(i: int) -> dict[str, Any]:
-    return {
-        "metadata": {
-            "name": f"cm-{i:06d}",
-            "labels": {"app": "bench", "shard": str(i % 16)},
-            "annotations": {"bench.example.com/index": str(i)},
-        },
-        "data": {"key": f"value-{i}", "config.yaml": "a: 1\nb: [x, y, z]\n" * 4},
-    }
-
-
 @attrs.frozen
 class Kind:
     """What to cache: objects of ``resource``, made by ``make``, changed by ``change``."""
@@ -77,6 +66,8 @@ class Kind:
 
 
 def configmaps() -> Kind:
+    from informer import configmap
+
     return Kind(
         CM,
         lambda client, i: client.create(CM, configmap(i), namespace="default"),

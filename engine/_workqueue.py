@@ -139,17 +139,7 @@ class WorkQueue(Generic[K]):
         dirty.add(key)
         if len(dirty) == size or key in self._processing:
             return True
-        # _enqueue, inlined: add is the hot path of every trigger.
-        self._ready += 1
-        self._adds_total += 1
-        if self._getters:
-            task, _ = self._getters.popitem(last=False)
-            trio.lowlevel.reschedule(task, outcome.Value(key))
-        else:
-            self._ready_keys.append(key)
-        if self._observer is not None:
-            self._queued_at[key] = trio.current_time()
-            self._observer.on_add(key)
+        self._enqueue(key)
         return True
 
     def _enqueue(self, key: K) -> None:
