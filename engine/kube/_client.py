@@ -151,9 +151,6 @@ def _query_value(value: Any) -> str:
     return str(value)
 
 
-"""What a URL path or query may hold as it is (RFC 3986 unreserved, sub-delims, ``:@/``, and
-escapes already made)."""
-
 _HTTPX_POOL_ONLY = frozenset({"proxy", "mounts", "cert", "http1", "http2", "limits", "trust_env", "transport"})
 
 

@@ -43,9 +43,9 @@ def parse_selector(text: str) -> dict[str, str]:
     return out
 
 
-def _source_id(obj: Mapping[str, Any]) -> str:
-    meta = obj["metadata"]
-    return f"{meta.get('namespace')}.{meta['name']}"
+def _source_id(namespace: str | None, name: str) -> str:
+    """The value of a copy's source label: which source it was copied from."""
+    return f"{namespace}.{name}"
 
 
 class MirrorReconciler:
@@ -58,6 +58,7 @@ class MirrorReconciler:
 
     async def reconcile(self, ctx: RunContext) -> None:
         source = self.sources.store.get(ctx.ref.namespace, ctx.ref.name)
+        mine = _source_id(ctx.ref.namespace, ctx.ref.name)
         if source is None or (source["metadata"].get("labels") or {}).get(ENABLED_LABEL) != "true":
             # Disabled, no longer labelled for mirroring, or gone: if it still carries our
             # finalizer, clean up as for a deletion; copies of a source that is gone or
@@ -67,10 +68,10 @@ class MirrorReconciler:
                 try:
                     source = await self.client.get(self.configmaps, ctx.ref.name, namespace=ctx.ref.namespace)
                 except NotFoundError:
-                    await self._delete_stray_copies(f"{ctx.ref.namespace}.{ctx.ref.name}")
+                    await self._delete_stray_copies(mine)
                     return
             if FINALIZER not in (source["metadata"].get("finalizers") or []):
-                await self._delete_stray_copies(_source_id(source))
+                await self._delete_stray_copies(mine)
                 return
             await self._clean_up(ctx, source)
             return
@@ -82,7 +83,7 @@ class MirrorReconciler:
         # source that holds the finalizer on the server.
         live = await hold_finalizer(self.client, self.configmaps, source, FINALIZER)
         if live is None:
-            await self._delete_stray_copies(_source_id(source))
+            await self._delete_stray_copies(mine)
             return
         if live["metadata"].get("deletionTimestamp"):
             await self._clean_up(ctx, live)
@@ -99,7 +100,6 @@ class MirrorReconciler:
             and ns["metadata"]["name"] != meta.get("namespace")
             and not ns["metadata"].get("deletionTimestamp")
         }
-        mine = _source_id(source)
         existing = {c["metadata"]["namespace"] for c in self.copies.store.by_index(SOURCE_INDEX, mine)}
         skipped = []
         for ns in sorted(wanted):
@@ -135,7 +135,8 @@ class MirrorReconciler:
         return (current["metadata"].get("labels") or {}).get(SOURCE_LABEL) == mine
 
     async def _clean_up(self, ctx: RunContext, source: Mapping[str, Any]) -> None:
-        copies = await self.client.list(self.configmaps, label_selector=f"{SOURCE_LABEL}={_source_id(source)}")
+        meta = source["metadata"]
+        copies = await self.client.list(self.configmaps, label_selector=f"{SOURCE_LABEL}={_source_id(meta.get('namespace'), meta['name'])}")
         for copy in copies.items:
             await self._delete_copy(copy["metadata"]["namespace"], copy["metadata"]["name"])
         await set_finalizer(self.client, self.configmaps, source, FINALIZER, present=False)
