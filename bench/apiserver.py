@@ -7,7 +7,7 @@ per-watcher buffers (so that 30,000 objects created at full speed never force a 
 request counts per client. Counts are keyed by User-Agent and ``VERB kind`` (``PATCH status``,
 ``POST object``, ``GET watch``, ...) and served as JSON at ``GET /_bench/requests``.
 
-Counting wraps the server's private request router (``engine.testing._api.Router.handle``);
+Counting wraps the server's private request router (``engine.apiserver._api.Router.handle``);
 the server itself is unchanged.
 """
 
@@ -24,9 +24,9 @@ import trio
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
+from engine.apiserver import ApiServer  # noqa: E402
+from engine.apiserver._api import Router  # noqa: E402
 from engine.observability._http import Request, Response  # noqa: E402
-from engine.testing import ApiServer  # noqa: E402
-from engine.testing._api import Router  # noqa: E402
 
 COUNTS: Counter[str] = Counter()
 

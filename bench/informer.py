@@ -31,8 +31,8 @@ import trio
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
+from engine.apiserver import ApiServer  # noqa: E402
 from engine.kube import Client, Config, Informer, ObjectList, Resource, RetryPolicy, Watcher  # noqa: E402
-from engine.testing import ApiServer  # noqa: E402
 
 CONFIGMAPS = Resource(group="", version="v1", kind="ConfigMap", plural="configmaps", namespaced=True)
 PROCESS = psutil.Process()

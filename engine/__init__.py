@@ -5,9 +5,10 @@ Start with :class:`Manager` and :class:`Controller`: a controller runs a reconci
 has its own cancel scope and a typed :class:`CancelCause` when the engine cancels it; events
 go through a non-blocking :class:`EventRecorder` to sinks.
 
-Metrics, health probes and the live stream live in :mod:`engine.observability`. The Kubernetes adapter lives in :mod:`engine.kube`, test helpers in
-:mod:`engine.testing`, the ``python -m engine`` commands in :mod:`engine.cli`; none of the
-modules above imports them.
+Metrics, health probes and the live stream live in :mod:`engine.observability`. The
+Kubernetes adapter lives in :mod:`engine.kube`, the embedded API server in
+:mod:`engine.apiserver`, test helpers in :mod:`engine.testing`, the ``python -m engine``
+commands in :mod:`engine.cli`; none of the modules above imports them.
 """
 
 from ._controller import Controller as Controller

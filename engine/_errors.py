@@ -25,7 +25,7 @@
     │   ├── WatchStalledError      a watch stream went silent past its idle timeout
     │   └── ClientStateError       (also a LifecycleError)
     ├── PluginError                (engine.kube) a plugin could not be loaded or set up
-    └── ApiServerError             (engine.testing) the embedded API server was misused
+    └── ApiServerError             (engine.apiserver) the embedded API server was misused
         └── RequestRejected        the server refused a request; carries the Status body
 
 Invalid arguments to constructors raise ``ValueError``/``TypeError`` as in the standard library.

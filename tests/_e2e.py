@@ -14,8 +14,8 @@ from typing import Any
 
 import trio
 
+from engine.apiserver import ApiServer
 from engine.kube import Client, Config, Informer, InformerEvent, install_crds
-from engine.testing import ApiServer
 from plugins.bundles import plugin as bundles_plugin
 
 ROOT = Path(__file__).resolve().parent.parent

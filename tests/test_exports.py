@@ -13,9 +13,12 @@ import pytest
 
 import engine
 import engine.observability
+from tests.test_layering import _cycle
 
 ENGINE = Path(engine.__file__).resolve().parent
-OUTER_LAYERS = ("engine.kube", "engine.testing", "engine.cli")
+OUTER_LAYERS = ("engine.kube", "engine.apiserver", "engine.testing", "engine.cli")
+LAYERS = ("engine.kube", "engine.apiserver", "engine.testing", "engine.cli")
+"""The packages above the core, each allowed to import only the core and the ones before it."""
 
 
 PUBLIC_PACKAGES = (
@@ -23,6 +26,7 @@ PUBLIC_PACKAGES = (
     "engine.observability",
     "engine.kube",
     "engine.kube.lowlevel",
+    "engine.apiserver",
     "engine.testing",
     "engine.cli",
 )
@@ -70,7 +74,10 @@ def test_each_public_object_is_exported_from_exactly_one_public_package() -> Non
         ("engine.Observability", "engine.observability.Observability"),
         ("engine.parse_bind_address", "engine.observability.parse_bind_address"),
         ("engine.kube.create_lease", "engine.kube.lowlevel.create_lease"),
-        ("engine.testing.Store", "engine.testing.ObjectStorage"),
+        ("engine.testing.Store", "engine.apiserver.ObjectStorage"),
+        ("engine.testing.ApiServer", "engine.apiserver.ApiServer"),
+        ("engine.testing.RequestRejected", "engine.apiserver.RequestRejected"),
+        ("engine.testing.ObjectStorage", "engine.apiserver.ObjectStorage"),
     ],
 )
 def test_moved_names_still_work_with_a_deprecation_warning(old: str, new: str) -> None:
@@ -117,7 +124,7 @@ def test_core_does_not_import_the_outer_layers_anywhere_in_its_source() -> None:
         f"{path.relative_to(ENGINE.parent)}:{line} imports {module}"
         for path in files
         for line, module in _imported_modules(path.read_text(), ".".join(path.relative_to(ENGINE.parent).parts[:-1]))
-        if module.startswith(OUTER_LAYERS) and module.split(".")[1] in {"kube", "testing", "cli"}
+        if module.startswith(OUTER_LAYERS) and module.split(".")[1] in {"kube", "apiserver", "testing", "cli"}
     ]
     assert offending == []
 
@@ -136,3 +143,49 @@ def test_the_import_scanner_sees_every_form_of_import() -> None:
     assert [m for _, m in found if m.startswith(OUTER_LAYERS)] == ["engine.testing", "engine.cli", "engine.kube",
                                                                    "engine.kube.Client"]
     assert (7, "engine.observability._http") in found
+
+
+def _layer_of(module: str) -> int | None:
+    """The index in :data:`LAYERS` of the package ``module`` belongs to; ``None`` for the core
+    and for modules outside ``engine``."""
+    parts = module.split(".")
+    if len(parts) < 2 or parts[0] != "engine":
+        return None
+    name = ".".join(parts[:2])
+    return LAYERS.index(name) if name in LAYERS else None
+
+
+@pytest.mark.parametrize("layer", LAYERS)
+def test_each_layer_imports_only_the_core_and_the_layers_below_it(layer: str) -> None:
+    own = LAYERS.index(layer)
+    folder = ENGINE / layer.split(".")[1]
+    files = sorted(folder.rglob("*.py"))
+    assert files
+    offending = [
+        f"{path.relative_to(ENGINE.parent)}:{line} imports {module}"
+        for path in files
+        for line, module in _imported_modules(path.read_text(), ".".join(path.relative_to(ENGINE.parent).parts[:-1]))
+        if (found := _layer_of(module)) is not None and found > own
+    ]
+    assert offending == []
+
+
+def test_the_layer_check_sees_an_upward_import() -> None:
+    found = _imported_modules("from ..testing import open_plugin_test", "engine.apiserver")
+    assert [_layer_of(module) for _, module in found] == [LAYERS.index("engine.testing")] * 2
+    assert _layer_of("engine.apiserver._storage") == LAYERS.index("engine.apiserver")
+    assert _layer_of("engine._manager") is None and _layer_of("trio") is None
+
+
+def test_no_import_cycle_among_the_modules_of_any_package() -> None:
+    graph: dict[str, set[str]] = {}
+    for path in sorted(ENGINE.rglob("*.py")):
+        parts = path.relative_to(ENGINE.parent).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        package = ".".join(parts[:-1])
+        graph[name] = set()
+        for _, module in _imported_modules(path.read_text(), package):
+            graph[name].add(module)
+    for name in graph:
+        graph[name] = {m for m in graph[name] if m in graph and m != name and not name.startswith(m + ".")}
+    assert _cycle(graph) is None

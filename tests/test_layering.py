@@ -179,7 +179,7 @@ def f(storage: ObjectStorage) -> None:
 from ..kube._store import _ObjectFaults
 from ..kube import _store
 """
-    found = _private_touches(source, "engine.testing._probe")
+    found = _private_touches(source, "engine.apiserver._probe")
     assert sorted((line, name) for name, line, _ in found) == [
         (2, "_Bucket"),
         (13, "_objects"),

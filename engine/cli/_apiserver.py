@@ -8,7 +8,7 @@ import sys
 
 import trio
 
-from ..testing._server import ApiServer
+from ..apiserver._server import ApiServer
 
 __all__ = ["main", "server_from_args"]
 

@@ -323,7 +323,7 @@ async def _start_and_run(args: argparse.Namespace, box: list[_Running], progress
     async with contextlib.AsyncExitStack() as stack:
         kubeconfig: Path | None = None
         if args.embedded:
-            from ..testing import ApiServer
+            from ..apiserver import ApiServer
 
             api = await stack.enter_async_context(ApiServer(port=args.apiserver_port))
             kubeconfig = Path(args.write_kubeconfig).resolve() if args.write_kubeconfig else default_kubeconfig_path()
@@ -503,7 +503,7 @@ def main(argv: list[str]) -> int:
     debug = level == "debug"
     if not debug:
         # stdout already says where the embedded server listens
-        logging.getLogger("engine.testing.server").setLevel(logging.WARNING)
+        logging.getLogger("engine.apiserver.server").setLevel(logging.WARNING)
     try:
         return trio.run(_run, args, progress)
     except KeyboardInterrupt:

@@ -63,9 +63,9 @@ from engine.kube import (
 )
 
 from .._text import truncate
+from ..apiserver._faults import Faults
+from ..apiserver._server import ApiServer
 from ._errors import HarnessError, WaitTimeout
-from ._faults import Faults
-from ._server import ApiServer
 from ._target import KubeTarget, ensure_namespace
 
 __all__ = ["PluginHarness", "open_plugin_test", "ResourceSpec", "Condition"]

@@ -5,7 +5,7 @@ Fixtures (all function-scoped, for trio tests):
 * ``kube_target``: a :class:`~engine.testing.KubeTarget` with a namespace of the test's own;
   by default the embedded API server without sockets (``seed=0``: reproducible uids and
   names), created for the test, with the namespace ``test``;
-* ``kube_api``: that embedded :class:`~engine.testing.ApiServer` (``faults``, ``store``);
+* ``kube_api``: that embedded :class:`~engine.apiserver.ApiServer` (``faults``, ``store``);
 * ``kube_client``: an open :class:`~engine.kube.Client` on the target;
 * ``kube_cluster``: a :class:`~engine.kube.Cluster` on ``kube_client`` with a fresh
   :class:`~engine.Manager` (``kube_cluster.manager``), to build a manager by hand and run it
@@ -37,8 +37,8 @@ import trio.testing
 from engine import Manager
 from engine.kube import Client, Cluster, Config
 
+from ..apiserver._server import ApiServer
 from ._envtest import ENV_ASSETS, ENV_USE_EXISTING_CLUSTER, EnvTest, RealServer, real_server_from_env
-from ._server import ApiServer
 from ._target import KubeTarget, open_embedded_target, open_namespace
 
 __all__ = ["pytest_addoption", "pytest_configure", "pytest_collection_modifyitems"]

@@ -41,13 +41,13 @@ from engine import CancelCause, Controller, Event, EventType, ObjectRef, Outcome
 from engine._text import summarize
 from engine.kube import Client, KubeError, NotFoundError, install_crds
 
-from ._api import ServedRequest
+from ..apiserver._api import ServedRequest
+from ..apiserver._faults import Fault
+from ..apiserver._storage import StorageSnapshot
 from ._determinism import deterministic_scheduling
-from ._faults import Fault
 from ._harness import DRIVER_USER_AGENT, PluginHarness, open_plugin_test
 from ._schedule import FaultKind, ScheduledFault, plan_faults
 from ._simulation import ClusterState, Simulation, Step
-from ._storage import StorageSnapshot
 from ._target import KubeTarget, open_embedded_target
 from ._trace import Trace, TraceEntry
 

@@ -20,8 +20,8 @@ import attrs
 
 from engine.kube import Plugin, get_condition, load_plugin
 
-from ._selectors import parse_field_selector, parse_label_selector
-from ._storage import ObjectStorage
+from ..apiserver._selectors import parse_field_selector, parse_label_selector
+from ..apiserver._storage import ObjectStorage
 
 __all__ = [
     "ClusterState",

@@ -19,9 +19,9 @@ import trio
 
 from engine.kube import AlreadyExistsError, Client, Config, NotFoundError
 
+from ..apiserver._faults import Faults
+from ..apiserver._server import ApiServer
 from ._errors import HarnessError
-from ._faults import Faults
-from ._server import ApiServer
 
 __all__ = ["KubeTarget", "TargetKind", "open_embedded_target", "open_namespace"]
 
@@ -74,7 +74,7 @@ class KubeTarget:
         """The embedded server, or :class:`HarnessError` naming ``what`` needed it."""
         if self.api is None:
             raise HarnessError(
-                f"{what} needs the embedded API server (engine.testing.ApiServer); "
+                f"{what} needs the embedded API server (engine.apiserver.ApiServer); "
                 f"this test runs against {self.describe()}"
             )
         return self.api

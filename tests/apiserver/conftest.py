@@ -1,11 +1,31 @@
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+
+import httpx
 import pytest
+import trio
 
-from ._runner import Transcript, run_script
+from engine.apiserver import ApiServer
 
 
-@pytest.fixture(scope="session")
-def transcript() -> Transcript:
-    """The whole script, run once against the target (see ``_runner``)."""
-    return run_script()
+@pytest.fixture
+async def api() -> AsyncIterator[ApiServer]:
+    async with ApiServer(seed=1) as server:
+        yield server
+
+
+@pytest.fixture
+async def client(api: ApiServer) -> AsyncIterator[httpx.AsyncClient]:
+    with trio.fail_after(30):
+        async with httpx.AsyncClient(base_url=api.url, timeout=10) as c:
+            yield c
+
+
+def cm(name: str, **extra: object) -> dict[str, object]:
+    body: dict[str, object] = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}}
+    body.update(extra)
+    return body
+
+
+CM = "/api/v1/namespaces/default/configmaps"

@@ -14,8 +14,8 @@ import pytest
 import trio
 import yaml
 
+from engine.apiserver import ApiServer
 from engine.kube import Client, Config, NotFoundError
-from engine.testing import ApiServer
 
 from .._e2e import ROOT
 

@@ -495,7 +495,7 @@ async def test_watch_broken_stream_raises_transport_error() -> None:
 
 # --- against the embedded API server, over real sockets ---
 
-from engine.testing import ApiServer  # noqa: E402
+from engine.apiserver import ApiServer  # noqa: E402
 
 
 def cm(name: str, namespace: str = "default", labels: dict[str, str] | None = None, **data: str) -> dict[str, Any]:

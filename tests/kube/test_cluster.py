@@ -13,6 +13,7 @@ import trio.testing
 from prometheus_client import CollectorRegistry
 
 from engine import Controller, Manager, ObjectRef, RunContext, RunLog
+from engine.apiserver import ApiServer
 from engine.kube import (
     REQUESTED_AT_ANNOTATION,
     Client,
@@ -26,7 +27,6 @@ from engine.kube import (
     generation_changed,
     requested_at_changed,
 )
-from engine.testing import ApiServer
 from plugins.bundles import plugin as bundles_plugin
 
 from .._e2e import API, bundle, configmap

@@ -19,8 +19,8 @@ import trio
 import trustme
 
 from engine import Manager
+from engine.apiserver import ApiServer
 from engine.kube import Client, Config, PluginError, RetryPolicy, TLSVerificationError, TransportError, run_plugins
-from engine.testing import ApiServer
 
 FAST_RETRY = RetryPolicy(max_attempts=3, base_delay=0.001, max_delay=0.002)
 UNKNOWN_AUTHORITY = "x509: certificate signed by unknown authority"

@@ -14,6 +14,7 @@ import trio
 import trio.testing
 
 from engine import Controller, Event, EventSinkStatistics, EventType, Manager, ObjectRef, RunContext
+from engine.apiserver import ApiServer
 from engine.kube import (
     Client,
     Config,
@@ -28,7 +29,6 @@ from engine.kube.lowlevel import (
     build_event,
     create_event,
 )
-from engine.testing import ApiServer
 
 WIDGET = ObjectRef("ConfigMap", "settings", "default")
 

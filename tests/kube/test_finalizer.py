@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from engine.apiserver import ApiServer
 from engine.kube import Client, Config, hold_finalizer, set_finalizer
-from engine.testing import ApiServer
 
 
 async def test_set_finalizer_keeps_other_finalizers_written_meanwhile(tmp_path: Path) -> None:

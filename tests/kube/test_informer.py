@@ -21,6 +21,7 @@ import trio
 import trio.testing
 
 from engine import LifecycleError
+from engine.apiserver import ApiServer
 from engine.kube import (
     Client,
     Config,
@@ -34,7 +35,6 @@ from engine.kube import (
     WatchEventType,
     strip_managed_fields,
 )
-from engine.testing import ApiServer
 
 ADDED, MODIFIED, DELETED = WatchEventType.ADDED, WatchEventType.MODIFIED, WatchEventType.DELETED
 

@@ -16,6 +16,7 @@ import trio
 import trio.testing
 
 from engine import Controller, Manager, ManagerStateError, ObjectRef, Result, RunContext
+from engine.apiserver import ApiServer
 from engine.kube import (
     Client,
     Config,
@@ -28,7 +29,6 @@ from engine.kube.lowlevel import (
     get_lease,
     update_lease,
 )
-from engine.testing import ApiServer
 
 LEASE = "engine-leader"
 DURATION, DEADLINE, RETRY = 15.0, 10.0, 2.0

@@ -10,6 +10,7 @@ import pytest
 import trio
 import trio.testing
 
+from engine.apiserver import ApiServer
 from engine.kube import (
     AlreadyExistsError,
     Client,
@@ -28,7 +29,6 @@ from engine.kube.lowlevel import (
     patch_event_series,
     update_lease,
 )
-from engine.testing import ApiServer
 
 NOW = dt.datetime(2026, 12, 2, 12, 0, 0, 123456, tzinfo=dt.UTC)
 

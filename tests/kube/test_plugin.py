@@ -11,6 +11,7 @@ import pytest
 import trio
 
 from engine import Controller, Manager, RunContext
+from engine.apiserver import ApiServer
 from engine.kube import (
     SHARD_LABEL,
     Client,
@@ -26,7 +27,6 @@ from engine.kube import (
     run_plugins,
 )
 from engine.observability import Observability
-from engine.testing import ApiServer
 
 from ..observability._support import get
 

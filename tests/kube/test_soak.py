@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 import trio
 
+from engine.apiserver import ApiServer
 from engine.kube import Client, Config, Informer, InformerEvent, Resource, RetryPolicy
-from engine.testing import ApiServer
 
 pytestmark = [pytest.mark.soak, pytest.mark.timeout(1800)]
 

@@ -13,6 +13,7 @@ import trio
 import trio.testing
 
 from engine import LifecycleError
+from engine.apiserver import ApiServer
 from engine.kube import (
     Added,
     Bookmark,
@@ -26,7 +27,6 @@ from engine.kube import (
     Watcher,
     WatcherEvent,
 )
-from engine.testing import ApiServer
 
 KUBECONFIG = {
     "clusters": [{"name": "c", "cluster": {"server": "http://k8s.test"}}],

@@ -14,8 +14,9 @@ import pytest
 import trio
 
 from engine import Event, EventType, OutcomeKind
+from engine.apiserver import ApiServer
 from engine.kube import InvalidError, get_condition
-from engine.testing import ApiServer, KubeTarget, PluginHarness, open_plugin_test
+from engine.testing import KubeTarget, PluginHarness, open_plugin_test
 from plugins.bundles import plugin
 from plugins.bundles._controller import OWNER_LABEL, _identity, parse_duration
 

@@ -7,7 +7,8 @@ from typing import Any
 import trio
 
 from engine import EventType
-from engine.testing import ApiServer, KubeTarget, open_plugin_test
+from engine.apiserver import ApiServer
+from engine.testing import KubeTarget, open_plugin_test
 from plugins.mirror import plugin as mirror_plugin
 from plugins.mirror._controller import FINALIZER, SOURCE_LABEL
 

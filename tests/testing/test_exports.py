@@ -15,5 +15,5 @@ def test_every_public_name_is_exported_once_and_presents_itself_as_engine_testin
 def test_errors_hang_under_engine_error() -> None:
     from engine._errors import EngineError
 
-    assert issubclass(engine.testing.ApiServerError, EngineError)
-    assert issubclass(engine.testing.RequestRejected, engine.testing.ApiServerError)
+    assert issubclass(engine.apiserver.ApiServerError, EngineError)
+    assert issubclass(engine.apiserver.RequestRejected, engine.apiserver.ApiServerError)

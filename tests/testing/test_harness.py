@@ -9,8 +9,9 @@ import pytest
 import trio
 
 from engine import Controller, OutcomeKind, Result, RunContext
+from engine.apiserver import ApiServer
 from engine.kube import Cluster, Plugin, PluginContext, generation_changed, patch_status
-from engine.testing import ApiServer, HarnessError, KubeTarget, WaitTimeout, open_plugin_test
+from engine.testing import HarnessError, KubeTarget, WaitTimeout, open_plugin_test
 from engine.testing._harness import parse_manifests
 
 WIDGET_CRD = {
@@ -202,6 +203,6 @@ async def test_a_harness_on_a_listening_server_and_misuse(tmp_path: Any) -> None
             async with open_plugin_test("widgets", api):  # type: ignore[arg-type]
                 pass
     real = KubeTarget.real(h.target.config, namespace="x", kind="envtest")
-    with pytest.raises(HarnessError, match=r"^fault injection needs the embedded API server \(engine.testing.ApiServer\); "
+    with pytest.raises(HarnessError, match=r"^fault injection needs the embedded API server \(engine.apiserver.ApiServer\); "
                                            r"this test runs against envtest at http://127\.0\.0\.1:\d+$"):
         real.faults  # noqa: B018

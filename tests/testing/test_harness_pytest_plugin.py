@@ -9,7 +9,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from engine.testing import ApiServer
+from engine.apiserver import ApiServer
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -18,7 +18,8 @@ import time
 import pytest
 import trio
 from engine.kube import Client
-from engine.testing import ApiServer, KubeTarget
+from engine.apiserver import ApiServer
+from engine.testing import KubeTarget
 
 async def test_embedded_under_virtual_time(kube_target: KubeTarget, kube_client: Client) -> None:
     wall = time.monotonic()

@@ -1,0 +1,53 @@
+"""The embedded Kubernetes API server: a kube-apiserver 1.32 look-alike in one trio process.
+
+Start with :class:`ApiServer`::
+
+    async with ApiServer() as api:
+        async with httpx.AsyncClient(base_url=api.url) as client:
+            ...
+
+It serves the core, ``apps``, ``coordination.k8s.io``, ``events.k8s.io`` and
+``apiextensions.k8s.io`` groups and every CRD created on it, with the real server's request
+path: discovery, validation (OpenAPI schemas and CEL rules of CRDs), server-side apply and
+managed fields, finalizers and deletion propagation, Tables for kubectl, watches with
+bookmarks, paging, and the real server's ``Status`` answers. It is the default world of
+``python -m engine run --embedded`` and a command of its own (``python -m engine apiserver``).
+
+``ApiServer(listen=False)`` with :meth:`ApiServer.memory_transport` runs without sockets, so a
+whole system can run inside one trio run under ``MockClock``. ``api.faults`` injects failures;
+``api.store`` is the server's :class:`ObjectStorage`, for seeding and inspecting state;
+``api.snapshot()`` and ``api.restore(snapshot)`` take it back in time, as an etcd restore does.
+Beside the API, the server runs what a cluster's controller manager would (garbage collection,
+namespace clean-up), after the requests, as a cluster does: ``await api.settle()`` waits for
+it, and ``ApiServer(controllers=False)`` answers as an API server alone.
+
+This package imports the core and :mod:`engine.kube` only; the test tools in
+:mod:`engine.testing` use it, never the other way round.
+"""
+
+from .._exports import publish as _publish
+from ._errors import ApiServerError as ApiServerError
+from ._errors import RequestRejected as RequestRejected
+from ._faults import Fault as Fault
+from ._faults import Faults as Faults
+from ._faults import FaultScope as FaultScope
+from ._memory import MemoryTransport as MemoryTransport
+from ._resources import ResourceType as ResourceType
+from ._server import ApiServer as ApiServer
+from ._storage import ObjectStorage as ObjectStorage
+from ._storage import StorageSnapshot as StorageSnapshot
+
+__all__ = [
+    "ApiServer",
+    "ApiServerError",
+    "Fault",
+    "FaultScope",
+    "Faults",
+    "MemoryTransport",
+    "ObjectStorage",
+    "RequestRejected",
+    "ResourceType",
+    "StorageSnapshot",
+]
+
+_publish(globals())

@@ -1,0 +1,172 @@
+"""The request router: sends each request to discovery, the fault admin endpoint, resource
+handlers or watches, after applying injected faults; turns errors into ``Status`` answers."""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from collections.abc import Callable
+from typing import Any
+
+import attrs
+import trio
+
+from ..observability._http import Request, Response
+from ._discovery import discovery_response
+from ._errors import RequestRejected
+from ._faults import Fault, Faults
+from ._handlers import handle_resource
+from ._responses import json_response, status_response
+from ._routing import request_info, resolve
+from ._storage import ObjectStorage
+from ._watch import Watches
+
+__all__ = ["Router", "ServedRequest", "RequestObserver"]
+
+logger = logging.getLogger("engine.apiserver.api")
+
+_REASONS = {
+    400: "BadRequest",
+    401: "Unauthorized",
+    403: "Forbidden",
+    404: "NotFound",
+    405: "MethodNotAllowed",
+    409: "Conflict",
+    410: "Expired",
+    415: "UnsupportedMediaType",
+    422: "Invalid",
+    429: "TooManyRequests",
+    500: "InternalError",
+    503: "ServiceUnavailable",
+    504: "Timeout",
+}
+
+
+@attrs.frozen
+class ServedRequest:
+    """One answered resource request, as request observers see it."""
+
+    method: str
+    path: str
+    verb: str
+    """As fault scopes name it: ``get``, ``list``, ``watch``, ``create``, ``patch``, ..."""
+    user_agent: str
+    group: str
+    kind: str
+    namespace: str | None
+    name: str | None
+    subresource: str | None
+    status: int
+    """The HTTP status answered (a watch: the status its stream started with)."""
+    body: bytes
+    """The request body."""
+    selectors: tuple[str, str] = ("", "")
+    """The ``labelSelector`` and ``fieldSelector`` of a list or watch (empty when absent)."""
+
+
+RequestObserver = Callable[[ServedRequest], None]
+
+
+@attrs.define(eq=False)
+class Router:
+    """Turns :class:`Request` objects into :class:`Response` objects.
+
+    ``require_identity`` answers 401 to requests without an authenticated identity (TLS mode).
+    ``bookmark_interval`` is in seconds of trio time.
+    """
+
+    store: ObjectStorage
+    faults: Faults
+    bookmark_interval: float = 60.0
+    require_identity: bool = False
+    server_address: str = "127.0.0.1:0"
+    observers: list[RequestObserver] = attrs.field(factory=list)
+    """Called synchronously with every answered resource request (not discovery, not
+    ``/_faults``); an observer must not raise."""
+    _watches: Watches = attrs.field(init=False, repr=False)
+
+    def __attrs_post_init__(self) -> None:
+        self._watches = Watches(self.store, self.faults, self.bookmark_interval)
+        self.faults.connect_watches(self._watches.drop)
+
+    async def handle(self, request: Request) -> Response:
+        """Answer one request. Cancellation propagates (the connection is then closed)."""
+        served: list[Any] = []
+        try:
+            response = await self._answer(request, served)
+        except RequestRejected as exc:
+            response = status_response(exc)
+        except Exception:
+            logger.exception("internal error answering %s %s", request.method, request.path)
+            response = status_response(
+                RequestRejected(500, "InternalError", "an internal error occurred in the embedded API server")
+            )
+        if self.observers and served:
+            target, info = served
+            record = ServedRequest(
+                request.method, request.path, info.verb, info.user_agent, target.rt.group, target.rt.kind,
+                target.namespace, target.name, target.subresource, response.status, request.body,
+                (request.query.get("labelSelector", ""), request.query.get("fieldSelector", "")),
+            )
+            for observer in self.observers:
+                observer(record)
+        return response
+
+    async def _answer(self, request: Request, served: list[Any]) -> Response:
+        if self.require_identity and request.identity is None:
+            raise RequestRejected(401, "Unauthorized", "Unauthorized: a client certificate is required")
+        path = request.path.rstrip("/") or "/"
+        if path == "/_faults" or path.startswith("/_faults/"):
+            return self._admin(request, path)
+        target = resolve(self.store, path)
+        info = request_info(request, target)
+        if target is not None:
+            served[:] = [target, info]
+        fault = self.faults.take("latency", info)
+        if fault is not None:
+            await trio.sleep(fault.seconds)
+        fault = self.faults.take("fail", info)
+        if fault is not None:
+            return self._failure(fault)
+        if target is None:
+            return discovery_response(self.store.types(), request, path, server_address=self.server_address)
+        if info.verb == "watch":
+            return self._watches.open(request, target, info)
+        return handle_resource(self.store, request, target, info)
+
+    def _failure(self, fault: Fault) -> Response:
+        reason = _REASONS.get(fault.status, "InternalError")
+        details: dict[str, Any] = {}
+        headers = []
+        if fault.retry_after is not None:
+            seconds = max(1, math.ceil(fault.retry_after))
+            headers.append(("retry-after", str(seconds)))
+            details["retryAfterSeconds"] = seconds
+        exc = RequestRejected(
+            fault.status, reason, f"injected fault: answering {fault.status} {reason}", details=details or None
+        )
+        return status_response(exc, headers)
+
+    def _admin(self, request: Request, path: str) -> Response:
+        if path == "/_faults" and request.method == "GET":
+            return json_response(200, {"faults": [f.to_json() for f in self.faults.active]})
+        if path == "/_faults" and request.method == "DELETE":
+            self.faults.clear()
+            return json_response(200, {"faults": []})
+        if path == "/_faults" and request.method == "POST":
+            try:
+                result = self.faults.from_json(json.loads(request.body or b"null"))
+            except (ValueError, TypeError, KeyError) as exc:
+                raise RequestRejected(400, "BadRequest", f"malformed fault: {exc}") from None
+            if isinstance(result, int):
+                return json_response(200, {"dropped": result})
+            return json_response(201, result.to_json())
+        if request.method == "DELETE":
+            ident = path.rsplit("/", 1)[1]
+            for fault in self.faults.active:
+                if str(fault.id) == ident:
+                    self.faults.remove(fault)
+                    return json_response(200, fault.to_json())
+            raise RequestRejected(404, "NotFound", f"fault {ident!r} not found")
+        raise RequestRejected(405, "MethodNotAllowed", f"{request.method} is not allowed on {path}")

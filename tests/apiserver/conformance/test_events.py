@@ -1,0 +1,15 @@
+"""Events: ``v1`` and ``events.k8s.io/v1`` as two views of one storage, their validation and
+field selectors."""
+
+from __future__ import annotations
+
+import pytest
+
+from ._cases import cases, check
+from ._runner import Transcript
+from ._script import Step
+
+
+@pytest.mark.parametrize("step", cases("event", "evmap"))
+def test_step(transcript: Transcript, step: Step) -> None:
+    check(transcript, step)
