@@ -17,6 +17,7 @@ The embedded API server itself lives in :mod:`engine.apiserver`; its names are s
 from here, with a ``DeprecationWarning``, until the next release.
 """
 
+from .. import apiserver as _apiserver
 from .._exports import moved_names as _moved_names
 from .._exports import publish as _publish
 from ._envtest import EnvTest as EnvTest
@@ -60,22 +61,5 @@ __all__ = [
 _publish(globals())
 __getattr__ = _moved_names(
     __name__,
-    {
-        **dict.fromkeys(
-            [
-                "ApiServer",
-                "ApiServerError",
-                "Fault",
-                "FaultScope",
-                "Faults",
-                "MemoryTransport",
-                "ObjectStorage",
-                "RequestRejected",
-                "ResourceType",
-                "StorageSnapshot",
-            ],
-            "engine.apiserver",
-        ),
-        "Store": "engine.apiserver:ObjectStorage",
-    },
+    {**dict.fromkeys(_apiserver.__all__, "engine.apiserver"), "Store": "engine.apiserver:ObjectStorage"},
 )
