@@ -133,14 +133,21 @@ async def watch(nursery: trio.Nursery, client: Client, api_version: str, kind: s
     return w
 
 
-def source(name: str, revision: str, manifests: list[Mapping[str, Any]]) -> dict[str, Any]:
-    return {"apiVersion": API, "kind": "Source", "metadata": {"name": name, "namespace": "e2e"},
+def _metadata(name: str, namespace: str | None) -> dict[str, Any]:
+    return {"name": name, "namespace": namespace} if namespace else {"name": name}
+
+
+def source(name: str, revision: str, manifests: list[Mapping[str, Any]], *, namespace: str | None = "e2e"
+           ) -> dict[str, Any]:
+    """A Source in ``namespace`` (``None``: none named, as the harness then puts it in the test's)."""
+    return {"apiVersion": API, "kind": "Source", "metadata": _metadata(name, namespace),
             "spec": {"revision": revision, "artifact": list(manifests)}}
 
 
 def bundle(name: str, source_name: str, *, depends_on: tuple[str, ...] = (), wait: str = "0s",
-           timeout: str = "5m") -> dict[str, Any]:
-    return {"apiVersion": API, "kind": "Bundle", "metadata": {"name": name, "namespace": "e2e"},
+           timeout: str = "5m", namespace: str | None = "e2e") -> dict[str, Any]:
+    """A Bundle in ``namespace`` (``None``: none named, as the harness then puts it in the test's)."""
+    return {"apiVersion": API, "kind": "Bundle", "metadata": _metadata(name, namespace),
             "spec": {"sourceRef": {"name": source_name}, "dependsOn": [{"name": d} for d in depends_on],
                      "interval": "10m", "timeout": timeout, "healthCheckWait": wait}}
 

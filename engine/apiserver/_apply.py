@@ -41,10 +41,11 @@ from ._fieldsets import (
 )
 from ._objects import Obj, meta
 from ._resources import ResourceType
+from ._schema import SchemaNode, go_float
 from ._shapes import builtin_shape
 from ._status import details
 
-__all__ = ["shape_for", "managed_base", "record_update", "apply_config"]
+__all__ = ["shape_for", "managed_base", "record_update", "apply_config", "check_typed"]
 
 Clock = Callable[[], str]
 
@@ -319,3 +320,163 @@ def _same_object(a: Obj, b: Obj) -> bool:
         **b,
         "metadata": {k: v for k, v in meta(b).items() if k not in strip},
     }
+
+
+# ----- typed conversion of a custom resource -----
+
+
+def _go_plain(value: Any) -> str:
+    """``value`` as Go's ``%v`` prints it inside an unstructured object."""
+    if value is None:
+        return "<nil>"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return go_float(value)
+    if isinstance(value, dict):
+        return "map[" + " ".join(f"{k}:{_go_plain(v)}" for k, v in sorted(value.items())) + "]"
+    if isinstance(value, list):
+        return "[" + " ".join(_go_plain(v) for v in value) + "]"
+    return str(value)
+
+
+def _go_syntax(value: Any) -> str:
+    """``value`` as Go's ``%#v`` prints it inside an unstructured object."""
+    if value is None:
+        return "interface {}(nil)"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return go_float(value)
+    if isinstance(value, str):
+        return json.dumps(value, ensure_ascii=False)
+    if isinstance(value, dict):
+        inner = ", ".join(f"{json.dumps(k, ensure_ascii=False)}:{_go_syntax(v)}" for k, v in sorted(value.items()))
+        return "map[string]interface {}{" + inner + "}"
+    if isinstance(value, list):
+        return "[]interface {}{" + ", ".join(_go_syntax(v) for v in value) + "}"
+    return str(value)
+
+
+def _go_type(value: Any) -> str:
+    """Go's ``%T`` of ``value`` decoded into an unstructured object."""
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, int):
+        return "int64"
+    if isinstance(value, float):
+        return "float64"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        return "[]interface {}"
+    return "map[string]interface {}"
+
+
+_NO_DEFAULT = SchemaNode().default
+
+
+def _key_text(item: dict[str, Any], keys: tuple[str, ...]) -> str:
+    return "[" + ",".join(f"{k}={json.dumps(item[k], ensure_ascii=False)}" for k in sorted(keys)) + "]"
+
+
+def _item_path(node: SchemaNode, index: int, item: Any) -> str:
+    if node.list_type == "map" and isinstance(item, dict):
+        return _key_text(item, node.list_map_keys)
+    if node.list_type == "set":
+        return f"[={json.dumps(item, ensure_ascii=False)}]"
+    return f"[{index}]"
+
+
+def _item_problem(node: SchemaNode, item: Any) -> str | None:
+    """Why an item cannot be an element of ``node``'s associative list, or ``None``."""
+    if node.list_type == "map":
+        if item is None:
+            return "associative list with keys may not have a null element"
+        if not isinstance(item, dict):
+            return "associative list with keys may not have non-map elements"
+        item_fields = node.items.properties if node.items is not None else {}
+        for key in node.list_map_keys:
+            if key not in item and (key not in item_fields or item_fields[key].default is _NO_DEFAULT):
+                return f"associative list with keys has an element that omits key field {json.dumps(key)} " \
+                    "(and doesn't have default value)"
+        return None
+    if node.list_type == "set":
+        if isinstance(item, dict):
+            return "associative list without keys has an element that's a map type"
+        if isinstance(item, list):
+            return "not supported: associative list with lists as elements"
+        if item is None:
+            return "associative list without keys has an element that's an explicit null"
+    return None
+
+
+def _type_errors(node: SchemaNode, value: Any, path: str, duplicates: bool, out: list[str]) -> None:
+    """Append ``<path>: <problem>`` for each value that does not fit ``node``'s type, as
+    structured-merge-diff's typed conversion words it (``duplicates``: whether repeated keys
+    of an associative list are allowed, as they are in a live object)."""
+    if value is None or not node.types or len(node.types) > 1 or node.int_or_string:
+        return
+    kind = node.types[0]
+    if kind == "boolean" and not isinstance(value, bool):
+        out.append(f"{path}: expected boolean, got &{{{_go_plain(value)}}}")
+    elif kind == "string" and not isinstance(value, str):
+        out.append(f"{path}: expected string, got &value.valueUnstructured{{Value:{_go_syntax(value)}}}")
+    elif kind in ("integer", "number") and (isinstance(value, bool) or not isinstance(value, (int, float))):
+        out.append(f"{path}: expected numeric (int or float), got {_go_type(value)}")
+    elif kind == "object":
+        if not isinstance(value, dict):
+            out.append(f"{path}: expected map, got &{{{_go_plain(value)}}}")
+            return
+        for key in sorted(value):
+            child = node.properties.get(key) or node.additional
+            if child is not None:
+                _type_errors(child, value[key], f"{path}.{key}", duplicates, out)
+    elif kind == "array":
+        if not isinstance(value, list):
+            out.append(f"{path}: expected list, got &{{{_go_plain(value)}}}")
+            return
+        seen: set[str] = set()
+        for index, item in enumerate(value):
+            problem = _item_problem(node, item)
+            if problem is not None:
+                out.append(f"{path}: element {index}: {problem}")
+                return
+            element = _item_path(node, index, item)
+            if node.list_type in ("map", "set") and not duplicates:
+                if element in seen:
+                    out.append(f"{path}: duplicate entries for key {element}")
+                seen.add(element)
+            if node.items is not None:
+                _type_errors(node.items, item, path + element, duplicates, out)
+
+
+def _typed_failure(rt: ResourceType, obj: Obj, what: str, duplicates: bool) -> str | None:
+    assert rt.schema is not None
+    errors: list[str] = []
+    for key in sorted(obj):
+        child = rt.schema.root.properties.get(key)
+        if key not in ("apiVersion", "kind", "metadata") and child is not None:
+            _type_errors(child, obj[key], f".{key}", duplicates, errors)
+    if not errors:
+        return None
+    gvknn = f"{meta(obj).get('namespace') or ''}/{meta(obj).get('name') or ''}; {rt.api_version}, Kind={rt.kind}"
+    listed = errors[0] if len(errors) == 1 else "errors:\n" + "\n".join("  " + e for e in errors)
+    return f"failed to create typed {what} object ({gvknn}): {listed}"
+
+
+def check_typed(rt: ResourceType, config: Obj, live: Obj | None) -> None:
+    """Read an apply's ``config`` (as sent), then the ``live`` object (as the current schema
+    prunes it on reading), as values of a custom resource's schema, as the real server does
+    before applying. Raises :class:`RequestRejected` 500 (no reason) naming every value of the
+    wrong type (``.spec.prune: expected boolean, got &{yes}``), and for the configuration
+    also every repeated key of an associative list; nothing for a built-in type."""
+    if rt.schema is None:
+        return
+    failure = _typed_failure(rt, config, "patch", duplicates=False)
+    if failure is None and live is not None:
+        read = copy.deepcopy(live)
+        rt.schema.prune_and_default(read)
+        failure = _typed_failure(rt, read, "live", duplicates=True)
+    if failure is not None:
+        raise RequestRejected(500, "", failure)

@@ -821,8 +821,9 @@ class ObjectStorage:
         :mod:`._apply` describes.
 
         Raises :class:`RequestRejected`: 400 for a malformed configuration, 404 (namespace, or
-        the object for a status apply), 409 on conflicts without ``force``, and whatever the
-        create or update it turns into raises.
+        the object for a status apply), 500 when the configuration or the live custom object
+        does not fit the schema's types (:func:`._apply.check_typed`), 409 on conflicts without
+        ``force``, and whatever the create or update it turns into raises.
         """
         if not isinstance(config, dict):
             raise RequestRejected(400, "BadRequest", "an apply configuration must be an object")
@@ -833,6 +834,7 @@ class ObjectStorage:
         if applied["metadata"].get("managedFields") is not None:
             raise RequestRejected(400, "BadRequest", "metadata.managedFields must be nil")
         current = self.lookup(rt, namespace, name)
+        _apply.check_typed(rt, config, current)
         if current is None:
             if subresource == "status":
                 raise not_found(rt, name)

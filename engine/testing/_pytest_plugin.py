@@ -20,13 +20,21 @@ Real servers: ``@pytest.mark.kube_real`` tests run against a real API server, an
 when ``KUBEBUILDER_ASSETS`` is set (one control plane for the session), or the kubeconfig's
 cluster when ``USE_EXISTING_CLUSTER=true``, each test in a namespace of its own. Without
 either, such tests are skipped with the reason. Tests that need the embedded server
-(``kube_api``, a clock fixture, ``@pytest.mark.kube_embedded``) are skipped under
-``--kube-target=real``, with the reason.
+(``kube_api``, a clock fixture, ``@pytest.mark.kube_embedded(reason=...)``) are skipped under
+``--kube-target=real``, with the reason (the marker's, when it gives one).
+
+Against a real server a trio test runs in real time; when pytest-timeout bounds it (``timeout``),
+it is failed by a trio deadline a little earlier (a tenth of the timeout, at most 10 s), so that
+its fixtures are torn down (its namespace deleted) and the next test's ``trio.run`` starts
+clean: pytest-timeout's own signal would interrupt trio's run loop and leave it behind, failing
+every following test with "Attempted to call run() from inside a run()".
 """
 
 from __future__ import annotations
 
+import functools
 import inspect
+import os
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
@@ -70,14 +78,19 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers", f"kube_real: needs a real API server ({ENV_ASSETS} or {ENV_USE_EXISTING_CLUSTER}=true)"
     )
     config.addinivalue_line(
-        "markers", "kube_embedded: needs the embedded API server (virtual time, fault injection)"
+        "markers", "kube_embedded(reason): needs the embedded API server (virtual time, fault injection, the "
+        "server's internals): skipped with the reason under --kube-target=real"
     )
 
 
 def _embedded_needs(item: pytest.Item) -> list[str]:
     names = set(getattr(item, "fixturenames", ()))
     needs = []
-    if "kube_api" in names or item.get_closest_marker("kube_embedded") is not None:
+    marker = item.get_closest_marker("kube_embedded")
+    reason = (marker.kwargs.get("reason") or (marker.args[0] if marker.args else None)) if marker else None
+    if reason:
+        needs.append(str(reason))
+    elif "kube_api" in names or marker is not None:
         needs.append("fault injection and the server's own state")
     if names & CLOCK_FIXTURES:
         needs.append("virtual time (MockClock)")
@@ -93,6 +106,49 @@ def _test_function(item: pytest.Item) -> Callable[..., Any] | None:
 def run_in_virtual_time(*args: Any, clock: trio.abc.Clock | None = None, **kwargs: Any) -> Any:
     """``trio.run`` with ``MockClock(autojump_threshold=0)`` unless a clock is given."""
     return trio.run(*args, clock=clock if clock is not None else trio.testing.MockClock(autojump_threshold=0), **kwargs)
+
+
+def timeout_of(item: pytest.Item) -> float | None:
+    """The seconds pytest-timeout gives ``item`` (its ``timeout`` marker, ``--timeout``,
+    ``PYTEST_TIMEOUT`` or the ``timeout`` ini value), ``None`` when unbounded or without the plugin."""
+    marker = item.get_closest_marker("timeout")
+    value: Any = None
+    if marker is not None:
+        value = marker.args[0] if marker.args else marker.kwargs.get("timeout")
+    if value is None:
+        value = item.config.getoption("timeout", None)
+    if value is None:
+        value = os.environ.get("PYTEST_TIMEOUT")
+    if value is None:
+        try:
+            value = item.config.getini("timeout") or None
+        except ValueError:
+            return None
+    try:
+        seconds = float(value) if value is not None else 0.0
+    except (TypeError, ValueError):
+        return None
+    return seconds if seconds > 0 else None
+
+
+def real_time_deadline(timeout: float) -> float:
+    """How long a real-server test may run when pytest-timeout allows ``timeout`` seconds."""
+    return timeout - min(10.0, timeout / 10)
+
+
+def run_with_deadline(fn: Callable[..., Any], *args: Any, deadline: float, **kwargs: Any) -> Any:
+    """``trio.run(fn, *args, **kwargs)``, failing the test (``pytest.fail``) once ``deadline``
+    seconds of the run's clock passed, after everything in it was cancelled and torn down."""
+
+    async def bounded() -> Any:
+        with trio.move_on_after(deadline) as scope:
+            return await fn(*args)
+        if scope.cancelled_caught:
+            pytest.fail(f"did not finish within {deadline:g}s against a real API server (ended before "
+                        "pytest-timeout interrupts trio)", pytrace=False)
+        return None
+
+    return trio.run(bounded, **kwargs)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -111,6 +167,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             elif server is None:
                 item.add_marker(pytest.mark.skip(reason=NO_REAL_SERVER))
             item.stash[_TARGET] = "real"
+            fn = _test_function(item)
+            timeout = timeout_of(item)
+            if timeout is not None and fn is not None and inspect.iscoroutinefunction(fn):
+                run = functools.partial(run_with_deadline, deadline=real_time_deadline(timeout))
+                item.add_marker(pytest.mark.trio(run=run), append=False)
             continue
         item.stash[_TARGET] = "embedded"
         fn = _test_function(item)

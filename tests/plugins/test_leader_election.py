@@ -1,6 +1,8 @@
-"""Leader election between replicas of the bundles plugin, in-process under virtual time:
-graceful handover, takeover after a crash (kill -9: the Lease is not released), no overlap.
-Timings are those the subprocess version used (3 s lease, 2 s renew deadline, 0.5 s retry)."""
+"""Leader election between replicas of the bundles plugin, in-process (under virtual time on the
+embedded server): graceful handover, takeover after a crash (kill -9: the Lease is not
+released), no overlap. Timings are those the subprocess version used (3 s lease, 2 s renew
+deadline, 0.5 s retry). The Lease and the objects are in the test's namespace, which the
+replicas alone watch."""
 
 from __future__ import annotations
 
@@ -17,13 +19,13 @@ from .._e2e import bundle, configmap, source
 RETRY, RENEW_DEADLINE, LEASE_DURATION = 0.5, 2.0, 3.0
 
 
-def elector(client: Client, identity: str) -> LeaderElector:
-    return LeaderElector(client, name="engine-bundles", namespace="default", identity=identity,
-                         lease_duration=LEASE_DURATION, renew_deadline=RENEW_DEADLINE, retry_period=RETRY)
-
-
 def replica(target: KubeTarget, **kwargs: Any) -> Any:
-    return open_plugin_test(plugin, target, namespace="e2e", leader_election=elector, cluster_events=False, **kwargs)
+    def elector(client: Client, identity: str) -> LeaderElector:
+        return LeaderElector(client, name="engine-bundles", namespace=target.namespace, identity=identity,
+                             lease_duration=LEASE_DURATION, renew_deadline=RENEW_DEADLINE, retry_period=RETRY)
+
+    return open_plugin_test(plugin, target, watch_namespace=target.namespace, leader_election=elector,
+                            cluster_events=False, **kwargs)
 
 
 def reconciles(h: PluginHarness) -> list[tuple[float, float]]:
@@ -33,9 +35,9 @@ def reconciles(h: PluginHarness) -> list[tuple[float, float]]:
 async def test_standby_takes_over_after_graceful_shutdown_and_after_a_crash_never_overlapping(
     kube_target: KubeTarget,
 ) -> None:
-    tick = bundle("tick", "repo")
+    tick = bundle("tick", "repo", namespace=None)
     tick["spec"]["interval"] = "200ms"
-    async with replica(kube_target, manifests=[source("repo", "r1", [configmap("x")]), tick]) as first:
+    async with replica(kube_target, manifests=[source("repo", "r1", [configmap("x")], namespace=None), tick]) as first:
         await first.wait_leading(timeout=10)
         async with replica(kube_target) as second:
             await first.wait_runs(3, name="tick", timeout=10)
@@ -57,6 +59,6 @@ async def test_standby_takes_over_after_graceful_shutdown_and_after_a_crash_neve
                 assert LEASE_DURATION - RETRY <= took_over <= LEASE_DURATION + 2 * RETRY, took_over
                 await third.wait_runs(2, name="tick", timeout=10)
                 assert max(end for _, end in reconciles(second)) <= min(start for start, _ in reconciles(third))
-                lease = await third.get("coordination.k8s.io/v1/Lease", "engine-bundles", namespace="default")
+                lease = await third.get("coordination.k8s.io/v1/Lease", "engine-bundles")
                 assert lease is not None and lease["spec"]["holderIdentity"] == third.identity
                 assert lease["spec"]["leaseTransitions"] == 2

@@ -1,7 +1,10 @@
-"""open_plugin_test and its handle, on the kube_* fixtures: the whole stack under virtual time."""
+"""open_plugin_test and its handle, on the kube_* fixtures: the whole stack under virtual time on
+the embedded server, or in real time on a real one (``--kube-target=real``), each test in the
+target's namespace, which the plugin alone watches (a real server keeps earlier tests' objects)."""
 
 from __future__ import annotations
 
+import re
 import time
 from typing import Any
 
@@ -61,13 +64,14 @@ async def _setup(ctx: PluginContext) -> None:
 WIDGETS = Plugin(name="widgets", setup=_setup, crds=(WIDGET_CRD,), config={"resync": 600})
 
 
+@pytest.mark.kube_embedded(reason="thirty minutes of requeues in virtual time")
 async def test_a_plugin_reconciles_requeues_every_ten_minutes_and_emits_events(kube_target: KubeTarget) -> None:
     wall = time.monotonic()
-    async with open_plugin_test(WIDGETS, kube_target) as h:
+    async with open_plugin_test(WIDGETS, kube_target, watch_namespace=kube_target.namespace) as h:
         t0 = trio.current_time()
         await h.apply(WIDGET)
         widget = await h.wait_for("Widget", "w1", condition="Ready", timeout=30)
-        assert widget is not None and widget["metadata"]["namespace"] == "test"
+        assert widget is not None and widget["metadata"]["namespace"] == kube_target.namespace
         runs = await h.wait_runs(4, name="w1", timeout=3600)
         assert [r.started_at - t0 for r in runs[1:]] == pytest.approx(
             [runs[0].started_at - t0 + 600 * i for i in (1, 2, 3)], abs=1e-6)
@@ -81,7 +85,7 @@ async def test_a_plugin_reconciles_requeues_every_ten_minutes_and_emits_events(k
 
 
 async def test_a_manager_built_by_hand_runs_against_the_target(kube_target: KubeTarget, kube_cluster: Cluster) -> None:
-    informer = await kube_cluster.informer("v1", "ConfigMap", namespace="test")
+    informer = await kube_cluster.informer("v1", "ConfigMap", namespace=kube_target.namespace)
     seen: list[str] = []
 
     async def reconcile(run: RunContext) -> None:
@@ -106,17 +110,21 @@ async def test_a_manager_built_by_hand_runs_against_the_target(kube_target: Kube
 
 
 async def test_wait_for_times_out_in_virtual_time_with_the_last_state(kube_target: KubeTarget) -> None:
-    async with open_plugin_test(WIDGETS, kube_target) as h:
+    """Exactly 120 s of virtual time; on a real server 10 s of real time, give or take a request."""
+    timeout, slack = (120, None) if kube_target.virtual_time else (10, 1.0)
+    async with open_plugin_test(WIDGETS, kube_target, watch_namespace=kube_target.namespace) as h:
         await h.apply({**parse_manifests(WIDGET)[0], "spec": {"size": -1}})
         t0 = trio.current_time()
-        with pytest.raises(WaitTimeout, match=r"^Widget test/w1 did not meet 'Ready' within 120s; last seen:\n"):
-            await h.wait_for("widgets", "w1", timeout=120)
-        assert trio.current_time() - t0 == pytest.approx(120)
+        with pytest.raises(WaitTimeout, match=rf"^Widget {re.escape(h.namespace)}/w1 did not meet 'Ready' within "
+                                              rf"{timeout}s; last seen:\n"):
+            await h.wait_for("widgets", "w1", timeout=timeout)
+        assert trio.current_time() - t0 == pytest.approx(timeout, abs=slack)
         failures = h.outcomes(name="w1")
         assert failures and set(failures) == {OutcomeKind.FAILED}
         assert len(failures) >= 5, "rate-limited retries went on during the wait"
 
 
+@pytest.mark.kube_embedded(reason="a quarter of an hour of lease timings and resyncs in virtual time")
 async def test_lease_expiry_handover_after_a_crash_and_graceful_handover_take_virtual_time_only(
     kube_target: KubeTarget,
 ) -> None:
@@ -124,7 +132,7 @@ async def test_lease_expiry_handover_after_a_crash_and_graceful_handover_take_vi
     resync: about a quarter of an hour of virtual time, a few seconds of wall time (the cost
     is the HTTP exchanges of lease renewals, not the time waited)."""
     wall = time.monotonic()
-    le: dict[str, Any] = {"leader_election": True, "config": {"resync": 300}}
+    le: dict[str, Any] = {"leader_election": True, "config": {"resync": 300}, "watch_namespace": kube_target.namespace}
     async with open_plugin_test(WIDGETS, kube_target, manifests=WIDGET, **le) as first, \
             open_plugin_test(WIDGETS, kube_target, **le) as second:
         await first.wait_leading(timeout=30)
@@ -154,7 +162,7 @@ async def test_lease_expiry_handover_after_a_crash_and_graceful_handover_take_vi
 
 
 async def test_faults_starve_one_replica_and_it_recovers(kube_target: KubeTarget, kube_api: ApiServer) -> None:
-    async with open_plugin_test(WIDGETS, kube_target) as h:
+    async with open_plugin_test(WIDGETS, kube_target, watch_namespace=kube_target.namespace) as h:
         assert h.faults is kube_api.faults and h.api is kube_api
         h.faults.fail(503, count=6, client=h.user_agent, resource="widgets", verbs=("patch",))
         await h.apply(WIDGET)
@@ -165,7 +173,7 @@ async def test_faults_starve_one_replica_and_it_recovers(kube_target: KubeTarget
 
 
 async def test_resources_resolve_by_kind_plural_group_and_manifest(kube_target: KubeTarget) -> None:
-    async with open_plugin_test(WIDGETS, kube_target) as h:
+    async with open_plugin_test(WIDGETS, kube_target, watch_namespace=kube_target.namespace) as h:
         assert (await h.resource("Widget")).plural == "widgets"
         assert (await h.resource("widgets.test.dev")).kind == "Widget"
         assert (await h.resource(("test.dev/v1", "Widget"))).group == "test.dev"
@@ -178,7 +186,7 @@ async def test_resources_resolve_by_kind_plural_group_and_manifest(kube_target: 
                                                r"events\.test\.dev\); say which with 'plural\.group'$"):
             await h.resource("events")
         [applied] = await h.apply(parse_manifests(WIDGET))
-        by_manifest, by_name = await h.get(applied), await h.get("Widget", "w1", namespace="test")
+        by_manifest, by_name = await h.get(applied), await h.get("Widget", "w1", namespace=h.namespace)
         assert by_manifest is not None and by_name is not None
         assert by_manifest["metadata"]["uid"] == by_name["metadata"]["uid"] == applied["metadata"]["uid"]
         assert [o["metadata"]["name"] for o in await h.list("widgets")] == ["w1"]

@@ -126,3 +126,47 @@ def test_the_plugin_is_not_registered_twice_once_the_entry_point_is_installed(
     monkeypatch.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "trio")
     result.assert_outcomes(passed=1)
+
+
+REAL_SUITE = '''
+import pytest
+import trio
+from engine.testing import KubeTarget
+
+@pytest.mark.timeout(4)
+async def test_overruns(kube_target: KubeTarget) -> None:
+    print("OVERRUN-NAMESPACE", kube_target.namespace)
+    await trio.sleep_forever()
+
+async def test_next(kube_target: KubeTarget) -> None:
+    assert kube_target.kind == "cluster"
+
+@pytest.mark.kube_embedded(reason="thirty minutes of requeues in virtual time")
+async def test_marked(kube_target: KubeTarget) -> None:
+    pass
+'''
+
+
+def test_a_real_server_test_that_overruns_ends_before_pytest_timeout_and_the_next_one_runs(
+    suite: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A trio deadline (4 s - 0.4 s) ends the overrunning test, tears its fixtures down (its
+    namespace is deleted) and leaves trio ready for the next test; a ``kube_embedded`` reason
+    is the skip's."""
+    suite.makepyfile(test_real_suite=REAL_SUITE)
+    with ApiServer().run_in_thread() as api:
+        api.write_kubeconfig(tmp_path / "kubeconfig")
+        monkeypatch.setenv("USE_EXISTING_CLUSTER", "true")
+        monkeypatch.setenv("KUBECONFIG", str(tmp_path / "kubeconfig"))
+        result = suite.runpytest_subprocess("-rfs", "-s", "-p", "no:cacheprovider", "--kube-target=real",
+                                            "test_real_suite.py")
+        result.assert_outcomes(failed=1, passed=1, skipped=1)
+        result.stdout.fnmatch_lines_random([
+            "FAILED test_real_suite.py::test_overruns - Failed: did not finish within 3.6s*",
+            "did not finish within 3.6s against a real API server (ended before pytest-timeout interrupts trio)",
+            "SKIPPED [[]1] test_real_suite.py:* needs the embedded API server (thirty minutes of requeues in virtual "
+            "time), not available against a real kube-apiserver",
+        ])
+        [line] = [line for line in result.outlines if "OVERRUN-NAMESPACE" in line]
+        gone = httpx.get(f"{api.url}/api/v1/namespaces/{line.split()[-1]}")
+        assert gone.status_code == 404, "the overrunning test's namespace was deleted"
