@@ -28,7 +28,7 @@ from .._refs import ObjectRef, Trigger
 from .._run import Run
 from .._text import summarize
 
-__all__ = ["TerminalProgress"]
+__all__ = ["TerminalProgress", "counted"]
 
 _BUFFER = 1024
 _NOT_A_ROLLOUT = frozenset({"requeue"})
@@ -184,5 +184,10 @@ class TerminalProgress(RunObserver):
         )
 
 
+def counted(n: int, noun: str) -> str:
+    """``1 run``, ``2 runs``: ``n`` and ``noun``, with an ``s`` unless ``n`` is 1."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
 def _runs(n: int) -> str:
-    return f"{n} run" if n == 1 else f"{n} runs"
+    return counted(n, "run")

@@ -188,6 +188,20 @@ class LiveStream(RunObserver):
         host = f"[{host}]" if ":" in host else host
         return f"ws://{host}:{port}{LIVE_PATH}"
 
+    @property
+    def dashboard_url(self) -> str | None:
+        """``http://host:port/``, where the dashboard is served, once serving, else ``None``."""
+        if self.address is None:
+            return None
+        host, port = self.address
+        host = f"[{host}]" if ":" in host else host
+        return f"http://{host}:{port}/"
+
+    @property
+    def needs_token(self) -> bool:
+        """Whether the stream and the dashboard ask for a token."""
+        return self._token is not None
+
     def statistics(self) -> LiveStatistics:
         return LiveStatistics(
             clients=len(self._clients), sent=self._sent, skipped=self._skipped, rejected=self._rejected
