@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -67,6 +68,15 @@ async def test_kubectl_drives_the_embedded_run_as_the_readme_says(tmp_path: Path
         said = next(line for line in readme.splitlines() if line.startswith("kubectl get bundles -n demo "))
         columns = said.partition("# ")[2].removesuffix(" columns").split(", ")
         assert listing.splitlines()[0].split() == columns
+        with trio.fail_after(60):
+            await _kubectl(kubeconfig, "wait", "--for=condition=Ready", "source/platform", "source/apps", "-n", "demo",
+                           "--timeout=50s")
+        sources = (await _kubectl(kubeconfig, "get", "sources", "-n", "demo")).splitlines()
+        assert [re.split(r"\s{2,}", line)[:-1] for line in sources] == [
+            ["NAME", "REVISION", "READY", "STATUS"],
+            ["apps", "a1", "True", "revision a1 with 1 object"],
+            ["platform", "r1", "True", "revision r1 with 1 object"],
+        ]
         await _kubectl(kubeconfig, "patch", "source", "platform", "-n", "demo", "--type", "merge", "-p",
                        '{"spec":{"revision":"r2","artifact":[{"apiVersion":"v1","kind":"ConfigMap",'
                        '"metadata":{"name":"platform-settings"},"data":{"revision":"r2"}}]}}')
