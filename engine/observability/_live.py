@@ -24,7 +24,9 @@ Messages (every one has ``type`` and ``ts``, wall-clock seconds):
   ``dependency_not_ready`` (``dependencies``, ``delay``), ``superseded``, ``shutdown`` or
   ``leadership_lost``; ``result`` is the outcome's metric label;
 * ``event``: an event that reached the sinks (after correlation; so it may arrive after the
-  run steps around it);
+  run steps around it); ``revision`` when the event's metadata names one: the revision the
+  controller reports for the object (``reported_revision`` in ``objects``), where a run's
+  ``revision`` is its trigger's (for a watched Kubernetes object, the resourceVersion);
 * ``skipped``: ``count`` messages, at this point of the stream, were not sent to this client
   because it fell behind (skips after the last message sent are only counted).
 
@@ -327,6 +329,8 @@ class LiveStream(RunObserver):
             "count": event.count,
             "run_id": event.run_id,
         }
+        if event.metadata.get("revision"):
+            message["revision"] = redact(str(event.metadata["revision"]))
         self.state.event((event.controller, ref, message))
         if self._clients:
             self._publish(event.controller, ref, message)
