@@ -84,6 +84,10 @@ def _identity(entry: Mapping[str, Any]) -> tuple[str, str, str, str]:
     return (group, str(entry.get("kind")), str(entry.get("namespace") or ""), str(entry.get("name")))
 
 
+def _objects(n: int) -> str:
+    return f"{n} object" if n == 1 else f"{n} objects"
+
+
 class BundleReconciler:
     """Reconciles Bundles against the cached Sources and Bundles."""
 
@@ -149,7 +153,7 @@ class BundleReconciler:
             if spec.prune:
                 await self._prune(name, previous, inventory)
                 self._written[(ns, name)] = inventory
-            ctx.log.info("applied revision %s (%d objects); checking health", revision, len(inventory))
+            ctx.log.info("applied revision %s (%s); checking health", revision, _objects(len(inventory)))
             with ctx.interruptible():
                 with trio.move_on_after(timeout) as health:
                     await self._wait_healthy(inventory, spec.health_check_wait)
@@ -375,10 +379,6 @@ class BundleReconciler:
                 pass
         if scope.cancelled_caught:
             ctx.log.warning("status write did not finish within 5s")
-
-
-def _objects(n: int) -> str:
-    return f"{n} object" if n == 1 else f"{n} objects"
 
 
 class SourceReconciler:

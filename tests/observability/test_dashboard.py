@@ -214,9 +214,6 @@ async def test_embedded_demo_in_a_browser(tmp_path: Path) -> None:
                 await proc.wait()
 
     (tmp_path / "dashboard.png").write_bytes(shot)
-    if os.environ.get("ENGINE_UPDATE_SCREENSHOT"):
-        (ROOT / "docs").mkdir(exist_ok=True)
-        (ROOT / "docs" / "dashboard.png").write_bytes(shot)
     assert shot.startswith(b"\x89PNG\r\n\x1a\n") and len(shot) > 10_000
 
     controllers = {c["name"]: c["cells"] for c in summary["controllers"]}
