@@ -1,4 +1,5 @@
-"""What ``python -m engine run`` prints on a terminal while it runs: one line per change that matters.
+"""What ``python -m engine run`` prints on a terminal while it runs: one line per change that
+matters; and :class:`SeedProgress`, the one line ``python -m engine simulate`` keeps up to date.
 
 :class:`TerminalProgress` is a run observer. It prints when an object becomes Ready (as its
 plugin reports it, see ``Manager.mark_ready``) or, for objects that report no readiness, is
@@ -16,6 +17,7 @@ terminal never slows the engine.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import IO
 
 import attrs
@@ -28,7 +30,7 @@ from .._refs import ObjectRef, Trigger
 from .._run import Run
 from .._text import summarize
 
-__all__ = ["TerminalProgress"]
+__all__ = ["SeedProgress", "TerminalProgress", "counted"]
 
 _BUFFER = 1024
 _NOT_A_ROLLOUT = frozenset({"requeue"})
@@ -184,5 +186,54 @@ class TerminalProgress(RunObserver):
         )
 
 
+def counted(n: int, noun: str) -> str:
+    """``1 run``, ``2 runs``: ``n`` and ``noun``, with an ``s`` unless ``n`` is 1."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
 def _runs(n: int) -> str:
-    return f"{n} run" if n == 1 else f"{n} runs"
+    return counted(n, "run")
+
+
+class SeedProgress:
+    """One line on a terminal, rewritten in place, telling how far ``simulate`` is: seeds done
+    (of ``total``), violations so far and seeds per second of wall time.
+
+    :meth:`update` rewrites the line at most once per ``interval`` seconds of ``clock``
+    (and always on the first call); :meth:`clear` erases it, before the results are printed.
+    Writes nothing at all when ``out`` is not a terminal.
+    """
+
+    def __init__(
+        self, out: IO[str], total: int, *, interval: float = 0.25, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self._out = out
+        self._total = total
+        self._interval = interval
+        self._clock = clock
+        self._enabled = out.isatty()
+        self._started = clock()
+        self._shown_at: float | None = None
+        self._shown = False
+
+    def update(self, done: int, violations: int) -> None:
+        """Show ``done`` seeds finished with ``violations`` among them (throttled)."""
+        if not self._enabled:
+            return
+        now = self._clock()
+        if self._shown_at is not None and now - self._shown_at < self._interval:
+            return
+        self._shown_at = now
+        elapsed = now - self._started
+        rate = f"{done / elapsed:.1f} seeds/s" if done and elapsed > 0 else "first seed running"
+        line = f"{done}/{self._total} seeds, {counted(violations, 'violation')}, {rate}"
+        self._out.write(f"\r{line}\033[K")
+        self._out.flush()
+        self._shown = True
+
+    def clear(self) -> None:
+        """Erase the line if one is shown."""
+        if self._shown:
+            self._out.write("\r\033[K")
+            self._out.flush()
+            self._shown = False

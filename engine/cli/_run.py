@@ -35,7 +35,7 @@ from .._manager import DEFAULT_EVENT_FLUSH_TIMEOUT, DEFAULT_GRACE_PERIOD, Manage
 from .._sinks import WebhookSink
 from .._text import summarize
 from ._live import TOKEN_ENV
-from ._progress import TerminalProgress
+from ._progress import TerminalProgress, counted
 
 if TYPE_CHECKING:
     from ..kube import Plugin, PluginHost
@@ -418,7 +418,7 @@ async def _host(
         for err in host.errors:
             print(f"error: {err}", file=sys.stderr, flush=True)
         if host.examples_applied:
-            print(f"applied {host.examples_applied} example objects", flush=True)
+            print(f"applied {counted(host.examples_applied, 'example object')}", flush=True)
         if kubeconfig is not None:
             hint = _hint(host, kubeconfig)
             if hint:
@@ -473,6 +473,9 @@ def _print_addresses(obs: Observability | None) -> None:
             print(f"{what} on http://{address[0]}:{address[1]}", flush=True)
     if obs.live_url is not None:
         print(f"live stream on {obs.live_url} (python -m engine live {obs.live_url})", flush=True)
+    if obs.dashboard_url is not None:
+        token = " (add ?token=<the live token>)" if obs.live is not None and obs.live.needs_token else ""
+        print(f"dashboard at {obs.dashboard_url}{token}", flush=True)
 
 
 def _progress_enabled(args: argparse.Namespace) -> bool:

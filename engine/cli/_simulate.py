@@ -1,4 +1,9 @@
-"""``python -m engine simulate``: seeded fault simulation of a plugin; exit 1 on a violation."""
+"""``python -m engine simulate``: seeded fault simulation of a plugin; exit 1 on a violation.
+
+The first line says which simulation runs (found beside the plugin, given with
+``--simulation``, or the default one); on a terminal one line, rewritten in place, shows the
+seeds done, the violations so far and the seeds per second.
+"""
 
 from __future__ import annotations
 
@@ -7,10 +12,11 @@ import logging
 import sys
 import time
 
-from ..kube import PluginError
+from ..kube import PluginError, load_plugin
 from ..testing._schedule import parse_fault_kinds
-from ..testing._simulate import DEFAULT_BOUND, DEFAULT_DURATION, simulate_seeds
-from ..testing._simulation import simulation_for
+from ..testing._simulate import DEFAULT_BOUND, DEFAULT_DURATION, SimulationResult, simulate_seeds
+from ..testing._simulation import Simulation, find_simulation, load_simulation
+from ._progress import SeedProgress
 
 __all__ = ["main"]
 
@@ -24,7 +30,9 @@ def _parser() -> argparse.ArgumentParser:
             "printing the seed, a replay command and the last steps of the trace."
         ),
     )
-    parser.add_argument("--plugin", required=True, help="plugin to simulate: bundled name, entry point or module:attr")
+    parser.add_argument("--plugin", help="plugin to simulate: bundled name, entry point or module:attr")
+    parser.add_argument("--simulation", metavar="MODULE:ATTR",
+                        help="the Simulation to run (default: the plugin's own, found beside it, else the default one)")
     parser.add_argument("--seeds", type=int, default=None, help="how many seeds to run (default 100, or 1 with --seed)")
     parser.add_argument("--seed", type=int, default=None, help="the first seed (default 0); alone, replays that seed")
     parser.add_argument("--faults", default="all", help="comma-separated fault kinds, 'all' (default) or 'none'")
@@ -57,22 +65,36 @@ def main(argv: list[str]) -> int:
     if args.duration <= 0 or args.bound <= 0 or (args.seeds is not None and args.seeds < 1):
         print("python -m engine simulate: --duration, --bound and --seeds must be > 0", file=sys.stderr)
         return 2
+    if args.plugin is None and args.simulation is None:
+        print("python -m engine simulate: give --plugin, --simulation or both", file=sys.stderr)
+        return 2
     try:
-        simulation = simulation_for(args.plugin)
+        simulation, origin = _simulation(args.plugin, args.simulation)
     except PluginError as exc:
         print(f"python -m engine simulate: {exc}", file=sys.stderr)
         return 2
+    print(f"{simulation.plugin.name}: simulation {origin}", flush=True)
     if not args.verbose:
         logging.disable(logging.CRITICAL)
     first = 0 if args.seed is None else args.seed
     count = args.seeds if args.seeds is not None else (1 if args.seed is not None else 100)
     started = time.perf_counter()
+    progress = SeedProgress(sys.stdout, count)
+    done: list[SimulationResult] = []
+
+    def on_result(result: SimulationResult) -> None:
+        done.append(result)
+        progress.update(len(done), sum(not r.ok for r in done))
+
+    progress.update(0, 0)
     try:
         results = simulate_seeds(
             simulation, range(first, first + count), budget=args.budget, keep_going=args.keep_going,
-            faults=kinds, duration=args.duration, bound=args.bound, plugin=args.plugin,
+            on_result=on_result, faults=kinds, duration=args.duration, bound=args.bound, plugin=args.plugin,
+            simulation_ref=args.simulation,
         )
     finally:
+        progress.clear()
         if not args.verbose:
             logging.disable(logging.NOTSET)
     wall = time.perf_counter() - started
@@ -90,3 +112,18 @@ def main(argv: list[str]) -> int:
         summary += f"; stopped by the budget of {args.budget:g}s"
     print(summary)
     return 1 if failed else 0
+
+
+def _simulation(plugin: str | None, ref: str | None) -> tuple[Simulation, str]:
+    """The simulation to run and how to name where it came from. Raises
+    :class:`~engine.kube.PluginError` when it cannot be loaded, or when ``--plugin`` names
+    another plugin than the ``--simulation``'s."""
+    if ref is None:
+        assert plugin is not None
+        return find_simulation(plugin)
+    simulation = load_simulation(ref)
+    if plugin is not None and (named := load_plugin(plugin).name) != simulation.plugin.name:
+        raise PluginError(
+            f"simulation {ref!r} is for plugin {simulation.plugin.name!r}, not {named!r}"
+        )
+    return simulation, f"{ref} (--simulation)"

@@ -24,7 +24,9 @@ Messages (every one has ``type`` and ``ts``, wall-clock seconds):
   ``dependency_not_ready`` (``dependencies``, ``delay``), ``superseded``, ``shutdown`` or
   ``leadership_lost``; ``result`` is the outcome's metric label;
 * ``event``: an event that reached the sinks (after correlation; so it may arrive after the
-  run steps around it);
+  run steps around it); ``revision`` when the event's metadata names one: the revision the
+  controller reports for the object (``reported_revision`` in ``objects``), where a run's
+  ``revision`` is its trigger's (for a watched Kubernetes object, the resourceVersion);
 * ``skipped``: ``count`` messages, at this point of the stream, were not sent to this client
   because it fell behind (skips after the last message sent are only counted).
 
@@ -188,6 +190,20 @@ class LiveStream(RunObserver):
         host = f"[{host}]" if ":" in host else host
         return f"ws://{host}:{port}{LIVE_PATH}"
 
+    @property
+    def dashboard_url(self) -> str | None:
+        """``http://host:port/``, where the dashboard is served, once serving, else ``None``."""
+        if self.address is None:
+            return None
+        host, port = self.address
+        host = f"[{host}]" if ":" in host else host
+        return f"http://{host}:{port}/"
+
+    @property
+    def needs_token(self) -> bool:
+        """Whether the stream and the dashboard ask for a token."""
+        return self._token is not None
+
     def statistics(self) -> LiveStatistics:
         return LiveStatistics(
             clients=len(self._clients), sent=self._sent, skipped=self._skipped, rejected=self._rejected
@@ -313,6 +329,8 @@ class LiveStream(RunObserver):
             "count": event.count,
             "run_id": event.run_id,
         }
+        if event.metadata.get("revision"):
+            message["revision"] = redact(str(event.metadata["revision"]))
         self.state.event((event.controller, ref, message))
         if self._clients:
             self._publish(event.controller, ref, message)

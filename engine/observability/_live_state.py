@@ -2,7 +2,7 @@
 
 :class:`LiveState` folds the same hooks the live stream fans out (triggers, run starts and
 ends, readiness reports, events) into a bounded record: per object its last outcome, its
-revision, whether it runs or is queued, its dependencies and a short timeline of recent runs;
+trigger's revision and the revision its controller reported (in an event), whether it runs or is queued, its dependencies and a short timeline of recent runs;
 and the newest events. The live stream sends it to each client right after ``hello``.
 Every method is synchronous, cheap and never checkpoints.
 """
@@ -34,7 +34,11 @@ class ObjectState:
     controller: str
     ref: ObjectRef
     revision: str | None = None
-    """The revision of the newest trigger seen."""
+    """The revision of the newest trigger seen (for a watched Kubernetes object, its
+    resourceVersion)."""
+    reported_revision: str | None = None
+    """The revision the controller last reported for the object: the ``revision`` in the
+    metadata of its newest event about it (for the bundles plugin, the applied ``r1``)."""
     queued: bool = False
     """A trigger was accepted since the last run started."""
     running: dict[str, Any] | None = None
@@ -56,6 +60,7 @@ class ObjectState:
             "namespace": self.ref.namespace,
             "name": self.ref.name,
             "revision": self.revision,
+            "reported_revision": self.reported_revision,
             "queued": self.queued,
             "running": self.running,
             "last": self.last,
@@ -142,7 +147,14 @@ class LiveState:
             self._ready.popitem(last=False)
 
     def event(self, entry: tuple[str, ObjectRef, dict[str, Any]]) -> None:
+        """Remember an event; its ``revision``, if any, becomes the reported revision of the
+        object (of that controller) it is about, if that object is remembered."""
         self.events.append(entry)
+        controller, ref, message = entry
+        revision = message.get("revision")
+        state = self._objects.get((controller, ref))
+        if revision is not None and state is not None:
+            state.reported_revision = revision
 
     def objects(self, wants: Callable[[str, ObjectRef], bool] | None = None) -> list[dict[str, Any]]:
         """Every remembered object as a message entry, least recently active first.

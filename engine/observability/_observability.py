@@ -105,6 +105,11 @@ class Observability:
         """``ws://host:port/live`` once started, else ``None``."""
         return self.live.url if self.live is not None else None
 
+    @property
+    def dashboard_url(self) -> str | None:
+        """``http://host:port/``, the live dashboard, once started, else ``None``."""
+        return self.live.dashboard_url if self.live is not None else None
+
     async def _metrics(self, request: Request) -> Response:
         body, content_type = self.metrics.generate(request.headers.get("accept"))
         return Response.text(200, body, content_type)

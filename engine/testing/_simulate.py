@@ -30,7 +30,7 @@ import math
 import random
 import time
 import traceback
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -102,8 +102,15 @@ class SimulationResult:
         return "\n".join(lines)
 
 
-def _replay_command(plugin: str, seed: int, kinds: frozenset[FaultKind], duration: float, bound: float) -> str:
-    parts = ["python -m engine simulate", f"--plugin {plugin}", f"--seed {seed}"]
+def _replay_command(
+    plugin: str | None, simulation: str | None, seed: int, kinds: frozenset[FaultKind], duration: float, bound: float
+) -> str:
+    parts = ["python -m engine simulate"]
+    if plugin is not None:
+        parts.append(f"--plugin {plugin}")
+    if simulation is not None:
+        parts.append(f"--simulation {simulation}")
+    parts.append(f"--seed {seed}")
     if kinds != frozenset(FaultKind):
         parts.append("--faults " + (",".join(sorted(k.value for k in kinds)) or "none"))
     if duration != DEFAULT_DURATION:
@@ -727,6 +734,7 @@ def simulate(
     duration: float = DEFAULT_DURATION,
     bound: float = DEFAULT_BOUND,
     plugin: str | None = None,
+    simulation_ref: str | None = None,
 ) -> SimulationResult:
     """Simulate ``simulation`` for one ``seed``; return how it went (never raises for a
     violation: see :attr:`SimulationResult.violation`).
@@ -734,7 +742,8 @@ def simulate(
     ``faults`` limits the fault kinds (default: all); the workload and faults run for
     ``duration`` seconds of virtual time, then the faults stop and everything must converge
     within ``bound`` seconds. ``plugin`` is how the replay command names the plugin (default:
-    its name). Runs its own ``trio.run`` under ``MockClock``: call it from synchronous code,
+    its name, or none when ``simulation_ref`` is given); ``simulation_ref`` (``module:attr``)
+    is how it names the simulation, as ``--simulation``. Runs its own ``trio.run`` under ``MockClock``: call it from synchronous code,
     not from inside trio. The same arguments give the same trace, entry for entry.
     """
     if duration <= 0 or bound <= 0:
@@ -745,7 +754,8 @@ def simulate(
     wall = time.perf_counter()
     with deterministic_scheduling(seed):
         trio.run(runner.main, clock=clock)
-    replay = _replay_command(plugin or simulation.plugin.name, seed, kinds, duration, bound)
+    named = plugin if plugin is not None or simulation_ref is not None else simulation.plugin.name
+    replay = _replay_command(named, simulation_ref, seed, kinds, duration, bound)
     return runner.result(replay, time.perf_counter() - wall, clock.current_time())
 
 
@@ -755,11 +765,13 @@ def simulate_seeds(
     *,
     budget: float | None = None,
     keep_going: bool = False,
+    on_result: Callable[[SimulationResult], None] | None = None,
     **options: Any,
 ) -> list[SimulationResult]:
     """:func:`simulate` each seed in order; stop at the first violation (unless
     ``keep_going``) or once ``budget`` seconds of wall time are spent (the seed in progress
-    finishes). Returns the results of the seeds that ran."""
+    finishes). ``on_result`` is called with each seed's result as soon as it is known.
+    Returns the results of the seeds that ran."""
     results: list[SimulationResult] = []
     start = time.perf_counter()
     for seed in seeds:
@@ -767,6 +779,8 @@ def simulate_seeds(
             break
         result = simulate(simulation, seed, **options)
         results.append(result)
+        if on_result is not None:
+            on_result(result)
         if not result.ok and not keep_going:
             break
     return results

@@ -1,6 +1,8 @@
 """``bundles``: a small GitOps controller with the shape of Flux's source and kustomize controllers.
 
-A ``Source`` carries a revision and an inline artifact (a list of manifests). A ``Bundle``
+A ``Source`` carries a revision and an inline artifact (a list of manifests); the ``sources``
+controller checks it and sets its ``Ready`` condition (``revision r1 with 3 objects``, or
+``InvalidSpec`` naming what is wrong) and ``observedGeneration``. A ``Bundle``
 references a Source, may depend on other Bundles (``dependsOn``), and has an ``interval``, a
 ``timeout`` and a ``healthCheckWait``. Reconciling a Bundle:
 

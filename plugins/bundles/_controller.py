@@ -46,7 +46,7 @@ from ._spec import (
     source_name,
 )
 
-__all__ = ["plugin", "parse_duration", "BundleReconciler"]
+__all__ = ["plugin", "parse_duration", "BundleReconciler", "SourceReconciler"]
 
 logger = logging.getLogger("plugins.bundles")
 
@@ -82,6 +82,10 @@ def _identity(entry: Mapping[str, Any]) -> tuple[str, str, str, str]:
     the version, so moving an object to another apiVersion does not prune it)."""
     group = str(entry.get("apiVersion", "")).rpartition("/")[0]
     return (group, str(entry.get("kind")), str(entry.get("namespace") or ""), str(entry.get("name")))
+
+
+def _objects(n: int) -> str:
+    return f"{n} object" if n == 1 else f"{n} objects"
 
 
 class BundleReconciler:
@@ -149,7 +153,7 @@ class BundleReconciler:
             if spec.prune:
                 await self._prune(name, previous, inventory)
                 self._written[(ns, name)] = inventory
-            ctx.log.info("applied revision %s (%d objects); checking health", revision, len(inventory))
+            ctx.log.info("applied revision %s (%s); checking health", revision, _objects(len(inventory)))
             with ctx.interruptible():
                 with trio.move_on_after(timeout) as health:
                     await self._wait_healthy(inventory, spec.health_check_wait)
@@ -377,6 +381,59 @@ class BundleReconciler:
             ctx.log.warning("status write did not finish within 5s")
 
 
+class SourceReconciler:
+    """Gives each Source a status: ``Ready`` with the revision and how many objects its
+    artifact holds (``revision r1 with 3 objects``, also a Normal event ``ArtifactReady`` with
+    the revision in its metadata), or ``Ready=False`` with reason ``InvalidSpec`` naming what
+    is wrong (terminal until the Source changes); and ``observedGeneration``. A status that
+    already says so is not written again, and then no event is emitted. A status write that
+    does not finish within 5 s fails the run (retried with backoff)."""
+
+    def __init__(self, client: Client, sources: Resource, store: Store) -> None:
+        self.client = client
+        self.sources = sources
+        self.store = store
+
+    async def reconcile(self, ctx: RunContext) -> None:
+        source = self.store.get(ctx.ref.namespace, ctx.ref.name)
+        if source is None or mapping(source.get("metadata")).get("deletionTimestamp"):
+            return
+        try:
+            artifact = parse_source_spec(source)
+        except InvalidSpec as exc:
+            await self._status(ctx, source, False, "InvalidSpec", str(exc))
+            raise TerminalError(f"invalid spec: {exc}") from None
+        message = f"revision {artifact.revision} with {_objects(len(artifact.artifact))}"
+        if await self._status(ctx, source, True, "ArtifactReady", message):
+            ctx.events.normal("ArtifactReady", message, metadata={"revision": artifact.revision})
+
+    async def _status(self, ctx: RunContext, source: Mapping[str, Any], ready: bool, reason: str, message: str) -> bool:
+        """Write the status unless it already says so; whether it was written."""
+        status = copy.deepcopy(dict(mapping(source.get("status"))))
+        conditions: list[dict[str, Any]] = [dict(c) for c in status.get("conditions") or () if isinstance(c, Mapping)]
+        generation = source["metadata"].get("generation")
+        changed = set_condition(conditions, "Ready", ready, reason=reason, message=message,
+                                observed_generation=generation)
+        if not changed and status.get("observedGeneration") == generation:
+            return False
+        status["conditions"] = conditions
+        status["observedGeneration"] = generation
+        meta = source["metadata"]
+        with ctx.shield(5) as scope:
+            try:
+                await self.client.patch_status(
+                    self.sources, meta["name"], {"status": status}, namespace=meta.get("namespace"),
+                    field_manager=FIELD_MANAGER,
+                )
+            except NotFoundError:
+                return False
+        if scope.cancelled_caught:
+            if ctx.cancel_cause is None:
+                raise TimeoutError("status write did not finish within 5s")
+            return False
+        return True
+
+
 async def setup(ctx: PluginContext) -> None:
     cluster = ctx.cluster
     bundle_informer = await cluster.informer(API_VERSION, "Bundle", label_selector=cluster.label_selector)
@@ -405,6 +462,11 @@ async def setup(ctx: PluginContext) -> None:
     cluster.watches_mapped(
         controller, source_informer, bundles_of, predicates=[generation_changed], reason="source revision changed"
     )
+    sources = ctx.manager.add_controller(
+        Controller("sources", SourceReconciler(ctx.client, source_informer.resource, source_informer.store))
+    )
+    cluster.watches(sources, source_informer, predicates=[generation_changed])
+    cluster.reports_readiness(source_informer)
 
 
 def _examples() -> tuple[dict[str, Any], ...]:

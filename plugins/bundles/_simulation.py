@@ -3,7 +3,8 @@
 The workload: two to four Sources, each with one Bundle (a Source shared by two Bundles would
 make them fight over the same objects), the Bundles depending on lower-numbered ones; then
 new revisions (sometimes several in quick succession), changed health-check waits and
-dependencies, and Bundles and Sources deleted and created again. Converged means: a Bundle
+dependencies, and Bundles and Sources deleted and created again. Converged means: every
+Source is Ready for its generation, its message naming its revision; a Bundle
 whose dependencies can all be Ready and whose Source exists is Ready at the Source's
 revision and every object of the artifact is there with its data; any other Bundle has
 observed its generation; nothing a Bundle applied outlives it.
@@ -92,6 +93,13 @@ def converged(state: ClusterState) -> list[str]:
             return False
         return state.get("Source", spec["sourceRef"]["name"], ns, group=GROUP) is not None
 
+    for source in state.objects("Source", namespace=ns, group=GROUP):
+        revision = (source.get("spec") or {}).get("revision")
+        ready = get_condition(source, "Ready") or {}
+        if not is_ready(source) or not str(ready.get("message", "")).startswith(f"revision {revision} with "):
+            problems.append(f"Source {source['metadata']['name']}: wants Ready at {revision}, has "
+                            f"{ready.get('status')} ({ready.get('message')}) for generation "
+                            f"{ready.get('observedGeneration')} of {source['metadata'].get('generation')}")
     for name, bundle in sorted(bundles.items()):
         meta, status = bundle["metadata"], bundle.get("status") or {}
         if meta.get("deletionTimestamp"):

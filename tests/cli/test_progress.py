@@ -8,7 +8,7 @@ import trio
 import trio.testing
 
 from engine import Controller, DependencyNotReady, Manager, ObjectRef, RunContext
-from engine.cli._progress import TerminalProgress
+from engine.cli._progress import SeedProgress, TerminalProgress
 
 INFRA = ObjectRef("Bundle", "infra", "demo")
 APPS = ObjectRef("Bundle", "apps", "demo")
@@ -114,3 +114,35 @@ async def test_objects_that_report_no_readiness_are_reported_once_reconciled(
         "rollout    ConfigMap team-a/settings  ConfigMap modified",
         "reconciled ConfigMap team-a/settings  rollout finished in 0.0 s",
     ]
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_seed_progress_rewrites_one_line_at_most_four_times_a_second() -> None:
+    now = [100.0]
+    out = _Terminal()
+    progress = SeedProgress(out, 10, clock=lambda: now[0])
+    progress.update(0, 0)
+    for done, at, violations in ((1, 100.1, 0), (2, 100.3, 1), (3, 100.4, 1), (4, 102.0, 1)):
+        now[0] = at
+        progress.update(done, violations)
+    progress.clear()
+    progress.clear()
+    assert out.getvalue() == (
+        "\r0/10 seeds, 0 violations, first seed running\x1b[K"
+        "\r2/10 seeds, 1 violation, 6.7 seeds/s\x1b[K"
+        "\r4/10 seeds, 1 violation, 2.0 seeds/s\x1b[K"
+        "\r\x1b[K"
+    )
+
+
+def test_seed_progress_writes_nothing_off_a_terminal() -> None:
+    out = io.StringIO()
+    progress = SeedProgress(out, 3)
+    progress.update(0, 0)
+    progress.update(3, 1)
+    progress.clear()
+    assert out.getvalue() == ""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -63,6 +64,19 @@ async def test_kubectl_drives_the_embedded_run_as_the_readme_says(tmp_path: Path
             await _kubectl(kubeconfig, "wait", "--for=condition=Ready", "bundle/infra", "bundle/apps", "-n", "demo", "--timeout=50s")
         listing = await _kubectl(kubeconfig, "get", "bundles", "-n", "demo")
         assert "infra" in listing and "apps" in listing
+        readme = (ROOT / "README.md").read_text()
+        said = next(line for line in readme.splitlines() if line.startswith("kubectl get bundles -n demo "))
+        columns = said.partition("# ")[2].removesuffix(" columns").split(", ")
+        assert listing.splitlines()[0].split() == columns
+        with trio.fail_after(60):
+            await _kubectl(kubeconfig, "wait", "--for=condition=Ready", "source/platform", "source/apps", "-n", "demo",
+                           "--timeout=50s")
+        sources = (await _kubectl(kubeconfig, "get", "sources", "-n", "demo")).splitlines()
+        assert [re.split(r"\s{2,}", line)[:-1] for line in sources] == [
+            ["NAME", "REVISION", "READY", "STATUS"],
+            ["apps", "a1", "True", "revision a1 with 1 object"],
+            ["platform", "r1", "True", "revision r1 with 1 object"],
+        ]
         await _kubectl(kubeconfig, "patch", "source", "platform", "-n", "demo", "--type", "merge", "-p",
                        '{"spec":{"revision":"r2","artifact":[{"apiVersion":"v1","kind":"ConfigMap",'
                        '"metadata":{"name":"platform-settings"},"data":{"revision":"r2"}}]}}')
@@ -163,6 +177,8 @@ async def test_embedded_start_up_prints_once_keeps_the_kubeconfig_out_of_the_wor
         assert list((tmp_path / "work").iterdir()) == []
         assert f"try: kubectl --kubeconfig {kubeconfig} get sources,bundles -A" in run.lines
         url = next(line.split()[3] for line in run.lines if line.startswith("live stream on "))
+        address = url.removeprefix("ws://").removesuffix("/live")
+        assert f"dashboard at http://{address}/ (add ?token=<the live token>)" in run.lines
         codes = {}
         for name, argv in (("no token", [url, "--once"]), ("token", [url, "--once", "--token", "s3cret"])):
             out, err = io.StringIO(), io.StringIO()
@@ -180,6 +196,14 @@ async def test_the_hint_fits_the_plugins_that_run(tmp_path: Path) -> None:
         hints = [line for line in run.lines if line.startswith("try: ")]
         assert len(hints) == 1
         assert hints[0].endswith(" get configmaps,namespaces -A")
+        run.proc.send_signal(signal.SIGTERM)
+    assert run.proc.returncode == 0, (run.out + run.err).decode()[-4000:]
+
+
+async def test_the_example_count_is_pluralised(tmp_path: Path) -> None:
+    async with _embedded(tmp_path, "--plugin", "tests.programs.plugins_for_tests:one_example",
+                         "--progress", "never") as run:
+        assert "applied 1 example object" in run.lines
         run.proc.send_signal(signal.SIGTERM)
     assert run.proc.returncode == 0, (run.out + run.err).decode()[-4000:]
 

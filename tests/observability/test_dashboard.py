@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import struct
@@ -49,6 +50,9 @@ async (want, timeout) => {
       object: r.dataset.object, controller: r.dataset.controller, state: r.dataset.state,
       running: r.dataset.running, text: r.textContent,
       revision: r.querySelector(".c-revision").textContent,
+      revisionTitle: r.querySelector(".c-revision").title,
+      clipped: [...r.children].filter((c) => !c.classList.contains("c-timeline") && c.scrollWidth > c.clientWidth)
+        .map((c) => c.className),
       deps: [...r.querySelectorAll(".dep")].map((d) => [d.textContent, d.dataset.ready]),
       timeline: [...r.querySelectorAll(".c-timeline .run:not(.empty)")].map((s) => s.className.slice(6)),
     })),
@@ -210,30 +214,34 @@ async def test_embedded_demo_in_a_browser(tmp_path: Path) -> None:
                 await proc.wait()
 
     (tmp_path / "dashboard.png").write_bytes(shot)
-    if os.environ.get("ENGINE_UPDATE_SCREENSHOT"):
-        (ROOT / "docs").mkdir(exist_ok=True)
-        (ROOT / "docs" / "dashboard.png").write_bytes(shot)
     assert shot.startswith(b"\x89PNG\r\n\x1a\n") and len(shot) > 10_000
 
     controllers = {c["name"]: c["cells"] for c in summary["controllers"]}
-    assert list(controllers) == ["bundles"]
+    assert list(controllers) == ["bundles", "sources"]
     busy, alive, configured = (part.strip() for part in controllers["bundles"][1].split("/")[:3])
     assert alive[:1] == configured[:1] == "4"
     assert int(controllers["bundles"][5]) >= 1, "the terminal error counts as an error"
     infra = row(summary, "/demo/infra")
     assert infra["controller"] == "bundles" and infra["object"].startswith("Bundle.")
     assert "superseded" in infra["timeline"] and infra["timeline"][-1] in ("succeeded", "requeued")
-    assert infra["revision"], "the trigger revision of the newest run"
+    assert infra["revision"] == "r3", "the revision the plugin reported applying"
+    assert re.fullmatch(r"revision r3; trigger revision \d+ \(for a Kubernetes object, its resourceVersion\)",
+                        infra["revisionTitle"]), infra["revisionTitle"]
+    assert row(summary, "/demo/platform")["revision"] == "r3"
     broken = row(summary, "/demo/broken")
     assert "dependency cycle: broken -> broken" in broken["text"]
+    assert broken["revision"] == "", "a Bundle that applied nothing has no revision to show"
     waiting = row(summary, "/demo/waiting")
     assert waiting["deps"] == [["missing", "false"]]
     assert waiting["timeline"] == ["dependency_not_ready"]
     slow = row(summary, "/demo/slow")
     assert slow["timeline"][-1] == "running" and "▶" in slow["text"]
     for entry in summary["rows"]:
-        name = entry["object"].rsplit("/", 1)[1]
-        assert f"Bundle demo/{name}" in entry["text"], "kind, namespace and name are shown apart"
+        kind, name = entry["object"].split(".", 1)[0], entry["object"].rsplit("/", 1)[1]
+        assert f"{kind} demo/{name}" in entry["text"], "kind, namespace and name are shown apart"
+        if entry["state"] != "terminal_error":
+            assert entry["clipped"] == [], (entry["object"], entry["clipped"], entry["text"])
+    assert "again in 10m" in infra["text"]
     assert ["Normal", "ReconciliationSucceeded"] in summary["events"]
 
 

@@ -175,3 +175,42 @@ async def test_late_client_gets_objects_in_chunks_then_events_then_stats_and_rea
     assert stats["type"] == "controllers"
     assert stats["controllers"][0]["name"] == "c" and stats["controllers"][0]["runs"] == total
     assert (ready["object"], ready["revision"]) == ("Widget/ns/n7", "42")
+
+
+async def test_the_revision_a_controller_reports_in_its_events_is_kept_beside_the_triggers(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    async def reconcile(ctx: RunContext) -> None:
+        if ctx.trigger.revision == "1002":
+            ctx.events.normal("Applied", "applied revision r2", metadata={"revision": "r2"})
+        else:
+            ctx.events.normal("Checked", "nothing to apply")
+
+    manager = Manager(handle_signals=False)
+    recorder = Recorder()
+    manager.add_observer(recorder)
+    live = LiveStream(manager)
+    c = manager.add_controller(Controller("c", reconcile))
+    async with running(manager):
+        c.trigger(APP, revision="1001")
+        await recorder.wait_until(lambda: len(recorder.kinds(str(APP))) == 1)
+        await trio.sleep(1)
+        first = entry(live, APP)
+        c.trigger(APP, revision="1002")
+        await recorder.wait_until(lambda: len(recorder.kinds(str(APP))) == 2)
+        await trio.sleep(1)
+        second = entry(live, APP)
+        c.trigger(APP, revision="1003")
+        await recorder.wait_until(lambda: len(recorder.kinds(str(APP))) == 3)
+        await trio.sleep(1)
+        third = entry(live, APP)
+    assert [(e["revision"], e["reported_revision"]) for e in (first, second, third)] == [
+        ("1001", None), ("1002", "r2"), ("1003", "r2")]
+    events = [message for _, _, message in live.state.events]
+    assert [(m["reason"], m.get("revision")) for m in events] == [("Checked", None), ("Applied", "r2"), ("Checked", None)]
+
+
+def test_an_event_about_an_object_not_remembered_sets_no_revision() -> None:
+    state = LiveState()
+    state.event(("c", APP, {"type": "event", "revision": "r1"}))
+    assert state.objects() == [] and len(state.events) == 1

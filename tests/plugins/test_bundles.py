@@ -333,7 +333,7 @@ async def test_a_dependency_cycle_is_named_and_breaking_it_wakes_both(kube_targe
                          condition=not_ready("DependencyCycle", "dependency cycle: a -> b -> a"))
         await h.wait_for(API + "/Bundle", "b", timeout=20,
                          condition=not_ready("DependencyCycle", "dependency cycle: b -> a -> b"))
-        assert set(h.outcomes()) == {OutcomeKind.DEPENDENCY_NOT_READY}, "waiting, not failing"
+        assert set(h.outcomes(controller="bundles")) == {OutcomeKind.DEPENDENCY_NOT_READY}, "waiting, not failing"
         await h.patch(API + "/Bundle", "b", {"spec": {"dependsOn": []}})
         started = trio.current_time()
         for name in "ba":
@@ -371,8 +371,30 @@ async def test_an_invalid_source_is_terminal_until_the_source_changes(kube_targe
             f"Source {h.namespace}/repo is invalid: spec.artifact[1] must be a manifest with apiVersion, kind and "
             "metadata.name"))
         await assert_terminal(h, "app")
+        await h.wait_for(API + "/Source", "repo", timeout=20, condition=not_ready(
+            "InvalidSpec", "spec.artifact[1] must be a manifest with apiVersion, kind and metadata.name"))
         await h.patch(API + "/Source", "repo", {"spec": {"revision": "r2", "artifact": [configmap("a")]}})
         await h.wait_for(API + "/Bundle", "app", condition=lambda o: ready_at(o, "r2"), timeout=20)
+        await h.wait_for(API + "/Source", "repo", timeout=20, condition=source_ready("revision r2 with 1 object"))
+
+
+def source_ready(message: str) -> Callable[[dict[str, Any] | None], bool]:
+    def check(obj: dict[str, Any] | None) -> bool:
+        ready = get_condition(obj or {}, "Ready")
+        return (ready is not None and ready.get("status") == "True" and ready.get("reason") == "ArtifactReady"
+                and ready.get("message") == message
+                and ready.get("observedGeneration") == (obj or {})["metadata"]["generation"]
+                and (obj or {})["status"].get("observedGeneration") == (obj or {})["metadata"]["generation"])
+
+    return check
+
+
+async def test_a_source_is_ready_with_its_revision_and_object_count(kube_target: KubeTarget) -> None:
+    async with open_plugin_test(plugin, kube_target, namespace="e2e", manifests=[
+            source("repo", "r1", [configmap("a"), configmap("b"), configmap("c")])]) as h:
+        await h.wait_for(API + "/Source", "repo", timeout=20, condition=source_ready("revision r1 with 3 objects"))
+        await h.patch(API + "/Source", "repo", {"spec": {"revision": "r2", "artifact": []}})
+        await h.wait_for(API + "/Source", "repo", timeout=20, condition=source_ready("revision r2 with 0 objects"))
 
 
 @pytest.mark.parametrize(("spec", "field"), [

@@ -27,3 +27,10 @@ async def _broken_setup(ctx: PluginContext) -> None:
 
 
 broken_setup = Plugin(name="broken", setup=_broken_setup)
+
+one_example = Plugin(
+    name="one-example",
+    setup=_setup,
+    examples=({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "greeting", "namespace": "default"},
+               "data": {"greeting": "hello"}},),
+)

@@ -49,11 +49,20 @@
     messages: 0,
     clockOffset: 0,         // server wall clock minus ours, in seconds
     readyVersion: 0,        // bumped whenever a readiness changes
+    reporting: new Set(),   // controllers whose events name a revision
   };
   const dirty = { objects: false, view: true, controllers: true, events: true, header: true };
   let frame = 0;
 
   const now = () => Date.now() / 1000 + model.clockOffset;
+
+  // A controller that reports revisions in its events: its rows show only those from now on.
+  function reports(controller) {
+    if (model.reporting.has(controller)) return;
+    model.reporting.add(controller);
+    for (const o of model.objects.values()) if (o.controller === controller) o.version += 1;
+    dirty.objects = true;
+  }
 
   function record(controller, object, fields) {
     const key = controller + "\u0000" + object;
@@ -61,7 +70,7 @@
     if (!o) {
       o = {
         key, controller, object, kind: fields.kind || "", namespace: fields.namespace || "",
-        name: fields.name || object, revision: null, queued: false, running: null, last: null,
+        name: fields.name || object, revision: null, reported: null, queued: false, running: null, last: null,
         deps: [], history: [], version: 0,
       };
       model.objects.set(key, o);
@@ -114,6 +123,7 @@
     model.view = [];
     model.controllers.clear();
     model.ready.clear();
+    model.reporting.clear();
     model.events = [];
     Object.keys(dirty).forEach((k) => { dirty[k] = true; });
   }
@@ -139,6 +149,8 @@
         for (const s of m.objects) {
           const o = record(s.controller, s.object, s);
           o.revision = s.revision;
+          o.reported = s.reported_revision || null;
+          if (o.reported) reports(s.controller);
           o.queued = s.queued;
           o.running = s.running || o.running;
           o.last = s.last;
@@ -151,6 +163,7 @@
         break;
       case "events":
         model.events = m.events.slice(-MAX_EVENTS);
+        for (const e of model.events) if (e.revision) reports(e.controller);
         dirty.events = true;
         document.body.dataset.state = "live";
         break;
@@ -162,6 +175,15 @@
         break;
       case "event":
         model.events.push(m);
+        if (m.revision) {
+          reports(m.controller);
+          const o = model.objects.get(m.controller + "\u0000" + m.object);
+          if (o && o.reported !== m.revision) {
+            o.reported = m.revision;
+            o.version += 1;
+            dirty.objects = true;
+          }
+        }
         if (model.events.length > MAX_EVENTS) model.events.splice(0, model.events.length - MAX_EVENTS);
         dirty.events = true;
         break;
@@ -290,7 +312,7 @@
     if (seconds < 1) return `${Math.round(seconds * 1000)} ms`;
     if (seconds < 60) return `${seconds.toFixed(1)} s`;
     const m = Math.floor(seconds / 60);
-    if (m < 60) return `${m}m ${Math.floor(seconds % 60)}s`;
+    if (m < 60) return Math.floor(seconds % 60) ? `${m}m ${Math.floor(seconds % 60)}s` : `${m}m`;
     return `${Math.floor(m / 60)}h ${m % 60}m`;
   }
 
@@ -437,8 +459,12 @@
     } else {
       c.state.title = "";
     }
-    c.revision.textContent = o.revision || "";
-    c.revision.title = o.revision || "";
+    // What a user calls the revision is what the controller reports in its events (the bundles
+    // plugin's r1); a controller that reports none gets its triggers' revisions shown instead.
+    const shown = model.reporting.has(o.controller) ? o.reported : o.reported || o.revision;
+    c.revision.textContent = shown || "";
+    c.revision.title = (shown ? `revision ${shown}` : "") + (shown && o.revision ? "; " : "") +
+      (o.revision ? `trigger revision ${o.revision} (for a Kubernetes object, its resourceVersion)` : "");
     c.duration.textContent = o.last ? fmtDuration(o.last.duration) : "";
     if (o.running) {
       c.running.textContent = `▶ ${fmtDuration(Math.max(0, now() - o.running.ts))}` +
