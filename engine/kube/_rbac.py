@@ -73,9 +73,10 @@ class PolicyRule:
     """The namespace the rule applies in; ``None``: the namespace the plugins run for
     (``--namespace``), or every namespace when they run for all."""
     cluster_wide: bool = False
-    """Granted by a ClusterRole whatever namespace the plugins run for: a cluster-scoped
-    resource (``namespaces``, ``customresourcedefinitions``), or a namespaced one used across
-    namespaces."""
+    """Granted by a ClusterRole whatever namespace the plugins run for: a namespaced resource
+    used across namespaces, or a cluster-scoped one (``namespaces``,
+    ``customresourcedefinitions``), which a rule written by hand must mark so
+    (:func:`rules_for` does it from the :class:`Resource`)."""
     resource_names: tuple[str, ...] = attrs.field(default=(), converter=_names)
     """Only these objects (empty: any)."""
 
@@ -182,7 +183,8 @@ def crd_rules(crds: Iterable[Mapping[str, Any]], *, install: bool) -> tuple[Poli
 
 def merge_rules(rules: Iterable[PolicyRule]) -> tuple[PolicyRule, ...]:
     """One rule per group, resource, resource names and scope, with the union of their verbs;
-    sorted (cluster-wide rules first, then by namespace, group, resource)."""
+    sorted: cluster-wide rules first, then those for the namespace the plugins run for, then
+    those of each named namespace; within each by group, resource and resource names."""
     merged: dict[tuple[str, str, tuple[str, ...], str | None, bool], set[str]] = {}
     for rule in rules:
         key = (rule.group, rule.resource, rule.resource_names, rule.namespace, rule.cluster_wide)
