@@ -280,3 +280,10 @@ async def test_kubectl_applies_the_manifests_to_the_embedded_server(tmp_path: Pa
         assert (code, sorted(out.split())) == (0, [
             "role.rbac.authorization.k8s.io/engine-bundles-mirror",
             "rolebinding.rbac.authorization.k8s.io/engine-bundles-mirror"])
+
+
+def test_the_containerfile_runs_the_runner_as_the_user_the_deployment_expects() -> None:
+    lines = (ROOT / "Containerfile").read_text().splitlines()
+    assert f"USER {_manifests.RUN_AS}:{_manifests.RUN_AS}" in lines
+    assert 'ENTRYPOINT ["python", "-m", "engine", "run"]' in lines
+    assert f"EXPOSE {_manifests.METRICS_PORT} {_manifests.PROBE_PORT}" in lines
