@@ -17,7 +17,6 @@ Exit codes, as ``run``: 0 when written, 1 for a plugin that cannot be loaded or 
 from __future__ import annotations
 
 import argparse
-import logging
 import math
 import re
 import sys
@@ -282,7 +281,6 @@ def main(argv: list[str]) -> int:
     except _UsageError as exc:
         print(f"error: {exc}", file=sys.stderr, flush=True)
         return 2
-    logging.getLogger("engine").setLevel(logging.WARNING)
     try:
         plugins, _ = load_plugins(args.plugin, strict=True)
         rules = trio.run(_derive_rules, plugins, args.namespace)
