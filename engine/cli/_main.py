@@ -14,6 +14,7 @@ _COMMANDS = {
     "apiserver": ("engine.cli._apiserver", "Run the embedded Kubernetes-compatible API server on loopback."),
     "run": ("engine.cli._run", "Run plugins against a cluster (--kubeconfig) or the embedded API server (--embedded)."),
     "live": ("engine.cli._live", "Follow a manager's live stream: a live table of objects, or raw lifecycle lines."),
+    "manifests": ("engine.cli._manifests", "Print the Deployment, RBAC and CRDs that install plugins in a cluster."),
     "simulate": ("engine.cli._simulate", "Seeded fault simulation of a plugin under virtual time; exit 1 on a violation."),
 }
 

@@ -94,7 +94,16 @@ from ._plugin import PluginHost as PluginHost
 from ._plugin import install_crds as install_crds
 from ._plugin import load_plugin as load_plugin
 from ._plugin import load_plugins as load_plugins
+from ._plugin import plugin_rules as plugin_rules
 from ._plugin import run_plugins as run_plugins
+from ._rbac import EVENT_RULES as EVENT_RULES
+from ._rbac import OPERATION_VERBS as OPERATION_VERBS
+from ._rbac import Permissions as Permissions
+from ._rbac import PolicyRule as PolicyRule
+from ._rbac import crd_rules as crd_rules
+from ._rbac import leader_election_rules as leader_election_rules
+from ._rbac import merge_rules as merge_rules
+from ._rbac import rules_for as rules_for
 from ._status import READY as READY
 from ._status import RECONCILING as RECONCILING
 from ._status import STALLED as STALLED
@@ -122,6 +131,7 @@ __all__ = [
     "ConflictError",
     "Deleted",
     "ENTRY_POINT_GROUP",
+    "EVENT_RULES",
     "ForbiddenError",
     "GoneError",
     "Handler",
@@ -139,14 +149,17 @@ __all__ = [
     "Modified",
     "NAMESPACE_INDEX",
     "NotFoundError",
+    "OPERATION_VERBS",
     "OWNER_INDEX",
     "ObjectKey",
     "ObjectList",
     "PatchType",
+    "Permissions",
     "Plugin",
     "PluginContext",
     "PluginError",
     "PluginHost",
+    "PolicyRule",
     "Predicate",
     "READY",
     "RECONCILING",
@@ -176,6 +189,7 @@ __all__ = [
     "WatcherStatistics",
     "annotation_changed",
     "any_of",
+    "crd_rules",
     "error_from_status",
     "generation_changed",
     "get_condition",
@@ -184,11 +198,15 @@ __all__ = [
     "is_ready",
     "join_selectors",
     "labels_match",
+    "leader_election_rules",
     "load_plugin",
     "load_plugins",
+    "merge_rules",
     "object_key",
     "patch_status",
+    "plugin_rules",
     "ref_for",
+    "rules_for",
     "requested_at_changed",
     "run_plugins",
     "set_condition",

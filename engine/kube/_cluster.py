@@ -21,6 +21,7 @@ from .._refs import ObjectRef
 from .._sources import MappedSource
 from ._client import Client, Selector, WatchEventType
 from ._informer import Informer, InformerEvent, Transform, strip_managed_fields
+from ._rbac import PolicyRule, rules_for
 from ._resource import Resource, split_api_version
 from ._status import is_ready
 
@@ -125,6 +126,11 @@ class Cluster:
     synced. ``label_selector`` (a shard) applies to the informers of primary objects.
     ``informer_options`` are passed to every :class:`Informer`; a ``transform`` among them
     replaces :func:`strip_managed_fields` as the default transform of :meth:`informer`.
+
+    The cluster records the RBAC rules of what is set up on it (:attr:`rules`): each call of
+    :meth:`informer` adds ``get, list, watch`` on its type where it watches, and
+    :meth:`require` adds others. Nothing needs the cluster to run for that: setting plugins up
+    on a cluster whose manager never runs tells what they need.
     """
 
     def __init__(
@@ -143,7 +149,19 @@ class Cluster:
         self._options = dict(informer_options or {})
         self._transform: Transform | None = self._options.pop("transform", strip_managed_fields)
         self._informers: dict[tuple[Resource, str | None, str, Transform | None], Informer] = {}
+        self._rules: list[PolicyRule] = []
         manager.add_start_gate(self.wait_synced)
+
+    @property
+    def rules(self) -> list[PolicyRule]:
+        """The rules recorded so far, in the order they were (a copy; see
+        :func:`merge_rules`). A rule without a namespace is for this cluster's
+        :attr:`namespace`."""
+        return list(self._rules)
+
+    def require(self, *rules: PolicyRule) -> None:
+        """Record that what runs on this cluster needs ``rules``."""
+        self._rules.extend(rules)
 
     async def resource(self, api_version: str, kind: str) -> Resource:
         """Resolve a type through discovery (cached by the client).
@@ -172,12 +190,21 @@ class Cluster:
         your own :data:`~engine.kube.Transform`; one informer is shared per resource,
         namespace, selector and transform.
 
-        Cancellation: the only checkpoint is discovery; if cancelled, no informer is created.
+        Each call records ``get, list, watch`` on the type (:attr:`rules`): in the cluster's
+        namespace, in ``namespace``, or cluster-wide for all namespaces of a cluster that has a
+        namespace and for a cluster-scoped type.
+
+        Cancellation: the only checkpoint is discovery; if cancelled, no informer is created
+        and nothing is recorded.
         """
         resource = await self.resource(api_version, kind)
         ns = self.namespace if isinstance(namespace, _Unset) else namespace
         if not resource.namespaced:
             ns = None
+        self._rules.extend(rules_for(
+            resource, "informer", namespace=None if ns == self.namespace else ns,
+            cluster_wide=ns is None and self.namespace is not None,
+        ))
         chosen = self._transform if isinstance(transform, _Unset) else transform
         key = (resource, ns, str(label_selector), chosen)
         informer = self._informers.get(key)

@@ -34,6 +34,7 @@ from ._errors import (
     TransportError,
 )
 from ._events import EVENTS_RESOURCE, build_event, create_event, patch_event_series
+from ._rbac import EVENT_RULES, PolicyRule
 from ._retry import retry_after_of
 
 __all__ = ["KubernetesEventSink"]
@@ -130,6 +131,12 @@ class KubernetesEventSink:
         """Series patches of Events created before."""
         self.retries = 0
         """Attempts repeated after a 429, 5xx or transport error."""
+
+    @property
+    def rules(self) -> tuple[PolicyRule, ...]:
+        """The RBAC rules this sink needs: :data:`EVENT_RULES` in the namespace the plugins run
+        for (where the objects its events are about live)."""
+        return EVENT_RULES
 
     def __repr__(self) -> str:
         return f"KubernetesEventSink(name={self.name!r}, reporting_controller={self.reporting_controller!r})"

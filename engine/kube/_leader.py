@@ -56,6 +56,7 @@ from engine._text import summarize
 from ._client import Client
 from ._errors import AlreadyExistsError, ConflictError, KubeError, NotFoundError
 from ._lease import Lease, create_lease, get_lease, update_lease
+from ._rbac import PolicyRule, leader_election_rules
 
 __all__ = ["LeaderElector", "LeaderElectorStatistics"]
 
@@ -218,6 +219,11 @@ class LeaderElector:
             return
         while not self._leading:
             await self._acquired.wait()
+
+    @property
+    def rules(self) -> tuple[PolicyRule, ...]:
+        """The RBAC rules this elector needs: :func:`leader_election_rules` in its namespace."""
+        return leader_election_rules(self.namespace)
 
     def statistics(self) -> LeaderElectorStatistics:
         """A snapshot of the elector's state and counters. Not a checkpoint."""

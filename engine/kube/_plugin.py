@@ -23,7 +23,10 @@ from .._text import summarize
 from ._client import Client
 from ._cluster import SHARD_LABEL, Cluster
 from ._errors import ConfigError, NotFoundError, ResourceNotFoundError, TransportError, UnauthorizedError
+from ._event_sink import KubernetesEventSink
 from ._leader import LeaderElector
+from ._rbac import PolicyRule, crd_rules, merge_rules, rules_for
+from ._resource import Resource
 
 if TYPE_CHECKING:
     from ..observability import Observability
@@ -36,6 +39,7 @@ __all__ = [
     "load_plugin",
     "load_plugins",
     "install_crds",
+    "plugin_rules",
     "run_plugins",
     "ENTRY_POINT_GROUP",
 ]
@@ -68,6 +72,20 @@ class PluginContext:
     """The namespace to watch, or ``None`` for all."""
     shard: str | None = None
 
+    def uses(
+        self, resource: Resource, *operations: str, namespace: str | None = None, cluster_wide: bool = False
+    ) -> None:
+        """Declare that the plugin calls ``operations`` (:data:`~engine.kube.OPERATION_VERBS`:
+        ``"get"``, ``"apply"``, ``"patch_status"``, ``"set_finalizer"``...) on ``resource``,
+        in ``namespace`` (``None``: the namespace it runs for) or, with ``cluster_wide``, in
+        every namespace. Informers need no declaration: :meth:`Cluster.informer` records
+        their rules. Raises :class:`ValueError` for an unknown operation."""
+        self.cluster.require(*rules_for(resource, *operations, namespace=namespace, cluster_wide=cluster_wide))
+
+    def require(self, *rules: PolicyRule) -> None:
+        """Declare rules the plugin needs beyond its informers and :meth:`uses`."""
+        self.cluster.require(*rules)
+
 
 def _check_crd(plugin: str, crd: Mapping[str, Any]) -> None:
     if crd.get("apiVersion") != "apiextensions.k8s.io/v1" or crd.get("kind") != "CustomResourceDefinition":
@@ -83,11 +101,17 @@ def _manifests(items: Iterable[Mapping[str, Any]]) -> tuple[Mapping[str, Any], .
     return tuple(items)
 
 
+def _rules(items: Iterable[PolicyRule]) -> tuple[PolicyRule, ...]:
+    return tuple(items)
+
+
 @attrs.frozen
 class Plugin:
     """A plugin: ``setup(ctx)`` registers its controllers and watches on ``ctx.manager`` and
     ``ctx.cluster``; ``crds`` are installed (or checked) before it; ``config`` holds defaults;
-    ``examples`` are manifests the embedded run applies."""
+    ``examples`` are manifests the embedded run applies; ``rules`` are RBAC rules the plugin
+    needs beyond what its ``setup`` records (see :func:`plugin_rules`), for what it does
+    through the raw client."""
 
     name: str
     setup: Callable[[PluginContext], Awaitable[None]]
@@ -95,6 +119,9 @@ class Plugin:
     config: Mapping[str, Any] = attrs.field(factory=dict)
     examples: tuple[Mapping[str, Any], ...] = attrs.field(default=(), converter=_manifests)
     description: str = ""
+    rules: tuple[PolicyRule, ...] = attrs.field(default=(), converter=_rules)
+    """RBAC rules the plugin needs whatever its setup does (a rule without a namespace is for
+    the namespace it runs for)."""
 
     def __attrs_post_init__(self) -> None:
         if not self.name or not self.name.replace("-", "").replace("_", "").isalnum():
@@ -103,6 +130,9 @@ class Plugin:
             raise PluginError(f"plugin {self.name!r}: setup must be an async function")
         for crd in self.crds:
             _check_crd(self.name, crd)
+        for rule in self.rules:
+            if not isinstance(rule, PolicyRule):
+                raise PluginError(f"plugin {self.name!r}: rules must be PolicyRule values, got {type(rule).__name__}")
 
 
 def load_plugin(spec: str) -> Plugin:
@@ -212,6 +242,58 @@ async def install_crds(
         raise PluginError(f"CRDs not served by the API server within {timeout}s")
 
 
+def _manager_rules(manager: Manager) -> list[PolicyRule]:
+    rules: list[PolicyRule] = []
+    if isinstance(manager.leader_election, LeaderElector):
+        rules.extend(manager.leader_election.rules)
+    for sink in manager.events.sinks:
+        if isinstance(sink, KubernetesEventSink):
+            rules.extend(sink.rules)
+    return rules
+
+
+async def plugin_rules(
+    client: Client,
+    plugins: Iterable[Plugin],
+    *,
+    config: Mapping[str, Mapping[str, Any] | None] | None = None,
+    namespace: str | None = None,
+    install: bool = False,
+) -> tuple[PolicyRule, ...]:
+    """The RBAC rules ``plugins`` need for a run for ``namespace`` (``None``: every
+    namespace), merged and sorted: each plugin is set up, with its configuration as
+    :func:`run_plugins` gives it, on a :class:`Cluster` whose manager never runs, and what
+    the cluster recorded (its informers, :meth:`PluginContext.uses`,
+    :meth:`PluginContext.require`) is merged with the plugin's own ``rules`` and what the CRD
+    check (or, with ``install``, installation) at start needs. Leases and Events are the
+    runner's: add :func:`leader_election_rules` and :data:`EVENT_RULES`.
+
+    ``client`` is only used for discovery, so the plugins' CRDs must be served by its server
+    (the ``manifests`` command uses an embedded server where it installed them). Raises
+    :class:`PluginError` if a plugin's setup fails.
+
+    Cancellation: if cancelled, nothing is left running (the manager never started).
+    """
+    config = config or {}
+    manager = Manager(handle_signals=False)
+    cluster = Cluster(client, manager, namespace=namespace)
+    rules: list[PolicyRule] = []
+    for plugin in plugins:
+        try:
+            await plugin.setup(PluginContext(
+                name=plugin.name, manager=manager, cluster=cluster, client=client,
+                config={**plugin.config, **(config.get(plugin.name) or {})}, namespace=namespace,
+            ))
+        except _CLUSTER_PROBLEMS:
+            raise
+        except PluginError:
+            raise
+        except Exception as exc:
+            raise PluginError(f"plugin {plugin.name!r} failed to set up: {_brief(exc)}") from exc
+        rules.extend([*plugin.rules, *crd_rules(plugin.crds, install=install)])
+    return merge_rules([*cluster.rules, *rules])
+
+
 @attrs.define(eq=False)
 class PluginHost:
     """What :func:`run_plugins` built, reported once the manager runs."""
@@ -225,6 +307,10 @@ class PluginHost:
     """The plugins skipped because they failed to load or to set up (only without ``strict``)."""
     examples_applied: int = 0
     """How many example manifests were applied (``apply_examples=True``)."""
+    rules: tuple[PolicyRule, ...] = ()
+    """Every RBAC rule the run needs, merged and sorted (:func:`merge_rules`): what the
+    set-up plugins recorded and declared, the CRD check or installation, and the manager's
+    :class:`LeaderElector` Lease and :class:`KubernetesEventSink` Events when it has them."""
 
 
 async def run_plugins(
@@ -297,7 +383,9 @@ async def run_plugins(
     selector = ",".join([*([f"{SHARD_LABEL}={shard}"] if shard else []), *([label_selector] if label_selector else [])])
     cluster = Cluster(client, manager, namespace=namespace, label_selector=selector or None)
     host = PluginHost(client=client, manager=manager, cluster=cluster, plugins=[], errors=errors)
+    needed: list[PolicyRule] = []
     for plugin in loaded:
+        recorded = len(cluster.rules)
         try:
             await install_crds(client, plugin.crds, install=install)
             await plugin.setup(PluginContext(
@@ -318,10 +406,12 @@ async def run_plugins(
             errors.append(err)
             continue
         host.plugins.append(plugin)
+        needed.extend([*cluster.rules[recorded:], *plugin.rules, *crd_rules(plugin.crds, install=install)])
         logger.info("plugin %s set up", plugin.name)
     if not host.plugins:
         reasons = "; ".join(str(e) for e in errors)
         raise PluginError("no plugin could be set up" + (f": {reasons}" if reasons else ""))
+    host.rules = merge_rules([*needed, *_manager_rules(manager)])
     if apply_examples:
         for plugin in host.plugins:
             for manifest in plugin.examples:

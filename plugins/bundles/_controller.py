@@ -19,6 +19,7 @@ from engine.kube import (
     NotFoundError,
     Plugin,
     PluginContext,
+    PolicyRule,
     Resource,
     ResourceNotFoundError,
     Store,
@@ -453,6 +454,7 @@ async def setup(ctx: PluginContext) -> None:
     cluster.watches(controller, bundle_informer, predicates=[any_of(generation_changed, requested_at_changed)])
     cluster.reports_readiness(bundle_informer)
     resource = bundle_informer.resource
+    ctx.uses(resource, "patch_status", "hold_finalizer", "set_finalizer")
 
     def bundles_of(source: Mapping[str, Any]) -> list[ObjectRef]:
         meta = mapping(source.get("metadata"))
@@ -476,11 +478,17 @@ def _examples() -> tuple[dict[str, Any], ...]:
     return tuple(doc for doc in yaml.safe_load_all(path.read_text()) if doc)
 
 
+APPLIED_RULES = (PolicyRule("", "configmaps", ("create", "delete", "get", "list", "patch")),)
+"""What applying, health-checking and pruning a Source's manifests needs for the kinds the
+examples apply (ConfigMaps) in the namespace the plugin runs for; Sources with other kinds
+need their own rules added to the generated Role."""
+
 plugin = Plugin(
     name="bundles",
     setup=setup,
     crds=(SOURCE_CRD, BUNDLE_CRD),
     config={"concurrency": 4, "healthPollInterval": 0.2, "dependencyRetry": 30.0},
     examples=_examples(),
+    rules=APPLIED_RULES,
     description="A small GitOps controller: Sources with inline artifacts, Bundles that apply them.",
 )

@@ -159,6 +159,8 @@ async def setup(ctx: PluginContext) -> None:
     namespaces = await cluster.informer("v1", "Namespace")
     copies.store.add_index(SOURCE_INDEX, lambda obj: [(obj["metadata"].get("labels") or {}).get(SOURCE_LABEL, "")])
     reconciler = MirrorReconciler(ctx.client, sources.resource, sources, copies, namespaces)
+    ctx.uses(sources.resource, "hold_finalizer", "set_finalizer")
+    ctx.uses(sources.resource, "get", "list", "apply", "delete", cluster_wide=True)
     controller = ctx.manager.add_controller(Controller("mirror", reconciler, max_concurrent=2))
     cluster.watches(controller, sources)
 
