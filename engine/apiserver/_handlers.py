@@ -297,7 +297,9 @@ def _scale(storage: ObjectStorage, request: Request, target: Target, info: Reque
         elif content_type in ("application/merge-patch+json", "application/apply-patch+yaml"):
             new = merge_patch(current, patch)
         else:
-            raise RequestRejected(415, "UnsupportedMediaType", f"the body of the request was in an unknown format ({content_type})")
+            raise RequestRejected(
+                415, "UnsupportedMediaType", f"the body of the request was in an unknown format ({content_type})", details={}
+            )
     else:
         raise RequestRejected(405, "MethodNotAllowed", "the server does not allow this method on the requested resource")
     if not isinstance(new, dict):
@@ -441,6 +443,7 @@ def _patch(storage: ObjectStorage, request: Request, target: Target, dry_run: bo
             415,
             "UnsupportedMediaType",
             f"the body of the request was in an unknown format - accepted media types include: {accepted}",
+            details={},
         )
     check = _field_check(rt, request, new, duplicates)
     obj = storage.update(

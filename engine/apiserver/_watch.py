@@ -137,6 +137,16 @@ class Watches:
         )
         return Response(200, headers, stream=stream)
 
+    def _next_bookmark(self, now: float, deadline: float) -> float:
+        """When the next BOOKMARK is due: after ``bookmark_interval``, or 2 s before the watch's
+        deadline if that comes first and is still ahead, as the real server's watch cache
+        sends one before a watch times out."""
+        due = now + self.bookmark_interval
+        before_end = deadline - 2.0
+        if now < before_end < due:
+            return before_end
+        return due
+
     async def _stream(
         self,
         rt: ResourceType,
@@ -172,7 +182,7 @@ class Watches:
             if initial_end:
                 last_rv = max(last_rv, store.resource_version)
                 yield bookmark({"k8s.io/initial-events-end": "true"})
-            next_bookmark = trio.current_time() + self.bookmark_interval
+            next_bookmark = self._next_bookmark(trio.current_time(), deadline)
             while not sub.dropped and trio.current_time() < deadline:
                 change: Change | None = None
                 with trio.move_on_at(min(next_bookmark if bookmarks else math.inf, deadline)):
@@ -186,7 +196,7 @@ class Watches:
                     if trio.current_time() >= deadline:
                         break
                     yield bookmark()
-                    next_bookmark = trio.current_time() + self.bookmark_interval
+                    next_bookmark = self._next_bookmark(trio.current_time(), deadline)
                     continue
                 delay = self.faults.watch_delay(active.info)
                 if delay > 0:
