@@ -147,6 +147,7 @@ def handle_resource(storage: ObjectStorage, request: Request, target: Target, in
         meta: dict[str, Any] = {"resourceVersion": str(rv)}
         if token:
             meta["continue"] = token
+        if remaining is not None:
             meta["remainingItemCount"] = remaining
         if conversion is not None:
             return json_response(200, _converted(storage, request, rt, items, meta, conversion, single=False))

@@ -512,13 +512,15 @@ class ObjectStorage:
         exact: int | None = None,
     ) -> tuple[list[Obj], int, str | None, int | None]:
         """``(items, resourceVersion, continue, remainingItemCount)`` for one page, in
-        ``(namespace, name)`` order.
+        ``(namespace, name)`` order. ``remainingItemCount`` is ``None`` unless the page is cut
+        short by ``limit`` and there are no selectors (a real server cannot count what its
+        selectors would match beyond the page, so it leaves the count out).
 
         ``exact`` lists the objects as they were at that resourceVersion
         (``resourceVersionMatch=Exact``); the pages after the first are read at the first
         page's resourceVersion, as the real server reads them from etcd's history. A page of
         the latest state costs a bisection plus its own length when there are no selectors;
-        with selectors, the objects after the page are still matched to count them. Raises
+        with selectors, matching stops at the first match after the page. Raises
         :class:`RequestRejected`: 400 for a malformed ``continue`` token, 410 Expired for one
         (or an ``exact`` resourceVersion) older than the history.
         """
@@ -562,15 +564,17 @@ class ObjectStorage:
                 obj = bucket.objects[key]
                 if labels.matches(meta(obj).get("labels")) and fields.matches(obj):
                     matched += 1
-                    if wanted is None or len(page) < wanted:
-                        page.append(key)
+                    if wanted is not None and len(page) == wanted:
+                        break
+                    page.append(key)
         items = [bucket.objects[k] for k in page]
         if wanted is not None and wanted < matched:
             last = page[-1]
             token = base64.urlsafe_b64encode(
                 json.dumps({"rv": list_rv, "ns": last[0], "name": last[1]}).encode()
             ).decode()
-            return items, list_rv, token, matched - wanted
+            selected = bool(labels.requirements or fields.requirements)
+            return items, list_rv, token, None if selected else matched - wanted
         return items, list_rv, None, None
 
     def _bucket_at(self, storage_key: tuple[str, str], bucket: _Bucket, rv: int) -> _Bucket:

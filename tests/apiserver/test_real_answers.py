@@ -1,0 +1,102 @@
+"""Answers the embedded server gives as kube-apiserver 1.32 does (issue 19: no known difference)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import httpx
+import trio
+import trio.testing
+
+from engine.apiserver import ApiServer
+
+from .conftest import CM, cm
+from .test_resources import CRDS, crd
+
+APPLY = {"content-type": "application/apply-patch+yaml"}
+
+
+def _status(r: httpx.Response) -> dict[str, Any]:
+    body: dict[str, Any] = r.json()
+    body.pop("message")
+    return body
+
+
+async def test_json_patch_failures_and_unsupported_patch_types_carry_empty_details(client: httpx.AsyncClient) -> None:
+    await client.post(CM, json=cm("p", data={"a": "1"}))
+    json_patch = {"content-type": "application/json-patch+json"}
+    for patch in ([{"op": "test", "path": "/data/a", "value": "2"}], [{"op": "remove", "path": "/data/nope"}]):
+        r = await client.patch(f"{CM}/p", content=json.dumps(patch), headers=json_patch)
+        assert r.status_code == 422
+        assert _status(r) == {
+            "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "reason": "Invalid",
+            "code": 422, "details": {},
+        }
+    r = await client.patch(f"{CM}/p", json={"data": {"x": "1"}}, headers={"content-type": "application/json"})
+    assert r.status_code == 415
+    assert _status(r) == {
+        "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "reason": "UnsupportedMediaType",
+        "code": 415, "details": {},
+    }
+
+
+async def test_a_custom_object_larger_than_etcd_stores_answers_400(client: httpx.AsyncClient) -> None:
+    assert (await client.post(CRDS, json=crd())).status_code == 201
+    body = {"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "huge"}, "spec": {"color": "x" * 1_600_000}}
+    r = await client.post("/apis/example.com/v1/namespaces/default/widgets", json=body)
+    assert r.status_code == 400
+    assert _status(r) == {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "reason": "BadRequest", "code": 400}
+
+
+async def test_a_watch_with_bookmarks_gets_one_2s_before_its_timeout(autojump_clock: trio.testing.MockClock) -> None:
+    async with ApiServer(listen=False) as api:
+        async with httpx.AsyncClient(transport=api.memory_transport(), base_url=api.url, timeout=None) as client:
+            for seconds, expected in (("6", [(4, "BOOKMARK")]), ("2", []), ("1", [])):
+                start = trio.current_time()
+                params = {"watch": "1", "labelSelector": "suite=none", "allowWatchBookmarks": "true", "timeoutSeconds": seconds}
+                async with client.stream("GET", CM, params=params) as r:
+                    events = [(trio.current_time() - start, json.loads(line)["type"]) async for line in r.aiter_lines() if line]
+                assert events == expected
+                assert trio.current_time() - start == float(seconds)
+
+
+async def test_a_paged_list_counts_the_remaining_items_only_without_selectors(client: httpx.AsyncClient) -> None:
+    for i in range(4):
+        await client.post(CM, json=cm(f"c{i}", metadata={"name": f"c{i}", "labels": {"a": "b"}}))
+    page = (await client.get(CM, params={"limit": "1"})).json()["metadata"]
+    assert page["remainingItemCount"] == 3 and page["continue"]
+    for selector in ({"labelSelector": "a=b"}, {"fieldSelector": "metadata.name!=c0"}):
+        page = (await client.get(CM, params={"limit": "1", **selector})).json()["metadata"]
+        assert "remainingItemCount" not in page and page["continue"]
+    last = (await client.get(CM, params={"limit": "4"})).json()["metadata"]
+    assert "remainingItemCount" not in last and "continue" not in last
+
+
+async def test_an_apply_conflict_has_only_causes_in_its_details(client: httpx.AsyncClient) -> None:
+    def applied(manager: str, **data: str) -> dict[str, Any]:
+        return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "s"}, "data": data}
+
+    r = await client.patch(f"{CM}/s", params={"fieldManager": "m1"}, content=json.dumps(applied("m1", a="1")), headers=APPLY)
+    assert r.status_code == 201
+    r = await client.patch(f"{CM}/s", json={"data": {"b": "1"}}, params={"fieldManager": "m2"},
+                           headers={"content-type": "application/merge-patch+json"})
+    assert r.status_code == 200
+    r = await client.patch(f"{CM}/s", params={"fieldManager": "m3"}, content=json.dumps(applied("m3", a="2")), headers=APPLY)
+    assert r.status_code == 409
+    assert r.json() == {
+        "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "reason": "Conflict", "code": 409,
+        "message": 'Apply failed with 1 conflict: conflict with "m1": .data.a',
+        "details": {"causes": [{"reason": "FieldManagerConflict", "message": 'conflict with "m1"', "field": ".data.a"}]},
+    }
+    r = await client.patch(f"{CM}/s", params={"fieldManager": "m3"}, content=json.dumps(applied("m3", a="2", b="2")), headers=APPLY)
+    assert r.status_code == 409
+    assert r.json()["message"] == (
+        'Apply failed with 2 conflicts: conflicts with "m1":\n- .data.a\nconflicts with "m2" using v1:\n- .data.b'
+    )
+    assert r.json()["details"] == {
+        "causes": [
+            {"reason": "FieldManagerConflict", "message": 'conflict with "m1"', "field": ".data.a"},
+            {"reason": "FieldManagerConflict", "message": 'conflict with "m2" using v1', "field": ".data.b"},
+        ]
+    }
