@@ -29,7 +29,7 @@ from ._objects import Obj, meta
 from ._resources import BUILTIN_TYPES, ResourceType
 from ._workloads import selector_string
 
-__all__ = ["Conversion", "negotiate", "as_table", "as_partial", "as_partial_list", "human_duration"]
+__all__ = ["Conversion", "negotiate", "as_table", "include_option", "as_partial", "as_partial_list", "human_duration"]
 
 META_GROUP = "meta.k8s.io"
 _KINDS = ("Table", "PartialObjectMetadata", "PartialObjectMetadataList")
@@ -624,6 +624,19 @@ def as_partial_list(objects: Iterable[Obj], list_meta: dict[str, Any], conversio
     }
 
 
+def include_option(include_object: str | None) -> str:
+    """The ``includeObject`` a Table request asks for (``Metadata`` when absent); raises
+    :class:`RequestRejected` 400 for an unknown one."""
+    include = include_object or "Metadata"
+    if include not in ("None", "Metadata", "Object"):
+        raise RequestRejected(
+            400,
+            "BadRequest",
+            f'includeObject: Unsupported value: "{include}": supported values: "Metadata", "None", "Object"',
+        )
+    return include
+
+
 def as_table(
     rt: ResourceType,
     rows: Iterable[tuple[Obj, Obj]],
@@ -636,14 +649,9 @@ def as_table(
 ) -> dict[str, Any]:
     """A ``Table`` of ``rows``: ``(stored, answered)`` pairs of each object as stored (what the
     printers read) and as the request's version answers it (what ``includeObject=Object``
-    embeds). Raises :class:`RequestRejected` 400 for an unknown ``includeObject``."""
-    include = include_object or "Metadata"
-    if include not in ("None", "Metadata", "Object"):
-        raise RequestRejected(
-            400,
-            "BadRequest",
-            f'includeObject: Unsupported value: "{include}": supported values: "Metadata", "None", "Object"',
-        )
+    embeds); with ``no_headers``, ``columnDefinitions`` is ``null``, as the real server
+    serializes it. Raises :class:`RequestRejected` 400 for an unknown ``includeObject``."""
+    include = include_option(include_object)
     definitions, cells = _printer(rt)
     out_rows = []
     for stored, answered in rows:
@@ -657,10 +665,9 @@ def as_table(
             row["object"] = answered
         out_rows.append(row)
     table: dict[str, Any] = {"kind": "Table", "apiVersion": conversion.api_version, "metadata": list_meta}
-    if not no_headers:
-        table["columnDefinitions"] = [
-            {"name": name, "type": kind, "format": fmt, "description": "", "priority": priority}
-            for name, kind, fmt, priority in definitions
-        ]
+    table["columnDefinitions"] = None if no_headers else [
+        {"name": name, "type": kind, "format": fmt, "description": "", "priority": priority}
+        for name, kind, fmt, priority in definitions
+    ]
     table["rows"] = out_rows
     return table

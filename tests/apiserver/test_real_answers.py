@@ -100,3 +100,44 @@ async def test_an_apply_conflict_has_only_causes_in_its_details(client: httpx.As
             {"reason": "FieldManagerConflict", "message": 'conflict with "m2" using v1', "field": ".data.b"},
         ]
     }
+
+
+TABLE = {"accept": "application/json;as=Table;g=meta.k8s.io;v=v1"}
+
+
+async def _watch_lines(client: httpx.AsyncClient, headers: dict[str, str], **params: str) -> list[dict[str, Any]]:
+    async with client.stream("GET", CM, params={"watch": "1", "timeoutSeconds": "1", **params}, headers=headers) as r:
+        assert r.status_code == 200
+        return [json.loads(line) async for line in r.aiter_lines() if line]
+
+
+async def test_a_watch_served_as_tables_prints_the_headers_once(client: httpx.AsyncClient) -> None:
+    a = (await client.post(CM, json=cm("a", data={"k": "v"}))).json()
+    b = (await client.post(CM, json=cm("b"))).json()
+    events = await _watch_lines(client, TABLE)
+    assert [e["type"] for e in events] == ["ADDED", "ADDED"]
+    first, second = (e["object"] for e in events)
+    assert [c["name"] for c in first["columnDefinitions"]] == ["Name", "Data", "Age"]
+    assert second["columnDefinitions"] is None
+    for table, obj in ((first, a), (second, b)):
+        assert table["kind"] == "Table" and table["apiVersion"] == "meta.k8s.io/v1"
+        assert table["metadata"] == {"resourceVersion": obj["metadata"]["resourceVersion"]}
+        [row] = table["rows"]
+        assert row["cells"][:2] == [obj["metadata"]["name"], len(obj.get("data", {}))]
+        assert row["object"]["kind"] == "PartialObjectMetadata"
+        assert row["object"]["metadata"]["uid"] == obj["metadata"]["uid"]
+    events = await _watch_lines(client, TABLE, includeObject="None")
+    assert [list(e["object"]["rows"][0]) for e in events] == [["cells"], ["cells"]]
+    r = await client.get(CM, params={"watch": "1", "includeObject": "All"}, headers=TABLE)
+    assert r.status_code == 400 and r.json()["reason"] == "BadRequest"
+
+
+async def test_a_watch_served_as_partial_object_metadata(client: httpx.AsyncClient) -> None:
+    await client.post(CM, json=cm("a", data={"k": "v"}))
+    partial = {"accept": "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"}
+    [event] = await _watch_lines(client, partial)
+    assert event["object"]["kind"] == "PartialObjectMetadata" and "data" not in event["object"]
+    assert event["object"]["metadata"]["name"] == "a"
+    as_list = {"accept": "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"}
+    r = await client.get(CM, params={"watch": "1"}, headers=as_list)
+    assert r.status_code == 406 and r.json()["reason"] == "NotAcceptable"
