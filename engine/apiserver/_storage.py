@@ -54,6 +54,10 @@ logger = logging.getLogger("engine.apiserver.storage")
 
 DEFAULT_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
 _NAMESPACES = ("", "namespaces")
+WATCH_WINDOW_EVENTS = 100
+"""Events of one type a watch can always start after (the real watch cache's smallest size)."""
+WATCH_WINDOW_SECONDS = 75.0
+"""Seconds for which every event of a type stays watchable (the watch cache's freshness)."""
 FUTURE_RV_WAIT = 3.0
 """Seconds a read from a resourceVersion not handed out yet waits for it before its 504."""
 _namespace_of = operator.itemgetter(0)
@@ -161,6 +165,10 @@ class ObjectStorage:
     _objects: dict[tuple[str, str], _Bucket] = attrs.field(factory=dict, init=False, repr=False)
     _history: collections.deque[Change] = attrs.field(factory=collections.deque, init=False, repr=False)
     _floor: int = attrs.field(default=0, init=False, repr=False)
+    _windows: dict[tuple[str, str], collections.deque[tuple[int, float]]] = attrs.field(
+        factory=dict, init=False, repr=False
+    )
+    _window_floors: dict[tuple[str, str], int] = attrs.field(factory=dict, init=False, repr=False)
     _subs: dict[tuple[str, str], set[Subscription]] = attrs.field(factory=dict, init=False, repr=False)
     _rng: random.Random = attrs.field(init=False, repr=False)
     _crd_types: dict[str, list[ResourceType]] = attrs.field(factory=dict, init=False, repr=False)
@@ -325,6 +333,7 @@ class ObjectStorage:
         if len(self._history) >= self.history_size:
             self._floor = self._history.popleft().rv
         self._history.append(change)
+        self._slide_window(rt.storage_key, change)
         for sub in list(self._subs.get(rt.storage_key, ())):
             if sub.namespace is not None and key[0] != sub.namespace:
                 continue
@@ -344,6 +353,20 @@ class ObjectStorage:
                 self._rv_waiters.remove(waiter)
                 waiter[1].set()
         return obj
+
+    def _slide_window(self, key: tuple[str, str], change: Change) -> None:
+        """Keep ``key``'s watch window as the real watch cache keeps its events: at least the
+        last :data:`WATCH_WINDOW_EVENTS`, and every event younger than
+        :data:`WATCH_WINDOW_SECONDS` (trio time)."""
+        window = self._windows.setdefault(key, collections.deque())
+        window.append((change.rv, change.time))
+        while len(window) > WATCH_WINDOW_EVENTS and window[0][1] < change.time - WATCH_WINDOW_SECONDS:
+            self._window_floors[key] = window.popleft()[0]
+
+    def watch_floor(self, key: tuple[str, str]) -> int:
+        """Watches of the type stored under ``key`` from a resourceVersion below this answer
+        410 Expired: the change history's floor, or where that type's watch window starts."""
+        return max(self._floor, self._window_floors.get(key, 0))
 
     def add_listener(self, listener: Callable[[Change], None]) -> None:
         """Call ``listener(change)`` after every committed change, synchronously (it must not
@@ -390,6 +413,8 @@ class ObjectStorage:
         self._crd_types = {name: list(kinds) for name, kinds in snapshot._crd_types.items()}
         self._objects = {key: _Bucket(dict(stored), sorted(stored)) for key, stored in snapshot._objects.items()}
         self._history.clear()
+        self._windows.clear()
+        self._window_floors.clear()
         self._floor = snapshot.resource_version
         for sub in self.subscriptions():
             sub.dropped = sub.abrupt = True
@@ -407,10 +432,9 @@ class ObjectStorage:
         ``since`` is replayed, or :class:`RequestRejected` (410 Expired) is raised when that part
         of the history is gone. Not a checkpoint.
         """
-        if since is not None and since < self._floor:
-            raise RequestRejected(
-                410, "Expired", f"too old resource version: {since} ({self._floor})"
-            )
+        floor = self.watch_floor(rt.storage_key)
+        if since is not None and since < floor:
+            raise RequestRejected(410, "Expired", f"too old resource version: {since} ({floor})")
         now = trio.current_time()
         if since is None:
             bucket = self._objects.get(rt.storage_key)

@@ -141,3 +141,41 @@ async def test_a_watch_served_as_partial_object_metadata(client: httpx.AsyncClie
     as_list = {"accept": "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"}
     r = await client.get(CM, params={"watch": "1"}, headers=as_list)
     assert r.status_code == 406 and r.json()["reason"] == "NotAcceptable"
+
+
+async def test_a_watch_from_before_the_watch_window_answers_410_in_the_stream(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    async with ApiServer(listen=False) as api:
+        async with httpx.AsyncClient(transport=api.memory_transport(), base_url=api.url, timeout=None) as client:
+            first = int((await client.post(CM, json=cm("c0"))).json()["metadata"]["resourceVersion"])
+            for i in range(1, 101):
+                await client.post(CM, json=cm(f"c{i}"))
+            params = {"watch": "1", "resourceVersion": str(first), "timeoutSeconds": "1"}
+            async with client.stream("GET", CM, params=params) as r:
+                replayed = [json.loads(line) async for line in r.aiter_lines() if line]
+            assert len(replayed) == 100 and {e["type"] for e in replayed} == {"ADDED"}
+            await trio.sleep(76)
+            last = int((await client.post(CM, json=cm("late"))).json()["metadata"]["resourceVersion"])
+            async with client.stream("GET", CM, params=params) as r:
+                assert r.status_code == 200
+                events = [json.loads(line) async for line in r.aiter_lines() if line]
+            assert events == [
+                {
+                    "type": "ERROR",
+                    "object": {
+                        "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                        "message": f"too old resource version: {first} ({first + 1})", "reason": "Expired", "code": 410,
+                    },
+                }
+            ]
+            params["resourceVersion"] = str(first + 1)
+            async with client.stream("GET", CM, params=params) as r:
+                events = [json.loads(line) async for line in r.aiter_lines() if line]
+            assert len(events) == 100 and events[-1]["object"]["metadata"]["resourceVersion"] == str(last)
+            lease = {"metadata": {"name": "l"}, "spec": {}}
+            await client.post("/apis/coordination.k8s.io/v1/namespaces/default/leases", json=lease)
+            params["resourceVersion"] = str(first)
+            async with client.stream("GET", "/apis/coordination.k8s.io/v1/namespaces/default/leases", params=params) as r:
+                events = [json.loads(line) async for line in r.aiter_lines() if line]
+            assert [e["type"] for e in events] == ["ADDED"]
