@@ -272,8 +272,15 @@ def _scale_of(rt: ResourceType, obj: dict[str, Any]) -> dict[str, Any]:
         "apiVersion": "autoscaling/v1",
         "metadata": {k: metadata[k] for k in ("name", "namespace", "uid", "resourceVersion", "creationTimestamp") if k in metadata},
         "spec": {"replicas": spec.get("replicas", 0)},
-        "status": {"replicas": status.get("replicas", 0), "selector": selector_string(spec.get("selector"))},
+        "status": {"replicas": status.get("replicas", 0), "selector": _scale_selector(rt, spec.get("selector"))},
     }
+
+
+def _scale_selector(rt: ResourceType, selector: Any) -> str:
+    """The selector a ``Scale`` reports: a ReplicationController's is a plain label map."""
+    if rt.storage_key == ("", "replicationcontrollers"):
+        return ",".join(f"{k}={v}" for k, v in sorted((selector or {}).items()))
+    return selector_string(selector)
 
 
 _SCALE_RT = ResourceType("autoscaling", "v1", "scales", "scale", "Scale", True)

@@ -179,3 +179,42 @@ async def test_a_watch_from_before_the_watch_window_answers_410_in_the_stream(
             async with client.stream("GET", "/apis/coordination.k8s.io/v1/namespaces/default/leases", params=params) as r:
                 events = [json.loads(line) async for line in r.aiter_lines() if line]
             assert [e["type"] for e in events] == ["ADDED"]
+
+
+async def test_discovery_lists_every_resource_of_the_groups_served(client: httpx.AsyncClient) -> None:
+    apps = (await client.get("/apis/apps/v1")).json()["resources"]
+    assert [r["name"] for r in apps] == [
+        "controllerrevisions", "daemonsets", "daemonsets/status", "deployments", "deployments/scale",
+        "deployments/status", "replicasets", "replicasets/scale", "replicasets/status", "statefulsets",
+        "statefulsets/scale", "statefulsets/status",
+    ]
+    core = {r["name"]: r for r in (await client.get("/api/v1")).json()["resources"]}
+    for name, namespaced, short in (
+        ("endpoints", True, ["ep"]), ("limitranges", True, ["limits"]), ("podtemplates", True, None),
+        ("replicationcontrollers", True, ["rc"]), ("resourcequotas", True, ["quota"]),
+        ("persistentvolumeclaims", True, ["pvc"]), ("persistentvolumes", False, ["pv"]), ("nodes", False, ["no"]),
+    ):
+        assert (core[name]["namespaced"], core[name].get("shortNames")) == (namespaced, short)
+    assert {"replicationcontrollers/scale", "replicationcontrollers/status", "nodes/status"} <= set(core)
+    networking = [r["name"] for r in (await client.get("/apis/networking.k8s.io/v1")).json()["resources"]]
+    assert networking == ["ingressclasses", "ingresses", "ingresses/status", "networkpolicies"]
+
+
+async def test_newly_served_types_print_as_the_real_server_does(client: httpx.AsyncClient) -> None:
+    template = {"metadata": {"labels": {"app": "a"}}, "spec": {"containers": [{"name": "c", "image": "nginx"}]}}
+    sts = {"metadata": {"name": "db"}, "spec": {"selector": {"matchLabels": {"app": "a"}}, "template": template}}
+    uid = (await client.post("/apis/apps/v1/namespaces/default/statefulsets", json=sts)).json()["metadata"]["uid"]
+    revisions = "/apis/apps/v1/namespaces/default/controllerrevisions"
+    owner = {"apiVersion": "apps/v1", "kind": "StatefulSet", "name": "db", "uid": uid, "controller": True}
+    body = {"metadata": {"name": "db-1", "ownerReferences": [owner]}, "revision": 3, "data": {}}
+    assert (await client.post(revisions, json=body)).status_code == 201
+    table = (await client.get(f"{revisions}/db-1", headers=TABLE)).json()
+    assert [c["name"] for c in table["columnDefinitions"]] == ["Name", "Controller", "Revision", "Age"]
+    assert table["rows"][0]["cells"][:3] == ["db-1", "statefulset.apps/db", 3]
+    rcs = "/api/v1/namespaces/default/replicationcontrollers"
+    rc = {"metadata": {"name": "rc"}, "spec": {"replicas": 2, "selector": {"app": "a", "tier": "b"}, "template": template}}
+    assert (await client.post(rcs, json=rc)).status_code == 201
+    scale = (await client.get(f"{rcs}/rc/scale")).json()
+    assert (scale["spec"], scale["status"]) == ({"replicas": 2}, {"replicas": 0, "selector": "app=a,tier=b"})
+    cells = (await client.get(f"{rcs}/rc", headers=TABLE)).json()["rows"][0]["cells"]
+    assert cells[:4] + cells[5:] == ["rc", 2, 0, 0, "c", "nginx", "app=a,tier=b"]
