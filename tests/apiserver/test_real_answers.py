@@ -218,3 +218,32 @@ async def test_newly_served_types_print_as_the_real_server_does(client: httpx.As
     assert (scale["spec"], scale["status"]) == ({"replicas": 2}, {"replicas": 0, "selector": "app=a,tier=b"})
     cells = (await client.get(f"{rcs}/rc", headers=TABLE)).json()["rows"][0]["cells"]
     assert cells[:4] + cells[5:] == ["rc", 2, 0, 0, "c", "nginx", "app=a,tier=b"]
+
+
+async def test_service_ports_are_validated_cause_by_cause(client: httpx.AsyncClient) -> None:
+    ports = [
+        {"port": 80},
+        {"name": "Web", "port": 80, "protocol": ""},
+        {"name": "b", "port": 0, "protocol": "XX", "targetPort": "x--y"},
+        {"name": "b", "port": 81, "targetPort": 70000, "nodePort": 30001},
+        {"name": "c", "port": 82, "targetPort": "a-very-long-port-name"},
+    ]
+    body = {"metadata": {"name": "s"}, "spec": {"selector": {"app": "a"}, "ports": ports}}
+    r = await client.post("/api/v1/namespaces/default/services", json=body)
+    assert r.status_code == 422
+    causes = {(c["field"], c["reason"]) for c in r.json()["details"]["causes"]}
+    assert causes == {
+        ("spec.ports[0].name", "FieldValueRequired"),
+        ("spec.ports[1].name", "FieldValueInvalid"),
+        ("spec.ports[1]", "FieldValueDuplicate"),
+        ("spec.ports[2].port", "FieldValueInvalid"),
+        ("spec.ports[2].protocol", "FieldValueNotSupported"),
+        ("spec.ports[2].targetPort", "FieldValueInvalid"),
+        ("spec.ports[3].name", "FieldValueDuplicate"),
+        ("spec.ports[3].targetPort", "FieldValueInvalid"),
+        ("spec.ports[3].nodePort", "FieldValueForbidden"),
+        ("spec.ports[4].targetPort", "FieldValueInvalid"),
+    }
+    ok = {"metadata": {"name": "ok"}, "spec": {"ports": [{"port": 80, "protocol": "", "targetPort": 0}]}}
+    created = (await client.post("/api/v1/namespaces/default/services", json=ok)).json()
+    assert created["spec"]["ports"] == [{"port": 80, "protocol": "TCP", "targetPort": 80}]
