@@ -215,10 +215,15 @@ def handle_resource(storage: ObjectStorage, request: Request, target: Target, in
         for obj in items:
             meta_ = obj["metadata"]
             try:
-                deleted.append(storage.delete(rt, meta_.get("namespace"), meta_["name"], options, dry_run=dry_run)[0])
+                answer, gone = storage.delete(rt, meta_.get("namespace"), meta_["name"], options, dry_run=dry_run)
             except RequestRejected as exc:
                 if exc.code != 404:
                     raise
+                continue
+            if gone:
+                # As etcd's delete returns it: the object as last stored, at its resourceVersion then.
+                answer = {**answer, "metadata": {**answer["metadata"], "resourceVersion": meta_["resourceVersion"]}}
+            deleted.append(answer)
         return json_response(
             200,
             {

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
+import pytest
 import trio
 import trio.testing
 
@@ -247,3 +249,47 @@ async def test_service_ports_are_validated_cause_by_cause(client: httpx.AsyncCli
     ok = {"metadata": {"name": "ok"}, "spec": {"ports": [{"port": 80, "protocol": "", "targetPort": 0}]}}
     created = (await client.post("/api/v1/namespaces/default/services", json=ok)).json()
     assert created["spec"]["ports"] == [{"port": 80, "protocol": "TCP", "targetPort": 80}]
+
+
+@pytest.fixture
+async def bare() -> AsyncIterator[httpx.AsyncClient]:
+    """A client of a server without controllers, as the recording's (no controller manager)."""
+    async with ApiServer(seed=1, controllers=False, listen=False) as api:
+        async with httpx.AsyncClient(transport=api.memory_transport(), base_url=api.url) as client:
+            yield client
+
+
+async def test_deletes_consume_resource_versions_as_the_real_server(bare: httpx.AsyncClient) -> None:
+    client = bare
+
+    async def rv() -> int:
+        return int((await client.get(CM)).json()["metadata"]["resourceVersion"])
+
+    held = {"metadata": {"name": "held", "finalizers": ["x.test/hold"]}}
+    created = int((await client.post(CM, json=held)).json()["metadata"]["resourceVersion"])
+    deleting = (await client.request("DELETE", f"{CM}/held", json={"propagationPolicy": "Orphan"})).json()
+    assert deleting["metadata"]["finalizers"] == ["x.test/hold", "orphan"]
+    assert int(deleting["metadata"]["resourceVersion"]) == created + 1 == await rv()
+    again = (await client.delete(f"{CM}/held")).json()
+    assert again["metadata"]["resourceVersion"] == deleting["metadata"]["resourceVersion"]
+    merge = {"content-type": "application/merge-patch+json"}
+    released = (await client.patch(f"{CM}/held", json={"metadata": {"finalizers": None}}, headers=merge)).json()
+    assert released["metadata"]["resourceVersion"] == deleting["metadata"]["resourceVersion"]
+    assert await rv() == created + 2
+    await client.post(CM, json=cm("fg"))
+    before = await rv()
+    fg = (await client.request("DELETE", f"{CM}/fg", json={"propagationPolicy": "Foreground"})).json()
+    assert fg["metadata"]["finalizers"] == ["foregroundDeletion"] and int(fg["metadata"]["resourceVersion"]) == before + 1
+
+
+async def test_deletecollection_answers_the_removed_objects_at_their_last_resource_version(
+    client: httpx.AsyncClient,
+) -> None:
+    plain = (await client.post(CM, json=cm("a", metadata={"name": "a", "labels": {"del": "1"}}))).json()
+    body = cm("b", metadata={"name": "b", "labels": {"del": "1"}, "finalizers": ["x.test/hold"]})
+    kept = (await client.post(CM, json=body)).json()
+    answer = (await client.delete(CM, params={"labelSelector": "del=1"})).json()
+    by_name = {i["metadata"]["name"]: i for i in answer["items"]}
+    assert by_name["a"]["metadata"]["resourceVersion"] == plain["metadata"]["resourceVersion"]
+    assert int(by_name["b"]["metadata"]["resourceVersion"]) > int(kept["metadata"]["resourceVersion"])
+    assert "deletionTimestamp" in by_name["b"]["metadata"]

@@ -235,7 +235,7 @@ AUTHORED: list[tuple[str, str, list[Step]]] = [
         ],
     ),
     (
-        "cm.update_with_rv",
+        "cm.create_generate_name",
         "before",
         [
             _setup(
@@ -548,15 +548,6 @@ AUTHORED: list[tuple[str, str, list[Step]]] = [
         "before",
         [
             _setup(
-                "setup.d_fg_delete_foreground",
-                _req(
-                    "DELETE",
-                    f"{NSX}/configmaps/d-fg",
-                    {"apiVersion": "v1", "kind": "DeleteOptions", "propagationPolicy": "Foreground"},
-                ),
-                200,
-            ),
-            _setup(
                 "setup.d_inv_invalid_policy",
                 _req(
                     "DELETE",
@@ -565,6 +556,27 @@ AUTHORED: list[tuple[str, str, list[Step]]] = [
                 ),
                 422,
             ),
+        ],
+    ),
+    (
+        "delresp.cm_with_finalizer",
+        "after",
+        [
+            _setup(
+                "setup.d_fg_delete_foreground",
+                _req(
+                    "DELETE",
+                    f"{NSX}/configmaps/d-fg",
+                    {"apiVersion": "v1", "kind": "DeleteOptions", "propagationPolicy": "Foreground"},
+                ),
+                200,
+            ),
+        ],
+    ),
+    (
+        "delresp.cr_delete_again",
+        "after",
+        [
             _setup(
                 "setup.sp1_hold",
                 _req("PATCH", f"{CRX}/sprockets/sp1", {"metadata": {"finalizers": ["diffapi.test/hold"]}}, ctype=MERGE),
