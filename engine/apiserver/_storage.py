@@ -736,13 +736,38 @@ class ObjectStorage:
             self._check_crd_collision(obj)
         if check_size:
             _check_size(rt, obj)
+        if is_crd:
+            return self._create_crd(rt, obj, dry_run=dry_run)
         if dry_run:
             obj["apiVersion"], obj["kind"] = rt.api_version, rt.kind
             return obj
-        stored = self.commit(rt, "ADDED", obj, None)
-        if is_crd:
-            self._serve_crd(stored)
-        return stored
+        return self.commit(rt, "ADDED", obj, None)
+
+    def _create_crd(self, rt: ResourceType, obj: Obj, *, dry_run: bool) -> Obj:
+        """Store a new CustomResourceDefinition as the real server does: written without
+        conditions (the answer), then the naming controller's write (``NamesAccepted``,
+        ``Established`` still ``False``) and the establishing controller's (``Established``),
+        each a resourceVersion of its own, by ``kube-apiserver`` through ``status``. Here the
+        two follow at once, so the resource is served when the create is answered."""
+        status = obj.get("status") or {}
+        first = copy.deepcopy(obj)
+        first["status"] = {"acceptedNames": {"plural": "", "kind": ""}, "storedVersions": status.get("storedVersions", [])}
+        managed = [e for e in meta(first).get("managedFields") or [] if e.get("subresource") != "status"]
+        if managed:
+            meta(first)["managedFields"] = managed
+        else:
+            meta(first).pop("managedFields", None)
+        if dry_run:
+            first["apiVersion"], first["kind"] = rt.api_version, rt.kind
+            return first
+        created = self.commit(rt, "ADDED", first, None)
+        installing = copy.deepcopy(obj)
+        conditions = installing["status"]["conditions"]
+        conditions[1] = {**conditions[1], "status": "False", "reason": "Installing"}
+        named = self.commit(rt, "MODIFIED", installing, created)
+        established = self.commit(rt, "MODIFIED", obj, named)
+        self._serve_crd(established)
+        return created
 
     def _record_status_writer(self, rt: ResourceType, obj: Obj, status_before: Any) -> None:
         """Give the strategy's status writer the status fields its canonicalization changed (the

@@ -293,3 +293,29 @@ async def test_deletecollection_answers_the_removed_objects_at_their_last_resour
     assert by_name["a"]["metadata"]["resourceVersion"] == plain["metadata"]["resourceVersion"]
     assert int(by_name["b"]["metadata"]["resourceVersion"]) > int(kept["metadata"]["resourceVersion"])
     assert "deletionTimestamp" in by_name["b"]["metadata"]
+
+
+async def test_a_new_crd_is_answered_before_its_status_controllers_write(bare: httpx.AsyncClient) -> None:
+    client = bare
+    created = (await client.post(CRDS, json=crd())).json()
+    assert created["status"] == {"acceptedNames": {"plural": "", "kind": ""}, "storedVersions": ["v1"]}
+    assert [(e["manager"], e["operation"], e.get("subresource")) for e in created["metadata"]["managedFields"]] == [
+        ("python-httpx", "Update", None)
+    ]
+    params = {"watch": "1", "resourceVersion": str(int(created["metadata"]["resourceVersion"]) - 1), "timeoutSeconds": "1"}
+    async with client.stream("GET", CRDS, params=params) as r:
+        events = [json.loads(line) async for line in r.aiter_lines() if line]
+    rvs = [int(e["object"]["metadata"]["resourceVersion"]) for e in events]
+    assert [e["type"] for e in events] == ["ADDED", "MODIFIED", "MODIFIED"] and rvs == [rvs[0], rvs[0] + 1, rvs[0] + 2]
+    states = [{c["type"]: (c["status"], c["reason"]) for c in e["object"]["status"].get("conditions", [])} for e in events]
+    assert states == [
+        {},
+        {"NamesAccepted": ("True", "NoConflicts"), "Established": ("False", "Installing")},
+        {"NamesAccepted": ("True", "NoConflicts"), "Established": ("True", "InitialNamesAccepted")},
+    ]
+    final = events[-1]["object"]
+    assert final["status"]["acceptedNames"]["plural"] == "widgets"
+    [status_entry] = [e for e in final["metadata"]["managedFields"] if e.get("subresource") == "status"]
+    assert (status_entry["manager"], status_entry["operation"]) == ("kube-apiserver", "Update")
+    assert set(status_entry["fieldsV1"]["f:status"]) == {"f:acceptedNames", "f:conditions"}
+    assert (await client.get("/apis/example.com/v1/namespaces/default/widgets")).status_code == 200
