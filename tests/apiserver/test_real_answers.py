@@ -319,3 +319,27 @@ async def test_a_new_crd_is_answered_before_its_status_controllers_write(bare: h
     assert (status_entry["manager"], status_entry["operation"]) == ("kube-apiserver", "Update")
     assert set(status_entry["fieldsV1"]["f:status"]) == {"f:acceptedNames", "f:conditions"}
     assert (await client.get("/apis/example.com/v1/namespaces/default/widgets")).status_code == 200
+
+
+async def test_write_options_are_validated_as_the_real_server(client: httpx.AsyncClient) -> None:
+    body = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a"}, "data": {"k": "v"}}
+
+    def invalid(kind: str, reason: str, field: str, message: str) -> dict[str, Any]:
+        return {
+            "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "reason": "Invalid", "code": 422,
+            "message": f'{kind}.meta.k8s.io "" is invalid: {field}: {message}',
+            "details": {
+                "group": "meta.k8s.io", "kind": kind, "causes": [{"reason": reason, "message": message, "field": field}],
+            },
+        }
+
+    r = await client.patch(f"{CM}/a", content=json.dumps(body), headers=APPLY)
+    assert r.status_code == 422
+    assert r.json() == invalid("PatchOptions", "FieldValueRequired", "fieldManager", "Required value: is required for apply patch")
+    r = await client.patch(f"{CM}/a", params={"force": "false"}, json={"data": {}}, headers={"content-type": "application/merge-patch+json"})
+    assert r.json() == invalid("PatchOptions", "FieldValueForbidden", "force", "Forbidden: may not be specified for non-apply patch")
+    r = await client.post(CM, params={"fieldManager": "m" * 129}, json=body)
+    assert r.json() == invalid("CreateOptions", "FieldValueTooLong", "fieldManager", "Too long: may not be more than 128 bytes")
+    assert (await client.post(CM, params={"fieldManager": "m" * 128}, json=body)).status_code == 201
+    r = await client.put(f"{CM}/a", params={"fieldManager": "a\tb"}, json=body)
+    assert r.status_code == 422 and r.json()["details"]["kind"] == "UpdateOptions"
