@@ -18,7 +18,7 @@ from ._errors import RequestRejected
 from ._faults import Fault, Faults
 from ._handlers import handle_resource
 from ._responses import json_response, status_response
-from ._routing import request_info, resolve
+from ._routing import flag, request_info, resolve
 from ._storage import ObjectStorage
 from ._watch import Watches
 
@@ -131,6 +131,8 @@ class Router:
             return self._failure(fault)
         if target is None:
             return discovery_response(self.store.types(), request, path, server_address=self.server_address)
+        if info.verb in ("get", "list") or (info.verb == "watch" and flag(request.query, "sendInitialEvents")):
+            await self.store.wait_for_resource_version(request.query.get("resourceVersion"))
         if info.verb == "watch":
             return self._watches.open(request, target, info)
         return handle_resource(self.store, request, target, info)

@@ -43,7 +43,6 @@ from ._objects import Obj, meta
 from ._resources import ResourceType
 from ._schema import SchemaNode, go_float
 from ._shapes import builtin_shape
-from ._status import details
 
 __all__ = ["shape_for", "managed_base", "record_update", "apply_config", "check_typed"]
 
@@ -296,14 +295,7 @@ def apply_config(
             )
         out.append(attrs.evolve(entry, paths=entry.paths - taken - comparison.removed))
     if conflicts:
-        text = "\n".join(f"- {c['message']}: {c['field']}" for c in conflicts)
-        count = len(conflicts)
-        raise RequestRejected(
-            409,
-            "Conflict",
-            f"Apply failed with {count} conflict{'s' if count > 1 else ''}: {text}",
-            details=details(rt.group, rt.plural, name, causes=conflicts),
-        )
+        raise _conflict(conflicts)
     unchanged = live is not None and _same_object(base, merged)
     previous_time = next((e.time for e in entries if e.identity == identity), None)
     out.append(
@@ -312,6 +304,25 @@ def apply_config(
     merged.setdefault("metadata", {})
     _store(merged, out)
     return merged
+
+
+def _conflict(conflicts: list[dict[str, str]]) -> RequestRejected:
+    """The real server's apply conflict: 409 ``Conflict`` whose details hold only the causes
+    (no name or kind); the message lists one conflict inline, several grouped by manager."""
+    if len(conflicts) == 1:
+        text = f"{conflicts[0]['message']}: {conflicts[0]['field']}"
+        return RequestRejected(409, "Conflict", f"Apply failed with 1 conflict: {text}", details={"causes": conflicts})
+    by_manager: dict[str, list[str]] = {}
+    for conflict in conflicts:
+        by_manager.setdefault(conflict["message"].removeprefix("conflict with "), []).append(conflict["field"])
+    lines = []
+    for who in sorted(by_manager):
+        lines.append(f"conflicts with {who}:")
+        lines.extend(f"- {field}" for field in by_manager[who])
+    text = "\n".join(lines)
+    return RequestRejected(
+        409, "Conflict", f"Apply failed with {len(conflicts)} conflicts: {text}", details={"causes": conflicts}
+    )
 
 
 def _same_object(a: Obj, b: Obj) -> bool:

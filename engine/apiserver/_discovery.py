@@ -46,6 +46,8 @@ def _group_json(name: str, types: list[ResourceType]) -> dict[str, Any]:
 
 
 def _resource_list(all_types: list[ResourceType], group: str, version: str) -> dict[str, Any] | None:
+    """The ``APIResourceList`` of ``group/version``, its resources and subresources sorted by
+    name as the real server lists them; ``None`` when nothing is served there."""
     types = [t for t in all_types if t.group == group and t.version == version]
     if not types:
         return None
@@ -53,7 +55,7 @@ def _resource_list(all_types: list[ResourceType], group: str, version: str) -> d
         "kind": "APIResourceList",
         "apiVersion": "v1",
         "groupVersion": f"{group}/{version}" if group else version,
-        "resources": [entry for t in types for entry in t.api_resources()],
+        "resources": sorted((entry for t in types for entry in t.api_resources()), key=lambda e: str(e["name"])),
     }
 
 

@@ -7,6 +7,7 @@ Request bodies are decoded here (JSON, YAML, the protobuf envelope); the semanti
 from __future__ import annotations
 
 import copy
+import json
 from typing import Any
 
 import yaml
@@ -147,6 +148,7 @@ def handle_resource(storage: ObjectStorage, request: Request, target: Target, in
         meta: dict[str, Any] = {"resourceVersion": str(rv)}
         if token:
             meta["continue"] = token
+        if remaining is not None:
             meta["remainingItemCount"] = remaining
         if conversion is not None:
             return json_response(200, _converted(storage, request, rt, items, meta, conversion, single=False))
@@ -171,6 +173,7 @@ def handle_resource(storage: ObjectStorage, request: Request, target: Target, in
     if info.verb == "create":
         if name is not None:
             raise RequestRejected(405, "MethodNotAllowed", "POST is not allowed on a named object")
+        _check_write_options(request, "CreateOptions")
         body, duplicates = decode_checked(request)
         check = _field_check(rt, request, body, duplicates)
         obj = storage.create(
@@ -179,6 +182,7 @@ def handle_resource(storage: ObjectStorage, request: Request, target: Target, in
         return json_response(201, typed(rt, obj), _warnings(check))
     if info.verb == "update":
         assert name is not None
+        _check_write_options(request, "UpdateOptions")
         body, duplicates = decode_checked(request)
         check = _field_check(rt, request, body, duplicates)
         obj = storage.update(
@@ -214,10 +218,15 @@ def handle_resource(storage: ObjectStorage, request: Request, target: Target, in
         for obj in items:
             meta_ = obj["metadata"]
             try:
-                deleted.append(storage.delete(rt, meta_.get("namespace"), meta_["name"], options, dry_run=dry_run)[0])
+                answer, gone = storage.delete(rt, meta_.get("namespace"), meta_["name"], options, dry_run=dry_run)
             except RequestRejected as exc:
                 if exc.code != 404:
                     raise
+                continue
+            if gone:
+                # As etcd's delete returns it: the object as last stored, at its resourceVersion then.
+                answer = {**answer, "metadata": {**answer["metadata"], "resourceVersion": meta_["resourceVersion"]}}
+            deleted.append(answer)
         return json_response(
             200,
             {
@@ -271,8 +280,15 @@ def _scale_of(rt: ResourceType, obj: dict[str, Any]) -> dict[str, Any]:
         "apiVersion": "autoscaling/v1",
         "metadata": {k: metadata[k] for k in ("name", "namespace", "uid", "resourceVersion", "creationTimestamp") if k in metadata},
         "spec": {"replicas": spec.get("replicas", 0)},
-        "status": {"replicas": status.get("replicas", 0), "selector": selector_string(spec.get("selector"))},
+        "status": {"replicas": status.get("replicas", 0), "selector": _scale_selector(rt, spec.get("selector"))},
     }
+
+
+def _scale_selector(rt: ResourceType, selector: Any) -> str:
+    """The selector a ``Scale`` reports: a ReplicationController's is a plain label map."""
+    if rt.storage_key == ("", "replicationcontrollers"):
+        return ",".join(f"{k}={v}" for k, v in sorted((selector or {}).items()))
+    return selector_string(selector)
 
 
 _SCALE_RT = ResourceType("autoscaling", "v1", "scales", "scale", "Scale", True)
@@ -297,7 +313,9 @@ def _scale(storage: ObjectStorage, request: Request, target: Target, info: Reque
         elif content_type in ("application/merge-patch+json", "application/apply-patch+yaml"):
             new = merge_patch(current, patch)
         else:
-            raise RequestRejected(415, "UnsupportedMediaType", f"the body of the request was in an unknown format ({content_type})")
+            raise RequestRejected(
+                415, "UnsupportedMediaType", f"the body of the request was in an unknown format ({content_type})", details={}
+            )
     else:
         raise RequestRejected(405, "MethodNotAllowed", "the server does not allow this method on the requested resource")
     if not isinstance(new, dict):
@@ -409,18 +427,45 @@ def _delete_options(request: Request) -> dict[str, Any]:
     return options
 
 
+def _check_write_options(request: Request, kind: str, *, apply: bool = False) -> None:
+    """Validate a write's options as ``ValidateCreateOptions``/``ValidateUpdateOptions``/
+    ``ValidatePatchOptions`` do, before anything else: 422 Invalid on ``meta.k8s.io`` ``kind``
+    for ``force`` on a patch other than apply, apply without ``fieldManager``, and a
+    ``fieldManager`` over 128 bytes or with unprintable characters."""
+    q = request.query
+    manager = q.get("fieldManager", "")
+    causes: list[tuple[str, str, str]] = []
+    if kind == "PatchOptions" and not apply and "force" in q:
+        causes.append(("FieldValueForbidden", "force", "Forbidden: may not be specified for non-apply patch"))
+    if apply and not manager:
+        causes.append(("FieldValueRequired", "fieldManager", "Required value: is required for apply patch"))
+    if len(manager.encode()) > 128:
+        causes.append(("FieldValueTooLong", "fieldManager", "Too long: may not be more than 128 bytes"))
+    elif any(not c.isprintable() for c in manager):
+        causes.append(("FieldValueInvalid", "fieldManager", f"Invalid value: {json.dumps(manager)}: must only contain printable characters"))
+    if causes:
+        text = ", ".join(f"{field}: {message}" for _, field, message in causes)
+        raise RequestRejected(
+            422,
+            "Invalid",
+            f'{kind}.meta.k8s.io "" is invalid: {text}',
+            details=details(
+                "meta.k8s.io",
+                kind,
+                causes=[{"reason": reason, "message": message, "field": field} for reason, field, message in causes],
+            ),
+        )
+
+
 def _patch(storage: ObjectStorage, request: Request, target: Target, dry_run: bool) -> Response:
     rt, ns, name, sub = target.rt, target.namespace, target.name, target.subresource
     assert name is not None
     content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    _check_write_options(request, "PatchOptions", apply=content_type == "application/apply-patch+yaml")
     patch, duplicates = decode_checked(request)
     custom = rt not in BUILTIN_TYPES
     if content_type == "application/apply-patch+yaml":
-        manager = request.query.get("fieldManager")
-        if not manager:
-            raise RequestRejected(
-                400, "BadRequest", "PATCH with application/apply-patch+yaml requires the fieldManager parameter"
-            )
+        manager = request.query["fieldManager"]
         check = _field_check(rt, request, patch, duplicates)
         obj, created = storage.apply(
             rt, ns, name, patch, manager=manager, force=flag(request.query, "force"), subresource=sub, dry_run=dry_run
@@ -441,6 +486,7 @@ def _patch(storage: ObjectStorage, request: Request, target: Target, dry_run: bo
             415,
             "UnsupportedMediaType",
             f"the body of the request was in an unknown format - accepted media types include: {accepted}",
+            details={},
         )
     check = _field_check(rt, request, new, duplicates)
     obj = storage.update(

@@ -61,7 +61,9 @@ def merge_patch(target: Any, patch: Any) -> Any:
 
 
 def _invalid_patch(message: str) -> RequestRejected:
-    return RequestRejected(422, "Invalid", message)
+    """A JSON patch that does not apply: 422 ``Invalid`` with empty ``details``, as the real
+    server's generic error answer has them."""
+    return RequestRejected(422, "Invalid", message, details={})
 
 
 def _pointer(path: str) -> list[str]:

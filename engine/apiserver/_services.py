@@ -6,14 +6,17 @@ Service gets a cluster IP from ``10.96.0.0/12`` (``clusterIPs``, ``ipFamilies: [
 ``ipFamilyPolicy: SingleStack``, ``internalTrafficPolicy: Cluster``) unless it asks for one
 (``None`` makes it headless); ``NodePort`` and ``LoadBalancer`` ports get node ports from
 30000-32767. An update that omits the allocated values keeps them; changing ``clusterIP`` is
-422. Validation: ports need a unique name when there are several, a port number and a known
-protocol; ``(port, protocol)`` pairs are unique.
+422. Validation, cause by cause as the real server reports it: ports need a unique name (a
+DNS label) when there are several, a port number in 1-65535, a known protocol and a
+``targetPort`` that is a port number or an IANA service name; a ``ClusterIP`` Service has no
+``nodePort``; ``(port, protocol)`` pairs are unique.
 """
 
 from __future__ import annotations
 
 import ipaddress
 import random
+import re
 from collections.abc import Iterable
 from typing import Any
 
@@ -43,9 +46,10 @@ def canonicalize(obj: Obj) -> None:
     spec.setdefault("sessionAffinity", "None")
     for port in spec.get("ports") or []:
         if isinstance(port, dict):
-            port.setdefault("protocol", "TCP")
-            if "port" in port:
-                port.setdefault("targetPort", port["port"])
+            if not port.get("protocol"):
+                port["protocol"] = "TCP"
+            if "port" in port and port.get("targetPort") in (None, 0, ""):
+                port["targetPort"] = port["port"]
     if spec["type"] == "ExternalName":
         return
     spec.setdefault("internalTrafficPolicy", "Cluster")
@@ -136,6 +140,41 @@ def _invalid(name: str, field: str, message: str) -> Any:
 _SERVICE_RT = ResourceType("", "v1", "services", "service", "Service", True)
 
 
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+_DNS_LABEL_MESSAGE = (
+    "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and"
+    " end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is"
+    " '[a-z0-9]([-a-z0-9]*[a-z0-9])?')"
+)
+_PORT_RANGE = "must be between 1 and 65535, inclusive"
+_SERVICE_NAME = re.compile(r"[-a-z0-9]+")
+
+
+def _port_number(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 < value < 65536
+
+
+def _target_port_problem(target: Any) -> str | None:
+    """Why ``target`` is no valid ``targetPort`` (a port number or an IANA service name), or
+    ``None``."""
+    if target is None:
+        return None
+    if isinstance(target, int) and not isinstance(target, bool):
+        return None if _port_number(target) else _PORT_RANGE
+    text = str(target)
+    if len(text) > 15:
+        return "must be no more than 15 characters"
+    if not _SERVICE_NAME.fullmatch(text):
+        return "must contain only alpha-numeric characters (a-z, 0-9), and hyphens (-)"
+    if not any(c.isalpha() for c in text):
+        return "must contain at least one letter (a-z)"
+    if "--" in text:
+        return "must not contain consecutive hyphens"
+    if text.startswith("-") or text.endswith("-"):
+        return "must not begin or end with a hyphen"
+    return None
+
+
 def validate(obj: Obj, old: Obj | None) -> list[CauseSpec]:
     """The causes for what is wrong with the Service ``obj``."""
     spec = _dict(obj.get("spec"))
@@ -157,15 +196,24 @@ def validate(obj: Obj, old: Obj | None) -> list[CauseSpec]:
         if len(ports) > 1 and not name:
             causes.append(("FieldValueRequired", f"{where}.name", "Required value"))
         elif name:
+            if not isinstance(name, str) or not _DNS_LABEL.fullmatch(name) or len(name) > 63:
+                causes.append(("FieldValueInvalid", f"{where}.name", f'Invalid value: "{name}": {_DNS_LABEL_MESSAGE}'))
             if name in names:
                 causes.append(("FieldValueDuplicate", f"{where}.name", f'Duplicate value: "{name}"'))
             names.add(str(name))
         number = port.get("port")
-        if not isinstance(number, int) or not 0 < number < 65536:
-            causes.append(("FieldValueInvalid", f"{where}.port", f"Invalid value: {number}: must be between 1 and 65535, inclusive"))
+        if not _port_number(number):
+            causes.append(("FieldValueInvalid", f"{where}.port", f"Invalid value: {number}: {_PORT_RANGE}"))
         protocol = port.get("protocol", "TCP")
         if protocol not in ("TCP", "UDP", "SCTP"):
             causes.append(("FieldValueNotSupported", f"{where}.protocol", f'Unsupported value: "{protocol}": supported values: "SCTP", "TCP", "UDP"'))
+        target = port.get("targetPort")
+        problem = _target_port_problem(target)
+        if problem is not None:
+            shown = f'"{target}"' if isinstance(target, str) else target
+            causes.append(("FieldValueInvalid", f"{where}.targetPort", f"Invalid value: {shown}: {problem}"))
+        if kind == "ClusterIP" and port.get("nodePort"):
+            causes.append(("FieldValueForbidden", f"{where}.nodePort", "Forbidden: may not be used when `type` is 'ClusterIP'"))
         pair = (number, protocol)
         if pair in pairs:
             causes.append(("FieldValueDuplicate", f"{where}", f"Duplicate value: core.ServicePort{{Port:{number}, Protocol:\"{protocol}\"}}"))

@@ -54,6 +54,12 @@ logger = logging.getLogger("engine.apiserver.storage")
 
 DEFAULT_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
 _NAMESPACES = ("", "namespaces")
+WATCH_WINDOW_EVENTS = 100
+"""Events of one type a watch can always start after (the real watch cache's smallest size)."""
+WATCH_WINDOW_SECONDS = 75.0
+"""Seconds for which every event of a type stays watchable (the watch cache's freshness)."""
+FUTURE_RV_WAIT = 3.0
+"""Seconds a read from a resourceVersion not handed out yet waits for it before its 504."""
 _namespace_of = operator.itemgetter(0)
 
 
@@ -159,11 +165,16 @@ class ObjectStorage:
     _objects: dict[tuple[str, str], _Bucket] = attrs.field(factory=dict, init=False, repr=False)
     _history: collections.deque[Change] = attrs.field(factory=collections.deque, init=False, repr=False)
     _floor: int = attrs.field(default=0, init=False, repr=False)
+    _windows: dict[tuple[str, str], collections.deque[tuple[int, float]]] = attrs.field(
+        factory=dict, init=False, repr=False
+    )
+    _window_floors: dict[tuple[str, str], int] = attrs.field(factory=dict, init=False, repr=False)
     _subs: dict[tuple[str, str], set[Subscription]] = attrs.field(factory=dict, init=False, repr=False)
     _rng: random.Random = attrs.field(init=False, repr=False)
     _crd_types: dict[str, list[ResourceType]] = attrs.field(factory=dict, init=False, repr=False)
     _listeners: list[Callable[[Change], None]] = attrs.field(factory=list, init=False, repr=False)
     _restore_listeners: list[Callable[[], None]] = attrs.field(factory=list, init=False, repr=False)
+    _rv_waiters: list[tuple[int, trio.Event]] = attrs.field(factory=list, init=False, repr=False)
 
     def timestamp(self) -> str:
         """Now by :attr:`wall_clock`, formatted as the server writes timestamps into objects."""
@@ -208,9 +219,10 @@ class ObjectStorage:
 
     def check_not_newer(self, resource_version: str | None) -> None:
         """Refuse a read from a ``resourceVersion`` newer than the latest handed out, as the
-        real server does once its wait for it (about 3 s) runs out: 504 ``Timeout`` with cause
-        ``ResourceVersionTooLarge``. This one answers at once. Values that are not integers
-        are left to the caller. Not a checkpoint."""
+        real server does once its wait for it runs out (:meth:`wait_for_resource_version`):
+        504 ``Timeout`` with cause ``ResourceVersionTooLarge`` and ``retryAfterSeconds: 1``.
+        This one answers at once. Values that are not integers are left to the caller. Not a
+        checkpoint."""
         try:
             wanted = int(resource_version or 0)
         except ValueError:
@@ -222,8 +234,30 @@ class ObjectStorage:
                 f"Timeout: Too large resource version: {wanted}, current: {self._rv}",
                 details={
                     "causes": [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}],
+                    "retryAfterSeconds": 1,
                 },
             )
+
+    async def wait_for_resource_version(self, resource_version: str | None, timeout: float = FUTURE_RV_WAIT) -> None:
+        """Wait (``timeout`` seconds of trio time at most) until the ``resourceVersion`` a read
+        asks for has been handed out, as the real server waits for its watch cache to catch up;
+        returns at once for one already handed out or not an integer. What is still too new
+        afterwards is for :meth:`check_not_newer` to refuse."""
+        try:
+            wanted = int(resource_version or 0)
+        except ValueError:
+            return
+        if wanted <= self._rv:
+            return
+        event = trio.Event()
+        waiter = (wanted, event)
+        self._rv_waiters.append(waiter)
+        try:
+            with trio.move_on_after(timeout):
+                await event.wait()
+        finally:
+            if waiter in self._rv_waiters:
+                self._rv_waiters.remove(waiter)
 
     def storage_type(self, key: tuple[str, str]) -> ResourceType | None:
         """The served type whose objects are stored under ``key`` (``(group, plural)``), or
@@ -299,6 +333,7 @@ class ObjectStorage:
         if len(self._history) >= self.history_size:
             self._floor = self._history.popleft().rv
         self._history.append(change)
+        self._slide_window(rt.storage_key, change)
         for sub in list(self._subs.get(rt.storage_key, ())):
             if sub.namespace is not None and key[0] != sub.namespace:
                 continue
@@ -312,7 +347,26 @@ class ObjectStorage:
                 self.unsubscribe(sub)
         for listener in self._listeners:
             listener(change)
+        if self._rv_waiters:
+            reached = [w for w in self._rv_waiters if w[0] <= self._rv]
+            for waiter in reached:
+                self._rv_waiters.remove(waiter)
+                waiter[1].set()
         return obj
+
+    def _slide_window(self, key: tuple[str, str], change: Change) -> None:
+        """Keep ``key``'s watch window as the real watch cache keeps its events: at least the
+        last :data:`WATCH_WINDOW_EVENTS`, and every event younger than
+        :data:`WATCH_WINDOW_SECONDS` (trio time)."""
+        window = self._windows.setdefault(key, collections.deque())
+        window.append((change.rv, change.time))
+        while len(window) > WATCH_WINDOW_EVENTS and window[0][1] < change.time - WATCH_WINDOW_SECONDS:
+            self._window_floors[key] = window.popleft()[0]
+
+    def watch_floor(self, key: tuple[str, str]) -> int:
+        """Watches of the type stored under ``key`` from a resourceVersion below this answer
+        410 Expired: the change history's floor, or where that type's watch window starts."""
+        return max(self._floor, self._window_floors.get(key, 0))
 
     def add_listener(self, listener: Callable[[Change], None]) -> None:
         """Call ``listener(change)`` after every committed change, synchronously (it must not
@@ -359,6 +413,8 @@ class ObjectStorage:
         self._crd_types = {name: list(kinds) for name, kinds in snapshot._crd_types.items()}
         self._objects = {key: _Bucket(dict(stored), sorted(stored)) for key, stored in snapshot._objects.items()}
         self._history.clear()
+        self._windows.clear()
+        self._window_floors.clear()
         self._floor = snapshot.resource_version
         for sub in self.subscriptions():
             sub.dropped = sub.abrupt = True
@@ -376,10 +432,9 @@ class ObjectStorage:
         ``since`` is replayed, or :class:`RequestRejected` (410 Expired) is raised when that part
         of the history is gone. Not a checkpoint.
         """
-        if since is not None and since < self._floor:
-            raise RequestRejected(
-                410, "Expired", f"too old resource version: {since} ({self._floor})"
-            )
+        floor = self.watch_floor(rt.storage_key)
+        if since is not None and since < floor:
+            raise RequestRejected(410, "Expired", f"too old resource version: {since} ({floor})")
         now = trio.current_time()
         if since is None:
             bucket = self._objects.get(rt.storage_key)
@@ -481,13 +536,15 @@ class ObjectStorage:
         exact: int | None = None,
     ) -> tuple[list[Obj], int, str | None, int | None]:
         """``(items, resourceVersion, continue, remainingItemCount)`` for one page, in
-        ``(namespace, name)`` order.
+        ``(namespace, name)`` order. ``remainingItemCount`` is ``None`` unless the page is cut
+        short by ``limit`` and there are no selectors (a real server cannot count what its
+        selectors would match beyond the page, so it leaves the count out).
 
         ``exact`` lists the objects as they were at that resourceVersion
         (``resourceVersionMatch=Exact``); the pages after the first are read at the first
         page's resourceVersion, as the real server reads them from etcd's history. A page of
         the latest state costs a bisection plus its own length when there are no selectors;
-        with selectors, the objects after the page are still matched to count them. Raises
+        with selectors, matching stops at the first match after the page. Raises
         :class:`RequestRejected`: 400 for a malformed ``continue`` token, 410 Expired for one
         (or an ``exact`` resourceVersion) older than the history.
         """
@@ -531,15 +588,17 @@ class ObjectStorage:
                 obj = bucket.objects[key]
                 if labels.matches(meta(obj).get("labels")) and fields.matches(obj):
                     matched += 1
-                    if wanted is None or len(page) < wanted:
-                        page.append(key)
+                    if wanted is not None and len(page) == wanted:
+                        break
+                    page.append(key)
         items = [bucket.objects[k] for k in page]
         if wanted is not None and wanted < matched:
             last = page[-1]
             token = base64.urlsafe_b64encode(
                 json.dumps({"rv": list_rv, "ns": last[0], "name": last[1]}).encode()
             ).decode()
-            return items, list_rv, token, matched - wanted
+            selected = bool(labels.requirements or fields.requirements)
+            return items, list_rv, token, None if selected else matched - wanted
         return items, list_rv, None, None
 
     def _bucket_at(self, storage_key: tuple[str, str], bucket: _Bucket, rv: int) -> _Bucket:
@@ -629,8 +688,8 @@ class ObjectStorage:
         _managed_fields: list[dict[str, Any]] | None = None,
     ) -> Obj:
         """Create an object. Raises :class:`RequestRejected`: 400, 404 (namespace), 409
-        AlreadyExists, 403 (namespace terminating), 422 Invalid; with ``check_size``, 500 for an
-        object larger than etcd stores (:data:`MAX_OBJECT_BYTES`). ``fields`` hears of the unknown
+        AlreadyExists, 403 (namespace terminating), 422 Invalid; with ``check_size``, 400 (custom)
+        or 500 (built-in) for an object larger than etcd stores (:data:`MAX_OBJECT_BYTES`). ``fields`` hears of the unknown
         fields a custom resource's schema pruned (400 under ``fieldValidation=Strict``)."""
         obj = self._prepare_body(rt, namespace, body, None)
         namespace = self.check_namespace(rt, namespace)
@@ -676,14 +735,39 @@ class ObjectStorage:
         if is_crd:
             self._check_crd_collision(obj)
         if check_size:
-            _check_size(obj)
+            _check_size(rt, obj)
+        if is_crd:
+            return self._create_crd(rt, obj, dry_run=dry_run)
         if dry_run:
             obj["apiVersion"], obj["kind"] = rt.api_version, rt.kind
             return obj
-        stored = self.commit(rt, "ADDED", obj, None)
-        if is_crd:
-            self._serve_crd(stored)
-        return stored
+        return self.commit(rt, "ADDED", obj, None)
+
+    def _create_crd(self, rt: ResourceType, obj: Obj, *, dry_run: bool) -> Obj:
+        """Store a new CustomResourceDefinition as the real server does: written without
+        conditions (the answer), then the naming controller's write (``NamesAccepted``,
+        ``Established`` still ``False``) and the establishing controller's (``Established``),
+        each a resourceVersion of its own, by ``kube-apiserver`` through ``status``. Here the
+        two follow at once, so the resource is served when the create is answered."""
+        status = obj.get("status") or {}
+        first = copy.deepcopy(obj)
+        first["status"] = {"acceptedNames": {"plural": "", "kind": ""}, "storedVersions": status.get("storedVersions", [])}
+        managed = [e for e in meta(first).get("managedFields") or [] if e.get("subresource") != "status"]
+        if managed:
+            meta(first)["managedFields"] = managed
+        else:
+            meta(first).pop("managedFields", None)
+        if dry_run:
+            first["apiVersion"], first["kind"] = rt.api_version, rt.kind
+            return first
+        created = self.commit(rt, "ADDED", first, None)
+        installing = copy.deepcopy(obj)
+        conditions = installing["status"]["conditions"]
+        conditions[1] = {**conditions[1], "status": "False", "reason": "Installing"}
+        named = self.commit(rt, "MODIFIED", installing, created)
+        established = self.commit(rt, "MODIFIED", obj, named)
+        self._serve_crd(established)
+        return created
 
     def _record_status_writer(self, rt: ResourceType, obj: Obj, status_before: Any) -> None:
         """Give the strategy's status writer the status fields its canonicalization changed (the
@@ -790,7 +874,7 @@ class ObjectStorage:
         if {**obj, "apiVersion": old.get("apiVersion"), "kind": old.get("kind")} == old:
             return old
         if check_size:
-            _check_size(obj)
+            _check_size(rt, obj)
         if dry_run:
             obj["apiVersion"], obj["kind"] = rt.api_version, rt.kind
             return obj
@@ -879,9 +963,16 @@ MAX_OBJECT_BYTES = 1536 * 1024
 """The largest object etcd stores (its default ``--max-request-bytes``, 1.5 MiB)."""
 
 
-def _check_size(obj: Obj) -> None:
-    if len(json.dumps(obj, separators=(",", ":"))) > MAX_OBJECT_BYTES:
-        raise RequestRejected(500, "", "etcdserver: request is too large")
+def _check_size(rt: ResourceType, obj: Obj) -> None:
+    """Refuse an object larger than etcd stores: a custom object with 400 ``BadRequest``, as a
+    real kube-apiserver 1.32.6 answered the conformance suite; a built-in one with etcd's own
+    500."""
+    size = len(json.dumps(obj, separators=(",", ":")))
+    if size <= MAX_OBJECT_BYTES:
+        return
+    if rt.schema is not None:
+        raise RequestRejected(400, "BadRequest", f"the object is too large to store: {size} bytes, limit {MAX_OBJECT_BYTES}")
+    raise RequestRejected(500, "", "etcdserver: request is too large")
 
 
 def _namespace_terminating(rt: ResourceType, name: str, namespace: str) -> RequestRejected:

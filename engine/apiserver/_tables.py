@@ -29,7 +29,7 @@ from ._objects import Obj, meta
 from ._resources import BUILTIN_TYPES, ResourceType
 from ._workloads import selector_string
 
-__all__ = ["Conversion", "negotiate", "as_table", "as_partial", "as_partial_list", "human_duration"]
+__all__ = ["Conversion", "negotiate", "as_table", "include_option", "as_partial", "as_partial_list", "human_duration"]
 
 META_GROUP = "meta.k8s.io"
 _KINDS = ("Table", "PartialObjectMetadata", "PartialObjectMetadataList")
@@ -516,6 +516,193 @@ def _created_at(obj: Obj, now: float) -> list[Any]:
 
 _DEFAULT: Printer = ([_NAME, ("Created At", "date", "", 0)], _created_at)
 
+def _controller_revision(obj: Obj, now: float) -> list[Any]:
+    owner = next((_d(o) for o in _l(meta(obj).get("ownerReferences")) if _d(o).get("controller")), None)
+    controller = "<none>"
+    if owner is not None:
+        group = str(owner.get("apiVersion", "")).rpartition("/")[0]
+        kind = str(owner.get("kind", "")).lower()
+        controller = f"{kind}.{group}/{owner.get('name', '')}" if group else f"{kind}/{owner.get('name', '')}"
+    return [controller, _int(obj.get("revision")), _age(obj, now)]
+
+
+def _endpoints(obj: Obj, now: float) -> list[Any]:
+    addresses: list[str] = []
+    for subset in (_d(s) for s in _l(obj.get("subsets"))):
+        ports = [_d(p).get("port") for p in _l(subset.get("ports"))] or [None]
+        for address in (_d(a) for a in _l(subset.get("addresses"))):
+            addresses.extend(f"{address.get('ip', '')}:{port}" if port else str(address.get("ip", "")) for port in ports)
+    shown = ",".join(addresses[:3]) + (f" + {len(addresses) - 3} more..." if len(addresses) > 3 else "")
+    return [shown or "<none>", _age(obj, now)]
+
+
+def _pod_template(obj: Obj, now: float) -> list[Any]:
+    template = _d(obj.get("template"))
+    return [*_containers(_d(template.get("spec"))), _labels(_d(template.get("metadata")).get("labels"))]
+
+
+def _replication_controller(obj: Obj, now: float) -> list[Any]:
+    spec, status = _d(obj.get("spec")), _d(obj.get("status"))
+    cells = [_int(spec.get("replicas")), _int(status.get("replicas")), _int(status.get("readyReplicas")), _age(obj, now)]
+    return cells + _containers(_pod_spec(obj)) + [_labels(spec.get("selector"))]
+
+
+def _resource_quota(obj: Obj, now: float) -> list[Any]:
+    status = _d(obj.get("status"))
+    hard, used = _d(status.get("hard")), _d(status.get("used"))
+    requests: list[str] = []
+    limits: list[str] = []
+    for name in sorted(hard):
+        text = f"{name}: {used.get(name, '0')}/{hard[name]}"
+        (limits if name.split(".")[0] == "limits" and "." in name else requests).append(text)
+    return [_age(obj, now), ", ".join(requests), ", ".join(limits)]
+
+
+_ACCESS_MODES = {"ReadWriteOnce": "RWO", "ReadOnlyMany": "ROX", "ReadWriteMany": "RWX", "ReadWriteOncePod": "RWOP"}
+
+
+def _access_modes(modes: Any) -> str:
+    return ",".join(_ACCESS_MODES[m] for m in _ACCESS_MODES if m in _l(modes))
+
+
+def _storage_class(obj: Obj) -> str:
+    spec = _d(obj.get("spec"))
+    legacy = _d(meta(obj).get("annotations")).get("volume.beta.kubernetes.io/storage-class")
+    return str(legacy if legacy is not None else spec.get("storageClassName") or "")
+
+
+def _claim(obj: Obj, now: float) -> list[Any]:
+    spec, status = _d(obj.get("spec")), _d(obj.get("status"))
+    bound = bool(spec.get("volumeName"))
+    return [
+        str(status.get("phase") or ""),
+        str(spec.get("volumeName") or ""),
+        str(_d(status.get("capacity")).get("storage", "")) if bound else "",
+        _access_modes(status.get("accessModes")) if bound else "",
+        _storage_class(obj),
+        str(spec.get("volumeAttributesClassName") or "<unset>"),
+        _age(obj, now),
+        str(spec.get("volumeMode") or "<unset>"),
+    ]
+
+
+def _volume(obj: Obj, now: float) -> list[Any]:
+    spec, status = _d(obj.get("spec")), _d(obj.get("status"))
+    ref = _d(spec.get("claimRef"))
+    claim = f"{ref.get('namespace', '')}/{ref.get('name', '')}" if ref else ""
+    return [
+        str(_d(spec.get("capacity")).get("storage", "")),
+        _access_modes(spec.get("accessModes")),
+        str(spec.get("persistentVolumeReclaimPolicy") or ""),
+        str(status.get("phase") or ""),
+        claim,
+        _storage_class(obj),
+        str(spec.get("volumeAttributesClassName") or "<unset>"),
+        str(status.get("reason") or ""),
+        _age(obj, now),
+        str(spec.get("volumeMode") or "<unset>"),
+    ]
+
+
+def _node(obj: Obj, now: float) -> list[Any]:
+    spec, status = _d(obj.get("spec")), _d(obj.get("status"))
+    ready = next((_d(c) for c in _l(status.get("conditions")) if _d(c).get("type") == "Ready"), None)
+    state = "Unknown" if ready is None or ready.get("status") == "Unknown" else ("Ready" if ready.get("status") == "True" else "NotReady")
+    if spec.get("unschedulable"):
+        state += ",SchedulingDisabled"
+    labels = _d(meta(obj).get("labels"))
+    roles = sorted(
+        {k.removeprefix("node-role.kubernetes.io/") for k in labels if k.startswith("node-role.kubernetes.io/")}
+        | ({str(labels["kubernetes.io/role"])} if labels.get("kubernetes.io/role") else set())
+    )
+    info = _d(status.get("nodeInfo"))
+    addresses = [_d(a) for a in _l(status.get("addresses"))]
+
+    def address(kind: str) -> str:
+        return next((str(a.get("address")) for a in addresses if a.get("type") == kind), "<none>")
+
+    return [
+        state,
+        ",".join(r for r in roles if r) or "<none>",
+        _age(obj, now),
+        str(info.get("kubeletVersion") or ""),
+        address("InternalIP"),
+        address("ExternalIP"),
+        str(info.get("osImage") or "<unknown>"),
+        str(info.get("kernelVersion") or "<unknown>"),
+        str(info.get("containerRuntimeVersion") or "<unknown>"),
+    ]
+
+
+def _network_policy(obj: Obj, now: float) -> list[Any]:
+    selector = _d(obj.get("spec")).get("podSelector")
+    return [selector_string(selector) or "<none>", _age(obj, now)]
+
+
+def _ingress_class(obj: Obj, now: float) -> list[Any]:
+    spec = _d(obj.get("spec"))
+    params = _d(spec.get("parameters"))
+    shown = "<none>"
+    if params:
+        group = params.get("apiGroup") or ""
+        kind = f"{params.get('kind', '')}.{group}" if group else str(params.get("kind", ""))
+        shown = f"{kind}/{params.get('name', '')}"
+    return [str(spec.get("controller") or ""), shown, _age(obj, now)]
+
+
+_PRINTERS.update(
+    {
+        ("apps", "controllerrevisions"): (
+            [_NAME, ("Controller", "string", "", 0), ("Revision", "integer", "", 0), _AGE],
+            _controller_revision,
+        ),
+        ("", "endpoints"): ([_NAME, ("Endpoints", "string", "", 0), _AGE], _endpoints),
+        ("", "limitranges"): ([_NAME, ("Created At", "date", "", 0)], _created_at),
+        ("", "podtemplates"): (
+            [_NAME, ("Containers", "string", "", 0), ("Images", "string", "", 0), ("Pod Labels", "string", "", 0)],
+            _pod_template,
+        ),
+        ("", "replicationcontrollers"): (
+            [_NAME, ("Desired", "integer", "", 0), ("Current", "integer", "", 0), ("Ready", "integer", "", 0), _AGE]
+            + _TEMPLATE
+            + [("Selector", "string", "", 1)],
+            _replication_controller,
+        ),
+        ("", "resourcequotas"): (
+            [_NAME, _AGE, ("Request", "string", "", 0), ("Limit", "string", "", 0)],
+            _resource_quota,
+        ),
+        ("", "persistentvolumeclaims"): (
+            [_NAME]
+            + [(n, "string", "", 0) for n in ("Status", "Volume", "Capacity", "Access Modes", "StorageClass")]
+            + [("VolumeAttributesClass", "string", "", 0), _AGE, ("VolumeMode", "string", "", 1)],
+            _claim,
+        ),
+        ("", "persistentvolumes"): (
+            [_NAME]
+            + [(n, "string", "", 0) for n in ("Capacity", "Access Modes", "Reclaim Policy", "Status", "Claim")]
+            + [(n, "string", "", 0) for n in ("StorageClass", "VolumeAttributesClass", "Reason")]
+            + [_AGE, ("VolumeMode", "string", "", 1)],
+            _volume,
+        ),
+        ("", "nodes"): (
+            [_NAME, ("Status", "string", "", 0), ("Roles", "string", "", 0), _AGE, ("Version", "string", "", 0)]
+            + [(n, "string", "", 1) for n in ("Internal-IP", "External-IP", "OS-Image", "Kernel-Version")]
+            + [("Container-Runtime", "string", "", 1)],
+            _node,
+        ),
+        ("networking.k8s.io", "networkpolicies"): (
+            [_NAME, ("Pod-Selector", "string", "", 0), _AGE],
+            _network_policy,
+        ),
+        ("networking.k8s.io", "ingressclasses"): (
+            [_NAME, ("Controller", "string", "", 0), ("Parameters", "string", "", 0), _AGE],
+            _ingress_class,
+        ),
+    }
+)
+
+
 
 # ----- custom resources -----
 
@@ -624,6 +811,19 @@ def as_partial_list(objects: Iterable[Obj], list_meta: dict[str, Any], conversio
     }
 
 
+def include_option(include_object: str | None) -> str:
+    """The ``includeObject`` a Table request asks for (``Metadata`` when absent); raises
+    :class:`RequestRejected` 400 for an unknown one."""
+    include = include_object or "Metadata"
+    if include not in ("None", "Metadata", "Object"):
+        raise RequestRejected(
+            400,
+            "BadRequest",
+            f'includeObject: Unsupported value: "{include}": supported values: "Metadata", "None", "Object"',
+        )
+    return include
+
+
 def as_table(
     rt: ResourceType,
     rows: Iterable[tuple[Obj, Obj]],
@@ -636,14 +836,9 @@ def as_table(
 ) -> dict[str, Any]:
     """A ``Table`` of ``rows``: ``(stored, answered)`` pairs of each object as stored (what the
     printers read) and as the request's version answers it (what ``includeObject=Object``
-    embeds). Raises :class:`RequestRejected` 400 for an unknown ``includeObject``."""
-    include = include_object or "Metadata"
-    if include not in ("None", "Metadata", "Object"):
-        raise RequestRejected(
-            400,
-            "BadRequest",
-            f'includeObject: Unsupported value: "{include}": supported values: "Metadata", "None", "Object"',
-        )
+    embeds); with ``no_headers``, ``columnDefinitions`` is ``null``, as the real server
+    serializes it. Raises :class:`RequestRejected` 400 for an unknown ``includeObject``."""
+    include = include_option(include_object)
     definitions, cells = _printer(rt)
     out_rows = []
     for stored, answered in rows:
@@ -657,10 +852,9 @@ def as_table(
             row["object"] = answered
         out_rows.append(row)
     table: dict[str, Any] = {"kind": "Table", "apiVersion": conversion.api_version, "metadata": list_meta}
-    if not no_headers:
-        table["columnDefinitions"] = [
-            {"name": name, "type": kind, "format": fmt, "description": "", "priority": priority}
-            for name, kind, fmt, priority in definitions
-        ]
+    table["columnDefinitions"] = None if no_headers else [
+        {"name": name, "type": kind, "format": fmt, "description": "", "priority": priority}
+        for name, kind, fmt, priority in definitions
+    ]
     table["rows"] = out_rows
     return table

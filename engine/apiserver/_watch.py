@@ -19,6 +19,7 @@ from ._responses import typed
 from ._routing import Target, flag
 from ._selectors import FieldSelector, LabelSelector, parse_field_selector, parse_label_selector
 from ._storage import Change, ObjectStorage, Subscription
+from ._tables import Conversion, as_partial, as_table, include_option, negotiate
 
 __all__ = ["Watches"]
 
@@ -50,6 +51,38 @@ def _translate(change: Change, labels: LabelSelector, fields: FieldSelector) -> 
 
 
 @attrs.define(eq=False)
+class _Converter:
+    """Turns each watched object into what the watch's ``Accept`` header asked for: itself, a
+    ``PartialObjectMetadata``, or a one-row ``Table`` whose ``columnDefinitions`` only the
+    first event carries (the real server prints the headers once per watch, ``null`` after)."""
+
+    rt: ResourceType
+    store: ObjectStorage
+    conversion: Conversion | None
+    include_object: str | None
+    headers_sent: bool = False
+
+    def __call__(self, obj: dict[str, Any]) -> dict[str, Any]:
+        answered = typed(self.rt, obj)
+        if self.conversion is None:
+            return answered
+        if self.conversion.kind != "Table":
+            return as_partial(answered, self.conversion)
+        version = {"resourceVersion": obj.get("metadata", {}).get("resourceVersion", "")}
+        table = as_table(
+            self.rt,
+            [(obj, answered)],
+            version,
+            self.conversion,
+            now=self.store.wall_clock(),
+            include_object=self.include_object,
+            no_headers=self.headers_sent,
+        )
+        self.headers_sent = True
+        return table
+
+
+@attrs.define(eq=False)
 class Watches:
     """The open watches of one server; ``bookmark_interval`` is in seconds of trio time."""
 
@@ -77,7 +110,9 @@ class Watches:
         ``ERROR`` event. A resourceVersion newer than the latest is, as on the real server (see
         ``Cacher.waitUntilWatchCacheFreshAndForceAllEvents``), refused in the stream (504
         ``ResourceVersionTooLarge``) with ``sendInitialEvents``, and otherwise accepted: the
-        watch then reports only changes newer than it. Not a checkpoint."""
+        watch then reports only changes newer than it. An ``Accept`` asking for a ``Table``
+        (``kubectl get -w``) or ``PartialObjectMetadata`` converts each event's object (see
+        ``_Converter``); one asking for a list conversion is 406. Not a checkpoint."""
         rt, ns, q = target.rt, target.namespace, request.query
         labels = parse_label_selector(q.get("labelSelector"))
         fields = field_selector(rt, parse_field_selector(q.get("fieldSelector"), rt))
@@ -85,6 +120,13 @@ class Watches:
             fields = attrs.evolve(fields, requirements=fields.requirements + (("metadata.name", "=", target.name),))
         if ns is not None:
             self.store.check_namespace(rt, ns)
+        conversion = negotiate(request.headers.get("accept"))
+        if conversion is not None and conversion.kind == "PartialObjectMetadataList":
+            raise RequestRejected(
+                406, "NotAcceptable", "you requested PartialObjectMetadataList, but the requested object is not a list"
+            )
+        include = include_option(q.get("includeObject")) if conversion is not None else None
+        converter = _Converter(rt, self.store, conversion, include)
         bookmarks = flag(q, "allowWatchBookmarks")
         initial_events = flag(q, "sendInitialEvents")
         timeout: float | None = None
@@ -133,9 +175,19 @@ class Watches:
         active = _ActiveWatch(info, sub)
         self._active.add(active)
         stream = self._stream(
-            rt, sub, active, replay, labels, fields, bookmarks, initial_events and bookmarks, timeout, since or 0
+            rt, sub, active, replay, labels, fields, bookmarks, initial_events and bookmarks, timeout, since or 0, converter
         )
         return Response(200, headers, stream=stream)
+
+    def _next_bookmark(self, now: float, deadline: float) -> float:
+        """When the next BOOKMARK is due: after ``bookmark_interval``, or 2 s before the watch's
+        deadline if that comes first and is still ahead, as the real server's watch cache
+        sends one before a watch times out."""
+        due = now + self.bookmark_interval
+        before_end = deadline - 2.0
+        if now < before_end < due:
+            return before_end
+        return due
 
     async def _stream(
         self,
@@ -149,6 +201,7 @@ class Watches:
         initial_end: bool,
         timeout: float | None,
         since: int,
+        convert: _Converter,
     ) -> AsyncIterator[bytes]:
         store = self.store
         last_rv = since
@@ -168,11 +221,11 @@ class Watches:
                 event = _translate(replayed, labels, fields)
                 last_rv = max(last_rv, replayed.rv)
                 if event is not None:
-                    yield _event_line(event[0], typed(rt, event[1]))
+                    yield _event_line(event[0], convert(event[1]))
             if initial_end:
                 last_rv = max(last_rv, store.resource_version)
                 yield bookmark({"k8s.io/initial-events-end": "true"})
-            next_bookmark = trio.current_time() + self.bookmark_interval
+            next_bookmark = self._next_bookmark(trio.current_time(), deadline)
             while not sub.dropped and trio.current_time() < deadline:
                 change: Change | None = None
                 with trio.move_on_at(min(next_bookmark if bookmarks else math.inf, deadline)):
@@ -186,7 +239,7 @@ class Watches:
                     if trio.current_time() >= deadline:
                         break
                     yield bookmark()
-                    next_bookmark = trio.current_time() + self.bookmark_interval
+                    next_bookmark = self._next_bookmark(trio.current_time(), deadline)
                     continue
                 delay = self.faults.watch_delay(active.info)
                 if delay > 0:
@@ -199,7 +252,7 @@ class Watches:
                 last_rv = max(last_rv, change.rv)
                 event = _translate(change, labels, fields)
                 if event is not None:
-                    yield _event_line(event[0], typed(rt, event[1]))
+                    yield _event_line(event[0], convert(event[1]))
             if sub.dropped and sub.abrupt:
                 raise AbortStream("watch dropped by fault injection")
         finally:

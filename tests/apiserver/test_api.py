@@ -378,7 +378,7 @@ async def test_server_side_apply(client: httpx.AsyncClient) -> None:
     managers = {e["manager"]: e["fieldsV1"] for e in r.json()["metadata"]["managedFields"]}
     assert managers == {"bob": {"f:data": {"f:a": {}}}}
     r = await client.patch(f"{CM}/s", content=bob, headers=APPLY)
-    assert_status(r, 400, "BadRequest")
+    assert_status(r, 422, "Invalid")
 
 
 async def test_unknown_routes(client: httpx.AsyncClient) -> None:

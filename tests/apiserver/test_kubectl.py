@@ -194,6 +194,33 @@ async def test_get_watch(kubectl: Kubectl) -> None:
             await proc.wait()
 
 
+async def test_get_watch_prints_server_side_columns(kubectl: Kubectl) -> None:
+    assert KUBECTL is not None
+    await kubectl("create", "-f", kubectl.file("cm.yaml", CONFIGMAP))
+    proc = await trio.lowlevel.open_process([KUBECTL, "get", "configmaps", "-w"], stdout=subprocess.PIPE, env=kubectl.env)
+    try:
+        assert proc.stdout is not None
+        buffer = b""
+
+        async def lines_until(name: bytes) -> list[list[str]]:
+            nonlocal buffer
+            while not any(line.startswith(name) for line in buffer.splitlines()):
+                chunk = await proc.stdout.receive_some()  # type: ignore[union-attr]
+                assert chunk, f"kubectl get -w ended before printing {name!r}: {buffer!r}"
+                buffer += chunk
+            return [line.split() for line in buffer.decode().splitlines()]
+
+        with trio.fail_after(30):
+            await lines_until(b"demo")
+            await kubectl("create", "-f", kubectl.file("cm2.yaml", CONFIGMAP.replace("name: demo", "name: second")))
+            lines = await lines_until(b"second")
+        assert [line[:2] for line in lines] == [["NAME", "DATA"], ["demo", "1"], ["second", "1"]]
+    finally:
+        proc.kill()
+        with trio.fail_after(10):
+            await proc.wait()
+
+
 async def test_typed_commands_sending_protobuf(kubectl: Kubectl) -> None:
     assert "namespace/team created" in await kubectl("create", "namespace", "team")
     await kubectl("create", "configmap", "c", "-n", "team", "--from-literal=a=b", "--from-literal=c=d")

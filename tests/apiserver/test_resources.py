@@ -38,7 +38,9 @@ def crd(scope: str = "Namespaced", *, status: bool = True, plural: str = "widget
 async def test_crd_serves_namespaced_resource_with_status(client: httpx.AsyncClient) -> None:
     r = await client.post(CRDS, json=crd())
     assert r.status_code == 201
-    conditions = {c["type"]: c["status"] for c in r.json()["status"]["conditions"]}
+    assert r.json()["status"] == {"acceptedNames": {"plural": "", "kind": ""}, "storedVersions": ["v1"]}
+    got = (await client.get(f"{CRDS}/widgets.example.com")).json()
+    conditions = {c["type"]: c["status"] for c in got["status"]["conditions"]}
     assert conditions == {"NamesAccepted": "True", "Established": "True"}
     groups = {g["name"]: g for g in (await client.get("/apis")).json()["groups"]}
     assert [v["version"] for v in groups["example.com"]["versions"]] == ["v1", "v1beta1"]

@@ -417,7 +417,8 @@ async def test_widget_create_prunes_top_level_and_checks_types_and_kind(client: 
 
 async def test_objects_stored_before_a_default_was_added_read_with_it(client: httpx.AsyncClient) -> None:
     schema = copy.deepcopy(WIDGET_SCHEMA)
-    definition = (await client.post(CRDS, json=crd("widgets", "Widget", schema))).json()
+    assert (await client.post(CRDS, json=crd("widgets", "Widget", schema))).status_code == 201
+    definition = (await client.get(f"{CRDS}/widgets.{GROUP}")).json()
     body = {"apiVersion": f"{GROUP}/v1", "kind": "Widget", "metadata": {"name": "w"}, "spec": {}}
     stored = (await client.post(WIDGETS, json=body)).json()
     assert stored["spec"] == {}
@@ -432,7 +433,8 @@ async def test_objects_stored_before_a_default_was_added_read_with_it(client: ht
 
 async def test_unchanged_invalid_values_are_ratcheted_on_update(client: httpx.AsyncClient) -> None:
     loose = {"type": "object", "properties": {"spec": {"type": "object", "properties": {"n": {"type": "integer"}, "m": {"type": "integer"}}}}}
-    definition = (await client.post(CRDS, json=crd("widgets", "Widget", loose))).json()
+    assert (await client.post(CRDS, json=crd("widgets", "Widget", loose))).status_code == 201
+    definition = (await client.get(f"{CRDS}/widgets.{GROUP}")).json()
     body = {"apiVersion": f"{GROUP}/v1", "kind": "Widget", "metadata": {"name": "w"}, "spec": {"n": 50, "m": 1}}
     assert (await client.post(WIDGETS, json=body)).status_code == 201
     definition["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["n"]["maximum"] = 10

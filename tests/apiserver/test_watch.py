@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
 import trio
+import trio.testing
 
 from engine.apiserver import ApiServer
 
@@ -184,39 +186,74 @@ def too_large(status: dict[str, Any], wanted: int, current: int) -> bool:
         "code": 504,
         "details": {
             "causes": [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}],
+            "retryAfterSeconds": 1,
         },
     }
 
 
-async def test_a_read_from_a_resource_version_newer_than_the_latest_answers_504(client: httpx.AsyncClient) -> None:
-    await client.post(CM, json=cm("a"))
-    current = int((await client.get(CM)).json()["metadata"]["resourceVersion"])
-    for params in ({"resourceVersion": str(current + 1), "resourceVersionMatch": "NotOlderThan"},
-                   {"resourceVersion": str(current + 1), "limit": "1"}):
-        r = await client.get(CM, params=params)
-        assert r.status_code == 504 and too_large(r.json(), current + 1, current)
-    r = await client.get(f"{CM}/a", params={"resourceVersion": "999999999999"})
-    assert r.status_code == 504 and too_large(r.json(), 999999999999, current)
-    ok = await client.get(CM, params={"resourceVersion": str(current), "resourceVersionMatch": "NotOlderThan"})
-    assert ok.status_code == 200 and [i["metadata"]["name"] for i in ok.json()["items"]] == ["a"]
+@contextlib.asynccontextmanager
+async def memory_client() -> AsyncIterator[httpx.AsyncClient]:
+    async with ApiServer(listen=False) as api:
+        async with httpx.AsyncClient(transport=api.memory_transport(), base_url=api.url, timeout=None) as client:
+            yield client
+
+
+async def test_a_read_from_a_resource_version_newer_than_the_latest_waits_3s_then_answers_504(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    async with memory_client() as client:
+        await client.post(CM, json=cm("a"))
+        current = int((await client.get(CM)).json()["metadata"]["resourceVersion"])
+        for params in ({"resourceVersion": str(current + 1), "resourceVersionMatch": "NotOlderThan"},
+                       {"resourceVersion": str(current + 1), "limit": "1"}):
+            start = trio.current_time()
+            r = await client.get(CM, params=params)
+            assert trio.current_time() - start == 3
+            assert r.status_code == 504 and too_large(r.json(), current + 1, current)
+        r = await client.get(f"{CM}/a", params={"resourceVersion": "999999999999"})
+        assert r.status_code == 504 and too_large(r.json(), 999999999999, current)
+        ok = await client.get(CM, params={"resourceVersion": str(current), "resourceVersionMatch": "NotOlderThan"})
+        assert ok.status_code == 200 and [i["metadata"]["name"] for i in ok.json()["items"]] == ["a"]
+
+
+async def test_a_read_answers_once_the_resource_version_it_waits_for_arrives(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    async with memory_client() as client:
+        current = int((await client.get(CM)).json()["metadata"]["resourceVersion"])
+        answers: list[tuple[float, httpx.Response]] = []
+
+        async def read() -> None:
+            start = trio.current_time()
+            r = await client.get(CM, params={"resourceVersion": str(current + 1)})
+            answers.append((trio.current_time() - start, r))
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(read)
+            await trio.sleep(2)
+            await client.post(CM, json=cm("late"))
+        [(waited, r)] = answers
+        assert waited == 2 and r.status_code == 200
+        assert [i["metadata"]["name"] for i in r.json()["items"]] == ["late"]
 
 
 async def test_a_watch_from_a_resource_version_newer_than_the_latest_waits_for_newer_changes(
-    client: httpx.AsyncClient,
+    autojump_clock: trio.testing.MockClock,
 ) -> None:
-    from contextlib import AsyncExitStack
-
-    current = int((await client.get(CM)).json()["metadata"]["resourceVersion"])
-    async with AsyncExitStack() as stack:
-        w = await open_watch(client, CM, stack, resourceVersion=str(current + 2))
-        await client.post(CM, json=cm("older-1"))
-        await client.post(CM, json=cm("older-2"))
-        await client.post(CM, json=cm("newer"))
-        event = await w.next()
-        assert (event["type"], event["object"]["metadata"]["name"]) == ("ADDED", "newer")
-    async with client.stream(
-        "GET", CM, params={"watch": "1", "sendInitialEvents": "true", "allowWatchBookmarks": "true",
-                           "resourceVersionMatch": "NotOlderThan", "resourceVersion": "999999999999"}
-    ) as r:
-        events = await Watch(r.aiter_lines()).rest()
-    assert [e["type"] for e in events] == ["ERROR"] and too_large(events[0]["object"], 999999999999, current + 3)
+    async with memory_client() as client:
+        current = int((await client.get(CM)).json()["metadata"]["resourceVersion"])
+        async with contextlib.AsyncExitStack() as stack:
+            w = await open_watch(client, CM, stack, resourceVersion=str(current + 2))
+            await client.post(CM, json=cm("older-1"))
+            await client.post(CM, json=cm("older-2"))
+            await client.post(CM, json=cm("newer"))
+            event = await w.next()
+            assert (event["type"], event["object"]["metadata"]["name"]) == ("ADDED", "newer")
+        start = trio.current_time()
+        async with client.stream(
+            "GET", CM, params={"watch": "1", "sendInitialEvents": "true", "allowWatchBookmarks": "true",
+                               "resourceVersionMatch": "NotOlderThan", "resourceVersion": "999999999999"}
+        ) as r:
+            events = await Watch(r.aiter_lines()).rest()
+        assert trio.current_time() - start == 3
+        assert [e["type"] for e in events] == ["ERROR"] and too_large(events[0]["object"], 999999999999, current + 3)

@@ -58,7 +58,21 @@ class Bindings:
         return self._bind(self.uids, self.uid_tokens, token, value)
 
     def bind_rv(self, token: str, value: str) -> bool:
+        """Bind ``rv-N`` to a live resourceVersion, which must also keep the recording's order:
+        ``rv-N`` ranks the resourceVersion among the run's, so a live value bound to ``rv-N``
+        is above every one bound to a lower rank and below every one bound to a higher rank."""
+        if token not in self.rvs and value not in self.rv_tokens and not self._in_order(token, value):
+            return False
         return self._bind(self.rvs, self.rv_tokens, token, value)
+
+    def _in_order(self, token: str, value: str) -> bool:
+        try:
+            rank, live = int(token.split("-")[1]), int(value)
+            return all(
+                (int(t.split("-")[1]) < rank) == (int(v) < live) for t, v in self.rvs.items() if t.split("-")[1] != str(rank)
+            )
+        except ValueError:
+            return True
 
     # ----- requests: placeholders -> live values -----
 

@@ -6,6 +6,4 @@ lists the entries that pass now; ``python -m tests.apiserver.conformance._report
 Details and where each fix belongs: GAPS.md.
 """
 
-XFAIL: dict[str, str] = {
-    "ssa.apply_cr_status": "ssa: the expectation has an Apply entry of mgr-a owning spec.size from a held-out step; the authored setup (setup.widget_size_7) sets size by a merge patch instead",
-}
+XFAIL: dict[str, str] = {}
