@@ -347,12 +347,15 @@ class ObjectStorage:
                 self.unsubscribe(sub)
         for listener in self._listeners:
             listener(change)
+        self._wake_rv_waiters()
+        return obj
+
+    def _wake_rv_waiters(self) -> None:
         if self._rv_waiters:
             reached = [w for w in self._rv_waiters if w[0] <= self._rv]
             for waiter in reached:
                 self._rv_waiters.remove(waiter)
                 waiter[1].set()
-        return obj
 
     def _slide_window(self, key: tuple[str, str], change: Change) -> None:
         """Keep ``key``'s watch window as the real watch cache keeps its events: at least the
@@ -360,7 +363,10 @@ class ObjectStorage:
         :data:`WATCH_WINDOW_SECONDS` (trio time)."""
         window = self._windows.setdefault(key, collections.deque())
         window.append((change.rv, change.time))
-        while len(window) > WATCH_WINDOW_EVENTS and window[0][1] < change.time - WATCH_WINDOW_SECONDS:
+        while window and (
+            window[0][0] <= self._floor
+            or (len(window) > WATCH_WINDOW_EVENTS and window[0][1] < change.time - WATCH_WINDOW_SECONDS)
+        ):
             self._window_floors[key] = window.popleft()[0]
 
     def watch_floor(self, key: tuple[str, str]) -> int:
@@ -419,6 +425,7 @@ class ObjectStorage:
         for sub in self.subscriptions():
             sub.dropped = sub.abrupt = True
             self.unsubscribe(sub)
+        self._wake_rv_waiters()
         logger.info("storage restored to resourceVersion %d", snapshot.resource_version)
         for listener in self._restore_listeners:
             listener()
@@ -762,8 +769,10 @@ class ObjectStorage:
             return first
         created = self.commit(rt, "ADDED", first, None)
         installing = copy.deepcopy(obj)
-        conditions = installing["status"]["conditions"]
-        conditions[1] = {**conditions[1], "status": "False", "reason": "Installing"}
+        installing["status"]["conditions"] = [
+            {**c, "status": "False", "reason": "Installing"} if c.get("type") == "Established" else c
+            for c in installing["status"]["conditions"]
+        ]
         named = self.commit(rt, "MODIFIED", installing, created)
         established = self.commit(rt, "MODIFIED", obj, named)
         self._serve_crd(established)

@@ -6,6 +6,8 @@ import random
 import warnings
 
 import pytest
+import trio
+import trio.testing
 
 import engine.testing
 from engine.apiserver import ObjectStorage, RequestRejected, ResourceType
@@ -242,3 +244,37 @@ def test_a_continue_token_from_before_a_restore_is_refused() -> None:
 def test_only_the_storage_that_took_a_snapshot_restores_it() -> None:
     with pytest.raises(ValueError, match=r"^a snapshot can be restored only into the storage that took it$"):
         ObjectStorage().restore(ObjectStorage().snapshot())
+
+
+def test_the_watch_window_keeps_nothing_the_history_has_dropped() -> None:
+    storage = ObjectStorage(seed=3, history_size=50)
+    rt = _configmaps(storage)
+    storage.create(rt, "default", {"metadata": {"name": "a"}, "data": {"v": "0"}})
+    for i in range(1, 400):
+        storage.update(rt, "default", "a", {"metadata": {"name": "a"}, "data": {"v": str(i)}})
+    window = storage._windows[rt.storage_key]
+    assert len(window) <= 50
+    assert storage.watch_floor(rt.storage_key) >= storage.resource_version - 50
+
+
+async def test_a_restore_wakes_a_read_waiting_for_a_resource_version_it_reaches(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    storage = ObjectStorage(seed=3)
+    rt = _configmaps(storage)
+    storage.create(rt, "default", {"metadata": {"name": "a"}})
+    behind = storage.snapshot()
+    storage.create(rt, "default", {"metadata": {"name": "b"}})
+    ahead = storage.snapshot()
+    storage.restore(behind)
+    woken_at: list[float] = []
+
+    async def read() -> None:
+        await storage.wait_for_resource_version(str(ahead.resource_version))
+        woken_at.append(trio.current_time())
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(read)
+        await trio.testing.wait_all_tasks_blocked()
+        storage.restore(ahead)
+    assert woken_at == [0.0]
