@@ -390,7 +390,7 @@ def source_ready(message: str) -> Callable[[dict[str, Any] | None], bool]:
 
 
 async def test_a_source_is_ready_with_its_revision_and_object_count(kube_target: KubeTarget) -> None:
-    async with open_plugin_test(plugin, kube_target, namespace="e2e", manifests=[
+    async with open_bundles(plugin, kube_target, manifests=[
             source("repo", "r1", [configmap("a"), configmap("b"), configmap("c")])]) as h:
         await h.wait_for(API + "/Source", "repo", timeout=20, condition=source_ready("revision r1 with 3 objects"))
         await h.patch(API + "/Source", "repo", {"spec": {"revision": "r2", "artifact": []}})
