@@ -89,6 +89,38 @@ def _objects(n: int) -> str:
     return f"{n} object" if n == 1 else f"{n} objects"
 
 
+STATUS_WRITE_TIMEOUT = 5.0
+"""Seconds a status write may take, shielded from a cancellation of its run."""
+
+
+async def write_status(
+    ctx: RunContext, client: Client, resource: Resource, obj: Mapping[str, Any], status: Mapping[str, Any]
+) -> bool:
+    """Write ``status`` as the status of ``obj`` (a patch of the status subresource); whether
+    it was written (``False`` when the object is gone).
+
+    The write runs in ``ctx.shield``: if the run is cancelled (superseded, shutdown), the write
+    still gets :data:`STATUS_WRITE_TIMEOUT` seconds to land, and if it does not, returns
+    ``False`` with the run's cause left to the engine. A write that does not finish within that
+    time without a cancellation raises :class:`TimeoutError`, so the run fails and is retried
+    with backoff instead of being taken for a success.
+    """
+    meta = obj["metadata"]
+    with ctx.shield(STATUS_WRITE_TIMEOUT) as scope:
+        try:
+            await client.patch_status(
+                resource, meta["name"], {"status": dict(status)}, namespace=meta.get("namespace"),
+                field_manager=FIELD_MANAGER,
+            )
+        except NotFoundError:
+            return False
+    if scope.cancelled_caught:
+        if ctx.cancel_cause is None:
+            raise TimeoutError(f"status write did not finish within {STATUS_WRITE_TIMEOUT:g}s")
+        return False
+    return True
+
+
 class BundleReconciler:
     """Reconciles Bundles against the cached Sources and Bundles."""
 
@@ -369,17 +401,7 @@ class BundleReconciler:
         if not reconciling:
             status["observedGeneration"] = generation
         status.update(extra or {})
-        meta = bundle["metadata"]
-        with ctx.shield(5) as scope:
-            try:
-                await self.client.patch_status(
-                    self.bundles, meta["name"], {"status": status}, namespace=meta.get("namespace"),
-                    field_manager=FIELD_MANAGER,
-                )
-            except NotFoundError:
-                pass
-        if scope.cancelled_caught:
-            ctx.log.warning("status write did not finish within 5s")
+        await write_status(ctx, self.client, self.bundles, bundle, status)
 
 
 class SourceReconciler:
@@ -387,8 +409,8 @@ class SourceReconciler:
     artifact holds (``revision r1 with 3 objects``, also a Normal event ``ArtifactReady`` with
     the revision in its metadata), or ``Ready=False`` with reason ``InvalidSpec`` naming what
     is wrong (terminal until the Source changes); and ``observedGeneration``. A status that
-    already says so is not written again, and then no event is emitted. A status write that
-    does not finish within 5 s fails the run (retried with backoff)."""
+    already says so is not written again, and then no event is emitted. The write is
+    :func:`write_status`'s."""
 
     def __init__(self, client: Client, sources: Resource, store: Store) -> None:
         self.client = client
@@ -419,20 +441,7 @@ class SourceReconciler:
             return False
         status["conditions"] = conditions
         status["observedGeneration"] = generation
-        meta = source["metadata"]
-        with ctx.shield(5) as scope:
-            try:
-                await self.client.patch_status(
-                    self.sources, meta["name"], {"status": status}, namespace=meta.get("namespace"),
-                    field_manager=FIELD_MANAGER,
-                )
-            except NotFoundError:
-                return False
-        if scope.cancelled_caught:
-            if ctx.cancel_cause is None:
-                raise TimeoutError("status write did not finish within 5s")
-            return False
-        return True
+        return await write_status(ctx, self.client, self.sources, source, status)
 
 
 async def setup(ctx: PluginContext) -> None:
