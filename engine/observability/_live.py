@@ -181,23 +181,22 @@ class LiveStream(RunObserver):
         manager.add_sink(self)
         manager.add_shutdown_hook(self._flush)
 
-    @property
-    def url(self) -> str | None:
-        """``ws://host:port/live`` once serving, else ``None``."""
+    def _address_url(self, scheme: str, path: str) -> str | None:
         if self.address is None:
             return None
         host, port = self.address
         host = f"[{host}]" if ":" in host else host
-        return f"ws://{host}:{port}{LIVE_PATH}"
+        return f"{scheme}://{host}:{port}{path}"
+
+    @property
+    def url(self) -> str | None:
+        """``ws://host:port/live`` once serving, else ``None``."""
+        return self._address_url("ws", LIVE_PATH)
 
     @property
     def dashboard_url(self) -> str | None:
         """``http://host:port/``, where the dashboard is served, once serving, else ``None``."""
-        if self.address is None:
-            return None
-        host, port = self.address
-        host = f"[{host}]" if ":" in host else host
-        return f"http://{host}:{port}/"
+        return self._address_url("http", "/")
 
     @property
     def needs_token(self) -> bool:
