@@ -24,7 +24,8 @@ either, such tests are skipped with the reason. Tests that need the embedded ser
 ``--kube-target=real``, with the reason (the marker's, when it gives one).
 
 Against a real server a trio test runs in real time; when pytest-timeout bounds it (``timeout``),
-it is failed by a trio deadline a little earlier (a tenth of the timeout, at most 10 s), so that
+it is failed by a trio deadline earlier (a quarter of the timeout, at most 40 s: room for the
+namespace's shielded clean-up of up to 30 s and the test's set-up), so that
 its fixtures are torn down (its namespace deleted) and the next test's ``trio.run`` starts
 clean: pytest-timeout's own signal would interrupt trio's run loop and leave it behind, failing
 every following test with "Attempted to call run() from inside a run()".
@@ -133,7 +134,7 @@ def timeout_of(item: pytest.Item) -> float | None:
 
 def real_time_deadline(timeout: float) -> float:
     """How long a real-server test may run when pytest-timeout allows ``timeout`` seconds."""
-    return timeout - min(10.0, timeout / 10)
+    return timeout - min(40.0, timeout / 4)
 
 
 def run_with_deadline(fn: Callable[..., Any], *args: Any, deadline: float, **kwargs: Any) -> Any:
