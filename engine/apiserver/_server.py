@@ -25,6 +25,7 @@ from ._errors import ApiServerError
 from ._faults import Faults
 from ._memory import MemoryTransport
 from ._storage import ObjectStorage, StorageSnapshot
+from ._authn import ADMIN, Authenticator, UserInfo, organizations
 from ._tls import TlsMaterial, common_name
 
 __all__ = ["ApiServer"]
@@ -69,6 +70,19 @@ class ApiServer:
     runs): nothing collects garbage and a deleted namespace stays ``Terminating`` until
     finalized (``PUT /api/v1/namespaces/{name}/finalize``). The API server's own cleanup of a
     deleted CustomResourceDefinition's objects runs either way.
+
+    Requests are authenticated and authorized as on a cluster. The kubeconfig's user
+    (requests without credentials over plain HTTP or the memory transport, and the client
+    certificate of :attr:`kubeconfig` in TLS mode) is ``kubernetes-admin`` in
+    ``system:masters`` and may do everything. A bearer token of a service account (from
+    ``POST .../serviceaccounts/{name}/token`` or ``kubectl create token``, signed by this
+    server) and a client certificate from the server's CA (common name the user,
+    organizations the groups) name other users, whose every request is authorized by the
+    stored Roles, ClusterRoles and their bindings as the RBAC authorizer does it, with the
+    bootstrap roles a cluster has (discovery, ``/version``, self reviews for every
+    authenticated user); a denial is a 403 ``Forbidden`` Status, a token the server did not
+    issue (or expired, or whose service account is gone) a 401. ``authorization=False``
+    lets every authenticated user do everything (for tests that ask for it).
     """
 
     host: str = "127.0.0.1"
@@ -81,6 +95,7 @@ class ApiServer:
     seed: int | None = None
     wall_clock: Callable[[], float] = time.time
     controllers: bool = True
+    authorization: bool = True
     faults: Faults = attrs.field(factory=Faults, init=False, repr=False)
     """Fault injection; see :class:`~engine.apiserver.Faults`."""
     store: ObjectStorage = attrs.field(init=False, repr=False)
@@ -101,7 +116,10 @@ class ApiServer:
         self.store = ObjectStorage(
             history_size=self.history_size, watch_buffer=self.watch_buffer, seed=self.seed, wall_clock=self.wall_clock
         )
-        self._router = Router(self.store, self.faults, bookmark_interval=self.bookmark_interval)
+        self._router = Router(
+            self.store, self.faults, bookmark_interval=self.bookmark_interval, authorization=self.authorization,
+            tokens=Authenticator(self.seed),
+        )
         self._controllers = Controllers(self.store, kube_controller_manager=self.controllers)
 
     # ----- lifecycle -----
@@ -118,7 +136,6 @@ class ApiServer:
             if self.listen:
                 if self.tls:
                     self._tls_material = TlsMaterial.generate(sorted({self.host, "127.0.0.1", "localhost"}))
-                    self._router.require_identity = True
                 listeners = await self._nursery.start(
                     functools.partial(trio.serve_tcp, self._serve_socket, self.port, host=self.host)
                 )
@@ -164,8 +181,12 @@ class ApiServer:
             logger.debug("TLS handshake failed: %s", exc)
             await trio.aclose_forcefully(stream)
             return
-        identity = common_name(ssl_stream.getpeercert())
-        await serve_http(ssl_stream, self._router.handle, identity=identity)
+        peer = ssl_stream.getpeercert()
+        identity = common_name(peer)
+        user = None
+        if identity is not None:
+            user = UserInfo(identity, (*organizations(peer), "system:authenticated"))
+        await serve_http(ssl_stream, functools.partial(self._router.handle, connection=user), identity=identity)
 
     # ----- access -----
 
@@ -278,7 +299,7 @@ class ApiServer:
         return MemoryTransport(connect)
 
     async def _serve_memory(self, stream: trio.abc.Stream) -> None:
-        await serve_http(stream, self._router.handle, identity="memory-transport")
+        await serve_http(stream, functools.partial(self._router.handle, connection=ADMIN), identity="memory-transport")
 
     def add_request_observer(self, observer: RequestObserver) -> None:
         """Call ``observer(served)`` synchronously for every answered resource request (a

@@ -23,7 +23,8 @@ class TlsMaterial:
     ca_pem: bytes
     """The CA certificate clients trust."""
     client_cert_pem: bytes
-    """A client certificate whose common name is :data:`CLIENT_IDENTITY`."""
+    """A client certificate whose common name is :data:`CLIENT_IDENTITY`, in the organization
+    ``system:masters``."""
     client_key_pem: bytes
     """The client certificate's private key."""
     server_context: ssl.SSLContext
@@ -38,7 +39,9 @@ class TlsMaterial:
             raise ApiServerError("TLS mode needs the trustme package (pip install trustme)") from None
         ca = trustme.CA(organization_name="engine.testing")
         server = ca.issue_cert(*hosts)
-        client = ca.issue_cert(f"{CLIENT_IDENTITY}.client.invalid", common_name=CLIENT_IDENTITY)
+        client = ca.issue_cert(
+            f"{CLIENT_IDENTITY}.client.invalid", common_name=CLIENT_IDENTITY, organization_name="system:masters"
+        )
         context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         server.configure_cert(context)
         ca.configure_trust(context)
