@@ -10,7 +10,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from types import TracebackType
 from typing import Any
 
@@ -277,6 +277,14 @@ class ApiServer:
         """``(certificate, key)`` PEM of the client certificate in TLS mode, else ``None``."""
         material = self._tls_material
         return (material.client_cert_pem, material.client_key_pem) if material else None
+
+    def issue_client_certificate(self, user: str, groups: Sequence[str] = ()) -> tuple[bytes, bytes]:
+        """``(certificate, key)`` PEM of a new client certificate from the server's CA naming
+        ``user`` (common name) in at most one of ``groups`` (organization); TLS mode only
+        (raises :class:`ApiServerError` otherwise, ``ValueError`` for several groups)."""
+        if self._tls_material is None:
+            raise ApiServerError("client certificates need tls=True")
+        return self._tls_material.issue_client(user, groups)
 
     def memory_transport(self) -> MemoryTransport:
         """An ``httpx.AsyncBaseTransport`` joined to this server by memory streams.

@@ -6,6 +6,8 @@
 from __future__ import annotations
 
 import ssl
+from collections.abc import Sequence
+from typing import Any
 
 import attrs
 
@@ -29,6 +31,17 @@ class TlsMaterial:
     """The client certificate's private key."""
     server_context: ssl.SSLContext
     """Server side: presents the server certificate, asks for (and verifies) a client certificate."""
+    ca: Any = attrs.field(repr=False)
+    """The ``trustme.CA`` that signs client certificates."""
+
+    def issue_client(self, user: str, groups: Sequence[str] = ()) -> tuple[bytes, bytes]:
+        """``(certificate, key)`` PEM of a client certificate for ``user`` (common name) in
+        ``groups`` (organizations; a certificate names at most one here)."""
+        if len(groups) > 1:
+            raise ValueError("a generated client certificate names at most one group (organization)")
+        cert = self.ca.issue_cert(f"{user.replace(':', '-')}.client.invalid", common_name=user,
+                                  organization_name=groups[0] if groups else None)
+        return b"".join(p.bytes() for p in cert.cert_chain_pems), cert.private_key_pem.bytes()
 
     @classmethod
     def generate(cls, hosts: list[str]) -> TlsMaterial:
@@ -51,6 +64,7 @@ class TlsMaterial:
             client_cert_pem=b"".join(p.bytes() for p in client.cert_chain_pems),
             client_key_pem=client.private_key_pem.bytes(),
             server_context=context,
+            ca=ca,
         )
 
 
