@@ -20,12 +20,12 @@ import yaml
 
 from ..observability._http import serve_http
 from ._api import RequestObserver, Router
+from ._authn import ADMIN, Authenticator, UserInfo, organizations
 from ._controllers import Controllers
 from ._errors import ApiServerError
 from ._faults import Faults
 from ._memory import MemoryTransport
 from ._storage import ObjectStorage, StorageSnapshot
-from ._authn import ADMIN, Authenticator, UserInfo, organizations
 from ._tls import TlsMaterial, common_name
 
 __all__ = ["ApiServer"]
