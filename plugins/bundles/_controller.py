@@ -469,6 +469,7 @@ async def setup(ctx: PluginContext) -> None:
     )
     cluster.watches(sources, source_informer, predicates=[generation_changed])
     cluster.reports_readiness(source_informer)
+    ctx.uses(source_informer.resource, "patch_status")
 
 
 def _examples() -> tuple[dict[str, Any], ...]:

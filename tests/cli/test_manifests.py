@@ -44,6 +44,7 @@ BUNDLES_RULES = [
     _rule("bundles.engine.dev", "bundles", "get list patch watch"),
     _rule("bundles.engine.dev", "bundles/status", "patch"),
     _rule("bundles.engine.dev", "sources", "get list watch"),
+    _rule("bundles.engine.dev", "sources/status", "patch"),
     _rule("events.k8s.io", "events", "create get patch"),
 ]
 

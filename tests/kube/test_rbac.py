@@ -163,6 +163,7 @@ BUNDLES_RULES = (
     R("bundles.engine.dev", "bundles", "get list patch watch"),
     R("bundles.engine.dev", "bundles/status", "patch"),
     R("bundles.engine.dev", "sources", "get list watch"),
+    R("bundles.engine.dev", "sources/status", "patch"),
 )
 
 MIRROR_RULES = {
@@ -208,6 +209,7 @@ async def test_the_bundled_plugins_resolved_for_a_namespace(client: Client) -> N
             R("bundles.engine.dev", "bundles", "get list patch watch", "team"),
             R("bundles.engine.dev", "bundles/status", "patch", "team"),
             R("bundles.engine.dev", "sources", "get list watch", "team"),
+            R("bundles.engine.dev", "sources/status", "patch", "team"),
             R("events.k8s.io", "events", "create get patch", "team"),
         )},
     )
@@ -263,6 +265,7 @@ async def test_the_host_knows_the_rules_of_the_whole_run_with_leases_and_events(
         R("bundles.engine.dev", "bundles", "get list patch watch"),
         R("bundles.engine.dev", "bundles/status", "patch"),
         R("bundles.engine.dev", "sources", "get list watch"),
+        R("bundles.engine.dev", "sources/status", "patch"),
         R("events.k8s.io", "events", "create get patch"),
         R("", "configmaps", "get", "audit"),
         R("", "configmaps/status", "patch", "audit"),
