@@ -30,9 +30,12 @@ async def test_bundles_converges_under_its_generated_role(kube_target: KubeTarge
         assert [e for e in h.events if e.type is EventType.WARNING] == []
 
 
-async def test_mirror_copies_under_its_generated_cluster_role(kube_target: KubeTarget) -> None:
+@pytest.mark.kube_rbac
+async def test_mirror_copies_under_its_generated_cluster_role(kube_target: KubeTarget, kube_rbac: bool) -> None:
+    assert kube_rbac
     namespaces = [namespace("src"), namespace("a1", team="a")]
-    async with open_plugin_test(mirror_plugin, kube_target, namespace="src", manifests=namespaces, rbac=True) as h:
+    async with open_plugin_test(mirror_plugin, kube_target, namespace="src", manifests=namespaces,
+                                rbac=kube_rbac) as h:
         await h.apply(SOURCE)
         await h.wait_for("ConfigMap", "settings", namespace="a1", condition=lambda o: o is not None)
         assert await copy_namespaces(h) == {"a1"}
