@@ -77,6 +77,8 @@ async def test_check_permissions_asks_for_each_verb_scope_and_name(admin: Client
         MissingPermission("list", "", "configmaps", "team"),
         MissingPermission("patch", "apps", "deployments/status", "team"),
     )
+    namespaces = await admin.resource("v1", "Namespace")
+    await admin.create(namespaces, {"metadata": {"name": "team"}})
     await grant(admin, "Role", [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["*"]},
                                 {"apiGroups": ["apps"], "resources": ["deployments/status"], "verbs": ["patch"]}],
                 namespace="team")
