@@ -38,3 +38,15 @@ def test_refuses_other_kinds_and_garbage() -> None:
         decode_protobuf(b"k8s\x00\x0a\xff")
     with pytest.raises(RequestRejected, match=r"^the protobuf request body is malformed$"):
         decode_protobuf(b"{}")
+
+
+def test_decodes_a_token_request() -> None:
+    bound = field(1, b"Secret") + field(3, b"s") + field(4, b"u-1")
+    spec = field(1, b"api") + field(3, bound) + bytes([4 << 3, 0x90, 0x1C])
+    assert decode_protobuf(envelope("authentication.k8s.io/v1", "TokenRequest", field(1, b"") + field(2, spec))) == {
+        "apiVersion": "authentication.k8s.io/v1",
+        "kind": "TokenRequest",
+        "metadata": {},
+        "spec": {"audiences": ["api"], "boundObjectRef": {"kind": "Secret", "name": "s", "uid": "u-1"},
+                 "expirationSeconds": 3600},
+    }
