@@ -1,22 +1,30 @@
-"""Authorization and identity: RBAC objects' validation, access reviews and TokenRequests.
+"""Authorization: RBAC objects' validation, the RBAC authorizer, access reviews and
+TokenRequests.
 
-The embedded server has one user, who may do everything (as ``system:masters`` on a cluster):
-``SelfSubjectAccessReview`` and ``SelfSubjectRulesReview`` always allow. A
-``SubjectAccessReview`` about another user is decided by the stored RBAC objects, as the RBAC
-authorizer decides it: a user in ``system:masters`` may do everything; otherwise a rule of a
-Role bound in the namespace, or of a ClusterRole bound anywhere (``cluster-admin`` allows
-everything even when it is not stored), must match. Reviews are answered (201) and never
-stored. ``serviceaccounts/{name}/token`` answers a TokenRequest with an unsigned token whose
-claims are those of a real bound service account token.
+Every request of a user not in ``system:masters`` is decided by the stored RBAC objects, as
+the RBAC authorizer decides it (:func:`authorize`): a rule of a Role bound in the request's
+namespace, or of a ClusterRole bound there or cluster-wide, must match its verb, API group,
+resource (``res/sub`` for a subresource, ``*`` for any), name (``resourceNames``) or, for
+other paths, its ``nonResourceURLs``. The ClusterRoles and ClusterRoleBindings a cluster
+bootstraps and controllers rely on (``cluster-admin`` for ``system:masters``,
+``system:discovery``, ``system:basic-user`` and ``system:public-info-viewer`` for every
+authenticated user) apply even when they are not stored. Aggregated ClusterRoles are not
+aggregated. A denial is the real server's 403 (:func:`forbidden`).
+
+``SelfSubjectAccessReview``, ``SelfSubjectRulesReview`` and ``SelfSubjectReview`` answer for
+the caller, ``SubjectAccessReview`` for the user it names; reviews are answered (201) and
+never stored. ``serviceaccounts/{name}/token`` answers a TokenRequest with a token the server
+signed (see :mod:`._authn`), bound to a Secret or Pod when ``boundObjectRef`` names one.
 """
 
 from __future__ import annotations
 
-import base64
-import json
 from collections.abc import Callable
 from typing import Any, Protocol
 
+import attrs
+
+from ._authn import ISSUER, Authenticator, UserInfo
 from ._errors import RequestRejected
 from ._objects import Obj, format_time, meta
 from ._resources import ResourceType
@@ -35,15 +43,22 @@ class ObjectStorage(Protocol):
         self, rt: ResourceType, namespace: str | None, labels: LabelSelector, fields: FieldSelector
     ) -> tuple[list[Obj], int, str | None, int | None]: ...
 
-__all__ = ["RBAC", "validate_rbac", "review", "token_request", "USER"]
+    @property
+    def wall_clock(self) -> Callable[[], float]: ...
+
+__all__ = [
+    "Attributes",
+    "BOOTSTRAP_BINDINGS",
+    "BOOTSTRAP_ROLES",
+    "RBAC",
+    "authorize",
+    "forbidden",
+    "review",
+    "token_request",
+    "validate_rbac",
+]
 
 RBAC = "rbac.authorization.k8s.io"
-USER = {"username": "kubernetes-admin", "groups": ["system:masters", "system:authenticated"]}
-"""Who every request to the embedded server is (TLS client certificates name a user too, but
-all users may do everything)."""
-
-_ISSUER = "https://kubernetes.default.svc.cluster.local"
-
 
 def _dict(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
@@ -95,25 +110,7 @@ def _matches(values: list[Any], wanted: str) -> bool:
     return "*" in values or wanted in values
 
 
-def _rule_allows(rule: dict[str, Any], attributes: dict[str, Any], resource: bool) -> bool:
-    verb = str(attributes.get("verb", ""))
-    if not _matches(rule.get("verbs") or [], verb):
-        return False
-    if not resource:
-        path = str(attributes.get("path", ""))
-        return any(u == "*" or u == path or (u.endswith("*") and path.startswith(u[:-1])) for u in rule.get("nonResourceURLs") or [])
-    name = str(attributes.get("resource", ""))
-    if attributes.get("subresource"):
-        name = f"{name}/{attributes['subresource']}"
-    if not _matches(rule.get("apiGroups") or [], str(attributes.get("group", ""))):
-        return False
-    if not _matches(rule.get("resources") or [], name):
-        return False
-    names = rule.get("resourceNames") or []
-    return not names or attributes.get("name") in names
-
-
-def _subject_matches(subject: dict[str, Any], user: str, groups: list[str]) -> bool:
+def _subject_matches(subject: dict[str, Any], user: str, groups: tuple[str, ...]) -> bool:
     kind = subject.get("kind")
     if kind == "User":
         return subject.get("name") == user
@@ -124,44 +121,178 @@ def _subject_matches(subject: dict[str, Any], user: str, groups: list[str]) -> b
     return False
 
 
-def _allowed(storage: ObjectStorage, spec: dict[str, Any]) -> tuple[bool, str]:
+_DISCOVERY_URLS = ["/api", "/api/*", "/apis", "/apis/*", "/healthz", "/livez", "/openapi", "/openapi/*", "/readyz", "/version", "/version/"]
+BOOTSTRAP_ROLES: dict[str, list[dict[str, Any]]] = {
+    "cluster-admin": [
+        {"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]},
+        {"nonResourceURLs": ["*"], "verbs": ["*"]},
+    ],
+    "system:discovery": [{"nonResourceURLs": _DISCOVERY_URLS, "verbs": ["get"]}],
+    "system:basic-user": [
+        {"apiGroups": ["authorization.k8s.io"], "resources": ["selfsubjectaccessreviews", "selfsubjectrulesreviews"], "verbs": ["create"]},
+        {"apiGroups": ["authentication.k8s.io"], "resources": ["selfsubjectreviews"], "verbs": ["create"]},
+    ],
+    "system:public-info-viewer": [
+        {"nonResourceURLs": ["/healthz", "/livez", "/readyz", "/version", "/version/"], "verbs": ["get"]},
+    ],
+}
+"""The ClusterRoles a cluster bootstraps that the authorizer uses when they are not stored
+(a stored ClusterRole of the same name wins)."""
+
+BOOTSTRAP_BINDINGS: dict[str, tuple[str, ...]] = {
+    "cluster-admin": ("system:masters",),
+    "system:discovery": ("system:authenticated",),
+    "system:basic-user": ("system:authenticated",),
+    "system:public-info-viewer": ("system:authenticated", "system:unauthenticated"),
+}
+"""The groups each bootstrap ClusterRole is bound to by the ClusterRoleBinding of the same
+name, used when that binding is not stored."""
+
+
+@attrs.frozen
+class Attributes:
+    """What a request asks to do, as the authorizer sees it."""
+
+    verb: str
+    resource: str = ""
+    group: str = ""
+    subresource: str = ""
+    namespace: str = ""
+    name: str = ""
+    path: str = ""
+    """The path of a non-resource request."""
+    is_resource: bool = True
+    """Whether the request is about a resource (else about :attr:`path`)."""
+
+    @classmethod
+    def from_review(cls, spec: dict[str, Any]) -> Attributes:
+        """The attributes a review's ``spec`` asks about."""
+        if isinstance(spec.get("resourceAttributes"), dict):
+            a = spec["resourceAttributes"]
+            return cls(
+                str(a.get("verb", "")), str(a.get("resource", "")), str(a.get("group", "")),
+                str(a.get("subresource", "")), str(a.get("namespace", "")), str(a.get("name", "")),
+            )
+        a = _dict(spec.get("nonResourceAttributes"))
+        return cls(str(a.get("verb", "")), path=str(a.get("path", "")), is_resource=False)
+
+
+def _rule_allows(rule: dict[str, Any], attributes: Attributes) -> bool:
+    if not _matches(rule.get("verbs") or [], attributes.verb):
+        return False
+    if not attributes.is_resource:
+        path = attributes.path
+        return any(u == "*" or u == path or (u.endswith("*") and path.startswith(u[:-1])) for u in rule.get("nonResourceURLs") or [])
+    name = attributes.resource
+    if attributes.subresource:
+        name = f"{name}/{attributes.subresource}"
+    if not _matches(rule.get("apiGroups") or [], attributes.group):
+        return False
+    resources = rule.get("resources") or []
+    if not (_matches(resources, name) or (attributes.subresource and f"*/{attributes.subresource}" in resources)):
+        return False
+    names = rule.get("resourceNames") or []
+    return not names or attributes.name in names
+
+
+def _bindings(storage: ObjectStorage, namespace: str) -> list[tuple[Obj, str]]:
+    """The ClusterRoleBindings (bootstrap ones not stored included) and the RoleBindings of
+    ``namespace``, each with its namespace (``""`` for a ClusterRoleBinding)."""
+    found: list[tuple[Obj, str]] = []
+    rt = storage.find_type(RBAC, "v1", "clusterrolebindings")
+    stored = storage.list_objects(rt, None, LabelSelector(), FieldSelector())[0] if rt is not None else []
+    names = {str(meta(b).get("name", "")) for b in stored}
+    for role, groups in BOOTSTRAP_BINDINGS.items():
+        if role not in names:
+            subjects = [{"kind": "Group", "apiGroup": RBAC, "name": g} for g in groups]
+            found.append(({"metadata": {"name": role}, "roleRef": {"apiGroup": RBAC, "kind": "ClusterRole", "name": role}, "subjects": subjects}, ""))
+    found.extend((b, "") for b in stored)
+    if namespace:
+        rt = storage.find_type(RBAC, "v1", "rolebindings")
+        if rt is not None:
+            found.extend((b, namespace) for b in storage.list_objects(rt, namespace, LabelSelector(), FieldSelector())[0])
+    return found
+
+
+def _role_rules(storage: ObjectStorage, ref: dict[str, Any], namespace: str) -> list[dict[str, Any]]:
+    kind, name = str(ref.get("kind", "")), str(ref.get("name", ""))
+    rt = storage.find_type(RBAC, "v1", "roles" if kind == "Role" else "clusterroles")
+    role = storage.lookup(rt, namespace if kind == "Role" else None, name) if rt is not None else None
+    if role is None:
+        return [dict(r) for r in BOOTSTRAP_ROLES.get(name, [])] if kind == "ClusterRole" else []
+    return [_dict(r) for r in role.get("rules") or []]
+
+
+def _matching_rules(storage: ObjectStorage, user: UserInfo, namespace: str) -> list[tuple[dict[str, Any], Obj, str]]:
+    out: list[tuple[dict[str, Any], Obj, str]] = []
+    for binding, ns in _bindings(storage, namespace):
+        if not any(_subject_matches(_dict(s), user.username, user.groups) for s in binding.get("subjects") or []):
+            continue
+        out.extend((rule, binding, ns) for rule in _role_rules(storage, _dict(binding.get("roleRef")), ns))
+    return out
+
+
+def authorize(storage: ObjectStorage, user: UserInfo, attributes: Attributes) -> tuple[bool, str]:
+    """Whether ``user`` may do what ``attributes`` say, as the RBAC authorizer decides it (a
+    user in ``system:masters`` may do everything), and the reason of an allowance."""
+    if user.admin:
+        return True, ""
+    namespace = attributes.namespace if attributes.is_resource else ""
+    for rule, binding, ns in _matching_rules(storage, user, namespace):
+        if _rule_allows(rule, attributes):
+            ref = _dict(binding.get("roleRef"))
+            kind = "RoleBinding" if ns else "ClusterRoleBinding"
+            where = f' of {ref.get("kind")} "{ref.get("name")}" to User "{user.username}"'
+            return True, f'RBAC: allowed by {kind} "{meta(binding).get("name")}"' + (f' in namespace "{ns}"' if ns else "") + where
+    return False, ""
+
+
+def forbidden(user: UserInfo, attributes: Attributes) -> RequestRejected:
+    """The real server's 403 for a request ``user`` may not make."""
+    who = f'User "{user.username}"'
+    if not attributes.is_resource:
+        return RequestRejected(403, "Forbidden", f'forbidden: {who} cannot {attributes.verb} path "{attributes.path}"', details={})
+    resource = attributes.resource + (f"/{attributes.subresource}" if attributes.subresource else "")
+    scope = f'in the namespace "{attributes.namespace}"' if attributes.namespace else "at the cluster scope"
+    reason = f'{who} cannot {attributes.verb} resource "{resource}" in API group "{attributes.group}" {scope}'
+    qualified = attributes.resource + (f".{attributes.group}" if attributes.group else "")
+    subject = f'{qualified} "{attributes.name}"' if attributes.name else qualified
+    details: dict[str, Any] = {}
+    if attributes.name:
+        details["name"] = attributes.name
+    if attributes.group:
+        details["group"] = attributes.group
+    details["kind"] = attributes.resource
+    return RequestRejected(403, "Forbidden", f"{subject} is forbidden: {reason}", details=details)
+
+
+def _rules_review(storage: ObjectStorage, user: UserInfo, namespace: str) -> dict[str, Any]:
+    if user.admin:
+        return {
+            "resourceRules": [{"verbs": ["*"], "apiGroups": ["*"], "resources": ["*"]}],
+            "nonResourceRules": [{"verbs": ["*"], "nonResourceURLs": ["*"]}],
+            "incomplete": False,
+        }
+    resource_rules: list[dict[str, Any]] = []
+    non_resource_rules: list[dict[str, Any]] = []
+    for rule, _binding, _ns in _matching_rules(storage, user, namespace):
+        if rule.get("nonResourceURLs"):
+            non_resource_rules.append({"verbs": list(rule.get("verbs") or []), "nonResourceURLs": list(rule["nonResourceURLs"])})
+        else:
+            out: dict[str, Any] = {"verbs": list(rule.get("verbs") or []), "apiGroups": list(rule.get("apiGroups") or [])}
+            out["resources"] = list(rule.get("resources") or [])
+            if rule.get("resourceNames"):
+                out["resourceNames"] = list(rule["resourceNames"])
+            resource_rules.append(out)
+    return {"resourceRules": resource_rules, "nonResourceRules": non_resource_rules, "incomplete": False}
+
+
+def _spec_user(spec: dict[str, Any]) -> UserInfo:
     user = str(spec.get("user", ""))
     groups = [str(g) for g in spec.get("groups") or []]
     if user.startswith("system:serviceaccount:"):
         groups = [*groups, "system:serviceaccounts", f"system:serviceaccounts:{user.split(':')[2]}"]
-    if "system:masters" in groups:
-        return True, ""
-    resource = isinstance(spec.get("resourceAttributes"), dict)
-    attributes = _dict(spec.get("resourceAttributes") if resource else spec.get("nonResourceAttributes"))
-    namespace = str(attributes.get("namespace", "")) if resource else ""
-
-    def rules_of(kind: str, name: str, ns: str) -> list[dict[str, Any]] | None:
-        rt = storage.find_type(RBAC, "v1", "roles" if kind == "Role" else "clusterroles")
-        role = storage.lookup(rt, ns or None, name) if rt is not None else None
-        if role is None:
-            return [{"verbs": ["*"], "apiGroups": ["*"], "resources": ["*"], "nonResourceURLs": ["*"]}] if name == "cluster-admin" and kind == "ClusterRole" else None
-        return [_dict(r) for r in role.get("rules") or []]
-
-    bindings: list[tuple[Obj, str]] = []
-    for plural in ("clusterrolebindings", "rolebindings"):
-        rt = storage.find_type(RBAC, "v1", plural)
-        found = storage.list_objects(rt, None, LabelSelector(), FieldSelector())[0] if rt is not None else []
-        for binding in found:
-            ns = str(meta(binding).get("namespace", ""))
-            if plural == "rolebindings" and (not namespace or ns != namespace):
-                continue
-            bindings.append((binding, ns))
-    for binding, ns in bindings:
-        if not any(_subject_matches(_dict(s), user, groups) for s in binding.get("subjects") or []):
-            continue
-        ref = _dict(binding.get("roleRef"))
-        rules = rules_of(str(ref.get("kind", "")), str(ref.get("name", "")), ns if ref.get("kind") == "Role" else "")
-        for rule in rules or []:
-            if _rule_allows(rule, attributes, resource):
-                kind = "RoleBinding" if ns else "ClusterRoleBinding"
-                where = f' of {ref.get("kind")} "{ref.get("name")}" to User "{user}"'
-                return True, f'RBAC: allowed by {kind} "{meta(binding).get("name")}"' + (f' in namespace "{ns}"' if ns else "") + where
-    return False, ""
+    return UserInfo(user, tuple(groups), str(spec.get("uid", "")))
 
 
 def _review_causes(spec: dict[str, Any], *, self_review: bool) -> list[CauseSpec]:
@@ -175,9 +306,11 @@ def _review_causes(spec: dict[str, Any], *, self_review: bool) -> list[CauseSpec
     return causes
 
 
-def review(storage: ObjectStorage, rt: ResourceType, namespace: str | None, body: Any, now: Callable[[], float]) -> Obj:
-    """Answer a create of the review type ``rt`` (not stored); raises :class:`RequestRejected`
-    (400, 422)."""
+def review(
+    storage: ObjectStorage, rt: ResourceType, namespace: str | None, body: Any, caller: UserInfo
+) -> Obj:
+    """Answer a create of the review type ``rt`` (not stored) by ``caller``; raises
+    :class:`RequestRejected` (400, 422)."""
     if not isinstance(body, dict):
         raise RequestRejected(400, "BadRequest", "the request body must be a JSON object")
     spec = _dict(body.get("spec"))
@@ -190,15 +323,11 @@ def review(storage: ObjectStorage, rt: ResourceType, namespace: str | None, body
         answer["metadata"]["namespace"] = namespace
     plural = rt.plural
     if plural == "selfsubjectreviews":
-        answer["status"] = {"userInfo": dict(USER)}
+        answer["status"] = {"userInfo": caller.to_json()}
         return answer
     if plural == "selfsubjectrulesreviews":
         answer["spec"] = spec
-        answer["status"] = {
-            "resourceRules": [{"verbs": ["*"], "apiGroups": ["*"], "resources": ["*"]}],
-            "nonResourceRules": [{"verbs": ["*"], "nonResourceURLs": ["*"]}],
-            "incomplete": False,
-        }
+        answer["status"] = _rules_review(storage, caller, str(spec.get("namespace", "")))
         return answer
     self_review = plural == "selfsubjectaccessreviews"
     causes = _review_causes(spec, self_review=self_review)
@@ -209,10 +338,7 @@ def review(storage: ObjectStorage, rt: ResourceType, namespace: str | None, body
     if causes:
         raise invalid_causes(rt, str(meta(body).get("name", "")), causes)
     answer["spec"] = spec
-    if self_review:
-        answer["status"] = {"allowed": True}
-        return answer
-    allowed, reason = _allowed(storage, spec)
+    allowed, reason = authorize(storage, caller if self_review else _spec_user(spec), Attributes.from_review(spec))
     status: dict[str, Any] = {"allowed": allowed}
     if reason:
         status["reason"] = reason
@@ -220,13 +346,13 @@ def review(storage: ObjectStorage, rt: ResourceType, namespace: str | None, body
     return answer
 
 
-def _b64(data: bytes) -> str:
-    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
-
-
-def token_request(storage: ObjectStorage, rt: ResourceType, namespace: str | None, name: str, body: Any, now: Callable[[], float]) -> Obj:
-    """Answer ``POST serviceaccounts/{name}/token``; raises :class:`RequestRejected` (404 for a
-    missing service account, 422 for a too short expiry)."""
+def token_request(
+    storage: ObjectStorage, tokens: Authenticator, rt: ResourceType, namespace: str | None, name: str, body: Any
+) -> Obj:
+    """Answer ``POST serviceaccounts/{name}/token`` with a token ``tokens`` signed; raises
+    :class:`RequestRejected` (404 for a missing service account or bound object, 422 for a
+    too short expiry or a bound object of another kind than Secret or Pod)."""
+    now = storage.wall_clock
     account = storage.lookup(rt, namespace, name)
     if account is None:
         raise not_found(rt, name)
@@ -238,23 +364,35 @@ def token_request(storage: ObjectStorage, rt: ResourceType, namespace: str | Non
         raise invalid_causes(token_rt, name, [("FieldValueInvalid", "spec.expirationSeconds", f"Invalid value: {seconds}: may not specify a duration less than 10 minutes")])
     if seconds > 2**32:
         raise invalid_causes(token_rt, name, [("FieldValueTooLong", "spec.expirationSeconds", f"Invalid value: {seconds}: may not specify a duration larger than 2^32 seconds")])
-    audiences = list(spec.get("audiences") or [_ISSUER])
+    audiences = list(spec.get("audiences") or [ISSUER])
     issued = int(now())
+    private: dict[str, Any] = {
+        "namespace": namespace,
+        "serviceaccount": {"name": name, "uid": meta(account).get("uid")},
+    }
+    bound = spec.get("boundObjectRef")
+    if isinstance(bound, dict):
+        kind = bound.get("kind")
+        if kind not in ("Secret", "Pod"):
+            raise invalid_causes(token_rt, name, [("FieldValueNotSupported", "spec.boundObjectRef.kind", f'Unsupported value: "{kind or ""}": supported values: "Pod", "Secret"')])
+        bound_rt = storage.find_type("", "v1", "secrets" if kind == "Secret" else "pods")
+        target = storage.lookup(bound_rt, namespace, str(bound.get("name", ""))) if bound_rt is not None else None
+        if target is None or bound_rt is None:
+            raise not_found(bound_rt or rt, str(bound.get("name", "")))
+        if bound.get("uid") and bound["uid"] != meta(target).get("uid"):
+            raise RequestRejected(409, "Conflict", f'the UID in the bound object reference ({bound["uid"]}) does not match the UID in record. The object might have been deleted and then recreated')
+        private[str(kind).lower()] = {"name": meta(target).get("name"), "uid": meta(target).get("uid")}
     claims = {
         "aud": audiences,
         "exp": issued + seconds,
         "iat": issued,
-        "iss": _ISSUER,
+        "iss": ISSUER,
         "jti": str(meta(account).get("uid", "")),
-        "kubernetes.io": {
-            "namespace": namespace,
-            "serviceaccount": {"name": name, "uid": meta(account).get("uid")},
-        },
+        "kubernetes.io": private,
         "nbf": issued,
         "sub": f"system:serviceaccount:{namespace}:{name}",
     }
-    header = {"alg": "none", "kid": "engine-testing"}
-    token = ".".join((_b64(json.dumps(header).encode()), _b64(json.dumps(claims).encode()), ""))
+    token = tokens.issue(claims)
     return {
         "kind": "TokenRequest",
         "apiVersion": "authentication.k8s.io/v1",

@@ -13,12 +13,14 @@ import attrs
 import trio
 
 from ..observability._http import Request, Response
+from ._access import Attributes, authorize, forbidden
+from ._authn import ADMIN, Authenticator, UserInfo
 from ._discovery import discovery_response
 from ._errors import RequestRejected
 from ._faults import Fault, Faults
 from ._handlers import handle_resource
 from ._responses import json_response, status_response
-from ._routing import flag, request_info, resolve
+from ._routing import Target, flag, request_info, resolve
 from ._storage import ObjectStorage
 from ._watch import Watches
 
@@ -41,6 +43,11 @@ _REASONS = {
     503: "ServiceUnavailable",
     504: "Timeout",
 }
+
+
+def _path_verb(request: Request) -> str:
+    method = request.method.lower()
+    return "get" if method == "head" else method
 
 
 @attrs.frozen
@@ -72,14 +79,16 @@ RequestObserver = Callable[[ServedRequest], None]
 class Router:
     """Turns :class:`Request` objects into :class:`Response` objects.
 
-    ``require_identity`` answers 401 to requests without an authenticated identity (TLS mode).
-    ``bookmark_interval`` is in seconds of trio time.
+    Each request is authenticated (``tokens``, see :mod:`._authn`) and, with
+    ``authorization``, a user not in ``system:masters`` is authorized by RBAC (see
+    :mod:`._access`). ``bookmark_interval`` is in seconds of trio time.
     """
 
     store: ObjectStorage
     faults: Faults
     bookmark_interval: float = 60.0
-    require_identity: bool = False
+    authorization: bool = True
+    tokens: Authenticator = attrs.field(factory=Authenticator)
     server_address: str = "127.0.0.1:0"
     observers: list[RequestObserver] = attrs.field(factory=list)
     """Called synchronously with every answered resource request (not discovery, not
@@ -90,11 +99,13 @@ class Router:
         self._watches = Watches(self.store, self.faults, self.bookmark_interval)
         self.faults.connect_watches(self._watches.drop)
 
-    async def handle(self, request: Request) -> Response:
-        """Answer one request. Cancellation propagates (the connection is then closed)."""
+    async def handle(self, request: Request, connection: UserInfo | None = ADMIN) -> Response:
+        """Answer one request that came on a connection authenticated as ``connection``
+        (``None``: nobody, so the request needs credentials of its own). Cancellation
+        propagates (the connection is then closed)."""
         served: list[Any] = []
         try:
-            response = await self._answer(request, served)
+            response = await self._answer(request, served, connection)
         except RequestRejected as exc:
             response = status_response(exc)
         except Exception:
@@ -113,16 +124,23 @@ class Router:
                 observer(record)
         return response
 
-    async def _answer(self, request: Request, served: list[Any]) -> Response:
-        if self.require_identity and request.identity is None:
-            raise RequestRejected(401, "Unauthorized", "Unauthorized: a client certificate is required")
+    async def _answer(self, request: Request, served: list[Any], connection: UserInfo | None) -> Response:
+        user = self.tokens.authenticate(request.headers.get("authorization"), connection, self.store, self.store.wall_clock)
+        check = self.authorization and not user.admin
         path = request.path.rstrip("/") or "/"
         if path == "/_faults" or path.startswith("/_faults/"):
+            if check:
+                self._authorize(user, Attributes(_path_verb(request), path=request.path, is_resource=False))
             return self._admin(request, path)
         target = resolve(self.store, path)
         info = request_info(request, target)
         if target is not None:
             served[:] = [target, info]
+        if check:
+            if target is None:
+                self._authorize(user, Attributes(_path_verb(request), path=request.path, is_resource=False))
+            else:
+                self._authorize_resource(user, request, target, info.verb)
         fault = self.faults.take("latency", info)
         if fault is not None:
             await trio.sleep(fault.seconds)
@@ -135,7 +153,22 @@ class Router:
             await self.store.wait_for_resource_version(request.query.get("resourceVersion"))
         if info.verb == "watch":
             return self._watches.open(request, target, info)
-        return handle_resource(self.store, request, target, info)
+        return handle_resource(self.store, request, target, info, caller=user, tokens=self.tokens)
+
+    def _authorize(self, user: UserInfo, attributes: Attributes) -> None:
+        if not authorize(self.store, user, attributes)[0]:
+            raise forbidden(user, attributes)
+
+    def _authorize_resource(self, user: UserInfo, request: Request, target: Target, verb: str) -> None:
+        if verb == "get" and flag(request.query, "watch"):
+            verb = "watch"
+        attributes = Attributes(
+            verb, target.rt.plural, target.rt.group, target.subresource or "", target.namespace or "", target.name or ""
+        )
+        self._authorize(user, attributes)
+        if verb in ("update", "patch") and target.name is not None and target.subresource is None:
+            if self.store.lookup(target.rt, target.namespace, target.name) is None:
+                self._authorize(user, attrs.evolve(attributes, verb="create"))
 
     def _failure(self, fault: Fault) -> Response:
         reason = _REASONS.get(fault.status, "InternalError")

@@ -14,6 +14,7 @@ import yaml
 
 from ..observability._http import Request, Response
 from ._access import review, token_request
+from ._authn import ADMIN, Authenticator, UserInfo
 from ._deletion import POLICIES
 from ._errors import RequestRejected
 from ._events import field_selector, from_storage
@@ -94,8 +95,17 @@ def _manager(request: Request) -> str:
     return agent or "unknown"
 
 
-def handle_resource(storage: ObjectStorage, request: Request, target: Target, info: RequestInfo) -> Response:
-    """Answer a resource request whose verb is not ``watch``; raises :class:`RequestRejected`."""
+def handle_resource(
+    storage: ObjectStorage,
+    request: Request,
+    target: Target,
+    info: RequestInfo,
+    *,
+    caller: UserInfo = ADMIN,
+    tokens: Authenticator | None = None,
+) -> Response:
+    """Answer a resource request whose verb is not ``watch`` made by ``caller`` (reviews
+    answer for it; ``tokens`` signs TokenRequests); raises :class:`RequestRejected`."""
     rt, ns, name, sub = target.rt, target.namespace, target.name, target.subresource
     q = request.query
     dry_run = q.get("dryRun") == "All"
@@ -106,12 +116,14 @@ def handle_resource(storage: ObjectStorage, request: Request, target: Target, in
     if sub is None and info.verb not in rt.verbs:
         raise RequestRejected(405, "MethodNotAllowed", "the server does not allow this method on the requested resource")
     if rt.storage_key in REVIEW_TYPES:
-        return json_response(201, review(storage, rt, ns, decode_body(request), storage.wall_clock))
+        return json_response(201, review(storage, rt, ns, decode_body(request), caller))
     if sub == "token":
         if info.verb != "create":
             raise RequestRejected(405, "MethodNotAllowed", "the server does not allow this method on the requested resource")
         assert name is not None
-        answer = token_request(storage, rt, ns, name, decode_body(request), storage.wall_clock)
+        if tokens is None:
+            raise RequestRejected(405, "MethodNotAllowed", "the server does not allow this method on the requested resource")
+        answer = token_request(storage, tokens, rt, ns, name, decode_body(request))
         answer["metadata"]["managedFields"] = [
             {
                 "manager": _manager(request),

@@ -1,8 +1,10 @@
 """Decoding of Kubernetes protobuf request bodies for the few kinds kubectl sends that way.
 
-kubectl's typed commands (``create namespace``, ``create configmap``, ``create secret``) send
-``application/vnd.kubernetes.protobuf``. This decodes the ``k8s\\x00`` envelope
-(``runtime.Unknown``) and ``Namespace``, ``ConfigMap`` and ``Secret`` into their JSON form.
+kubectl's typed commands (``create namespace``, ``create configmap``, ``create secret``,
+``create serviceaccount``, ``create token``) send ``application/vnd.kubernetes.protobuf``.
+This decodes the ``k8s\\x00`` envelope (``runtime.Unknown``) and ``Namespace``,
+``ConfigMap``, ``Secret``, ``ServiceAccount`` and ``authentication.k8s.io/v1``
+``TokenRequest`` into their JSON form.
 Responses are always JSON (clients ask for protobuf *or* JSON). Other kinds are refused.
 """
 
@@ -36,23 +38,37 @@ _OBJECT_META: Schema = {
     13: ("ownerReferences", ("repeated", _OWNER_REF)),
     14: ("finalizers", "repeated_string"),
 }
-_KINDS: dict[str, Schema] = {
-    "Namespace": {
+_KINDS: dict[tuple[str, str], Schema] = {
+    ("v1", "Namespace"): {
         1: ("metadata", _OBJECT_META),
         2: ("spec", {1: ("finalizers", "repeated_string")}),
     },
-    "ConfigMap": {
+    ("v1", "ConfigMap"): {
         1: ("metadata", _OBJECT_META),
         2: ("data", "map_string"),
         3: ("binaryData", "map_bytes"),
         4: ("immutable", "bool"),
     },
-    "Secret": {
+    ("v1", "Secret"): {
         1: ("metadata", _OBJECT_META),
         2: ("data", "map_bytes"),
         3: ("type", "string"),
         4: ("stringData", "map_string"),
         5: ("immutable", "bool"),
+    },
+    ("v1", "ServiceAccount"): {
+        1: ("metadata", _OBJECT_META),
+        4: ("automountServiceAccountToken", "bool"),
+    },
+    ("authentication.k8s.io/v1", "TokenRequest"): {
+        1: ("metadata", _OBJECT_META),
+        2: ("spec", {
+            1: ("audiences", "repeated_string"),
+            3: ("boundObjectRef", {
+                1: ("kind", "string"), 2: ("apiVersion", "string"), 3: ("name", "string"), 4: ("uid", "string"),
+            }),
+            4: ("expirationSeconds", "int"),
+        }),
     },
 }
 
@@ -116,6 +132,10 @@ def _message(data: bytes, schema: Schema) -> dict[str, Any]:
                 out[name] = text
         elif kind == "bool":
             out[name] = bool(value)
+        elif kind == "int":
+            if not isinstance(value, int):
+                raise _malformed()
+            out[name] = value - (1 << 64) if value >= 1 << 63 else value
         elif kind == "repeated_string":
             out.setdefault(name, []).append(_text(value))
         elif kind in ("map_string", "map_bytes"):
@@ -150,12 +170,12 @@ def decode_protobuf(body: bytes) -> dict[str, Any]:
         raise _malformed()
     meta = {number: _text(value) for number, value in _fields(type_meta)}
     api_version, kind = meta.get(1, ""), meta.get(2, "")
-    schema = _KINDS.get(kind)
-    if schema is None or api_version != "v1":
+    schema = _KINDS.get((api_version, kind))
+    if schema is None:
+        known = ", ".join(f"{v} {k}" for v, k in sorted(_KINDS))
         raise RequestRejected(
             415,
             "UnsupportedMediaType",
-            f"protobuf bodies are decoded only for v1 {', '.join(sorted(_KINDS))}, not {api_version} {kind}; "
-            "send application/json",
+            f"protobuf bodies are decoded only for {known}, not {api_version} {kind}; send application/json",
         )
     return {"apiVersion": api_version, "kind": kind, **_message(raw, schema)}

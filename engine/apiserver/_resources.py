@@ -149,6 +149,7 @@ BUILTIN_TYPES: tuple[ResourceType, ...] = (
     ResourceType("networking.k8s.io", "v1", "ingresses", "ingress", "Ingress", True, ("ing",), True, has_generation=True),
     ResourceType("networking.k8s.io", "v1", "networkpolicies", "networkpolicy", "NetworkPolicy", True, ("netpol",), has_generation=True),
     ResourceType("networking.k8s.io", "v1", "ingressclasses", "ingressclass", "IngressClass", False, has_generation=True),
+    ResourceType("policy", "v1", "poddisruptionbudgets", "poddisruptionbudget", "PodDisruptionBudget", True, ("pdb",), True, has_generation=True),
     ResourceType("rbac.authorization.k8s.io", "v1", "roles", "role", "Role", True),
     ResourceType("rbac.authorization.k8s.io", "v1", "rolebindings", "rolebinding", "RoleBinding", True),
     ResourceType("rbac.authorization.k8s.io", "v1", "clusterroles", "clusterrole", "ClusterRole", False),

@@ -10,7 +10,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from types import TracebackType
 from typing import Any
 
@@ -20,6 +20,7 @@ import yaml
 
 from ..observability._http import serve_http
 from ._api import RequestObserver, Router
+from ._authn import ADMIN, Authenticator, UserInfo, organizations
 from ._controllers import Controllers
 from ._errors import ApiServerError
 from ._faults import Faults
@@ -69,6 +70,19 @@ class ApiServer:
     runs): nothing collects garbage and a deleted namespace stays ``Terminating`` until
     finalized (``PUT /api/v1/namespaces/{name}/finalize``). The API server's own cleanup of a
     deleted CustomResourceDefinition's objects runs either way.
+
+    Requests are authenticated and authorized as on a cluster. The kubeconfig's user
+    (requests without credentials over plain HTTP or the memory transport, and the client
+    certificate of :attr:`kubeconfig` in TLS mode) is ``kubernetes-admin`` in
+    ``system:masters`` and may do everything. A bearer token of a service account (from
+    ``POST .../serviceaccounts/{name}/token`` or ``kubectl create token``, signed by this
+    server) and a client certificate from the server's CA (common name the user,
+    organizations the groups) name other users, whose every request is authorized by the
+    stored Roles, ClusterRoles and their bindings as the RBAC authorizer does it, with the
+    bootstrap roles a cluster has (discovery, ``/version``, self reviews for every
+    authenticated user); a denial is a 403 ``Forbidden`` Status, a token the server did not
+    issue (or expired, or whose service account is gone) a 401. ``authorization=False``
+    lets every authenticated user do everything (for tests that ask for it).
     """
 
     host: str = "127.0.0.1"
@@ -81,6 +95,7 @@ class ApiServer:
     seed: int | None = None
     wall_clock: Callable[[], float] = time.time
     controllers: bool = True
+    authorization: bool = True
     faults: Faults = attrs.field(factory=Faults, init=False, repr=False)
     """Fault injection; see :class:`~engine.apiserver.Faults`."""
     store: ObjectStorage = attrs.field(init=False, repr=False)
@@ -101,7 +116,10 @@ class ApiServer:
         self.store = ObjectStorage(
             history_size=self.history_size, watch_buffer=self.watch_buffer, seed=self.seed, wall_clock=self.wall_clock
         )
-        self._router = Router(self.store, self.faults, bookmark_interval=self.bookmark_interval)
+        self._router = Router(
+            self.store, self.faults, bookmark_interval=self.bookmark_interval, authorization=self.authorization,
+            tokens=Authenticator(self.seed),
+        )
         self._controllers = Controllers(self.store, kube_controller_manager=self.controllers)
 
     # ----- lifecycle -----
@@ -118,7 +136,6 @@ class ApiServer:
             if self.listen:
                 if self.tls:
                     self._tls_material = TlsMaterial.generate(sorted({self.host, "127.0.0.1", "localhost"}))
-                    self._router.require_identity = True
                 listeners = await self._nursery.start(
                     functools.partial(trio.serve_tcp, self._serve_socket, self.port, host=self.host)
                 )
@@ -164,8 +181,12 @@ class ApiServer:
             logger.debug("TLS handshake failed: %s", exc)
             await trio.aclose_forcefully(stream)
             return
-        identity = common_name(ssl_stream.getpeercert())
-        await serve_http(ssl_stream, self._router.handle, identity=identity)
+        peer = ssl_stream.getpeercert()
+        identity = common_name(peer)
+        user = None
+        if identity is not None:
+            user = UserInfo(identity, (*organizations(peer), "system:authenticated"))
+        await serve_http(ssl_stream, functools.partial(self._router.handle, connection=user), identity=identity)
 
     # ----- access -----
 
@@ -257,6 +278,14 @@ class ApiServer:
         material = self._tls_material
         return (material.client_cert_pem, material.client_key_pem) if material else None
 
+    def issue_client_certificate(self, user: str, groups: Sequence[str] = ()) -> tuple[bytes, bytes]:
+        """``(certificate, key)`` PEM of a new client certificate from the server's CA naming
+        ``user`` (common name) in at most one of ``groups`` (organization); TLS mode only
+        (raises :class:`ApiServerError` otherwise, ``ValueError`` for several groups)."""
+        if self._tls_material is None:
+            raise ApiServerError("client certificates need tls=True")
+        return self._tls_material.issue_client(user, groups)
+
     def memory_transport(self) -> MemoryTransport:
         """An ``httpx.AsyncBaseTransport`` joined to this server by memory streams.
 
@@ -278,7 +307,7 @@ class ApiServer:
         return MemoryTransport(connect)
 
     async def _serve_memory(self, stream: trio.abc.Stream) -> None:
-        await serve_http(stream, self._router.handle, identity="memory-transport")
+        await serve_http(stream, functools.partial(self._router.handle, connection=ADMIN), identity="memory-transport")
 
     def add_request_observer(self, observer: RequestObserver) -> None:
         """Call ``observer(served)`` synchronously for every answered resource request (a

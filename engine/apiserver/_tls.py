@@ -6,6 +6,8 @@
 from __future__ import annotations
 
 import ssl
+from collections.abc import Sequence
+from typing import Any
 
 import attrs
 
@@ -23,11 +25,23 @@ class TlsMaterial:
     ca_pem: bytes
     """The CA certificate clients trust."""
     client_cert_pem: bytes
-    """A client certificate whose common name is :data:`CLIENT_IDENTITY`."""
+    """A client certificate whose common name is :data:`CLIENT_IDENTITY`, in the organization
+    ``system:masters``."""
     client_key_pem: bytes
     """The client certificate's private key."""
     server_context: ssl.SSLContext
     """Server side: presents the server certificate, asks for (and verifies) a client certificate."""
+    ca: Any = attrs.field(repr=False)
+    """The ``trustme.CA`` that signs client certificates."""
+
+    def issue_client(self, user: str, groups: Sequence[str] = ()) -> tuple[bytes, bytes]:
+        """``(certificate, key)`` PEM of a client certificate for ``user`` (common name) in
+        ``groups`` (organizations; a certificate names at most one here)."""
+        if len(groups) > 1:
+            raise ValueError("a generated client certificate names at most one group (organization)")
+        cert = self.ca.issue_cert(f"{user.replace(':', '-')}.client.invalid", common_name=user,
+                                  organization_name=groups[0] if groups else None)
+        return b"".join(p.bytes() for p in cert.cert_chain_pems), cert.private_key_pem.bytes()
 
     @classmethod
     def generate(cls, hosts: list[str]) -> TlsMaterial:
@@ -38,7 +52,9 @@ class TlsMaterial:
             raise ApiServerError("TLS mode needs the trustme package (pip install trustme)") from None
         ca = trustme.CA(organization_name="engine.testing")
         server = ca.issue_cert(*hosts)
-        client = ca.issue_cert(f"{CLIENT_IDENTITY}.client.invalid", common_name=CLIENT_IDENTITY)
+        client = ca.issue_cert(
+            f"{CLIENT_IDENTITY}.client.invalid", common_name=CLIENT_IDENTITY, organization_name="system:masters"
+        )
         context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         server.configure_cert(context)
         ca.configure_trust(context)
@@ -48,6 +64,7 @@ class TlsMaterial:
             client_cert_pem=b"".join(p.bytes() for p in client.cert_chain_pems),
             client_key_pem=client.private_key_pem.bytes(),
             server_context=context,
+            ca=ca,
         )
 
 

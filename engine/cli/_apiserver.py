@@ -28,6 +28,12 @@ def _parser() -> argparse.ArgumentParser:
         help="answer as an API server without a controller manager: no garbage collection, and deleted "
         "namespaces stay Terminating until finalized",
     )
+    parser.add_argument(
+        "--no-authorization",
+        action="store_true",
+        help="let every authenticated user (service account tokens, client certificates) do everything; by "
+        "default users outside system:masters are authorized by the stored RBAC objects",
+    )
     parser.add_argument("--history-size", type=int, default=10_000, help="watch history length (default 10000)")
     parser.add_argument(
         "--bookmark-interval", type=float, default=60.0, help="seconds between watch BOOKMARK events (default 60)"
@@ -44,6 +50,7 @@ def server_from_args(args: argparse.Namespace) -> ApiServer:
         history_size=args.history_size,
         bookmark_interval=args.bookmark_interval,
         controllers=not args.no_controllers,
+        authorization=not args.no_authorization,
     )
 
 

@@ -155,25 +155,10 @@ def manifests(
 def _rbac(
     permissions: Permissions, *, name: str, install_namespace: str, labels: Mapping[str, str]
 ) -> list[dict[str, Any]]:
-    subject = [{"kind": "ServiceAccount", "name": name, "namespace": install_namespace}]
-    out: list[dict[str, Any]] = []
-    group = "rbac.authorization.k8s.io/v1"
-    if permissions.cluster:
-        out.append({"apiVersion": group, "kind": "ClusterRole", "metadata": {"name": name, "labels": dict(labels)},
-                    "rules": [rule.to_dict() for rule in permissions.cluster]})
-        out.append({"apiVersion": group, "kind": "ClusterRoleBinding",
-                    "metadata": {"name": name, "labels": dict(labels)},
-                    "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
-                    "subjects": subject})
-    for ns, rules in permissions.namespaces.items():
-        out.append({"apiVersion": group, "kind": "Role",
-                    "metadata": {"name": name, "namespace": ns, "labels": dict(labels)},
-                    "rules": [rule.to_dict() for rule in rules]})
-        out.append({"apiVersion": group, "kind": "RoleBinding",
-                    "metadata": {"name": name, "namespace": ns, "labels": dict(labels)},
-                    "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
-                    "subjects": subject})
-    return out
+    from ..kube import role_objects
+
+    return role_objects(permissions, name=name, service_account=name, service_account_namespace=install_namespace,
+                        labels=labels)
 
 
 def _deployment(

@@ -7,7 +7,10 @@ kubeconfig for ``kubectl``, and runs until Ctrl-C.
 
 Every flag is checked before anything is written to the cluster: the values themselves (exit
 code 2, usage errors), then the plugins are loaded and the metrics, probe and live-stream
-addresses are bound once (exit code 1). Every failure is one ``error: ...`` line on stderr;
+addresses are bound once (exit code 1). Against a cluster, the credentials are checked
+(``SelfSubjectAccessReview``) for every permission the plugins need before any controller
+runs; a missing one is exit code 1 with one line naming the identity, what is missing and
+the ``manifests`` command that generates the right Role. Every failure is one ``error: ...`` line on stderr;
 ``--log-level debug`` adds the traceback.
 """
 
@@ -411,7 +414,7 @@ async def _host(
                 client, plugins, manager=manager, config=plugin_config, namespace=args.namespace,
                 shard=args.shard, label_selector=args.watch_label_selector, install=not args.skip_crd_install,
                 strict=args.strict_plugins, apply_examples=args.embedded and not args.no_examples,
-                observability=obs, task_status=task_status,
+                observability=obs, check_access=not args.embedded, task_status=task_status,
             ))
 
         host: PluginHost = await nursery.start(host_plugins)

@@ -96,6 +96,12 @@ from ._plugin import load_plugin as load_plugin
 from ._plugin import load_plugins as load_plugins
 from ._plugin import plugin_rules as plugin_rules
 from ._plugin import run_plugins as run_plugins
+from ._forbidden import ForbiddenLog as ForbiddenLog
+from ._forbidden import MissingPermission as MissingPermission
+from ._access import MissingPermissionsError as MissingPermissionsError
+from ._access import check_permissions as check_permissions
+from ._access import whoami as whoami
+from ._metrics import ForbiddenCollector as ForbiddenCollector
 from ._rbac import EVENT_RULES as EVENT_RULES
 from ._rbac import OPERATION_VERBS as OPERATION_VERBS
 from ._rbac import Permissions as Permissions
@@ -103,6 +109,7 @@ from ._rbac import PolicyRule as PolicyRule
 from ._rbac import crd_rules as crd_rules
 from ._rbac import leader_election_rules as leader_election_rules
 from ._rbac import merge_rules as merge_rules
+from ._rbac import role_objects as role_objects
 from ._rbac import rules_for as rules_for
 from ._status import READY as READY
 from ._status import RECONCILING as RECONCILING
@@ -133,6 +140,10 @@ __all__ = [
     "ENTRY_POINT_GROUP",
     "EVENT_RULES",
     "ForbiddenError",
+    "ForbiddenCollector",
+    "MissingPermissionsError",
+    "MissingPermission",
+    "ForbiddenLog",
     "GoneError",
     "Handler",
     "IndexFunc",
@@ -189,6 +200,7 @@ __all__ = [
     "WatcherStatistics",
     "annotation_changed",
     "any_of",
+    "check_permissions",
     "crd_rules",
     "error_from_status",
     "generation_changed",
@@ -206,12 +218,14 @@ __all__ = [
     "patch_status",
     "plugin_rules",
     "ref_for",
+    "role_objects",
     "rules_for",
     "requested_at_changed",
     "run_plugins",
     "set_condition",
     "set_finalizer",
     "strip_managed_fields",
+    "whoami",
 ]
 
 _publish(globals())

@@ -34,6 +34,7 @@ from ._errors import (
     error_from_status,
     transport_error,
 )
+from ._forbidden import ForbiddenLog
 from ._resource import Resource, parse_resource_list, split_api_version
 from ._retry import RetryPolicy, call_with_retries, parse_retry_after
 from ._transport import Transport
@@ -233,6 +234,8 @@ class Client:
         self._timeouts = httpx.Timeout(timeout).as_dict()
         self._stream_timeouts = httpx.Timeout(timeout, read=None).as_dict()
         self._discovery: dict[tuple[str, str], dict[str, Resource]] = {}
+        self.forbidden = ForbiddenLog()
+        """Every 403 answer, counted per verb and resource; the first of each is logged."""
 
     @property
     def default_namespace(self) -> str:
@@ -396,6 +399,8 @@ class Client:
                     await response.aclose()
             err = _error_from_response(response)
             log.debug("%s -> %d %s", what, response.status_code, err.reason)
+            if response.status_code == 403:
+                self.forbidden.record(err)
             raise err
 
         return await call_with_retries(

@@ -13,6 +13,7 @@
         ├── ResponseError          the server's answer broke the protocol
         ├── ResourceNotFoundError  discovery does not know a group/version and kind
         ├── WatchStalledError      a watch stream went silent past its idle timeout
+        ├── MissingPermissionsError  the credentials lack permissions a run needs (_access)
         └── ClientStateError       a client used before opening or after closing
 
 Messages state the rule that was broken and name the file and field concerned; they never

@@ -5,6 +5,8 @@ path (index functions, predicates, mappers, handlers) raised for one object and 
 contained to it; ``engine_informer_resets_total{resource}`` counts relists from scratch because
 the server's history went backwards; ``engine_informer_restarts_total{resource}`` counts
 restarts after unexpected errors, ``engine_informer_skipped_total{resource}`` malformed items.
+``engine_forbidden_requests_total{verb,resource}`` counts the 403 answers a client received
+(see :class:`ForbiddenLog`).
 """
 
 from __future__ import annotations
@@ -14,9 +16,28 @@ from collections.abc import Iterator
 from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from ._client import Client
 from ._cluster import Cluster
 
-__all__ = ["InformerCollector"]
+__all__ = ["ForbiddenCollector", "InformerCollector"]
+
+
+class ForbiddenCollector(Collector):
+    """Collects ``engine_forbidden_requests_total{verb,resource}`` from ``client.forbidden``
+    at scrape time (``resource`` as ``plural.group``, ``plural.group/subresource``).
+    Register it once; cheap and never blocks."""
+
+    def __init__(self, client: Client) -> None:
+        self._client = client
+
+    def collect(self) -> Iterator[Metric]:
+        family = CounterMetricFamily(
+            "engine_forbidden_requests", "Requests the API server refused with 403 Forbidden",
+            labels=["verb", "resource"],
+        )
+        for (verb, resource), count in sorted(self._client.forbidden.counts().items()):
+            family.add_metric([verb, resource], count)
+        yield family
 
 
 class InformerCollector(Collector):

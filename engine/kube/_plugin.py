@@ -20,6 +20,7 @@ import trio
 from .._errors import EngineError
 from .._manager import Manager, ShutdownReport
 from .._text import summarize
+from ._access import MissingPermissionsError, check_permissions, whoami
 from ._client import Client
 from ._cluster import SHARD_LABEL, Cluster
 from ._errors import ConfigError, NotFoundError, ResourceNotFoundError, TransportError, UnauthorizedError
@@ -242,6 +243,17 @@ async def install_crds(
         raise PluginError(f"CRDs not served by the API server within {timeout}s")
 
 
+async def _require_access(
+    client: Client, rules: Iterable[PolicyRule], plugins: Iterable[Plugin], namespace: str | None
+) -> None:
+    missing = await check_permissions(client, rules, namespace=namespace)
+    if not missing:
+        return
+    command = " ".join(["python -m engine manifests", *(f"--plugin {p.name}" for p in plugins),
+                        *([f"--namespace {namespace}"] if namespace else [])])
+    raise MissingPermissionsError(await whoami(client), missing, f"{command} generates the Role they need")
+
+
 def _manager_rules(manager: Manager) -> list[PolicyRule]:
     rules: list[PolicyRule] = []
     if isinstance(manager.leader_election, LeaderElector):
@@ -326,6 +338,7 @@ async def run_plugins(
     strict: bool = True,
     apply_examples: bool = False,
     observability: Observability | None = None,
+    check_access: bool = False,
     task_status: trio.TaskStatus[PluginHost] = trio.TASK_STATUS_IGNORED,
 ) -> ShutdownReport:
     """Host ``plugins`` on one manager and cluster, run the manager, return its shutdown report.
@@ -351,8 +364,16 @@ async def run_plugins(
     it is, strict or not. With
     ``observability``, the readiness checks ``informers`` (every informer synced) and, when
     the manager's leader election is a :class:`LeaderElector`, ``leader-election`` (the
-    lease state is known) are added. ``task_status.started(host)`` is called once the
-    manager started its controllers.
+    lease state is known) are added, and the client's 403 answers are counted
+    (:class:`ForbiddenCollector`). ``task_status.started(host)`` is called once the manager
+    started its controllers.
+
+    With ``check_access``, the credentials are checked before they are used
+    (:func:`check_permissions`): the CRD rules before the CRDs are installed or checked, every
+    other rule of :attr:`PluginHost.rules` once the plugins are set up, before the manager
+    runs. If any is missing, :class:`MissingPermissionsError` is raised, naming the identity
+    (:func:`whoami`), what is missing and the ``python -m engine manifests`` command that
+    generates the Role the run needs.
 
     Cancellation: during set-up, CRDs already applied stay applied and the manager never
     runs; once the manager runs, cancelling cancels its runs at once, without the grace
@@ -384,6 +405,10 @@ async def run_plugins(
     cluster = Cluster(client, manager, namespace=namespace, label_selector=selector or None)
     host = PluginHost(client=client, manager=manager, cluster=cluster, plugins=[], errors=errors)
     needed: list[PolicyRule] = []
+    checked: tuple[PolicyRule, ...] = ()
+    if check_access:
+        checked = merge_rules(rule for plugin in loaded for rule in crd_rules(plugin.crds, install=install))
+        await _require_access(client, checked, loaded, namespace)
     for plugin in loaded:
         recorded = len(cluster.rules)
         try:
@@ -412,6 +437,8 @@ async def run_plugins(
         reasons = "; ".join(str(e) for e in errors)
         raise PluginError("no plugin could be set up" + (f": {reasons}" if reasons else ""))
     host.rules = merge_rules([*needed, *_manager_rules(manager)])
+    if check_access:
+        await _require_access(client, [r for r in host.rules if r not in checked], host.plugins, namespace)
     if apply_examples:
         for plugin in host.plugins:
             for manifest in plugin.examples:
@@ -419,9 +446,10 @@ async def run_plugins(
                 await client.apply(resource, dict(manifest), field_manager="engine-examples", force=True)
                 host.examples_applied += 1
     if observability is not None:
-        from ._metrics import InformerCollector
+        from ._metrics import ForbiddenCollector, InformerCollector
 
         observability.metrics.registry.register(InformerCollector(cluster))
+        observability.metrics.registry.register(ForbiddenCollector(client))
         observability.add_readiness_check("informers", lambda: cluster.synced)
         leader = manager.leader_election
         if isinstance(leader, LeaderElector):

@@ -31,6 +31,7 @@ __all__ = [
     "crd_rules",
     "leader_election_rules",
     "merge_rules",
+    "role_objects",
     "rules_for",
 ]
 
@@ -232,3 +233,42 @@ class Permissions:
             if left:
                 namespaces.setdefault(rule.namespace, []).append(attrs.evolve(rule, verbs=tuple(left)))
         return cls(cluster=cluster, namespaces={ns: tuple(namespaces[ns]) for ns in sorted(namespaces)})
+
+
+def role_objects(
+    permissions: Permissions,
+    *,
+    name: str,
+    service_account: str,
+    service_account_namespace: str,
+    cluster_name: str | None = None,
+    labels: Mapping[str, str] | None = None,
+) -> list[dict[str, Any]]:
+    """The ClusterRole and ClusterRoleBinding (named ``cluster_name``, default ``name``; only
+    when :attr:`Permissions.cluster` has rules) and each namespace's Role and RoleBinding
+    (named ``name``) that grant ``permissions`` to the ServiceAccount ``service_account`` of
+    ``service_account_namespace``, in the order they are applied."""
+    subject = [{"kind": "ServiceAccount", "name": service_account, "namespace": service_account_namespace}]
+    group = "rbac.authorization.k8s.io"
+    out: list[dict[str, Any]] = []
+
+    def metadata(object_name: str, namespace: str | None = None) -> dict[str, Any]:
+        found: dict[str, Any] = {"name": object_name}
+        if namespace is not None:
+            found["namespace"] = namespace
+        if labels:
+            found["labels"] = dict(labels)
+        return found
+
+    if permissions.cluster:
+        wide = cluster_name or name
+        out.append({"apiVersion": f"{group}/v1", "kind": "ClusterRole", "metadata": metadata(wide),
+                    "rules": [rule.to_dict() for rule in permissions.cluster]})
+        out.append({"apiVersion": f"{group}/v1", "kind": "ClusterRoleBinding", "metadata": metadata(wide),
+                    "roleRef": {"apiGroup": group, "kind": "ClusterRole", "name": wide}, "subjects": subject})
+    for ns, rules in permissions.namespaces.items():
+        out.append({"apiVersion": f"{group}/v1", "kind": "Role", "metadata": metadata(name, ns),
+                    "rules": [rule.to_dict() for rule in rules]})
+        out.append({"apiVersion": f"{group}/v1", "kind": "RoleBinding", "metadata": metadata(name, ns),
+                    "roleRef": {"apiGroup": group, "kind": "Role", "name": name}, "subjects": subject})
+    return out

@@ -46,6 +46,7 @@ from engine import (
     Trigger,
 )
 from engine.kube import (
+    EVENT_RULES,
     SHARD_LABEL,
     Client,
     Cluster,
@@ -54,12 +55,17 @@ from engine.kube import (
     KubernetesEventSink,
     LeaderElector,
     NotFoundError,
+    Permissions,
     Plugin,
     PluginContext,
+    PolicyRule,
     Resource,
     WatchEventType,
+    crd_rules,
     get_condition,
     install_crds,
+    merge_rules,
+    role_objects,
 )
 
 from .._text import truncate
@@ -193,6 +199,8 @@ class PluginHarness:
     crashed: bool = False
     """Whether :meth:`crash` ended it."""
     _discovered: list[Resource] | None = None
+    permissions: Permissions | None = None
+    """With ``rbac=True``: what the plugin's ServiceAccount was granted."""
 
     # ----- what happened -----
 
@@ -524,6 +532,47 @@ class PluginHarness:
             self._done.set()
 
 
+async def _service_account_token(driver: Client, name: str, namespace: str) -> str:
+    accounts = await driver.resource("v1", "ServiceAccount")
+    await driver.apply(accounts, {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": name}},
+                       namespace=namespace, field_manager="engine-test", force=True)
+    token_requests = Resource("", "v1", "TokenRequest", f"serviceaccounts/{name}/token", True)
+    answer = await driver.create(token_requests, {
+        "apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {"expirationSeconds": 86400},
+    }, namespace=namespace)
+    return str(answer["status"]["token"])
+
+
+async def _grant(
+    driver: Client, plugin: Plugin, cluster: Cluster, manager: Manager, namespace: str, watch_namespace: str | None
+) -> Permissions:
+    rules: list[PolicyRule] = [*cluster.rules, *plugin.rules, *crd_rules(plugin.crds, install=False)]
+    if isinstance(manager.leader_election, LeaderElector):
+        rules.extend(manager.leader_election.rules)
+    if any(isinstance(sink, KubernetesEventSink) for sink in manager.events.sinks):
+        rules.extend(EVENT_RULES)
+    permissions = Permissions.resolve(merge_rules(rules), namespace=watch_namespace)
+    name = f"engine-{plugin.name}"
+    for obj in role_objects(permissions, name=name, service_account=name, service_account_namespace=namespace,
+                            cluster_name=f"{name}-{namespace}"):
+        resource = await driver.resource(obj["apiVersion"], obj["kind"])
+        await driver.apply(resource, obj, field_manager="engine-test", force=True)
+    return permissions
+
+
+def _require_no_forbidden(client: Client) -> None:
+    missing = client.forbidden.missing()
+    if not missing:
+        return
+    hints = "; ".join(f"{m} (declare {_declaration(m)})" for m in missing)
+    raise HarnessError(f"the plugin was refused permissions its rules do not grant: {hints}")
+
+
+def _declaration(missing: Any) -> str:
+    scope = f", namespace={missing.namespace!r}" if missing.namespace is not None else ", cluster_wide=True"
+    return f"PolicyRule({missing.group!r}, {missing.resource!r}, ({missing.verb!r},){scope})"
+
+
 def _leader(
     leader_election: bool | Callable[[Client, str], LeaderElection], client: Client, name: str, namespace: str,
     identity: str,
@@ -556,6 +605,7 @@ async def open_plugin_test(
     grace_period: float = 5.0,
     informer_options: Mapping[str, Any] | None = None,
     start_timeout: float = 60.0,
+    rbac: bool = False,
 ) -> AsyncIterator[PluginHarness]:
     """Run a plugin (or a manager you built) against ``target`` and yield a :class:`PluginHarness`.
 
@@ -572,6 +622,18 @@ async def open_plugin_test(
     For a :class:`~engine.Manager` (not yet run) whose controllers you added yourself, it is
     run as it is (``replica_client`` is then unused by it).
 
+    With ``rbac`` (a Plugin only), the plugin runs as its own ServiceAccount under the Role
+    ``python -m engine manifests`` would generate: the ServiceAccount ``engine-<plugin>`` is
+    created in ``namespace`` and the plugin's client uses a token of it; once the plugin is
+    set up, what it declared and recorded (:func:`~engine.kube.plugin_rules`' rules, the
+    CRD check, Events, its Lease) is resolved for ``watch_namespace`` and granted by the
+    Role(s) and a ClusterRole ``engine-<plugin>-<namespace>`` with their bindings
+    (:func:`~engine.kube.role_objects`), before the manager runs; the result is
+    :attr:`PluginHarness.permissions`. A request the server refuses with 403 fails the
+    plugin's runs as it would in a cluster, and leaving the harness raises
+    :class:`~engine.testing.HarnessError` naming each missing permission and the rule to
+    declare for it.
+
     Either way a run recorder and a memory sink are added, and the manager is started; unless
     it waits for leadership, entering returns once its controllers run (informers synced).
     Leaving stops it gracefully (unless the test stopped or crashed it) and closes the client.
@@ -586,12 +648,19 @@ async def open_plugin_test(
     namespace = namespace or target.namespace
     recorder = _Recorder()
     sink = MemorySink(name="engine-test")
+    if rbac and not isinstance(subject, Plugin):
+        raise HarnessError("rbac=True runs a Plugin as its ServiceAccount; a Manager you built has its own client")
     async with contextlib.AsyncExitStack() as stack:
-        client = await stack.enter_async_context(
-            target.client(user_agent=f"{identity}/engine-test", rng=random.Random(identity))
-        )
         driver = await stack.enter_async_context(target.client(user_agent=DRIVER_USER_AGENT))
         await ensure_namespace(driver, namespace)
+        options: dict[str, Any] = {}
+        if rbac:
+            assert isinstance(subject, Plugin)
+            token = await _service_account_token(driver, f"engine-{subject.name}", namespace)
+            options["config"] = attrs.evolve(target.config, token=token, token_file=None)
+        client = await stack.enter_async_context(
+            target.client(user_agent=f"{identity}/engine-test", rng=random.Random(identity), **options)
+        )
         cluster: Cluster | None = None
         if isinstance(subject, Manager):
             if leader_election is not False:
@@ -631,6 +700,8 @@ async def open_plugin_test(
                 name=subject.name, manager=manager, cluster=cluster, client=client,
                 config={**subject.config, **(config or {})}, namespace=watch_namespace, shard=shard,
             ))
+            if rbac:
+                harness.permissions = await _grant(driver, subject, cluster, manager, namespace, watch_namespace)
             if examples:
                 await harness.apply(list(subject.examples))
         async with trio.open_nursery() as nursery:
@@ -643,3 +714,5 @@ async def open_plugin_test(
                         f"the manager did not start within {start_timeout:g}s (informers not synced?)")
             yield harness
             await harness.stop("test finished")
+        if rbac:
+            _require_no_forbidden(client)

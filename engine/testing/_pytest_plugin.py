@@ -9,7 +9,10 @@ Fixtures (all function-scoped, for trio tests):
 * ``kube_client``: an open :class:`~engine.kube.Client` on the target;
 * ``kube_cluster``: a :class:`~engine.kube.Cluster` on ``kube_client`` with a fresh
   :class:`~engine.Manager` (``kube_cluster.manager``), to build a manager by hand and run it
-  with :func:`~engine.testing.open_plugin_test`.
+  with :func:`~engine.testing.open_plugin_test`;
+* ``kube_rbac``: whether the test's plugin should run as its own ServiceAccount under the
+  Role ``manifests`` generates: true for ``@pytest.mark.kube_rbac`` tests, and for every test
+  under ``--kube-rbac``; pass it on as ``open_plugin_test(..., rbac=kube_rbac)``.
 
 A trio test that uses any of them on the embedded server runs under
 ``trio.testing.MockClock(autojump_threshold=0)`` (unless it asks for a clock fixture itself):
@@ -72,9 +75,17 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="what the kube_* fixtures run against: the embedded API server in memory under virtual time "
         f"(default), or a real one ({ENV_ASSETS} for envtest, {ENV_USE_EXISTING_CLUSTER}=true for the kubeconfig's)",
     )
+    group.addoption(
+        "--kube-rbac",
+        action="store_true",
+        help="the kube_rbac fixture is true for every test: plugins run as their ServiceAccount under their Role",
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "kube_rbac: the kube_rbac fixture is true: the plugin runs as its ServiceAccount under its Role"
+    )
     config.addinivalue_line(
         "markers", f"kube_real: needs a real API server ({ENV_ASSETS} or {ENV_USE_EXISTING_CLUSTER}=true)"
     )
@@ -231,3 +242,9 @@ async def kube_client(kube_target: KubeTarget) -> AsyncIterator[Client]:
 async def kube_cluster(kube_client: Client) -> Cluster:
     """A :class:`~engine.kube.Cluster` on ``kube_client`` with a fresh, unstarted manager."""
     return Cluster(kube_client, Manager(handle_signals=False, grace_period=5.0))
+
+
+@pytest.fixture
+def kube_rbac(request: pytest.FixtureRequest) -> bool:
+    """Whether the test's plugin runs under RBAC: ``@pytest.mark.kube_rbac`` or ``--kube-rbac``."""
+    return request.node.get_closest_marker("kube_rbac") is not None or bool(request.config.getoption("--kube-rbac"))

@@ -89,15 +89,16 @@ class KubeTarget:
         self._replicas += 1
         return f"replica-{self._replicas}"
 
-    def client(self, *, user_agent: str = "engine-test", **kwargs: Any) -> Client:
-        """A new, unopened :class:`~engine.kube.Client` on this target (use ``async with``).
+    def client(self, *, user_agent: str = "engine-test", config: Config | None = None, **kwargs: Any) -> Client:
+        """A new, unopened :class:`~engine.kube.Client` on this target (use ``async with``),
+        with :attr:`config` or the given ``config`` (other credentials for the same server).
 
         On the in-memory embedded server it speaks HTTP over memory streams; ``kwargs`` go to
         :class:`~engine.kube.Client` (``retry``, ``timeout``, ``rng``, ...).
         """
         if self.api is not None and not self.api.listen:
             kwargs.setdefault("transport", self.api.memory_transport())
-        return Client(self.config, user_agent=user_agent, **kwargs)
+        return Client(config or self.config, user_agent=user_agent, **kwargs)
 
 
 async def ensure_namespace(client: Client, name: str) -> None:

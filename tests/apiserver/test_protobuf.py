@@ -30,9 +30,23 @@ def test_decodes_a_configmap() -> None:
 
 
 def test_refuses_other_kinds_and_garbage() -> None:
-    with pytest.raises(RequestRejected, match=r"^protobuf bodies are decoded only for v1 ConfigMap, Namespace, Secret"):
+    with pytest.raises(RequestRejected, match=(
+            r"^protobuf bodies are decoded only for authentication.k8s.io/v1 TokenRequest, v1 ConfigMap, "
+            r"v1 Namespace, v1 Secret, v1 ServiceAccount, not apps/v1 Deployment; send application/json$")):
         decode_protobuf(envelope("apps/v1", "Deployment", b""))
     with pytest.raises(RequestRejected, match=r"^the protobuf request body is malformed$"):
         decode_protobuf(b"k8s\x00\x0a\xff")
     with pytest.raises(RequestRejected, match=r"^the protobuf request body is malformed$"):
         decode_protobuf(b"{}")
+
+
+def test_decodes_a_token_request() -> None:
+    bound = field(1, b"Secret") + field(3, b"s") + field(4, b"u-1")
+    spec = field(1, b"api") + field(3, bound) + bytes([4 << 3, 0x90, 0x1C])
+    assert decode_protobuf(envelope("authentication.k8s.io/v1", "TokenRequest", field(1, b"") + field(2, spec))) == {
+        "apiVersion": "authentication.k8s.io/v1",
+        "kind": "TokenRequest",
+        "metadata": {},
+        "spec": {"audiences": ["api"], "boundObjectRef": {"kind": "Secret", "name": "s", "uid": "u-1"},
+                 "expirationSeconds": 3600},
+    }

@@ -98,3 +98,8 @@ def test_cli_reports_a_port_in_use(capsys: pytest.CaptureFixture[str]) -> None:
 def test_cli_controllers_run_unless_disabled() -> None:
     assert server_from_args(_parser().parse_args([])).controllers is True
     assert server_from_args(_parser().parse_args(["--no-controllers"])).controllers is False
+
+
+def test_cli_authorization_is_on_unless_disabled() -> None:
+    assert server_from_args(_parser().parse_args([])).authorization is True
+    assert server_from_args(_parser().parse_args(["--no-authorization"])).authorization is False

@@ -253,20 +253,18 @@ async def _kubectl(kubeconfig: Path, *args: str, stdin: bytes | None = None) -> 
 @pytest.mark.kubectl
 @pytest.mark.skipif(KUBECTL is None, reason="kubectl is not installed (shutil.which('kubectl') is None)")
 async def test_kubectl_applies_the_manifests_to_the_embedded_server(tmp_path: Path) -> None:
-    """Server-side dry runs of each shape, then a real apply. The embedded server does not serve
-    ``policy/v1`` (so kubectl cannot even map a PodDisruptionBudget): with replicas the PDB is
-    left out here and checked by its exact content above."""
+    """Server-side dry runs of each shape (the replicated one with its PodDisruptionBudget),
+    then a real apply."""
     namespaced = await _manifests_of("--plugin", "bundles", "--plugin", "mirror", "--namespace", "demo")
     cluster = await _manifests_of("--plugin", "bundles", "--plugin", "mirror")
     replicated = await _manifests_of("--plugin", "bundles", "--replicas", "2")
-    pdb, _, rest = replicated.rpartition(b"---\n")
-    assert b"kind: PodDisruptionBudget" in rest and b"PodDisruptionBudget" not in pdb
+    assert b"kind: PodDisruptionBudget" in replicated
     kubeconfig = tmp_path / "kubeconfig"
     async with ApiServer() as api:
         api.write_kubeconfig(kubeconfig)
         for ns in ("engine-system", "demo"):
             assert (await _kubectl(kubeconfig, "create", "namespace", ns))[0] == 0
-        for manifests in (namespaced, cluster, pdb):
+        for manifests in (namespaced, cluster, replicated):
             code, out = await _kubectl(kubeconfig, "apply", "--dry-run=server", "-f", "-", stdin=manifests)
             assert code == 0, out
             assert "(server dry run)" in out
