@@ -365,6 +365,8 @@ async def _start_and_run(args: argparse.Namespace, box: list[_Running], progress
         if args.event_webhook:
             manager.add_sink(WebhookSink(args.event_webhook))
         obs = _observability(manager, args)
+        if obs is not None and obs.live is not None:
+            obs.live.add_notices(client.forbidden.notices)
         printer = TerminalProgress(manager, sys.stdout) if progress else None
         if printer is not None:
             manager.add_observer(printer)

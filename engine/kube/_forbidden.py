@@ -89,6 +89,14 @@ class ForbiddenLog:
         they were first refused (403s whose message does not name one are left out)."""
         return tuple(self._missing.values())
 
+    def notices(self) -> list[str]:
+        """One line per missing permission with how many requests it refused so far, as the
+        dashboard shows them (``LiveStream.add_notices``)."""
+        return [
+            f"forbidden: the credentials lack the permission to {missing} ({self._counts[key]} refused)"
+            for key, missing in self._missing.items()
+        ]
+
     def counts(self) -> Mapping[tuple[str, str], int]:
         """The 403 answers so far by (verb, resource as ``plural.group``); a copy."""
         return dict(self._counts)

@@ -41,7 +41,7 @@ import hmac
 import json
 import logging
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from functools import partial
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlsplit
@@ -177,9 +177,28 @@ class LiveStream(RunObserver):
         self._rejected = 0
         self.address: tuple[str, int] | None = None
         """The bound ``(host, port)``, once :meth:`serve` started."""
+        self._notice_sources: list[Callable[[], Iterable[str]]] = []
         manager.add_observer(self)
         manager.add_sink(self)
         manager.add_shutdown_hook(self._flush)
+
+    def add_notices(self, source: Callable[[], Iterable[str]]) -> None:
+        """Show what ``source`` returns (one-line notices, such as a permission the credentials
+        lack) to every client: ``hello`` and each ``controllers`` message carry the current
+        ``notices``, and the dashboard shows them above its tables. ``source`` is called
+        synchronously once per message; its text is redacted, and a source that raises is
+        left out of that message."""
+        self._notice_sources.append(source)
+
+    def notices(self) -> list[str]:
+        """The current notices of every source, redacted, in the order the sources were added."""
+        found: list[str] = []
+        for source in self._notice_sources:
+            try:
+                found.extend(redact(str(notice)) for notice in source())
+            except Exception:  # noqa: BLE001 - a broken source must not break the stream
+                logger.exception("a live-stream notice source failed")
+        return found
 
     def _address_url(self, scheme: str, path: str) -> str | None:
         if self.address is None:
@@ -346,7 +365,8 @@ class LiveStream(RunObserver):
                 for run in controller.running.values()
             ]
             controllers.append(entry)
-        return {"type": "hello", "ts": time.time(), "manager": self.manager.name, "controllers": controllers}
+        return {"type": "hello", "ts": time.time(), "manager": self.manager.name, "controllers": controllers,
+                "notices": self.notices()}
 
     @staticmethod
     def _controller_stats(controller: Controller) -> dict[str, Any]:
@@ -369,9 +389,10 @@ class LiveStream(RunObserver):
         if not self._clients:
             return
         stats = [self._controller_stats(controller) for controller in self.manager.controllers]
+        notices = self.notices()
         for client in self._clients:
             wanted = [c for c in stats if not client.controllers or c["name"] in client.controllers]
-            self._send_one(client, {"type": "controllers", "ts": time.time(), "controllers": wanted})
+            self._send_one(client, {"type": "controllers", "ts": time.time(), "controllers": wanted, "notices": notices})
 
     async def _tick(self) -> None:
         while True:

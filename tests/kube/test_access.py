@@ -145,6 +145,10 @@ async def test_each_forbidden_verb_and_resource_is_logged_once_and_counted(
         "needing it fail until it is granted (declare it in the plugin's rules, see python -m engine manifests)",
     ]
     assert sa.forbidden.counts() == {("list", "configmaps"): 3, ("get", "configmaps"): 1}
+    assert sa.forbidden.notices() == [
+        'forbidden: the credentials lack the permission to list configmaps in namespace "default" (3 refused)',
+        'forbidden: the credentials lack the permission to get configmaps "x" in namespace "default" (1 refused)',
+    ]
     registry = CollectorRegistry()
     registry.register(ForbiddenCollector(sa))
     text = generate_latest(registry).decode()

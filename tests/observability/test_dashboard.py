@@ -77,6 +77,15 @@ async def wait_for_page(page: Page, want: str, *, timeout: float = 30.0) -> dict
     return summary
 
 
+BANNER_SHOWN = """new Promise((resolve) => {
+  const poll = setInterval(() => {
+    const banner = document.getElementById("banner");
+    if (!banner.hidden) { clearInterval(poll); resolve(banner.textContent); }
+  }, 50);
+})"""
+"""A promise of the dashboard's banner text, once the banner shows."""
+
+
 def row(summary: dict[str, Any], suffix: str) -> dict[str, Any]:
     return next(r for r in summary["rows"] if r["object"].endswith(suffix))
 
@@ -300,6 +309,9 @@ async def test_ten_thousand_objects_render_only_visible_rows_and_update_live() -
     manager.add_observer(recorder)
     controller = manager.add_controller(Controller("bulk", reconcile, max_concurrent=8))
     obs = Observability(manager, live_bind_address=":0", live_token=TOKEN)
+    assert obs.live is not None
+    notices: list[str] = []
+    obs.live.add_notices(lambda: notices)
     with trio.fail_after(120):
         async with running(manager):
             for i in range(total):
@@ -313,6 +325,9 @@ async def test_ten_thousand_objects_render_only_visible_rows_and_update_live() -
                     && s.rows.some((r) => r.object === "Widget/ns/w00000")""", timeout=60)
                 await page.evaluate('document.getElementById("viewport").scrollTop = 1e9')
                 bottom = await wait_for_page(page, """(s) => s.rows.some((r) => r.object === "Widget/ns/w09999")""")
+                assert await page.evaluate('document.getElementById("banner").hidden') is True
+                notices.append("forbidden: the credentials lack the permission to list configmaps (3 refused)")
+                banner = await page.evaluate(BANNER_SHOWN)
                 controller.trigger(ObjectRef("Widget", "late", "ns"))
                 late = await wait_for_page(page, f"""(s) => s.count === "{total + 1}"
                     && s.events.some((e) => e[1] === "Broken")
@@ -325,4 +340,5 @@ async def test_ten_thousand_objects_render_only_visible_rows_and_update_live() -
         assert summary["rowElements"] < 80, "only the rows in view exist in the DOM"
     assert len(first["rows"]) < 60
     assert filtered["rows"][0]["object"] == "Widget/ns/late"
+    assert banner == "forbidden: the credentials lack the permission to list configmaps (3 refused)"
     assert "late object failed on purpose" in filtered["rows"][0]["text"]

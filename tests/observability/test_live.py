@@ -364,3 +364,32 @@ async def test_too_many_clients_are_refused() -> None:
                     async with open_websocket_url(str(obs.live_url)):
                         pass
     assert rejected.value.status_code == 503
+
+
+async def test_notices_reach_hello_and_every_controllers_message_redacted() -> None:
+    async def reconcile(ctx: RunContext) -> None:
+        pass
+
+    manager = Manager(handle_signals=False)
+    manager.add_controller(Controller("c", reconcile))
+    obs = Observability(manager, live_bind_address=":0")
+    assert obs.live is not None
+    notices = ["forbidden: the credentials lack the permission to list configmaps"]
+
+    def broken() -> list[str]:
+        raise RuntimeError("this source is broken")
+
+    obs.live.add_notices(lambda: list(notices))
+    obs.live.add_notices(broken)
+    obs.live.add_notices(lambda: [f"token {SECRET_TEXTS[0]}"])
+    with trio.fail_after(10):
+        async with running(manager):
+            async with open_websocket_url(obs.live_url) as ws:
+                hello = json.loads(await ws.get_message())
+                notices.append("a second notice")
+                while (message := json.loads(await ws.get_message()))["type"] != "controllers":
+                    pass
+    assert hello["notices"][0] == "forbidden: the credentials lack the permission to list configmaps"
+    assert message["notices"][:2] == [notices[0], "a second notice"]
+    assert len(hello["notices"]) == 2 and len(message["notices"]) == 3
+    assert not any(secret in json.dumps([hello, message]) for secret in ALL_SECRETS)

@@ -46,6 +46,7 @@
     ready: new Map(),       // object -> bool (reported ready, cleared by its own failing run)
     events: [],             // newest last
     skipped: 0,
+    notices: [],            // one-line notices from the engine (e.g. missing permissions)
     messages: 0,
     clockOffset: 0,         // server wall clock minus ours, in seconds
     readyVersion: 0,        // bumped whenever a readiness changes
@@ -136,6 +137,7 @@
         model.manager = m.manager || "";
         model.clockOffset = m.ts - Date.now() / 1000;
         applyControllers(m.controllers || [], m.ts);
+        applyNotices(m.notices);
         for (const c of m.controllers || []) {
           for (const r of c.running || []) {
             const o = record(c.name, r.object, {});
@@ -169,6 +171,7 @@
         break;
       case "controllers":
         applyControllers(m.controllers, m.ts);
+        applyNotices(m.notices);
         break;
       case "run":
         applyRun(m);
@@ -295,16 +298,27 @@
     if (dirty.events) drawEvents();
   }
 
+  function applyNotices(notices) {
+    const next = notices || [];
+    if (next.join("\n") === model.notices.join("\n")) return;
+    model.notices = next;
+    dirty.header = true;
+  }
+
   function drawHeader() {
     dirty.header = false;
     $("manager").textContent = model.manager ? `· ${model.manager}` : "";
     const banner = $("banner");
+    const lines = [...model.notices];
     if (model.skipped) {
-      banner.hidden = false;
-      banner.textContent = `${model.skipped} messages were skipped because this page fell behind; it reconnects for a fresh snapshot.`;
-    } else {
-      banner.hidden = true;
+      lines.push(`${model.skipped} messages were skipped because this page fell behind; it reconnects for a fresh snapshot.`);
     }
+    banner.hidden = lines.length === 0;
+    banner.replaceChildren(...lines.map((line) => {
+      const div = document.createElement("div");
+      div.textContent = line;
+      return div;
+    }));
   }
 
   function fmtDuration(seconds) {
