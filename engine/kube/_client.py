@@ -9,21 +9,22 @@ Request and response headers are never logged, so bearer tokens never reach the 
 from __future__ import annotations
 
 import enum
-import json
 import logging
 import random
+import re
 import ssl
 import urllib.request
 from collections.abc import Mapping
 from functools import partial
 from types import TracebackType
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, overload
 from urllib.parse import urlencode
 
 import attrs
 import httpx
 import trio
 
+from . import _json
 from ._config import Config
 from ._errors import (
     ApiError,
@@ -121,7 +122,7 @@ def join_selectors(*selectors: Selector | None) -> str | None:
 def _error_from_response(response: httpx.Response) -> ApiError:
     body: Any = None
     try:
-        body = json.loads(response.content)
+        body = _json.loads(response.content)
     except ValueError:
         pass
     if not (isinstance(body, dict) and body.get("kind") == "Status"):
@@ -135,12 +136,16 @@ def _error_from_response(response: httpx.Response) -> ApiError:
 
 def _decode_object(response: httpx.Response, what: str) -> dict[str, Any]:
     try:
-        body = json.loads(response.content)
+        body = _json.loads(response.content)
     except ValueError as exc:
         raise ResponseError(f"the API server's answer to {what} must be JSON") from exc
     if not isinstance(body, dict):
         raise ResponseError(f"the API server's answer to {what} must be a JSON object")
     return body
+
+
+_PLAIN_PATH = re.compile(r"(?:/(?!\.\.?(?:/|$))[A-Za-z0-9\-._~]*)*").fullmatch
+_PLAIN_QUERY = re.compile(r"[A-Za-z0-9\-._~=&+]*(?:%[0-9A-F]{2}[A-Za-z0-9\-._~=&+]*)*").fullmatch
 
 
 def _query_value(value: Any) -> str:
@@ -233,6 +238,8 @@ class Client:
         self._timeouts = httpx.Timeout(timeout).as_dict()
         self._stream_timeouts = httpx.Timeout(timeout, read=None).as_dict()
         self._discovery: dict[tuple[str, str], dict[str, Resource]] = {}
+        self._base_ref: Any = None
+        self._base_path = ""
 
     @property
     def default_namespace(self) -> str:
@@ -255,6 +262,7 @@ class Client:
         base = httpx.URL(kwargs.get("base_url") or "")
         self._server = str(base).rstrip("/")
         self._prefix = self._server
+        self._plain_urls(base)
         transport = self._transport
         if transport is None and not _needs_httpx_pool(kwargs, base):
             verify = kwargs.get("verify", True)
@@ -307,8 +315,32 @@ class Client:
             )
 
     def _url(self, path: str, query: str | None) -> httpx.URL:
-        """``server + path [+ "?" + query]`` as an ``httpx.URL``."""
+        """``server + path [+ "?" + query]`` as an ``httpx.URL``.
+
+        A path and query made only of characters that need no escaping (what the client's
+        resource paths and ``urlencode`` produce) are put into the server's parsed URL as they
+        are; anything else is parsed by httpx, which escapes it.
+        """
+        base = self._base_ref
+        if base is not None and _PLAIN_PATH(path) and (query is None or _PLAIN_QUERY(query)):
+            url = httpx.URL.__new__(httpx.URL)
+            url._uri_reference = base._replace(path=self._base_path + path, query=query)
+            return url
         return httpx.URL(self._prefix + path + ("" if query is None else "?" + query))
+
+    def _plain_urls(self, base: httpx.URL) -> None:
+        """Enable :meth:`_url`'s shortcut if this httpx builds URLs from a parsed tuple that
+        gives the same URL as parsing the joined string (checked once, here)."""
+        self._base_ref = None
+        ref = getattr(base, "_uri_reference", None)
+        if ref is None or not hasattr(ref, "_replace") or ref.query is not None or ref.fragment is not None:
+            return
+        self._base_path = ref.path.rstrip("/")
+        self._base_ref = ref
+        probe = self._url("/api/v1/namespaces/a-b/pods/x.y", "watch=true&labelSelector=a%3Db%2Cc+in+%28d%29")
+        expected = httpx.URL(self._prefix + "/api/v1/namespaces/a-b/pods/x.y?watch=true&labelSelector=a%3Db%2Cc+in+%28d%29")
+        if probe != expected or probe.raw_path != expected.raw_path or str(probe) != str(expected):
+            self._base_ref = None
 
     def _request(
         self, method: str, path: str, query: Mapping[str, Any] | None, content: bytes | None, content_type: str, stream: bool
@@ -375,7 +407,7 @@ class Client:
         stream: bool = False,
     ) -> httpx.Response:
         self._check_open()
-        content = None if body is None else json.dumps(body, separators=(",", ":")).encode()
+        content = None if body is None else _json.dumps(body)
         what = f"{method} {path}"
 
         async def attempt() -> httpx.Response:
@@ -425,6 +457,13 @@ class Client:
             method, path, params=params, body=body, content_type=content_type, safe=safe
         )
         return _decode_object(response, f"{method} {path}")
+
+    async def _request_unread(
+        self, method: str, path: str, *, params: Mapping[str, Any] | None, body: Any, content_type: str
+    ) -> None:
+        """As :meth:`_request_json` for a write whose answer the caller does not use: the
+        answer is read (so the connection is reused) but decoded only when it is an error."""
+        await self._send(method, path, params=params, body=body, content_type=content_type, safe=False)
 
     def _namespace_for(
         self, resource: Resource, namespace: str | None, obj: Mapping[str, Any] | None = None
@@ -694,6 +733,7 @@ class Client:
         """
         return await self.update(resource, obj, namespace=namespace, subresource="status")
 
+    @overload
     async def patch(
         self,
         resource: Resource,
@@ -705,25 +745,89 @@ class Client:
         subresource: str | None = None,
         field_manager: str | None = None,
         force: bool = False,
-    ) -> dict[str, Any]:
-        """Patch an object and return it as stored.
+        decode: Literal[True] = True,
+    ) -> dict[str, Any]: ...
+
+    @overload
+    async def patch(
+        self,
+        resource: Resource,
+        name: str,
+        patch: Any,
+        *,
+        namespace: str | None = None,
+        patch_type: PatchType = PatchType.MERGE,
+        subresource: str | None = None,
+        field_manager: str | None = None,
+        force: bool = False,
+        decode: Literal[False],
+    ) -> None: ...
+
+    async def patch(
+        self,
+        resource: Resource,
+        name: str,
+        patch: Any,
+        *,
+        namespace: str | None = None,
+        patch_type: PatchType = PatchType.MERGE,
+        subresource: str | None = None,
+        field_manager: str | None = None,
+        force: bool = False,
+        decode: bool = True,
+    ) -> dict[str, Any] | None:
+        """Patch an object and return it as stored (``None`` with ``decode=False``).
 
         ``patch`` is a mapping (merge, strategic, apply) or a list of operations (JSON patch).
         For :attr:`PatchType.APPLY` the field manager defaults to the client's and ``force``
-        takes over conflicting fields. Retried only on 429.
+        takes over conflicting fields. With ``decode=False`` the server's answer is read but
+        not decoded (nor checked to be JSON) unless it is an error, which raises as always:
+        for callers that do not use the stored object. Retried only on 429.
         Cancellation: a checkpoint; if cancelled after sending, the patch may have been applied.
         """
         ns = self._namespace_for(resource, namespace)
         path = resource.path(namespace=ns, name=name, subresource=subresource)
-        params: dict[str, Any] = {"fieldManager": field_manager}
+        params: dict[str, Any] | None = None
         if patch_type is PatchType.APPLY:
-            params["fieldManager"] = field_manager or self.field_manager
-            params["force"] = "true" if force else None
+            params = {"fieldManager": field_manager or self.field_manager, "force": "true" if force else None}
         elif force:
             raise ValueError("force applies only to PatchType.APPLY")
+        elif field_manager is not None:
+            params = {"fieldManager": field_manager}
+        if not decode:
+            await self._request_unread("PATCH", path, params=params, body=patch, content_type=patch_type.value)
+            return None
         return await self._request_json(
             "PATCH", path, params=params, body=patch, content_type=patch_type.value, safe=False
         )
+
+    @overload
+    async def patch_status(
+        self,
+        resource: Resource,
+        name: str,
+        patch: Any,
+        *,
+        namespace: str | None = None,
+        patch_type: PatchType = PatchType.MERGE,
+        field_manager: str | None = None,
+        force: bool = False,
+        decode: Literal[True] = True,
+    ) -> dict[str, Any]: ...
+
+    @overload
+    async def patch_status(
+        self,
+        resource: Resource,
+        name: str,
+        patch: Any,
+        *,
+        namespace: str | None = None,
+        patch_type: PatchType = PatchType.MERGE,
+        field_manager: str | None = None,
+        force: bool = False,
+        decode: Literal[False],
+    ) -> None: ...
 
     async def patch_status(
         self,
@@ -735,21 +839,22 @@ class Client:
         patch_type: PatchType = PatchType.MERGE,
         field_manager: str | None = None,
         force: bool = False,
-    ) -> dict[str, Any]:
-        """Patch an object's ``status`` subresource (see :meth:`patch`).
+        decode: bool = True,
+    ) -> dict[str, Any] | None:
+        """Patch an object's ``status`` subresource (see :meth:`patch`, ``decode`` included).
 
         Cancellation: as :meth:`patch`.
         """
-        return await self.patch(
-            resource,
-            name,
-            patch,
-            namespace=namespace,
-            patch_type=patch_type,
-            subresource="status",
-            field_manager=field_manager,
-            force=force,
+        if decode:
+            return await self.patch(
+                resource, name, patch, namespace=namespace, patch_type=patch_type, subresource="status",
+                field_manager=field_manager, force=force,
+            )
+        await self.patch(
+            resource, name, patch, namespace=namespace, patch_type=patch_type, subresource="status",
+            field_manager=field_manager, force=force, decode=False,
         )
+        return None
 
     async def apply(
         self,

@@ -331,9 +331,7 @@ class Transport(httpx.AsyncBaseTransport):
                 continue
             if type(event) is h11.EndOfMessage:
                 content = chunks[0] if len(chunks) == 1 else b"".join(chunks)
-                whole = httpx.Response(
-                    response.status_code, headers=headers, stream=httpx.ByteStream(content), extensions=extensions
-                )
+                whole = httpx.Response(response.status_code, headers=headers, content=content, extensions=extensions)
                 self._release(conn)
                 return whole
             if event is h11.NEED_DATA:

@@ -374,7 +374,7 @@ class BundleReconciler:
             try:
                 await self.client.patch_status(
                     self.bundles, meta["name"], {"status": status}, namespace=meta.get("namespace"),
-                    field_manager=FIELD_MANAGER,
+                    field_manager=FIELD_MANAGER, decode=False,
                 )
             except NotFoundError:
                 pass
@@ -424,7 +424,7 @@ class SourceReconciler:
             try:
                 await self.client.patch_status(
                     self.sources, meta["name"], {"status": status}, namespace=meta.get("namespace"),
-                    field_manager=FIELD_MANAGER,
+                    field_manager=FIELD_MANAGER, decode=False,
                 )
             except NotFoundError:
                 return False
