@@ -57,8 +57,9 @@ sys.path.insert(0, ROOT)
 from engine.kube import Client, Config, Resource, install_crds  # noqa: E402
 
 OPERATORS = ("kopf", "engine", "reference")
-VARIANTS = ("engine-lean", "reference-lean")
-"""Also accepted by --operators: the engine or the reference with ``operators/_lean.py``'s transport."""
+VARIANTS = ("engine-lean", "reference-lean", "bare")
+"""Also accepted by --operators: the engine or the reference with ``operators/_lean.py``'s transport,
+and ``bare``, a hand-written operator on aiohttp (``operators/bare_op.py``)."""
 GROUP, VERSION, KIND, PLURAL = "bench.example.com", "v1", "Widget", "widgets"
 DRIVER_AGENT = "bench-driver"
 BURST = "burst"
@@ -510,6 +511,8 @@ ROWS: list[tuple[str, Callable[[dict[str, Any]], float | None], str]] = [
     ("convergence B (s)", lambda r: r["B"]["convergence_s"], "{:.2f}"),
     ("convergence C (s)", lambda r: r["C"]["convergence_s"], "{:.2f}"),
     ("RSS peak (MiB)", lambda r: r["peak_rss_mib"], "{:.0f}"),
+    ("RSS after B (MiB)", lambda r: r["B"]["rss_mib"], "{:.0f}"),
+    ("RSS peak / RSS after B", lambda r: r["peak_rss_mib"] / r["B"]["rss_mib"], "{:.2f}"),
     ("API writes per change, A", lambda r: r["A"]["api_writes_per_change"], "{:.2f}"),
     ("API writes per change, B", lambda r: r["B"]["api_writes_per_change"], "{:.2f}"),
     ("API writes, C (50 patches)", lambda r: r["C"]["api_writes_per_change"] * r["C"]["changes"], "{:.0f}"),
@@ -548,7 +551,14 @@ def value(results: dict[str, Any], op: str, fn: Callable[[dict[str, Any]], float
 
 
 def table(n: int, results: dict[str, Any], operators: list[str]) -> str:
-    pairs = (("kopf", "engine"), ("engine", "reference"), ("engine-lean", "engine"), ("reference-lean", "reference"))
+    pairs = (
+        ("kopf", "engine"),
+        ("engine", "reference"),
+        ("engine", "bare"),
+        ("engine", "reference-lean"),
+        ("engine-lean", "engine"),
+        ("reference-lean", "reference"),
+    )
     ratios = [(a, b) for a, b in pairs if a in operators and b in operators]
     repeats = max(len(runs) for runs in results.values())
     head = ["N = " + format(n, ",") + (f" (median of {repeats})" if repeats > 1 else "")] + operators + [f"{a}/{b}" for a, b in ratios]
