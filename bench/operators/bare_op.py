@@ -73,7 +73,7 @@ class Bare:
                             self.objects.pop(obj["metadata"]["name"], None)
                         elif event["type"] != "BOOKMARK":
                             self.observe(obj)
-            except (aiohttp.ClientError, asyncio.TimeoutError):
+            except (TimeoutError, aiohttp.ClientError):
                 await asyncio.sleep(0.1)
                 rv = await self.relist()
 
@@ -93,7 +93,7 @@ class Bare:
                 ) as response:
                     await response.read()
                     failed = response.status >= 400 and response.status != 404
-            except (aiohttp.ClientError, asyncio.TimeoutError):
+            except (TimeoutError, aiohttp.ClientError):
                 await asyncio.sleep(0.1)
                 failed = True
             if failed:
