@@ -479,6 +479,8 @@ async def run_phase(
         "handler_runs": stats["runs_total"] - stats0["runs_total"],
         "handler_runs_per_change": (stats["runs_total"] - stats0["runs_total"]) / changes,
         "object_changes_by_operator": modified - own_modifications,
+        "gc_s": stats.get("gc_s", 0.0) - stats0.get("gc_s", 0.0),
+        "gc_ms_per_change": (stats.get("gc_s", 0.0) - stats0.get("gc_s", 0.0)) * 1000 / changes,
     }
     if server is not None:
         counts = await trio.to_thread.run_sync(server.counts)
@@ -507,6 +509,7 @@ ROWS: list[tuple[str, Callable[[dict[str, Any]], float | None], str]] = [
     ("CPU per object, A create (ms)", lambda r: r["A"]["cpu_ms_per_change"], "{:.2f}"),
     ("CPU per object, B update (ms)", lambda r: r["B"]["cpu_ms_per_change"], "{:.2f}"),
     ("CPU per patch, C burst (ms)", lambda r: r["C"]["cpu_ms_per_change"], "{:.2f}"),
+    ("of which cyclic GC, mean of A and B (ms)", lambda r: (r["A"]["gc_ms_per_change"] + r["B"]["gc_ms_per_change"]) / 2, "{:.3f}"),
     ("convergence A (s)", lambda r: r["A"]["convergence_s"], "{:.2f}"),
     ("convergence B (s)", lambda r: r["B"]["convergence_s"], "{:.2f}"),
     ("convergence C (s)", lambda r: r["C"]["convergence_s"], "{:.2f}"),

@@ -254,7 +254,7 @@ class Transport(httpx.AsyncBaseTransport):
         if timeout is None:
             data = await conn.stream.receive_some(_READ_SIZE)
         else:
-            with trio.move_on_after(timeout) as scope:
+            with trio.CancelScope(deadline=trio.current_time() + timeout) as scope:
                 data = await conn.stream.receive_some(_READ_SIZE)
             if scope.cancelled_caught:
                 raise httpx.ReadTimeout("timed out waiting for the answer")
@@ -267,7 +267,7 @@ class Transport(httpx.AsyncBaseTransport):
         if timeout is None:
             await conn.stream.send_all(data)
             return
-        with trio.move_on_after(timeout) as scope:
+        with trio.CancelScope(deadline=trio.current_time() + timeout) as scope:
             await conn.stream.send_all(data)
         if scope.cancelled_caught:
             raise httpx.WriteTimeout("timed out sending the request")
