@@ -57,9 +57,10 @@ sys.path.insert(0, ROOT)
 from engine.kube import Client, Config, Resource, install_crds  # noqa: E402
 
 OPERATORS = ("kopf", "engine", "reference")
-VARIANTS = ("engine-lean", "reference-lean", "bare")
+VARIANTS = ("engine-lean", "reference-lean", "bare", "engine-before")
 """Also accepted by --operators: the engine or the reference with ``operators/_lean.py``'s transport,
-and ``bare``, a hand-written operator on aiohttp (``operators/bare_op.py``)."""
+``bare``, a hand-written operator on aiohttp (``operators/bare_op.py``), and ``engine-before``,
+the engine operator of another checkout (``--before-root``), for before/after in one run."""
 GROUP, VERSION, KIND, PLURAL = "bench.example.com", "v1", "Widget", "widgets"
 DRIVER_AGENT = "bench-driver"
 BURST = "burst"
@@ -115,11 +116,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--profile", choices=("cprofile", "py-spy"), help="profile each operator (cProfile in-process, or py-spy)"
     )
     parser.add_argument("--profile-dir", default="bench-profiles", help="where profiles go (bench-profiles)")
+    parser.add_argument(
+        "--before-root", help="a checkout of an earlier engine (git archive COMMIT engine bench | tar -x -C DIR): engine-before runs it"
+    )
     args = parser.parse_args(argv)
     args.operators = [name.strip() for name in args.operators.split(",") if name.strip()]
     unknown = sorted(set(args.operators) - set(OPERATORS) - set(VARIANTS))
     if unknown or not args.operators:
         parser.error(f"--operators: unknown {unknown}; choose from {', '.join(OPERATORS + VARIANTS)}")
+    if "engine-before" in args.operators and not args.before_root:
+        parser.error("--operators engine-before needs --before-root")
     if any(n < 1 for n in args.n):
         parser.error("--n must be >= 1")
     return args
@@ -176,22 +182,25 @@ class OperatorProcess:
         self.name = name
         self.stats_path = os.path.join(workdir, f"{name}-{namespace}.stats.json")
         self.log_path = os.path.join(workdir, f"{name}-{namespace}.log")
+        root = args.before_root if name == "engine-before" else ROOT
         command = [
             sys.executable,
-            os.path.join(HERE, "operators", f"{name.split('-')[0]}_op.py"),
+            os.path.join(root, "bench", "operators", f"{name.split('-')[0]}_op.py"),
             "--kubeconfig", kubeconfig,
             "--namespace", namespace,
             "--stats", self.stats_path,
             "--workers", str(args.workers),
             "--transport", "lean" if name.endswith("-lean") else "httpx",
         ]  # fmt: skip
+        env = child_env()
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
         self.profile_path: str | None = None
         if args.profile == "cprofile":
             self.profile_path = os.path.join(args.profile_dir, f"{name}-{namespace}.pstats")
             command += ["--cprofile", self.profile_path]
         self.log = open(self.log_path, "w")  # noqa: SIM115
         self.started = time.perf_counter()
-        self.popen = subprocess.Popen(command, stdout=self.log, stderr=subprocess.STDOUT, env=child_env())
+        self.popen = subprocess.Popen(command, stdout=self.log, stderr=subprocess.STDOUT, env=env)
         self.proc = psutil.Process(self.popen.pid)
         self.sequence = 0
         self.peak_rss = 0
@@ -558,6 +567,7 @@ def table(n: int, results: dict[str, Any], operators: list[str]) -> str:
         ("kopf", "engine"),
         ("engine", "reference"),
         ("engine", "bare"),
+        ("engine", "engine-before"),
         ("engine", "reference-lean"),
         ("engine-lean", "engine"),
         ("reference-lean", "reference"),

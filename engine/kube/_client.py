@@ -14,7 +14,7 @@ import random
 import re
 import ssl
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from functools import partial
 from types import TracebackType
 from typing import Any, Literal, Protocol, overload
@@ -25,6 +25,7 @@ import httpx
 import trio
 
 from . import _json
+from ._auth import BearerTokenAuth, TokenFileAuth
 from ._config import Config
 from ._errors import (
     ApiError,
@@ -240,6 +241,10 @@ class Client:
         self._discovery: dict[tuple[str, str], dict[str, Resource]] = {}
         self._base_ref: Any = None
         self._base_path = ""
+        self._direct: Transport | None = None
+        self._authorization: Callable[[], str] | None = None
+        self._raw_headers: list[tuple[bytes, bytes]] = []
+        self._content_types: dict[str, bytes] = {}
 
     @property
     def default_namespace(self) -> str:
@@ -270,7 +275,9 @@ class Client:
             transport = Transport(base, ssl_context=context)
         if transport is not None:
             self._sender = transport
-            self._auth = kwargs.get("auth")
+            self._auth = auth = kwargs.get("auth")
+            if isinstance(transport, Transport) and self._base_ref is not None:
+                self._direct_requests(transport, base, auth)
         else:
             self._http = httpx.AsyncClient(timeout=httpx.Timeout(self._timeout), **kwargs)
         self._state = _State.OPENED
@@ -292,6 +299,21 @@ class Client:
         credential = await get_credential()
         if getattr(credential, "client_certificate_data", None) is not None:
             kwargs["verify"] = ssl_context(credential=credential)
+
+    def _direct_requests(self, transport: Transport, base: httpx.URL, auth: object) -> None:
+        """Send requests to the engine's own transport as their parts (no ``httpx.Request``)
+        when the auth adds only an ``Authorization`` header; other auth keeps httpx's flow."""
+        if auth is None:
+            self._authorization = None
+        elif isinstance(auth, BearerTokenAuth | TokenFileAuth):
+            self._authorization = auth.authorization
+        else:
+            return
+        host = httpx.Request("GET", base).headers["Host"]
+        self._raw_headers = [(b"Host", host.encode("ascii"))] + [
+            (name.encode("latin-1"), value.encode("latin-1")) for name, value in self._headers
+        ]
+        self._direct = transport
 
     async def aclose(self) -> None:
         """Close the connection pool. Idempotent.
@@ -343,9 +365,8 @@ class Client:
             self._base_ref = None
 
     def _request(
-        self, method: str, path: str, query: Mapping[str, Any] | None, content: bytes | None, content_type: str, stream: bool
+        self, method: str, path: str, encoded: str, content: bytes | None, content_type: str, stream: bool
     ) -> httpx.Request:
-        encoded = urlencode({k: _query_value(v) for k, v in query.items() if v is not None}) if query else ""
         headers = self._headers
         if content is not None:
             headers = [*headers, ("Content-Type", content_type)]
@@ -395,6 +416,48 @@ class Client:
                 raise
         return response
 
+    async def _send_direct(
+        self,
+        transport: Transport,
+        method: str,
+        path: str,
+        encoded: str,
+        content: bytes | None,
+        content_type: str,
+        stream: bool,
+    ) -> httpx.Response:
+        """As :meth:`_dispatch` for a request that :meth:`_request` would build, given to the
+        transport as its parts: the same target and headers (``Host`` first, then the
+        client's, for a body ``Content-Type`` and ``Content-Length``, then ``Authorization``)."""
+        target = (self._base_path + path + ("?" + encoded if encoded else "")).encode("ascii")
+        headers = self._raw_headers
+        authorization = self._authorization
+        if authorization is not None or content is not None or method in ("POST", "PUT", "PATCH"):
+            headers = headers.copy()
+            if content is not None:
+                kind = self._content_types.get(content_type)
+                if kind is None:
+                    kind = self._content_types[content_type] = content_type.encode("latin-1")
+                headers.append((b"Content-Type", kind))
+            if content is not None or method in ("POST", "PUT", "PATCH"):
+                headers.append((b"Content-Length", b"%d" % len(content or b"")))
+            if authorization is not None:
+                headers.append((b"Authorization", authorization().encode("latin-1")))
+        response = await transport.request(
+            method.encode("ascii"),
+            target,
+            headers,
+            content or b"",
+            self._stream_timeouts if stream else self._timeouts,
+        )
+        if not stream:
+            try:
+                await response.aread()
+            except BaseException:
+                await response.aclose()
+                raise
+        return response
+
     async def _send(
         self,
         method: str,
@@ -410,10 +473,18 @@ class Client:
         content = None if body is None else _json.dumps(body)
         what = f"{method} {path}"
 
+        encoded = urlencode({k: _query_value(v) for k, v in params.items() if v is not None}) if params else ""
+        direct = self._direct
+        if direct is not None and not (_PLAIN_PATH(path) and (not encoded or _PLAIN_QUERY(encoded))):
+            direct = None
+
         async def attempt() -> httpx.Response:
-            request = self._request(method, path, params, content, content_type, stream)
             try:
-                response = await self._dispatch(request, stream)
+                if direct is not None:
+                    response = await self._send_direct(direct, method, path, encoded, content, content_type, stream)
+                else:
+                    request = self._request(method, path, encoded, content, content_type, stream)
+                    response = await self._dispatch(request, stream)
             except httpx.TransportError as exc:
                 raise self._transport_error(exc, what) from exc
             if response.status_code < 400:

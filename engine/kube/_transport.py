@@ -285,35 +285,63 @@ class Transport(httpx.AsyncBaseTransport):
         timeouts = _timeouts(request)
         conn = await self._acquire(timeouts)
         try:
-            return await self._exchange(conn, request, timeouts)
+            method = request.method.encode("ascii")
+            head = request_head(method, url.raw_path, request.headers.raw)
+            try:
+                body: bytes | None = request.content
+            except httpx.RequestNotRead:
+                body = None
+            write_timeout = timeouts.get("write")
+            if body is not None:
+                await self._send(conn, head + body if body else head, write_timeout)
+            else:
+                await self._send(conn, head, write_timeout)
+                chunked = any(
+                    name.lower() == b"transfer-encoding" and b"chunked" in value.lower()
+                    for name, value in request.headers.raw
+                )
+                async for chunk in request.stream:  # type: ignore[union-attr]
+                    if chunk:
+                        await self._send(conn, b"%x\r\n%b\r\n" % (len(chunk), chunk) if chunked else chunk, write_timeout)
+                if chunked:
+                    await self._send(conn, b"0\r\n\r\n", write_timeout)
+            return await self._response(conn, method, timeouts)
         except BaseException as exc:
             self._discard(conn)
             _raise_mapped(exc, httpx.ReadError)
             raise
 
-    async def _exchange(
-        self, conn: _Connection, request: httpx.Request, timeouts: dict[str, float | None]
+    async def request(
+        self,
+        method: bytes,
+        target: bytes,
+        headers: list[tuple[bytes, bytes]],
+        body: bytes,
+        timeouts: dict[str, float | None],
     ) -> httpx.Response:
-        method = request.method.encode("ascii")
-        head = request_head(method, request.url.raw_path, request.headers.raw)
+        """Send one request given as its parts and return its response, as
+        :meth:`handle_async_request` does, without an ``httpx.Request``.
+
+        ``target`` is the request target (path and query, already escaped); ``headers`` are
+        sent as they are (the caller includes ``Host`` and, with a body, ``Content-Length``);
+        ``timeouts`` holds httpx's ``connect``, ``read``, ``write`` and ``pool`` keys. Raises
+        httpx's transport exceptions, as :meth:`handle_async_request` does.
+
+        Cancellation: a checkpoint; a cancelled exchange closes its connection.
+        """
+        conn = await self._acquire(timeouts)
         try:
-            body: bytes | None = request.content
-        except httpx.RequestNotRead:
-            body = None
-        write_timeout = timeouts.get("write")
-        if body is not None:
-            await self._send(conn, head + body if body else head, write_timeout)
-        else:
-            await self._send(conn, head, write_timeout)
-            chunked = any(
-                name.lower() == b"transfer-encoding" and b"chunked" in value.lower()
-                for name, value in request.headers.raw
-            )
-            async for chunk in request.stream:  # type: ignore[union-attr]
-                if chunk:
-                    await self._send(conn, b"%x\r\n%b\r\n" % (len(chunk), chunk) if chunked else chunk, write_timeout)
-            if chunked:
-                await self._send(conn, b"0\r\n\r\n", write_timeout)
+            head = request_head(method, target, headers)
+            await self._send(conn, head + body if body else head, timeouts.get("write"))
+            return await self._response(conn, method, timeouts)
+        except BaseException as exc:
+            self._discard(conn)
+            _raise_mapped(exc, httpx.ReadError)
+            raise
+
+    async def _response(
+        self, conn: _Connection, method: bytes, timeouts: dict[str, float | None]
+    ) -> httpx.Response:
         read_timeout = timeouts.get("read")
         while (response := parse_head(conn.buffer, method)) is None:
             if conn.eof:

@@ -164,3 +164,55 @@ async def test_watch_over_the_own_transport_splits_lines_across_chunks_and_skips
     assert events == [(WatchEventType.ADDED, "1"), (WatchEventType.MODIFIED, "2"), (WatchEventType.DELETED, "3")]
     assert stream.skipped == 2
     assert "skipping a malformed watch line" in caplog.text
+
+
+@pytest.mark.parametrize(
+    ("user", "method", "path", "params", "body", "content_type"),
+    [
+        ({}, "GET", "/api/v1/namespaces/d/configmaps", {"labelSelector": "a=b,c in (d)", "limit": 5}, None, ""),
+        ({"token": "s3cret"}, "PATCH", "/apis/x.io/v1/namespaces/d/ws/w/status", {"fieldManager": "me"}, {"status": {"n": 1}}, PatchType.MERGE.value),
+        ({"token": "s3cret"}, "POST", "/api/v1/namespaces/d/configmaps", None, {"metadata": {"name": "a"}}, "application/json"),
+        ({}, "DELETE", "/api/v1/namespaces/d/configmaps/a", None, {"kind": "DeleteOptions"}, "application/json"),
+        ({}, "GET", "/api/v1/namespaces/d/configmaps/caf\u00e9", None, None, ""),
+    ],
+)
+async def test_requests_sent_as_parts_are_the_bytes_httpx_requests_give(
+    user: dict[str, Any], method: str, path: str, params: dict[str, Any] | None, body: Any, content_type: str
+) -> None:
+    heads: list[bytes] = []
+
+    async def serve(stream: trio.SocketStream) -> None:
+        data = b""
+        while True:
+            while b"\r\n\r\n" not in data:
+                data += await stream.receive_some(65536)
+            head, _, data = data.partition(b"\r\n\r\n")
+            heads.append(head)
+            length = next((int(v) for k, _, v in (l.partition(b": ") for l in head.split(b"\r\n")) if k.lower() == b"content-length"), 0)
+            while len(data) < length:
+                data += await stream.receive_some(65536)
+            heads[-1] += b"\r\n\r\n" + data[:length]
+            data = data[length:]
+            await stream.send_all(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}")
+
+    async with trio.open_nursery() as nursery:
+        listeners = await nursery.start(partial(trio.serve_tcp, serve, 0, host="127.0.0.1"))
+        port = listeners[0].socket.getsockname()[1]
+        config = Config.from_dict(
+            {
+                "clusters": [{"name": "c", "cluster": {"server": f"http://127.0.0.1:{port}"}}],
+                "users": [{"name": "u", "user": user}],
+                "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
+                "current-context": "x",
+            }
+        )
+        async with Client(config) as client:
+            assert client._direct is not None
+            await client._send(method, path, params=params, body=body, content_type=content_type or "application/json", safe=True)
+            client._direct = None
+            await client._send(method, path, params=params, body=body, content_type=content_type or "application/json", safe=True)
+        nursery.cancel_scope.cancel()
+    assert len(heads) == 2
+    assert heads[0] == heads[1]
+    if user:
+        assert b"Authorization: Bearer s3cret" in heads[0]
