@@ -188,7 +188,7 @@ async def test_requests_sent_as_parts_are_the_bytes_httpx_requests_give(
                 data += await stream.receive_some(65536)
             head, _, data = data.partition(b"\r\n\r\n")
             heads.append(head)
-            length = next((int(v) for k, _, v in (l.partition(b": ") for l in head.split(b"\r\n")) if k.lower() == b"content-length"), 0)
+            length = next((int(v) for k, _, v in (line.partition(b": ") for line in head.split(b"\r\n")) if k.lower() == b"content-length"), 0)
             while len(data) < length:
                 data += await stream.receive_some(65536)
             heads[-1] += b"\r\n\r\n" + data[:length]
