@@ -449,13 +449,8 @@ class Client:
             headers,
             content or b"",
             self._stream_timeouts if stream else self._timeouts,
+            stream=stream,
         )
-        if not stream:
-            try:
-                await response.aread()
-            except BaseException:
-                await response.aclose()
-                raise
         return response
 
     async def _send(

@@ -318,9 +318,12 @@ class Transport(httpx.AsyncBaseTransport):
         headers: list[tuple[bytes, bytes]],
         body: bytes,
         timeouts: dict[str, float | None],
+        *,
+        stream: bool = True,
     ) -> httpx.Response:
         """Send one request given as its parts and return its response, as
-        :meth:`handle_async_request` does, without an ``httpx.Request``.
+        :meth:`handle_async_request` does, without an ``httpx.Request``; with ``stream=False``
+        the whole body is read before returning (the connection then goes back at once).
 
         ``target`` is the request target (path and query, already escaped); ``headers`` are
         sent as they are (the caller includes ``Host`` and, with a body, ``Content-Length``);
@@ -333,14 +336,14 @@ class Transport(httpx.AsyncBaseTransport):
         try:
             head = request_head(method, target, headers)
             await self._send(conn, head + body if body else head, timeouts.get("write"))
-            return await self._response(conn, method, timeouts)
+            return await self._response(conn, method, timeouts, stream)
         except BaseException as exc:
             self._discard(conn)
             _raise_mapped(exc, httpx.ReadError)
             raise
 
     async def _response(
-        self, conn: _Connection, method: bytes, timeouts: dict[str, float | None]
+        self, conn: _Connection, method: bytes, timeouts: dict[str, float | None], stream: bool = True
     ) -> httpx.Response:
         read_timeout = timeouts.get("read")
         while (response := parse_head(conn.buffer, method)) is None:
@@ -348,11 +351,17 @@ class Transport(httpx.AsyncBaseTransport):
                 raise ProtocolError("the server closed the connection without answering")
             await self._receive(conn, read_timeout)
         extensions = {"http_version": b"HTTP/1.1", "reason_phrase": response.reason}
-        # A body that is already here (small answers come with their head) is returned whole,
-        # and the connection goes back at once.
+        # A body that is already here (small answers come with their head), or any body when
+        # the caller wants it whole, is returned whole, and the connection goes back at once.
         chunks: list[bytes] = []
         reader = response.body
-        while (data := reader.read(conn.buffer, conn.eof)) is not None:
+        while True:
+            data = reader.read(conn.buffer, conn.eof)
+            if data is None:
+                if stream:
+                    break
+                await self._receive(conn, read_timeout)
+                continue
             if not data:
                 content = chunks[0] if len(chunks) == 1 else b"".join(chunks)
                 whole = httpx.Response(
@@ -362,8 +371,8 @@ class Transport(httpx.AsyncBaseTransport):
                 self._release(conn)
                 return whole
             chunks.append(data)
-        stream = _ResponseStream(self, conn, reader, response.keep_alive, read_timeout, chunks)
-        return httpx.Response(response.status, headers=response.headers, stream=stream, extensions=extensions)
+        rest = _ResponseStream(self, conn, reader, response.keep_alive, read_timeout, chunks)
+        return httpx.Response(response.status, headers=response.headers, stream=rest, extensions=extensions)
 
     async def aclose(self) -> None:
         """Close the idle connections; connections in use close when their exchange ends.
