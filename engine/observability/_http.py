@@ -255,10 +255,12 @@ async def serve_http(
                 # Head, body and end in one write, as Go's net/http sends a small answer: a
                 # client reads the whole answer at once.
                 parts = [head or b""]
-                if response.body and request.method != "HEAD":
-                    parts.append(conn.send(h11.Data(data=response.body)) or b"")
-                parts.append(conn.send(h11.EndOfMessage()) or b"")
-                await stream.send_all(b"".join(parts))
+                try:
+                    if response.body and request.method != "HEAD":
+                        parts.append(conn.send(h11.Data(data=response.body)) or b"")
+                    parts.append(conn.send(h11.EndOfMessage()) or b"")
+                finally:
+                    await stream.send_all(b"".join(parts))
             else:
                 await stream.send_all(head or b"")
                 await _send_streaming(conn, stream, response)
