@@ -117,6 +117,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--profile-dir", default="bench-profiles", help="where profiles go (bench-profiles)")
     parser.add_argument(
+        "--gc-stats", action="store_true", help="operators time their cyclic GC (costs CPU itself; off by default)"
+    )
+    parser.add_argument(
         "--before-root", help="a checkout of an earlier engine (git archive COMMIT engine bench | tar -x -C DIR): engine-before runs it"
     )
     args = parser.parse_args(argv)
@@ -193,6 +196,8 @@ class OperatorProcess:
             "--transport", "lean" if name.endswith("-lean") else "httpx",
         ]  # fmt: skip
         env = child_env()
+        if args.gc_stats:
+            env["BENCH_GC_STATS"] = "1"
         env["PYTHONPATH"] = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
         self.profile_path: str | None = None
         if args.profile == "cprofile":
@@ -488,9 +493,10 @@ async def run_phase(
         "handler_runs": stats["runs_total"] - stats0["runs_total"],
         "handler_runs_per_change": (stats["runs_total"] - stats0["runs_total"]) / changes,
         "object_changes_by_operator": modified - own_modifications,
-        "gc_s": stats.get("gc_s", 0.0) - stats0.get("gc_s", 0.0),
-        "gc_ms_per_change": (stats.get("gc_s", 0.0) - stats0.get("gc_s", 0.0)) * 1000 / changes,
     }
+    if "gc_s" in stats:
+        phase["gc_s"] = stats["gc_s"] - stats0["gc_s"]
+        phase["gc_ms_per_change"] = phase["gc_s"] * 1000 / changes
     if server is not None:
         counts = await trio.to_thread.run_sync(server.counts)
         writes, requests, by_kind = operator_writes(counts0, counts)

@@ -1,5 +1,7 @@
-"""Counters shared by the benchmark's operators: handler runs, total and per object, and the
-CPU time spent in the cyclic garbage collector (``gc_s``, per generation in ``gc_by_generation``).
+"""Counters shared by the benchmark's operators: handler runs, total and per object, and, with
+``BENCH_GC_STATS=1`` in the environment, the CPU time spent in the cyclic garbage collector
+(``gc_s``, per generation in ``gc_by_generation``; off by default, as timing every collection
+costs CPU itself: two clock reads per collection, tens of thousands of collections per run).
 
 ``install(path)`` makes SIGUSR1 write the counters to ``path`` as JSON (atomically, with a
 sequence number the driver waits for); they are also written at exit.
@@ -43,14 +45,15 @@ def dump(*_: Any) -> None:
     if _path is None:
         return
     _sequence += 1
-    data = {
+    data: dict[str, Any] = {
         "sequence": _sequence,
         "pid": os.getpid(),
         "runs_total": sum(runs.values()),
         "runs": dict(runs),
-        "gc_s": sum(gc_seconds),
-        "gc_by_generation": {"seconds": gc_seconds, "collections": gc_collections},
     }
+    if _on_gc in gc.callbacks:
+        data["gc_s"] = sum(gc_seconds)
+        data["gc_by_generation"] = {"seconds": gc_seconds, "collections": gc_collections}
     tmp = f"{_path}.tmp"
     with open(tmp, "w") as handle:
         json.dump(data, handle)
@@ -62,7 +65,8 @@ def install(path: str) -> None:
     _path = path
     signal.signal(signal.SIGUSR1, dump)
     atexit.register(dump)
-    gc.callbacks.append(_on_gc)
+    if os.environ.get("BENCH_GC_STATS") == "1":
+        gc.callbacks.append(_on_gc)
 
 
 def add_arguments(parser: Any) -> None:
