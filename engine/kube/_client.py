@@ -239,8 +239,7 @@ class Client:
         self._timeouts = httpx.Timeout(timeout).as_dict()
         self._stream_timeouts = httpx.Timeout(timeout, read=None).as_dict()
         self._discovery: dict[tuple[str, str], dict[str, Resource]] = {}
-        self._base_ref: Any = None
-        self._base_path = ""
+        self._base_path: str | None = None
         self._direct: Transport | None = None
         self._authorization: Callable[[], str] | None = None
         self._raw_headers: list[tuple[bytes, bytes]] = []
@@ -267,7 +266,8 @@ class Client:
         base = httpx.URL(kwargs.get("base_url") or "")
         self._server = str(base).rstrip("/")
         self._prefix = self._server
-        self._plain_urls(base)
+        if not base.query and not base.fragment:
+            self._base_path = base.raw_path.decode("ascii").rstrip("/")
         transport = self._transport
         if transport is None and not _needs_httpx_pool(kwargs, base):
             verify = kwargs.get("verify", True)
@@ -276,7 +276,7 @@ class Client:
         if transport is not None:
             self._sender = transport
             self._auth = auth = kwargs.get("auth")
-            if isinstance(transport, Transport) and self._base_ref is not None:
+            if isinstance(transport, Transport) and self._base_path is not None:
                 self._direct_requests(transport, base, auth)
         else:
             self._http = httpx.AsyncClient(timeout=httpx.Timeout(self._timeout), **kwargs)
@@ -337,32 +337,8 @@ class Client:
             )
 
     def _url(self, path: str, query: str | None) -> httpx.URL:
-        """``server + path [+ "?" + query]`` as an ``httpx.URL``.
-
-        A path and query made only of characters that need no escaping (what the client's
-        resource paths and ``urlencode`` produce) are put into the server's parsed URL as they
-        are; anything else is parsed by httpx, which escapes it.
-        """
-        base = self._base_ref
-        if base is not None and _PLAIN_PATH(path) and (query is None or _PLAIN_QUERY(query)):
-            url = httpx.URL.__new__(httpx.URL)
-            url._uri_reference = base._replace(path=self._base_path + path, query=query)
-            return url
+        """``server + path [+ "?" + query]`` as an ``httpx.URL`` (parsed, and escaped, by httpx)."""
         return httpx.URL(self._prefix + path + ("" if query is None else "?" + query))
-
-    def _plain_urls(self, base: httpx.URL) -> None:
-        """Enable :meth:`_url`'s shortcut if this httpx builds URLs from a parsed tuple that
-        gives the same URL as parsing the joined string (checked once, here)."""
-        self._base_ref = None
-        ref = getattr(base, "_uri_reference", None)
-        if ref is None or not hasattr(ref, "_replace") or ref.query is not None or ref.fragment is not None:
-            return
-        self._base_path = ref.path.rstrip("/")
-        self._base_ref = ref
-        probe = self._url("/api/v1/namespaces/a-b/pods/x.y", "watch=true&labelSelector=a%3Db%2Cc+in+%28d%29")
-        expected = httpx.URL(self._prefix + "/api/v1/namespaces/a-b/pods/x.y?watch=true&labelSelector=a%3Db%2Cc+in+%28d%29")
-        if probe != expected or probe.raw_path != expected.raw_path or str(probe) != str(expected):
-            self._base_ref = None
 
     def _request(
         self, method: str, path: str, encoded: str, content: bytes | None, content_type: str, stream: bool
@@ -429,7 +405,7 @@ class Client:
         """As :meth:`_dispatch` for a request that :meth:`_request` would build, given to the
         transport as its parts: the same target and headers (``Host`` first, then the
         client's, for a body ``Content-Type`` and ``Content-Length``, then ``Authorization``)."""
-        target = (self._base_path + path + ("?" + encoded if encoded else "")).encode("ascii")
+        target = (f"{self._base_path}{path}?{encoded}" if encoded else f"{self._base_path}{path}").encode("ascii")
         headers = self._raw_headers
         authorization = self._authorization
         if authorization is not None or content is not None or method in ("POST", "PUT", "PATCH"):

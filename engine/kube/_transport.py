@@ -50,8 +50,12 @@ def _timeouts(request: httpx.Request) -> dict[str, float | None]:
     return timeouts if timeouts is not None else {}
 
 
-class _ResponseStream(httpx.AsyncByteStream):
-    """The body of a response that did not arrive with its head (chunked or long: watches)."""
+class ResponseStream(httpx.AsyncByteStream):
+    """The body of a response that did not arrive with its head (chunked or long: watches).
+
+    Iterating yields the body's bytes as they arrive; at the body's end the connection goes
+    back to the transport. A watch reads it directly, without httpx's iterators over it.
+    """
 
     def __init__(
         self,
@@ -371,7 +375,7 @@ class Transport(httpx.AsyncBaseTransport):
                 self._release(conn)
                 return whole
             chunks.append(data)
-        rest = _ResponseStream(self, conn, reader, response.keep_alive, read_timeout, chunks)
+        rest = ResponseStream(self, conn, reader, response.keep_alive, read_timeout, chunks)
         return httpx.Response(response.status, headers=response.headers, stream=rest, extensions=extensions)
 
     async def aclose(self) -> None:

@@ -16,7 +16,7 @@ import trio
 from . import _json
 from ._errors import ResponseError, TransportError, WatchStalledError, error_from_status, transport_reason
 from ._resource import Resource
-from ._transport import _ResponseStream
+from ._transport import ResponseStream
 
 __all__ = ["WatchEvent", "WatchEventType", "WatchStream"]
 
@@ -85,7 +85,7 @@ class WatchStream:
         """
         response = self._response = await self._open_response()
         stream = response.stream
-        if isinstance(stream, _ResponseStream) and "content-encoding" not in response.headers:
+        if isinstance(stream, ResponseStream) and "content-encoding" not in response.headers:
             self._chunks = stream
         else:
             self._chunks = response.aiter_bytes()

@@ -15,7 +15,7 @@ import trio
 
 from engine.apiserver import ApiServer
 from engine.kube import Client, Config, NotFoundError, PatchType, RetryPolicy, WatchEventType, _json
-from engine.kube._transport import _ResponseStream
+from engine.kube._transport import ResponseStream
 from tests.kube.test_client import CONFIGMAPS, cm, kubeconfig, status
 
 
@@ -158,7 +158,7 @@ async def test_watch_over_the_own_transport_splits_lines_across_chunks_and_skips
         port = listeners[0].socket.getsockname()[1]
         async with Client(kubeconfig(f"http://127.0.0.1:{port}")) as client:
             async with client.watch(CONFIGMAPS, namespace="d") as stream:
-                assert isinstance(stream._response.stream, _ResponseStream) if stream._response else False
+                assert isinstance(stream._response.stream, ResponseStream) if stream._response else False
                 events = [(e.type, e.resource_version) async for e in stream]
         nursery.cancel_scope.cancel()
     assert events == [(WatchEventType.ADDED, "1"), (WatchEventType.MODIFIED, "2"), (WatchEventType.DELETED, "3")]
