@@ -16,7 +16,10 @@ how much traced memory grew since just before the informer started:
 * **at sync**: once the informer synced (the list, decoded and cached);
 * **after watch**: once every object was patched (a new ``data`` value, a new ``spec.n``) and
   the informer received all the changes through its watch (the cache then holds objects
-  decoded from watch events).
+  decoded from watch events);
+* **relist**: the peak growth of traced memory while the informer lists everything again, as
+  its watcher does after a 410 (``Watcher._relist``, called directly), against the cache size:
+  1.0x would mean the relist holds a second cache.
 
 Each is printed per object and as a ratio to the object's JSON size, the size of the object as
 the server sends it (compact separators, ``managedFields`` included), measured from a list
@@ -33,6 +36,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 import tracemalloc
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
@@ -140,8 +144,14 @@ async def measure(client: Client, kind: Kind, n: int, label: str, transform: Any
         await for_all(n, lambda i: kind.change(client, i, round_))
         while modified < n:
             await trio.sleep(0.01)
+        after_watch = (traced() - base) / n
+        before_relist = traced()
+        tracemalloc.reset_peak()
+        started = time.perf_counter()
+        await informer.watcher._relist(informer._on_event)
+        relist_s = time.perf_counter() - started
+        relist_peak = (tracemalloc.get_traced_memory()[1] - before_relist) / n
         nursery.cancel_scope.cancel()
-    after_watch = (traced() - base) / n
     del informer
     watched_size = await json_size(client, kind.resource, n)
     print(f"transform: {label}")
@@ -149,6 +159,10 @@ async def measure(client: Client, kind: Kind, n: int, label: str, transform: Any
     print(
         f"  after watch  JSON {watched_size:5.0f} B/object  cache {after_watch:5.0f} B/object"
         f"  ratio {after_watch / watched_size:.2f}"
+    )
+    print(
+        f"  relist       peak growth {relist_peak:5.0f} B/object ({relist_peak / after_watch:.2f}x the cache)"
+        f"  in {relist_s:.2f} s"
     )
 
 

@@ -63,11 +63,11 @@ class _ReplayWatcher(Watcher):
         super().__init__(*args, **kwargs)
         self._start_rv: str | None = start_rv
 
-    async def _list(self) -> ObjectList:
+    async def _list_page(self, continue_token: str | None) -> ObjectList:
         if self._start_rv is not None:
             rv, self._start_rv = self._start_rv, None
             return ObjectList(items=[], resource_version=rv)
-        return await super()._list()
+        return await super()._list_page(continue_token)
 
 
 class _ReplayInformer(Informer):

@@ -44,6 +44,24 @@ CALL_SITES: list[tuple[str, str]] = [
 ]
 
 
+STAGES: list[tuple[str, str]] = [
+    ("watch: decode events (JSON, checks)", r"WatchStream\._decode|_watch_once.*_json\.py"),
+    ("watch: receive events (socket, HTTP chunks, lines)", r"WatchStream\.__anext__|WatchStream\._next_line|WatchStream\._read_chunk"),
+    ("queue: predicate, trigger, work queue", r"Controller\.trigger|WorkQueue\.add|Cluster\.watches\.<locals>\.handle|generation_changed"),
+    ("cache: store, compact form, informer", r"Informer\._on_event|Informer\._prepared|Store\.apply|compact \("),
+    ("watch: the watcher's loop (event records, resourceVersion)", r"Watcher\._watch_once"),
+    ("status patch: parse the response", r"Transport\._receive|parse_head|Body\.read|Body\._read_chunked|Response\.__init__|Response\.aread|_error_from_response|_decode_object"),
+    ("status patch: send (HTTP head, socket write)", r"Transport\._send|request_head|Transport\._acquire|_SocketType\.is_readable"),
+    ("status patch: build (client, URL, headers, JSON)", r"Client\.patch|Client\._send|Client\._request|Client\._dispatch|call_with_retries|_json\.py"),
+    ("reconcile (the operator's own code)", r"main\.<locals>\.reconcile"),
+    ("runs: worker, run records, queue get/done", r"Controller\._work|Controller\._begin|Controller\._end|WorkQueue\.|RunContext"),
+    ("trio scheduler (run loop, epoll, timeouts)", r"trio/_core/|trio/_timeouts"),
+]
+"""Stages of one object's trip through the engine operator, for ``--stages``: a sample counts for
+the first stage (in this order) whose pattern matches anywhere in its stack."""
+COMPILED_STAGES = [(name, re.compile(pattern)) for name, pattern in STAGES]
+
+
 IDLE = re.compile(r"EpollIOManager\.get_events|EpollSelector\.select|KqueueIOManager\.get_events")
 """Innermost frames that are the event loop waiting for I/O: py-spy does not always see them as idle."""
 
@@ -55,8 +73,16 @@ def layer(location: str) -> str:
     return "other (stdlib, builtins, ...)"
 
 
-def pyspy(path: str, top: int) -> None:
+def stage(stack: str) -> str:
+    for name, pattern in COMPILED_STAGES:
+        if pattern.search(stack):
+            return name
+    return "other (stack without a known frame)"
+
+
+def pyspy(path: str, top: int, stages: bool = False) -> None:
     own: Counter[str] = Counter()
+    by_stage: Counter[str] = Counter()
     layers: Counter[str] = Counter()
     sites: Counter[str] = Counter()
     total = idle = 0
@@ -73,6 +99,7 @@ def pyspy(path: str, top: int) -> None:
             total += count
             own[re.sub(r":\d+\)$", ")", frames[-1])] += count
             layers[layer(frames[-1])] += count
+            by_stage[stage(stack)] += count
             for label, needle in CALL_SITES:
                 if needle in stack:
                     sites[label] += count
@@ -80,6 +107,10 @@ def pyspy(path: str, top: int) -> None:
     print("\nby layer (innermost frame):")
     for name, count in layers.most_common():
         print(f"  {100 * count / total:5.1f}%  {name}")
+    if stages:
+        print("\nby stage of an object's trip (first matching frame in the stack):")
+        for name, _ in [*STAGES, ("other (stack without a known frame)", "")]:
+            print(f"  {100 * by_stage[name] / total:5.1f}%  {name}")
     print("\ninclusive share of call sites:")
     for label, _ in CALL_SITES:
         print(f"  {100 * sites[label] / total:5.1f}%  {label}")
@@ -111,11 +142,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("profile")
     parser.add_argument("--top", type=int, default=25)
+    parser.add_argument("--stages", action="store_true", help="py-spy: shares by stage of an object's trip")
     args = parser.parse_args()
     if args.profile.endswith(".pstats"):
         cprofile(args.profile, args.top)
     else:
-        pyspy(args.profile, args.top)
+        pyspy(args.profile, args.top, args.stages)
 
 
 if __name__ == "__main__":

@@ -57,8 +57,10 @@ sys.path.insert(0, ROOT)
 from engine.kube import Client, Config, Resource, install_crds  # noqa: E402
 
 OPERATORS = ("kopf", "engine", "reference")
-VARIANTS = ("engine-lean", "reference-lean")
-"""Also accepted by --operators: the engine or the reference with ``operators/_lean.py``'s transport."""
+VARIANTS = ("engine-lean", "reference-lean", "bare", "engine-before")
+"""Also accepted by --operators: the engine or the reference with ``operators/_lean.py``'s transport,
+``bare``, a hand-written operator on aiohttp (``operators/bare_op.py``), and ``engine-before``,
+the engine operator of another checkout (``--before-root``), for before/after in one run."""
 GROUP, VERSION, KIND, PLURAL = "bench.example.com", "v1", "Widget", "widgets"
 DRIVER_AGENT = "bench-driver"
 BURST = "burst"
@@ -114,11 +116,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--profile", choices=("cprofile", "py-spy"), help="profile each operator (cProfile in-process, or py-spy)"
     )
     parser.add_argument("--profile-dir", default="bench-profiles", help="where profiles go (bench-profiles)")
+    parser.add_argument(
+        "--gc-stats", action="store_true", help="operators time their cyclic GC (costs CPU itself; off by default)"
+    )
+    parser.add_argument(
+        "--before-root", help="a checkout of an earlier engine (git archive COMMIT engine bench | tar -x -C DIR): engine-before runs it"
+    )
     args = parser.parse_args(argv)
     args.operators = [name.strip() for name in args.operators.split(",") if name.strip()]
     unknown = sorted(set(args.operators) - set(OPERATORS) - set(VARIANTS))
     if unknown or not args.operators:
         parser.error(f"--operators: unknown {unknown}; choose from {', '.join(OPERATORS + VARIANTS)}")
+    if "engine-before" in args.operators and not args.before_root:
+        parser.error("--operators engine-before needs --before-root")
     if any(n < 1 for n in args.n):
         parser.error("--n must be >= 1")
     return args
@@ -175,22 +185,27 @@ class OperatorProcess:
         self.name = name
         self.stats_path = os.path.join(workdir, f"{name}-{namespace}.stats.json")
         self.log_path = os.path.join(workdir, f"{name}-{namespace}.log")
+        root = args.before_root if name == "engine-before" else ROOT
         command = [
             sys.executable,
-            os.path.join(HERE, "operators", f"{name.split('-')[0]}_op.py"),
+            os.path.join(root, "bench", "operators", f"{name.split('-')[0]}_op.py"),
             "--kubeconfig", kubeconfig,
             "--namespace", namespace,
             "--stats", self.stats_path,
             "--workers", str(args.workers),
             "--transport", "lean" if name.endswith("-lean") else "httpx",
         ]  # fmt: skip
+        env = child_env()
+        if args.gc_stats:
+            env["BENCH_GC_STATS"] = "1"
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
         self.profile_path: str | None = None
         if args.profile == "cprofile":
             self.profile_path = os.path.join(args.profile_dir, f"{name}-{namespace}.pstats")
             command += ["--cprofile", self.profile_path]
         self.log = open(self.log_path, "w")  # noqa: SIM115
         self.started = time.perf_counter()
-        self.popen = subprocess.Popen(command, stdout=self.log, stderr=subprocess.STDOUT, env=child_env())
+        self.popen = subprocess.Popen(command, stdout=self.log, stderr=subprocess.STDOUT, env=env)
         self.proc = psutil.Process(self.popen.pid)
         self.sequence = 0
         self.peak_rss = 0
@@ -479,6 +494,9 @@ async def run_phase(
         "handler_runs_per_change": (stats["runs_total"] - stats0["runs_total"]) / changes,
         "object_changes_by_operator": modified - own_modifications,
     }
+    if "gc_s" in stats:
+        phase["gc_s"] = stats["gc_s"] - stats0["gc_s"]
+        phase["gc_ms_per_change"] = phase["gc_s"] * 1000 / changes
     if server is not None:
         counts = await trio.to_thread.run_sync(server.counts)
         writes, requests, by_kind = operator_writes(counts0, counts)
@@ -506,10 +524,13 @@ ROWS: list[tuple[str, Callable[[dict[str, Any]], float | None], str]] = [
     ("CPU per object, A create (ms)", lambda r: r["A"]["cpu_ms_per_change"], "{:.2f}"),
     ("CPU per object, B update (ms)", lambda r: r["B"]["cpu_ms_per_change"], "{:.2f}"),
     ("CPU per patch, C burst (ms)", lambda r: r["C"]["cpu_ms_per_change"], "{:.2f}"),
+    ("of which cyclic GC, mean of A and B (ms)", lambda r: (r["A"]["gc_ms_per_change"] + r["B"]["gc_ms_per_change"]) / 2, "{:.3f}"),
     ("convergence A (s)", lambda r: r["A"]["convergence_s"], "{:.2f}"),
     ("convergence B (s)", lambda r: r["B"]["convergence_s"], "{:.2f}"),
     ("convergence C (s)", lambda r: r["C"]["convergence_s"], "{:.2f}"),
     ("RSS peak (MiB)", lambda r: r["peak_rss_mib"], "{:.0f}"),
+    ("RSS after B (MiB)", lambda r: r["B"]["rss_mib"], "{:.0f}"),
+    ("RSS peak / RSS after B", lambda r: r["peak_rss_mib"] / r["B"]["rss_mib"], "{:.2f}"),
     ("API writes per change, A", lambda r: r["A"]["api_writes_per_change"], "{:.2f}"),
     ("API writes per change, B", lambda r: r["B"]["api_writes_per_change"], "{:.2f}"),
     ("API writes, C (50 patches)", lambda r: r["C"]["api_writes_per_change"] * r["C"]["changes"], "{:.0f}"),
@@ -548,7 +569,15 @@ def value(results: dict[str, Any], op: str, fn: Callable[[dict[str, Any]], float
 
 
 def table(n: int, results: dict[str, Any], operators: list[str]) -> str:
-    pairs = (("kopf", "engine"), ("engine", "reference"), ("engine-lean", "engine"), ("reference-lean", "reference"))
+    pairs = (
+        ("kopf", "engine"),
+        ("engine", "reference"),
+        ("engine", "bare"),
+        ("engine", "engine-before"),
+        ("engine", "reference-lean"),
+        ("engine-lean", "engine"),
+        ("reference-lean", "reference"),
+    )
     ratios = [(a, b) for a, b in pairs if a in operators and b in operators]
     repeats = max(len(runs) for runs in results.values())
     head = ["N = " + format(n, ",") + (f" (median of {repeats})" if repeats > 1 else "")] + operators + [f"{a}/{b}" for a, b in ratios]

@@ -44,7 +44,7 @@ async def main(args: argparse.Namespace) -> None:
                 return
             try:
                 await client.patch_status(
-                    widgets.resource, ctx.ref.name, {"status": {"observedN": n}}, namespace=ctx.ref.namespace
+                    widgets.resource, ctx.ref.name, {"status": {"observedN": n}}, namespace=ctx.ref.namespace, decode=False
                 )
             except NotFoundError:
                 pass

@@ -61,6 +61,10 @@ class BearerTokenAuth(httpx.Auth):
     def __repr__(self) -> str:
         return f"BearerTokenAuth(token={REDACTED})"
 
+    def authorization(self) -> str:
+        """The ``Authorization`` header value this auth sends."""
+        return f"Bearer {self._token}"
+
     def auth_flow(
         self, request: httpx.Request
     ) -> Generator[httpx.Request, httpx.Response, None]:
@@ -139,6 +143,10 @@ class TokenFileAuth(httpx.Auth):
             )
         assert self._token is not None
         return self._token
+
+    def authorization(self) -> str:
+        """The ``Authorization`` header value for the next request (see :meth:`token`)."""
+        return f"Bearer {self.token()}"
 
     def auth_flow(
         self, request: httpx.Request

@@ -9,21 +9,23 @@ Request and response headers are never logged, so bearer tokens never reach the 
 from __future__ import annotations
 
 import enum
-import json
 import logging
 import random
+import re
 import ssl
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from functools import partial
 from types import TracebackType
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, overload
 from urllib.parse import urlencode
 
 import attrs
 import httpx
 import trio
 
+from . import _json
+from ._auth import BearerTokenAuth, TokenFileAuth
 from ._config import Config
 from ._errors import (
     ApiError,
@@ -122,7 +124,7 @@ def join_selectors(*selectors: Selector | None) -> str | None:
 def _error_from_response(response: httpx.Response) -> ApiError:
     body: Any = None
     try:
-        body = json.loads(response.content)
+        body = _json.loads(response.content)
     except ValueError:
         pass
     if not (isinstance(body, dict) and body.get("kind") == "Status"):
@@ -136,12 +138,16 @@ def _error_from_response(response: httpx.Response) -> ApiError:
 
 def _decode_object(response: httpx.Response, what: str) -> dict[str, Any]:
     try:
-        body = json.loads(response.content)
+        body = _json.loads(response.content)
     except ValueError as exc:
         raise ResponseError(f"the API server's answer to {what} must be JSON") from exc
     if not isinstance(body, dict):
         raise ResponseError(f"the API server's answer to {what} must be a JSON object")
     return body
+
+
+_PLAIN_PATH = re.compile(r"(?:/(?!\.\.?(?:/|$))[A-Za-z0-9\-._~]*)*").fullmatch
+_PLAIN_QUERY = re.compile(r"[A-Za-z0-9\-._~=&+]*(?:%[0-9A-F]{2}[A-Za-z0-9\-._~=&+]*)*").fullmatch
 
 
 def _query_value(value: Any) -> str:
@@ -236,6 +242,11 @@ class Client:
         self._discovery: dict[tuple[str, str], dict[str, Resource]] = {}
         self.forbidden = ForbiddenLog()
         """Every 403 answer, counted per verb and resource; the first of each is logged."""
+        self._base_path: str | None = None
+        self._direct: Transport | None = None
+        self._authorization: Callable[[], str] | None = None
+        self._raw_headers: list[tuple[bytes, bytes]] = []
+        self._content_types: dict[str, bytes] = {}
 
     @property
     def default_namespace(self) -> str:
@@ -258,6 +269,8 @@ class Client:
         base = httpx.URL(kwargs.get("base_url") or "")
         self._server = str(base).rstrip("/")
         self._prefix = self._server
+        if not base.query and not base.fragment:
+            self._base_path = base.raw_path.decode("ascii").rstrip("/")
         transport = self._transport
         if transport is None and not _needs_httpx_pool(kwargs, base):
             verify = kwargs.get("verify", True)
@@ -265,7 +278,9 @@ class Client:
             transport = Transport(base, ssl_context=context)
         if transport is not None:
             self._sender = transport
-            self._auth = kwargs.get("auth")
+            self._auth = auth = kwargs.get("auth")
+            if isinstance(transport, Transport) and self._base_path is not None:
+                self._direct_requests(transport, base, auth)
         else:
             self._http = httpx.AsyncClient(timeout=httpx.Timeout(self._timeout), **kwargs)
         self._state = _State.OPENED
@@ -287,6 +302,21 @@ class Client:
         credential = await get_credential()
         if getattr(credential, "client_certificate_data", None) is not None:
             kwargs["verify"] = ssl_context(credential=credential)
+
+    def _direct_requests(self, transport: Transport, base: httpx.URL, auth: object) -> None:
+        """Send requests to the engine's own transport as their parts (no ``httpx.Request``)
+        when the auth adds only an ``Authorization`` header; other auth keeps httpx's flow."""
+        if auth is None:
+            self._authorization = None
+        elif isinstance(auth, BearerTokenAuth | TokenFileAuth):
+            self._authorization = auth.authorization
+        else:
+            return
+        host = httpx.Request("GET", base).headers["Host"]
+        self._raw_headers = [(b"Host", host.encode("ascii"))] + [
+            (name.encode("latin-1"), value.encode("latin-1")) for name, value in self._headers
+        ]
+        self._direct = transport
 
     async def aclose(self) -> None:
         """Close the connection pool. Idempotent.
@@ -310,13 +340,12 @@ class Client:
             )
 
     def _url(self, path: str, query: str | None) -> httpx.URL:
-        """``server + path [+ "?" + query]`` as an ``httpx.URL``."""
+        """``server + path [+ "?" + query]`` as an ``httpx.URL`` (parsed, and escaped, by httpx)."""
         return httpx.URL(self._prefix + path + ("" if query is None else "?" + query))
 
     def _request(
-        self, method: str, path: str, query: Mapping[str, Any] | None, content: bytes | None, content_type: str, stream: bool
+        self, method: str, path: str, encoded: str, content: bytes | None, content_type: str, stream: bool
     ) -> httpx.Request:
-        encoded = urlencode({k: _query_value(v) for k, v in query.items() if v is not None}) if query else ""
         headers = self._headers
         if content is not None:
             headers = [*headers, ("Content-Type", content_type)]
@@ -366,6 +395,43 @@ class Client:
                 raise
         return response
 
+    async def _send_direct(
+        self,
+        transport: Transport,
+        method: str,
+        path: str,
+        encoded: str,
+        content: bytes | None,
+        content_type: str,
+        stream: bool,
+    ) -> httpx.Response:
+        """As :meth:`_dispatch` for a request that :meth:`_request` would build, given to the
+        transport as its parts: the same target and headers (``Host`` first, then the
+        client's, for a body ``Content-Type`` and ``Content-Length``, then ``Authorization``)."""
+        target = (f"{self._base_path}{path}?{encoded}" if encoded else f"{self._base_path}{path}").encode("ascii")
+        headers = self._raw_headers
+        authorization = self._authorization
+        if authorization is not None or content is not None or method in ("POST", "PUT", "PATCH"):
+            headers = headers.copy()
+            if content is not None:
+                kind = self._content_types.get(content_type)
+                if kind is None:
+                    kind = self._content_types[content_type] = content_type.encode("latin-1")
+                headers.append((b"Content-Type", kind))
+            if content is not None or method in ("POST", "PUT", "PATCH"):
+                headers.append((b"Content-Length", b"%d" % len(content or b"")))
+            if authorization is not None:
+                headers.append((b"Authorization", authorization().encode("latin-1")))
+        response = await transport.request(
+            method.encode("ascii"),
+            target,
+            headers,
+            content or b"",
+            self._stream_timeouts if stream else self._timeouts,
+            stream=stream,
+        )
+        return response
+
     async def _send(
         self,
         method: str,
@@ -378,13 +444,21 @@ class Client:
         stream: bool = False,
     ) -> httpx.Response:
         self._check_open()
-        content = None if body is None else json.dumps(body, separators=(",", ":")).encode()
+        content = None if body is None else _json.dumps(body)
         what = f"{method} {path}"
 
+        encoded = urlencode({k: _query_value(v) for k, v in params.items() if v is not None}) if params else ""
+        direct = self._direct
+        if direct is not None and not (_PLAIN_PATH(path) and (not encoded or _PLAIN_QUERY(encoded))):
+            direct = None
+
         async def attempt() -> httpx.Response:
-            request = self._request(method, path, params, content, content_type, stream)
             try:
-                response = await self._dispatch(request, stream)
+                if direct is not None:
+                    response = await self._send_direct(direct, method, path, encoded, content, content_type, stream)
+                else:
+                    request = self._request(method, path, encoded, content, content_type, stream)
+                    response = await self._dispatch(request, stream)
             except httpx.TransportError as exc:
                 raise self._transport_error(exc, what) from exc
             if response.status_code < 400:
@@ -430,6 +504,13 @@ class Client:
             method, path, params=params, body=body, content_type=content_type, safe=safe
         )
         return _decode_object(response, f"{method} {path}")
+
+    async def _request_unread(
+        self, method: str, path: str, *, params: Mapping[str, Any] | None, body: Any, content_type: str
+    ) -> None:
+        """As :meth:`_request_json` for a write whose answer the caller does not use: the
+        answer is read (so the connection is reused) but decoded only when it is an error."""
+        await self._send(method, path, params=params, body=body, content_type=content_type, safe=False)
 
     def _namespace_for(
         self, resource: Resource, namespace: str | None, obj: Mapping[str, Any] | None = None
@@ -699,6 +780,7 @@ class Client:
         """
         return await self.update(resource, obj, namespace=namespace, subresource="status")
 
+    @overload
     async def patch(
         self,
         resource: Resource,
@@ -710,25 +792,89 @@ class Client:
         subresource: str | None = None,
         field_manager: str | None = None,
         force: bool = False,
-    ) -> dict[str, Any]:
-        """Patch an object and return it as stored.
+        decode: Literal[True] = True,
+    ) -> dict[str, Any]: ...
+
+    @overload
+    async def patch(
+        self,
+        resource: Resource,
+        name: str,
+        patch: Any,
+        *,
+        namespace: str | None = None,
+        patch_type: PatchType = PatchType.MERGE,
+        subresource: str | None = None,
+        field_manager: str | None = None,
+        force: bool = False,
+        decode: Literal[False],
+    ) -> None: ...
+
+    async def patch(
+        self,
+        resource: Resource,
+        name: str,
+        patch: Any,
+        *,
+        namespace: str | None = None,
+        patch_type: PatchType = PatchType.MERGE,
+        subresource: str | None = None,
+        field_manager: str | None = None,
+        force: bool = False,
+        decode: bool = True,
+    ) -> dict[str, Any] | None:
+        """Patch an object and return it as stored (``None`` with ``decode=False``).
 
         ``patch`` is a mapping (merge, strategic, apply) or a list of operations (JSON patch).
         For :attr:`PatchType.APPLY` the field manager defaults to the client's and ``force``
-        takes over conflicting fields. Retried only on 429.
+        takes over conflicting fields. With ``decode=False`` the server's answer is read but
+        not decoded (nor checked to be JSON) unless it is an error, which raises as always:
+        for callers that do not use the stored object. Retried only on 429.
         Cancellation: a checkpoint; if cancelled after sending, the patch may have been applied.
         """
         ns = self._namespace_for(resource, namespace)
         path = resource.path(namespace=ns, name=name, subresource=subresource)
-        params: dict[str, Any] = {"fieldManager": field_manager}
+        params: dict[str, Any] | None = None
         if patch_type is PatchType.APPLY:
-            params["fieldManager"] = field_manager or self.field_manager
-            params["force"] = "true" if force else None
+            params = {"fieldManager": field_manager or self.field_manager, "force": "true" if force else None}
         elif force:
             raise ValueError("force applies only to PatchType.APPLY")
+        elif field_manager is not None:
+            params = {"fieldManager": field_manager}
+        if not decode:
+            await self._request_unread("PATCH", path, params=params, body=patch, content_type=patch_type.value)
+            return None
         return await self._request_json(
             "PATCH", path, params=params, body=patch, content_type=patch_type.value, safe=False
         )
+
+    @overload
+    async def patch_status(
+        self,
+        resource: Resource,
+        name: str,
+        patch: Any,
+        *,
+        namespace: str | None = None,
+        patch_type: PatchType = PatchType.MERGE,
+        field_manager: str | None = None,
+        force: bool = False,
+        decode: Literal[True] = True,
+    ) -> dict[str, Any]: ...
+
+    @overload
+    async def patch_status(
+        self,
+        resource: Resource,
+        name: str,
+        patch: Any,
+        *,
+        namespace: str | None = None,
+        patch_type: PatchType = PatchType.MERGE,
+        field_manager: str | None = None,
+        force: bool = False,
+        decode: Literal[False],
+    ) -> None: ...
 
     async def patch_status(
         self,
@@ -740,21 +886,22 @@ class Client:
         patch_type: PatchType = PatchType.MERGE,
         field_manager: str | None = None,
         force: bool = False,
-    ) -> dict[str, Any]:
-        """Patch an object's ``status`` subresource (see :meth:`patch`).
+        decode: bool = True,
+    ) -> dict[str, Any] | None:
+        """Patch an object's ``status`` subresource (see :meth:`patch`, ``decode`` included).
 
         Cancellation: as :meth:`patch`.
         """
-        return await self.patch(
-            resource,
-            name,
-            patch,
-            namespace=namespace,
-            patch_type=patch_type,
-            subresource="status",
-            field_manager=field_manager,
-            force=force,
+        if decode:
+            return await self.patch(
+                resource, name, patch, namespace=namespace, patch_type=patch_type, subresource="status",
+                field_manager=field_manager, force=force,
+            )
+        await self.patch(
+            resource, name, patch, namespace=namespace, patch_type=patch_type, subresource="status",
+            field_manager=field_manager, force=force, decode=False,
         )
+        return None
 
     async def apply(
         self,

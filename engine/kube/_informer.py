@@ -21,9 +21,9 @@ object, ``resourceVersion`` and index or handler, and counted in
 Handlers run synchronously, after the store reflects the event they are given.
 
 Before an object reaches the store, the informer's ``transform`` (if any) is applied to it
-(every listed object, on the first list and on each relist, and the object of every
-``ADDED``, ``MODIFIED`` and ``DELETED`` watch event), and the store and handlers see only the
-result, like client-go's ``SetTransform``. :func:`strip_managed_fields` is the usual one
+(every listed object of the first list, each object of a relist that is new or has another
+``resourceVersion`` than the cached one, and the object of every ``ADDED``, ``MODIFIED`` and
+``DELETED`` watch event), and the store and handlers see only the result, like client-go's ``SetTransform``. :func:`strip_managed_fields` is the usual one
 (:meth:`Cluster.informer <engine.kube.Cluster.informer>` applies it by default). Then the
 object is copied into a compact form that shares interned strings and dictionary key tables
 with the other cached objects (:mod:`engine.kube._compact`); it is still made of plain
@@ -115,8 +115,11 @@ class Informer:
     All timing uses trio's clock.
 
     ``transform`` (a :data:`Transform`, none by default) is applied to each object before it
-    is stored: every object of the first list and of each relist, and the object of each
-    ``ADDED``, ``MODIFIED`` and ``DELETED`` watch event. The store and the handlers see only
+    is stored: every object of the first list, each object of a relist that is new or
+    changed (a relisted object with the cached ``resourceVersion`` keeps its cached form, so
+    a relist holds no second copy of unchanged objects; after a history reset every object is
+    transformed again), and the object of each ``ADDED``, ``MODIFIED`` and ``DELETED`` watch
+    event. A relist is read page by page, each page prepared as it arrives. The store and the handlers see only
     its result. A transform that raises for an object, or returns something without the
     object's ``metadata.name`` and ``metadata.namespace``, is contained like an index
     function: the object is cached as it was decoded (or as far as an in-place transform got),
@@ -154,6 +157,7 @@ class Informer:
             min_backoff=min_backoff,
             max_backoff=max_backoff,
             rng=rng,
+            prepare=self._prepare_listed,
         )
         """The watcher feeding the store."""
         self.resource = resource
@@ -272,10 +276,18 @@ class Informer:
             return Modified(compact(self._transformed(event.obj)))
         if isinstance(event, Deleted):
             return event if self.transform is None else Deleted(self._transformed(event.obj))
-        if isinstance(event, Restarted):
-            objects = [compact(self._transformed(obj)) for obj in event.objects]
-            return Restarted(objects, event.resource_version, reset=event.reset)
         return event
+
+    def _prepare_listed(self, obj: dict[str, Any], reset: bool) -> dict[str, Any]:
+        """A listed object as the store will keep it, made as its page arrives: the cached
+        object itself when it has the same ``resourceVersion`` (and the list is no reset), so
+        a relist of unchanged objects allocates nothing that outlives its page."""
+        if not reset:
+            meta = obj["metadata"]
+            cached = self.store.get(meta.get("namespace"), meta["name"])
+            if cached is not None and cached["metadata"].get("resourceVersion") == meta.get("resourceVersion"):
+                return cached
+        return compact(self._transformed(obj))
 
     def _on_event(self, event: WatcherEvent) -> None:
         event = self._prepared(event)

@@ -284,17 +284,30 @@ class Store:
         return InformerEvent(kind, obj, old)
 
     def _replace(self, objects: Iterable[dict[str, Any]], *, reset: bool) -> builtins.list[InformerEvent]:
-        seen: set[ObjectKey] = set()
+        # Names seen, by namespace: the listed objects' own name strings, no key tuple each.
+        seen: dict[str | None, set[str]] = {}
         planned = []
+        cached = self._namespaces
         for obj in objects:
-            key = object_key(obj)
-            seen.add(key)
-            current = self._get(key)
+            meta = obj["metadata"]
+            namespace, name = meta.get("namespace") or None, meta["name"]
+            names = seen.get(namespace)
+            if names is None:
+                names = seen[namespace] = set()
+            names.add(name)
+            in_namespace = cached.get(namespace)
+            current = None if in_namespace is None else in_namespace.get(name)
             if not reset and current is not None and _rv(current) == _rv(obj):
                 continue
             planned.append((obj, self._index_values(obj)))
         changes = [self._change(obj, self._insert(obj, values)) for obj, values in planned]
-        for key in [k for k, _ in self._items() if k not in seen]:
+        gone = [
+            (namespace, name)
+            for namespace, names in cached.items()
+            for name in names
+            if name not in seen.get(namespace, ())
+        ]
+        for key in gone:
             old = self._remove(key)
             if old is not None:
                 changes.append(InformerEvent(WatchEventType.DELETED, old, old))

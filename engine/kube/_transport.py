@@ -1,4 +1,4 @@
-"""The client's default network transport: HTTP/1.1 on h11 over trio sockets, to one origin.
+"""The client's default network transport: HTTP/1.1 over trio sockets, to one origin.
 
 An ``httpx.AsyncBaseTransport`` built for the client's traffic pattern (many small requests
 from a fixed set of workers, plus long watch streams): idle connections are a LIFO stack, so
@@ -6,7 +6,8 @@ taking one and putting it back cost O(1) whatever the pool size; the request hea
 out in one write; a response whose body already arrived with its head is returned complete,
 and a longer one (a watch) is streamed and gives its connection back when read to the end.
 An exchange that fails, is cancelled, or whose body is closed before its end closes its
-connection. Timeouts and keep-alive expiry run on trio's clock.
+connection. Timeouts and keep-alive expiry run on trio's clock. Messages are written and parsed
+by :mod:`engine.kube._http1` (a request head in one join, a response parsed off one buffer).
 """
 
 from __future__ import annotations
@@ -17,9 +18,10 @@ import ssl
 from collections.abc import AsyncIterator
 from types import TracebackType
 
-import h11
 import httpx
 import trio
+
+from ._http1 import Body, ProtocolError, parse_head, request_head
 
 __all__ = ["Transport"]
 
@@ -28,14 +30,17 @@ _DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
 class _Connection:
-    """One HTTP/1.1 connection: its stream, the socket under it and its h11 state."""
+    """One HTTP/1.1 connection: its stream, the socket under it, what was received and not yet
+    parsed, and whether it may carry another request."""
 
-    __slots__ = ("stream", "socket", "h11", "expires_at", "closed")
+    __slots__ = ("stream", "socket", "buffer", "eof", "reusable", "expires_at", "closed")
 
     def __init__(self, stream: trio.abc.Stream, socket: trio.socket.SocketType) -> None:
         self.stream = stream
         self.socket = socket
-        self.h11 = h11.Connection(h11.CLIENT)
+        self.buffer = bytearray()
+        self.eof = False
+        self.reusable = False
         self.expires_at = math.inf
         self.closed = False
 
@@ -45,14 +50,26 @@ def _timeouts(request: httpx.Request) -> dict[str, float | None]:
     return timeouts if timeouts is not None else {}
 
 
-class _ResponseStream(httpx.AsyncByteStream):
-    """The body of a response that did not arrive with its head (chunked or long: watches)."""
+class ResponseStream(httpx.AsyncByteStream):
+    """The body of a response that did not arrive with its head (chunked or long: watches).
+
+    Iterating yields the body's bytes as they arrive; at the body's end the connection goes
+    back to the transport. A watch reads it directly, without httpx's iterators over it.
+    """
 
     def __init__(
-        self, transport: Transport, conn: _Connection, read_timeout: float | None, first: list[bytes]
+        self,
+        transport: Transport,
+        conn: _Connection,
+        body: Body,
+        keep_alive: bool,
+        read_timeout: float | None,
+        first: list[bytes],
     ) -> None:
         self._transport = transport
         self._conn: _Connection | None = conn
+        self._body = body
+        self._keep_alive = keep_alive
         self._read_timeout = read_timeout
         self._first = first[::-1]
 
@@ -67,18 +84,16 @@ class _ResponseStream(httpx.AsyncByteStream):
             raise StopAsyncIteration
         try:
             while True:
-                event = conn.h11.next_event()
-                if event is h11.NEED_DATA:
+                data = self._body.read(conn.buffer, conn.eof)
+                if data is None:
                     await self._transport._receive(conn, self._read_timeout)
                     continue
-                if type(event) is h11.Data:
-                    data = event.data
-                    return data if type(data) is bytes else bytes(data)
-                if type(event) is h11.EndOfMessage:
-                    self._conn = None
-                    self._transport._release(conn)
-                    raise StopAsyncIteration
-                raise httpx.RemoteProtocolError(f"the server sent {type(event).__name__} inside a response body")
+                if data:
+                    return data
+                self._conn = None
+                conn.reusable = self._keep_alive and self._body.delimited
+                self._transport._release(conn)
+                raise StopAsyncIteration
         except StopAsyncIteration:
             raise
         except BaseException as exc:
@@ -103,10 +118,8 @@ def _raise_mapped(exc: BaseException, error: type[httpx.TransportError]) -> None
     (``error`` for I/O failures); return for anything else (cancellation, httpx's own)."""
     if isinstance(exc, httpx.HTTPError):
         return
-    if isinstance(exc, h11.RemoteProtocolError):
+    if isinstance(exc, ProtocolError):
         raise httpx.RemoteProtocolError(str(exc) or "the server broke the HTTP/1.1 protocol") from exc
-    if isinstance(exc, h11.LocalProtocolError):
-        raise httpx.LocalProtocolError(str(exc) or "the request broke the HTTP/1.1 protocol") from exc
     if isinstance(exc, trio.BrokenResourceError | trio.ClosedResourceError | OSError):
         raise error(str(exc) or type(exc).__name__) from exc
 
@@ -216,14 +229,8 @@ class Transport(httpx.AsyncBaseTransport):
 
     def _release(self, conn: _Connection) -> None:
         """Put ``conn`` back for reuse if its exchange completed cleanly; else close it."""
-        h = conn.h11
-        if (
-            h.our_state is h11.DONE
-            and h.their_state is h11.DONE
-            and not self._closed
-            and len(self._idle) < self._max_idle
-        ):
-            h.start_next_cycle()
+        if conn.reusable and not conn.buffer and not conn.eof and not self._closed and len(self._idle) < self._max_idle:
+            conn.reusable = False
             now = trio.current_time()
             conn.expires_at = now + self._keepalive_expiry
             idle = self._idle
@@ -251,17 +258,20 @@ class Transport(httpx.AsyncBaseTransport):
         if timeout is None:
             data = await conn.stream.receive_some(_READ_SIZE)
         else:
-            with trio.move_on_after(timeout) as scope:
+            with trio.CancelScope(deadline=trio.current_time() + timeout) as scope:
                 data = await conn.stream.receive_some(_READ_SIZE)
             if scope.cancelled_caught:
                 raise httpx.ReadTimeout("timed out waiting for the answer")
-        conn.h11.receive_data(data)  # type: ignore[arg-type]  # h11 takes any bytes-like
+        if data:
+            conn.buffer += data
+        else:
+            conn.eof = True
 
     async def _send(self, conn: _Connection, data: bytes, timeout: float | None) -> None:
         if timeout is None:
             await conn.stream.send_all(data)
             return
-        with trio.move_on_after(timeout) as scope:
+        with trio.CancelScope(deadline=trio.current_time() + timeout) as scope:
             await conn.stream.send_all(data)
         if scope.cancelled_caught:
             raise httpx.WriteTimeout("timed out sending the request")
@@ -279,68 +289,94 @@ class Transport(httpx.AsyncBaseTransport):
         timeouts = _timeouts(request)
         conn = await self._acquire(timeouts)
         try:
-            return await self._exchange(conn, request, timeouts)
+            method = request.method.encode("ascii")
+            head = request_head(method, url.raw_path, request.headers.raw)
+            try:
+                body: bytes | None = request.content
+            except httpx.RequestNotRead:
+                body = None
+            write_timeout = timeouts.get("write")
+            if body is not None:
+                await self._send(conn, head + body if body else head, write_timeout)
+            else:
+                await self._send(conn, head, write_timeout)
+                chunked = any(
+                    name.lower() == b"transfer-encoding" and b"chunked" in value.lower()
+                    for name, value in request.headers.raw
+                )
+                async for chunk in request.stream:  # type: ignore[union-attr]
+                    if chunk:
+                        await self._send(conn, b"%x\r\n%b\r\n" % (len(chunk), chunk) if chunked else chunk, write_timeout)
+                if chunked:
+                    await self._send(conn, b"0\r\n\r\n", write_timeout)
+            return await self._response(conn, method, timeouts)
         except BaseException as exc:
             self._discard(conn)
             _raise_mapped(exc, httpx.ReadError)
             raise
 
-    async def _exchange(
-        self, conn: _Connection, request: httpx.Request, timeouts: dict[str, float | None]
+    async def request(
+        self,
+        method: bytes,
+        target: bytes,
+        headers: list[tuple[bytes, bytes]],
+        body: bytes,
+        timeouts: dict[str, float | None],
+        *,
+        stream: bool = True,
     ) -> httpx.Response:
-        h = conn.h11
-        head = h11.Request(method=request.method, target=request.url.raw_path, headers=request.headers.raw)
+        """Send one request given as its parts and return its response, as
+        :meth:`handle_async_request` does, without an ``httpx.Request``; with ``stream=False``
+        the whole body is read before returning (the connection then goes back at once).
+
+        ``target`` is the request target (path and query, already escaped); ``headers`` are
+        sent as they are (the caller includes ``Host`` and, with a body, ``Content-Length``);
+        ``timeouts`` holds httpx's ``connect``, ``read``, ``write`` and ``pool`` keys. Raises
+        httpx's transport exceptions, as :meth:`handle_async_request` does.
+
+        Cancellation: a checkpoint; a cancelled exchange closes its connection.
+        """
+        conn = await self._acquire(timeouts)
         try:
-            body: bytes | None = request.content
-        except httpx.RequestNotRead:
-            body = None
-        write_timeout = timeouts.get("write")
-        if body is not None:
-            data = h.send(head) or b""
-            if body:
-                data += h.send(h11.Data(data=body)) or b""
-            data += h.send(h11.EndOfMessage()) or b""
-            await self._send(conn, data, write_timeout)
-        else:
-            await self._send(conn, h.send(head) or b"", write_timeout)
-            async for chunk in request.stream:  # type: ignore[union-attr]
-                if chunk:
-                    await self._send(conn, h.send(h11.Data(data=chunk)) or b"", write_timeout)
-            await self._send(conn, h.send(h11.EndOfMessage()) or b"", write_timeout)
+            head = request_head(method, target, headers)
+            await self._send(conn, head + body if body else head, timeouts.get("write"))
+            return await self._response(conn, method, timeouts, stream)
+        except BaseException as exc:
+            self._discard(conn)
+            _raise_mapped(exc, httpx.ReadError)
+            raise
+
+    async def _response(
+        self, conn: _Connection, method: bytes, timeouts: dict[str, float | None], stream: bool = True
+    ) -> httpx.Response:
         read_timeout = timeouts.get("read")
+        while (response := parse_head(conn.buffer, method)) is None:
+            if conn.eof:
+                raise ProtocolError("the server closed the connection without answering")
+            await self._receive(conn, read_timeout)
+        extensions = {"http_version": b"HTTP/1.1", "reason_phrase": response.reason}
+        # A body that is already here (small answers come with their head), or any body when
+        # the caller wants it whole, is returned whole, and the connection goes back at once.
+        chunks: list[bytes] = []
+        reader = response.body
         while True:
-            event = h.next_event()
-            if event is h11.NEED_DATA:
+            data = reader.read(conn.buffer, conn.eof)
+            if data is None:
+                if stream:
+                    break
                 await self._receive(conn, read_timeout)
                 continue
-            if isinstance(event, h11.Response):
-                response = event
-                break
-            if not isinstance(event, h11.InformationalResponse):
-                raise httpx.RemoteProtocolError(f"the server answered with {type(event).__name__}, not a response")
-        extensions = {"http_version": b"HTTP/1.1", "reason_phrase": response.reason}
-        headers = response.headers.raw_items()
-        # A body that is already here (small answers come with their head) is returned whole,
-        # and the connection goes back at once.
-        chunks: list[bytes] = []
-        while True:
-            event = h.next_event()
-            if type(event) is h11.Data:
-                data = event.data
-                chunks.append(data if type(data) is bytes else bytes(data))
-                continue
-            if type(event) is h11.EndOfMessage:
+            if not data:
                 content = chunks[0] if len(chunks) == 1 else b"".join(chunks)
                 whole = httpx.Response(
-                    response.status_code, headers=headers, stream=httpx.ByteStream(content), extensions=extensions
+                    response.status, headers=response.headers, content=content, extensions=extensions
                 )
+                conn.reusable = response.keep_alive and reader.delimited
                 self._release(conn)
                 return whole
-            if event is h11.NEED_DATA:
-                break
-            raise httpx.RemoteProtocolError(f"the server sent {type(event).__name__} inside a response body")
-        stream = _ResponseStream(self, conn, read_timeout, chunks)
-        return httpx.Response(response.status_code, headers=headers, stream=stream, extensions=extensions)
+            chunks.append(data)
+        rest = ResponseStream(self, conn, reader, response.keep_alive, read_timeout, chunks)
+        return httpx.Response(response.status, headers=response.headers, stream=rest, extensions=extensions)
 
     async def aclose(self) -> None:
         """Close the idle connections; connections in use close when their exchange ends.

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+import collections
 import enum
-import json
 import logging
 from collections.abc import Awaitable, Callable
 from types import TracebackType
@@ -13,8 +13,10 @@ import attrs
 import httpx
 import trio
 
+from . import _json
 from ._errors import ResponseError, TransportError, WatchStalledError, error_from_status, transport_reason
 from ._resource import Resource
+from ._transport import ResponseStream
 
 __all__ = ["WatchEvent", "WatchEventType", "WatchStream"]
 
@@ -71,7 +73,7 @@ class WatchStream:
         self._response: httpx.Response | None = None
         self._chunks: Any = None
         self._buffer = bytearray()
-        self._scanned = 0
+        self._lines: collections.deque[bytes] = collections.deque()
         self._eof = False
         self.skipped = 0
         """How many malformed lines this stream skipped."""
@@ -81,8 +83,12 @@ class WatchStream:
 
         Cancellation: a checkpoint; a half-open response is closed.
         """
-        self._response = await self._open_response()
-        self._chunks = self._response.aiter_bytes()
+        response = self._response = await self._open_response()
+        stream = response.stream
+        if isinstance(stream, ResponseStream) and "content-encoding" not in response.headers:
+            self._chunks = stream
+        else:
+            self._chunks = response.aiter_bytes()
         return self
 
     async def __aexit__(
@@ -153,30 +159,35 @@ class WatchStream:
         )
 
     async def _next_line(self) -> bytes | None:
-        while True:
-            newline = self._buffer.find(b"\n", self._scanned)
-            if newline >= 0:
-                line = bytes(self._buffer[:newline])
-                del self._buffer[: newline + 1]
-                self._scanned = 0
-                return line
-            self._scanned = len(self._buffer)
+        lines = self._lines
+        while not lines:
             if self._eof:
                 if self._buffer.strip():
                     line = bytes(self._buffer)
                     self._buffer.clear()
-                    self._scanned = 0
                     return line
                 return None
             chunk = await self._read_chunk()
             if chunk is None:
                 self._eof = True
-            else:
+                continue
+            if b"\n" not in chunk:
                 self._buffer += chunk
                 if len(self._buffer) > _MAX_LINE:
                     raise ResponseError(
                         f"a watch event of {self._resource} must be at most {_MAX_LINE} bytes"
                     )
+                continue
+            parts = chunk.split(b"\n")
+            if self._buffer:
+                self._buffer += parts[0]
+                parts[0] = bytes(self._buffer)
+                self._buffer.clear()
+            tail = parts.pop()
+            if tail:
+                self._buffer += tail
+            lines.extend(parts)
+        return lines.popleft()
 
     def _skip(self, why: str, line: bytes) -> None:
         self.skipped += 1
@@ -188,7 +199,7 @@ class WatchStream:
         if not line.strip():
             return None
         try:
-            data = json.loads(line)
+            data = _json.loads(line)
         except ValueError:
             self._skip("not JSON", line)
             return None

@@ -200,6 +200,12 @@ class Watcher:
     random value between it and twice it). ``min_backoff``/``max_backoff`` bound the jittered
     exponential backoff before resuming a failed stream. ``rng`` drives the randomness (seed it
     for reproducible tests). All timing uses trio's clock.
+
+    A list is read ``page_size`` objects at a time; ``prepare(obj, reset)`` (if given) is
+    applied to each valid listed object as its page arrives, and the page is dropped before
+    the next one is read, so a relist holds one page of decoded JSON at a time beside what
+    ``prepare`` returns (``reset``: the list's ``resourceVersion`` is older than the one held,
+    see :class:`Restarted`). :class:`Restarted` carries what ``prepare`` returned.
     """
 
     def __init__(
@@ -216,6 +222,7 @@ class Watcher:
         min_backoff: float = 0.1,
         max_backoff: float = 30.0,
         rng: random.Random | None = None,
+        prepare: Callable[[dict[str, Any], bool], dict[str, Any]] | None = None,
     ) -> None:
         if page_size < 1:
             raise ValueError("page_size must be >= 1")
@@ -236,6 +243,7 @@ class Watcher:
         self._min_backoff = min_backoff
         self._max_backoff = max_backoff
         self._rng = rng or random.Random()
+        self._prepare = prepare
         self._running = False
         self._resource_version: str | None = None
         self._lists = 0
@@ -265,36 +273,46 @@ class Watcher:
         """The jittered delay after ``failures`` consecutive failures, within the bounds."""
         return jittered_backoff(failures, base=self._min_backoff, cap=self._max_backoff, rng=self._rng)
 
-    async def _list(self) -> ObjectList:
-        return await self._client.list_all(
+    async def _list_page(self, continue_token: str | None) -> ObjectList:
+        """One page of the list (``page_size`` objects), from ``continue_token`` if given."""
+        return await self._client.list(
             self.resource,
             namespace=self.namespace,
             label_selector=self._label_selector,
             field_selector=self._field_selector,
-            page_size=self._page_size,
+            limit=self._page_size,
+            continue_token=continue_token,
         )
 
     async def _relist(self, on_event: Callable[[WatcherEvent], object], *, reset: bool = False) -> None:
-        listing = await self._list()
+        objects: list[dict[str, Any]] = []
+        resource_version: str | None = None
+        token: str | None = None
+        prepare = self._prepare
+        while True:
+            page = await self._list_page(token)
+            if resource_version is None:
+                resource_version = page.resource_version
+                if not reset and _older(resource_version, self._resource_version):
+                    reset = True
+                    self._history_went_back(
+                        f"a list answered resourceVersion {resource_version}, "
+                        f"older than {self._resource_version} seen before"
+                    )
+            for obj in page.items:
+                if not _valid(obj):
+                    self._skipped += 1
+                    log.warning("skipping a malformed list item of %s (no metadata.name)", self.resource)
+                    continue
+                objects.append(obj if prepare is None else prepare(obj, reset))
+            token = page.continue_token
+            del page
+            if not token:
+                break
         self._lists += 1
-        if not reset and _older(listing.resource_version, self._resource_version):
-            reset = True
-            self._history_went_back(
-                f"a list answered resourceVersion {listing.resource_version}, "
-                f"older than {self._resource_version} seen before"
-            )
-        objects = []
-        for obj in listing.items:
-            if not _valid(obj):
-                self._skipped += 1
-                log.warning("skipping a malformed list item of %s (no metadata.name)", self.resource)
-                continue
-            objects.append(obj)
-        on_event(Restarted(objects, listing.resource_version, reset=reset))
-        self._resource_version = listing.resource_version
-        log.debug(
-            "listed %d %s at resourceVersion %s", len(objects), self.resource, listing.resource_version
-        )
+        on_event(Restarted(objects, resource_version, reset=reset))
+        self._resource_version = resource_version
+        log.debug("listed %d %s at resourceVersion %s", len(objects), self.resource, resource_version)
 
     def _history_went_back(self, why: str) -> None:
         self._resets += 1

@@ -250,14 +250,19 @@ async def serve_http(
             else:
                 headers.append(("connection", "close"))
                 headers.append(("transfer-encoding", "chunked"))
-            await stream.send_all(
-                conn.send(h11.Response(status_code=response.status, headers=headers, reason=_reason(response.status)))
-            )
+            head = conn.send(h11.Response(status_code=response.status, headers=headers, reason=_reason(response.status)))
             if response.stream is None:
-                if response.body and request.method != "HEAD":
-                    await stream.send_all(conn.send(h11.Data(data=response.body)))
-                await stream.send_all(conn.send(h11.EndOfMessage()))
+                # Head, body and end in one write, as Go's net/http sends a small answer: a
+                # client reads the whole answer at once.
+                parts = [head or b""]
+                try:
+                    if response.body and request.method != "HEAD":
+                        parts.append(conn.send(h11.Data(data=response.body)) or b"")
+                    parts.append(conn.send(h11.EndOfMessage()) or b"")
+                finally:
+                    await stream.send_all(b"".join(parts))
             else:
+                await stream.send_all(head or b"")
                 await _send_streaming(conn, stream, response)
                 return
             if conn.our_state is h11.MUST_CLOSE or conn.their_state is h11.MUST_CLOSE:

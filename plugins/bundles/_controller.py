@@ -110,7 +110,7 @@ async def write_status(
         try:
             await client.patch_status(
                 resource, meta["name"], {"status": dict(status)}, namespace=meta.get("namespace"),
-                field_manager=FIELD_MANAGER,
+                field_manager=FIELD_MANAGER, decode=False,
             )
         except NotFoundError:
             return False
