@@ -48,6 +48,8 @@ class RequestRecord:
     served: ServedRequest
     actor: str
     """The User-Agent up to its first ``/`` (a replica's identity)."""
+    name: str | None
+    """The object's name (of a create: the one in its body)."""
     received_at: float
     answered_at: float
     uid: str | None
@@ -67,10 +69,14 @@ class RequestRecord:
 
     def body(self) -> Any:
         """The request body as JSON, or ``None`` when it is empty or not JSON."""
-        try:
-            return json.loads(self.served.body or b"null")
-        except ValueError:
-            return None
+        return _json(self.served.body)
+
+
+def _json(body: bytes) -> Any:
+    try:
+        return json.loads(body or b"null")
+    except ValueError:
+        return None
 
 
 @attrs.define(eq=False)
@@ -92,26 +98,31 @@ class RequestLog:
         now = trio.current_time()
         actor = served.user_agent.split("/", 1)[0] or "?"
         holding = self.holding(actor, served.received_at)
-        obj = self._stored(served)
+        name = served.name
+        if name is None and served.verb == "create":
+            body = _json(served.body)
+            meta = body.get("metadata") if isinstance(body, Mapping) else None
+            name = meta.get("name") if isinstance(meta, Mapping) and isinstance(meta.get("name"), str) else None
+        obj = self.stored(served.kind, served.group, served.namespace, name)
         meta = obj.get("metadata") or {} if obj is not None else {}
         self.records.append(RequestRecord(
-            served, actor, served.received_at, now, meta.get("uid"), meta.get("resourceVersion"), holding,
+            served, actor, name, served.received_at, now, meta.get("uid"), meta.get("resourceVersion"), holding,
         ))
         if write and served.kind == "Lease" and 200 <= served.status < 300 and obj is not None:
-            self._lease_written(actor, served, obj, now)
+            self._lease_written(actor, served.namespace or "", name or "", obj, now)
 
-    def _stored(self, served: ServedRequest) -> dict[str, Any] | None:
-        if served.name is None:
+    def stored(self, kind: str, group: str, namespace: str | None, name: str | None) -> dict[str, Any] | None:
+        """The object as stored now, or ``None``. Read it, do not modify it."""
+        if name is None:
             return None
         for rt in self.store.types():
-            if rt.kind == served.kind and rt.group == served.group:
-                return self.store.lookup(rt, served.namespace if rt.namespaced else None, served.name)
+            if rt.kind == kind and rt.group == group:
+                return self.store.lookup(rt, namespace if rt.namespaced else None, name)
         return None
 
-    def _lease_written(self, actor: str, served: ServedRequest, lease: Mapping[str, Any], now: float) -> None:
+    def _lease_written(self, actor: str, ns: str, name: str, lease: Mapping[str, Any], now: float) -> None:
         spec = lease.get("spec") or {}
         holder = spec.get("holderIdentity") or ""
-        ns, name = served.namespace or "", served.name or ""
         for who, held in list(self._holdings.items()):
             if (held.namespace, held.name) == (ns, name) and who != holder:
                 self._holdings[who] = attrs.evolve(held, until=min(held.until, now))

@@ -43,6 +43,7 @@ from engine.kube import Client, KubeError, NotFoundError, install_crds
 
 from ..apiserver._api import ServedRequest
 from ..apiserver._faults import Fault
+from ..apiserver._requestlog import RequestLog, RequestRecord
 from ..apiserver._storage import StorageSnapshot
 from ._determinism import deterministic_scheduling
 from ._harness import DRIVER_USER_AGENT, PluginHarness, open_plugin_test
@@ -65,6 +66,15 @@ _NOT_FAILURES = frozenset({CancelCause.SUPERSEDED, CancelCause.SHUTDOWN, CancelC
 _TICK = 1.0
 _RESYNC = 120.0
 _WRITES = frozenset({"create", "update", "patch", "delete", "deletecollection"})
+LATE_WRITE_BOUND = 5.0
+"""Seconds a write that arrived before its replica lost its lease may land after the loss
+(it was in flight, held up by latency); a later landing is a violation."""
+WATCH_BOUND = 60.0
+"""Seconds within which a watched change that passes a controller's predicates must lead to a
+trigger of its key on each live replica that watches it."""
+SINK_BOUND = 10.0
+"""Seconds within which a healthy sink must have received an event emitted before."""
+_ROUTINE = frozenset({"Lease", "Event"})
 
 
 @attrs.frozen
@@ -156,6 +166,26 @@ class _Replica(RunObserver):
     failed_before_cancel: set[str] = attrs.field(factory=set)
     quiet_runs: set[str] = attrs.field(factory=set)
     events_seen: int = 0
+    lost_at: float | None = None
+    """When the engine reported its lease lost (its ``on_lost`` callback)."""
+    emitted: list[tuple[float, Event]] = attrs.field(factory=list)
+    """Every event as emitted (the recorder's tap), independent of the sinks."""
+    cancelled_at: dict[str, float] = attrs.field(factory=dict)
+    """Run id -> when a trigger superseded it."""
+    ended: dict[tuple[str, ObjectRef], Run] = attrs.field(factory=dict)
+    """The last run of each key that ended."""
+    watches: dict[tuple[str, str, str], ServedRequest] = attrs.field(factory=dict)
+    """The collections it watched, by ``(path, label selector, field selector)``."""
+
+    def tap(self, event: Event) -> None:
+        self.emitted.append((trio.current_time(), event))
+        if self.lost_at is not None and trio.current_time() > self.lost_at:
+            self.sim.fail(f"{self.identity} emitted {event.type.value} {event.reason} about {event.involved} "
+                          f"{trio.current_time() - self.lost_at:.3f}s after it lost its lease (no fencing)")
+
+    def lose(self, reason: str) -> None:
+        self.lost_at = trio.current_time()
+        self.sim.trace.add(self.identity, "lease", f"lost: {reason}")
 
     @property
     def alive(self) -> bool:
@@ -169,7 +199,12 @@ class _Replica(RunObserver):
         text = f"{controller.name} {trigger.ref} #{trigger.sequence} {trigger.reason or ''}".rstrip()
         if superseded is not None:
             text += f"; supersedes {superseded.id}"
+            self.cancelled_at.setdefault(superseded.id, trio.current_time())
         sim.trace.add(self.identity, "trigger", text)
+        kind, _, change = (trigger.reason or "").partition(" ")
+        if kind == trigger.ref.kind and change in ("added", "modified", "deleted"):
+            sim.direct.add((controller.name, trigger.ref.kind, trigger.ref.group))
+        sim.discharge(self.identity, controller.name, trigger.ref)
 
     def on_run_started(self, controller: Controller, run: Run) -> None:
         sim = self.sim
@@ -183,8 +218,12 @@ class _Replica(RunObserver):
         other = sim.in_progress.get(key)
         if other is not None:
             since = sim.restored_lease_window()
-            if since is None:
-                sim.fail(f"two runs of {run.key} at once: {other[0]} {other[1]} and {self.identity} {run.id} (no fencing)")
+            if other[0] == self.identity:
+                sim.fail(f"two runs of {run.key} at once on one replica: {self.identity} {other[1]} and {run.id} "
+                         "(the queue handed out a key that was still processing)")
+            elif since is None:
+                sim.fail(f"two runs of {run.key} at once across replicas: {other[0]} {other[1]} and {self.identity} "
+                         f"{run.id} (no fencing)")
             else:
                 sim.trace.add(self.identity, "overlap", f"{run.id} runs {run.key} while {other[0]} {other[1]} does, "
                               f"{since:.3f}s after a history rewind brought back an older Lease (allowed for renew_deadline)")
@@ -194,6 +233,8 @@ class _Replica(RunObserver):
         sim = self.sim
         key = (controller.name, run.key)
         self.running.pop(key, None)
+        self.ended[key] = run
+        self._check_shielded(run)
         if sim.in_progress.get(key) == (self.identity, run.id):
             del sim.in_progress[key]
         cause = f" cause {run.cause.value}" if run.cause is not None else ""
@@ -214,6 +255,25 @@ class _Replica(RunObserver):
                          f"before the grace period of {sim.grace_period:g}s ended (no drain)")
         if outcome.kind is OutcomeKind.DEPENDENCY_NOT_READY:
             self.waiting[key] = outcome.dependencies
+
+    def _check_shielded(self, run: Run) -> None:
+        """A run cancelled inside a ``shield`` gets its final write to the server, or reports
+        (its shield timed out) that it did not."""
+        if not run.shields_at_cancel or run.cause is None or run.forced or run.finished_at is None:
+            return
+        sim = self.sim
+        if any(scope.cancelled_caught for scope in run.shields_at_cancel):
+            sim.trace.add(self.identity, "shield", f"{run.id} {run.key}: its shielded write did not finish in time "
+                          "(the run reports it)")
+            return
+        since = self.cancelled_at.get(run.id, self.stop_at if run.cause is CancelCause.SHUTDOWN else self.lost_at)
+        if since is None:
+            return
+        if not any(since <= r.answered_at <= run.finished_at for r in sim.log.writes(actor=self.identity, since=since)
+                   if r.served.kind not in _ROUTINE):
+            sim.fail(f"run {self.identity} {run.id} of {run.key} was cancelled ({run.cause.value}) inside a shielded "
+                     f"write at {since - sim.trace.origin:.3f}s, but no write of it reached the server before it "
+                     f"ended at {run.finished_at - sim.trace.origin:.3f}s, and it did not report a cut write")
 
     def on_ready(self, ref: ObjectRef, revision: str | None) -> None:
         sim = self.sim
@@ -263,6 +323,14 @@ class _Simulator:
     """Set while writes are accepted (cleared from a history rewind until the replicas resynced)."""
     rewinds_pending: int = 0
     rewound_at: float | None = None
+    log: RequestLog = attrs.field(init=False)
+    """The embedded server's request log: the outside view the checks read."""
+    direct: set[tuple[str, str, str]] = attrs.field(factory=set)
+    """``(controller, kind, group)`` of every controller seen triggered by a watch of its own kind."""
+    obligations: dict[tuple[str, str, ObjectRef], tuple[float, str]] = attrs.field(factory=dict)
+    """``(replica, controller, key)`` -> (when, what changed): a watched change that must lead to a trigger."""
+    seen: dict[tuple[str, str, str | None, str], tuple[str | None, Any, Any]] = attrs.field(factory=dict)
+    """The last written state of each object: (uid, generation, deletionTimestamp)."""
     _scope: trio.CancelScope = attrs.field(factory=trio.CancelScope)
     _nursery: trio.Nursery | None = None
     _target: KubeTarget | None = None
@@ -299,6 +367,8 @@ class _Simulator:
             if problem is not None:
                 self.fail(f"plugin invariant {getattr(invariant, '__name__', 'invariant')}: {problem}")
         now = trio.current_time()
+        self.check_notifications()
+        self.check_sinks()
         for rep in self.replicas:
             self._check_events(rep)
             if not rep.alive:
@@ -308,8 +378,59 @@ class _Simulator:
                     self.fail(f"{key[1]} did not run within {self.simulation.prompt:g}s of its dependency {ref} "
                               f"becoming Ready on {rep.identity} (waited {now - since:.1f}s)")
 
+    def discharge(self, identity: str, controller: str, ref: ObjectRef) -> None:
+        self.obligations.pop((identity, controller, ref), None)
+
+    def check_notifications(self) -> None:
+        """Every watched change owed a trigger got it within :data:`WATCH_BOUND`, on each
+        replica that is still alive."""
+        now = trio.current_time()
+        live = {r.identity for r in self.current.values() if r.alive}
+        for (identity, controller, ref), (at, change) in list(self.obligations.items()):
+            if identity not in live:
+                del self.obligations[(identity, controller, ref)]
+            elif now - at > WATCH_BOUND:
+                self.fail(f"{identity} {controller}: {change} of {ref} at {at - self.trace.origin:.3f}s passed the "
+                          f"predicates of its watch handler but led to no trigger of {ref} within {WATCH_BOUND:g}s "
+                          "(a lost notification)")
+
+    def check_sinks(self) -> None:
+        """Each live replica's own memory sink received, within :data:`SINK_BOUND`, every
+        event emitted (as the recorder's tap saw it) that the recorder did not drop, whatever
+        another sink does."""
+        now = trio.current_time()
+        for rep in self.replicas:
+            h = rep.harness
+            if h is None or not rep.alive:
+                continue
+            due = sum(1 for at, _ in rep.emitted if now - at > SINK_BOUND)
+            drops = h.manager.events.drops()
+            dropped = sum(n for (sink, _), n in drops.items() if sink in ("*", "memory"))
+            if len(h.events) + dropped < due:
+                down = " while the notification endpoint is down" if self.notifier.down else ""
+                self.fail(f"{rep.identity}: its memory sink received {len(h.events)} of {due} events emitted more than "
+                          f"{SINK_BOUND:g}s ago{down} (a stuck sink holds up the others)")
+
+    def check_triggers_ran(self) -> None:
+        """At a moment when every task waits: a trigger that is not followed by a run of its
+        key, while the key is not running and its controller has a free worker, is lost."""
+        for rep in self.replicas:
+            if not rep.alive or rep.harness is None:
+                continue
+            for (name, ref), (index, trig) in rep.last_trigger.items():
+                if rep.last_start.get((name, ref), -1) > index or (name, ref) in rep.running:
+                    continue
+                controller = rep.harness.manager.controller(name)
+                busy = sum(1 for (n, _) in rep.running if n == name)
+                if busy >= controller.max_concurrent:
+                    continue
+                self.fail(f"{rep.identity} {name}: trigger #{trig.sequence} ({trig.reason}) of {ref} at "
+                          f"{trig.observed_at - self.trace.origin:.3f}s never led to a run, and {controller.max_concurrent - busy} "
+                          "worker(s) are free (lost wake-up)")
+
     def check_quiescent(self) -> None:
         """Checks for a moment when every task waits: no ready key beside an idle worker."""
+        self.check_triggers_ran()
         for rep in self.replicas:
             if not rep.alive:
                 continue
@@ -321,14 +442,11 @@ class _Simulator:
                               f"{controller.live_workers - controller.active_workers} worker(s) idle (lost wake-up)")
 
     def _check_events(self, rep: _Replica) -> None:
-        if rep.harness is None:
-            return
-        events = rep.harness.events
-        for event in events[rep.events_seen:]:
+        for _, event in rep.emitted[rep.events_seen:]:
             if event.type is EventType.WARNING and event.run_id in rep.quiet_runs:
                 self.fail(f"{rep.identity} emitted Warning {event.reason} about {event.involved} from run "
                           f"{event.run_id}, which the engine cancelled (a failure event for a run that did not fail)")
-        rep.events_seen = len(events)
+        rep.events_seen = len(rep.emitted)
 
     def check_wakeups(self) -> None:
         """Every trigger a live replica accepted was followed by a run of its key."""
@@ -354,6 +472,9 @@ class _Simulator:
         actor = served.user_agent.split("/", 1)[0] or "?"
         if served.verb == "watch" and served.status == 200 and actor.startswith(REPLICA):
             self.watched.add((actor, served.path, *served.selectors))
+            watcher = next((r for r in self.replicas if r.identity == actor), None)
+            if watcher is not None:
+                watcher.watches[(served.path, *served.selectors)] = served
         if served.verb == "list" and served.status < 300:
             self.resyncing.discard((actor, served.path, *served.selectors))
         if served.verb in ("get", "list", "watch"):
@@ -378,10 +499,111 @@ class _Simulator:
                     rep.failed_before_cancel.add(run.id)
                 if served.status < 300:
                     rep.failure_status.add(run.id)
+        record = self.log.records[-1] if self.log.records and self.log.records[-1].served is served else None
+        if record is not None and record.ok:
+            if actor.startswith(REPLICA) and served.kind not in _ROUTINE:
+                self._check_fenced(record)
+                self._check_within_run(record)
+            self._owe_triggers(record)
         routine = served.kind in ("Lease", "Event") and served.status < 300
         if not routine:
             self.trace.add("api", "write", f"{actor} {served.verb} {served.kind} {where}{sub} -> {served.status}"
                            + (" (failure status)" if failure else ""))
+
+    def _replica_named(self, identity: str) -> _Replica | None:
+        return next((r for r in self.replicas if r.identity == identity), None)
+
+    def _describe(self, record: RequestRecord) -> str:
+        served = record.served
+        where = f"{served.namespace}/{served.name or ''}" if served.namespace else str(served.name or "")
+        return f"{served.verb} {served.kind} {where}" + (f"/{served.subresource}" if served.subresource else "")
+
+    def _check_fenced(self, record: RequestRecord) -> None:
+        """No write by a replica after it lost its lease: by its own report (``on_lost``), or
+        as the server saw the Lease (it no longer held it). A write that arrived before the
+        loss and landed after it was in flight: traced, and allowed for :data:`LATE_WRITE_BOUND`."""
+        rep = self._replica_named(record.actor)
+        if rep is None or rep.harness is None or rep.harness.manager.leader_election is None:
+            return
+        what = self._describe(record)
+        if rep.lost_at is not None and record.answered_at > rep.lost_at:
+            late = record.answered_at - rep.lost_at
+            if record.received_at > rep.lost_at:
+                self.fail(f"{rep.identity} wrote ({what}) {record.received_at - rep.lost_at:.3f}s after it lost its "
+                          "lease (no fencing)")
+            elif late > LATE_WRITE_BOUND:
+                self.fail(f"{rep.identity}'s write ({what}) landed {late:.3f}s after it lost its lease, beyond the "
+                          f"{LATE_WRITE_BOUND:g}s a write in flight may take")
+            else:
+                self.trace.add(rep.identity, "late", f"{what} was in flight when the lease was lost; landed {late:.3f}s later")
+            return
+        if record.lease is None and self.restored_lease_window() is None:
+            self.fail(f"{rep.identity} wrote ({what}) at {record.received_at - self.trace.origin:.3f}s without holding "
+                      "the Lease, as the server saw it (no fencing)")
+
+    def _check_within_run(self, record: RequestRecord) -> None:
+        """A status write of a key's object comes from a run of that key in progress: none
+        lands after the run ended."""
+        served = record.served
+        if served.subresource != "status":
+            return
+        rep = self._replica_named(record.actor)
+        if rep is None or rep.object_run(served.kind, served.namespace, served.name) is not None:
+            return
+        ended = [run for (_, ref), run in rep.ended.items() if ref.kind == served.kind and ref.name == served.name
+                 and (ref.namespace or None) == (served.namespace or None)]
+        last = f"run {ended[-1].id} ended at {(ended[-1].finished_at or 0) - self.trace.origin:.3f}s" if ended else "no run of it"
+        self.fail(f"{rep.identity}'s status write ({self._describe(record)}) landed at "
+                  f"{record.answered_at - self.trace.origin:.3f}s with no run of its key in progress ({last}): a write "
+                  "of a run landed after the run ended")
+
+    def _owe_triggers(self, record: RequestRecord) -> None:
+        """A change of an object that a live replica watches, and that every predicate passes
+        (created, deleted, a new generation or deletion timestamp), is owed a trigger of its
+        key by each controller that watches its kind (see :meth:`check_notifications`)."""
+        served = record.served
+        if record.name is None or served.subresource is not None:
+            return
+        key = (served.kind, served.group, served.namespace, record.name)
+        obj = self.log.stored(served.kind, served.group, served.namespace, record.name)
+        meta = (obj.get("metadata") or {}) if obj is not None else {}
+        now_state = (meta.get("uid"), meta.get("generation"), meta.get("deletionTimestamp")) if obj is not None else None
+        before = self.seen.get(key)
+        if now_state is None:
+            self.seen.pop(key, None)
+        else:
+            self.seen[key] = now_state
+        if before == now_state:
+            return
+        if before is None:
+            change = "creation"
+        elif now_state is None:
+            change = "deletion"
+        elif before[0] != now_state[0]:
+            change = "re-creation"
+        elif before[2] != now_state[2]:
+            change = "deletion request"
+        elif before[1] != now_state[1]:
+            change = f"generation {now_state[1]}"
+        else:
+            return
+        controllers = [c for c, kind, group in sorted(self.direct) if kind == served.kind and group == served.group]
+        if not controllers:
+            return
+        seen_obj = obj if obj is not None else {"metadata": {"name": record.name, "namespace": served.namespace}}
+        ref = ObjectRef(served.kind, record.name, served.namespace or None, served.group)
+        for rep in self.current.values():
+            h = rep.harness
+            if h is None or not rep.alive:
+                continue
+            election = h.manager.leader_election
+            if election is not None and not election.is_leader:
+                continue
+            if not any(w.kind == served.kind and w.group == served.group and self.log.matches_watch(w, seen_obj)
+                       for w in rep.watches.values()):
+                continue
+            for name in controllers:
+                self.obligations.setdefault((rep.identity, name, ref), (record.answered_at, change))
 
     # ----- replicas -----
 
@@ -413,6 +635,9 @@ class _Simulator:
             grace_period=self.grace_period, start_timeout=math.inf,
         ) as harness:
             rep.harness = harness
+            harness.manager.events.add_tap(rep.tap)
+            if harness.manager.leader_election is not None:
+                harness.manager.leader_election.on_lost(rep.lose)
             self.trace.add(rep.identity, "replica", "started" + (" (leader election)" if self.leader_election else ""))
             task_status.started()
             with rep.wait_scope:
@@ -490,8 +715,10 @@ class _Simulator:
         ) as target:
             assert target.api is not None
             self._target = target
+            self.log = RequestLog(target.api.store)
+            target.api.add_request_observer(self.log)
             target.api.add_request_observer(self.on_request)
-            self._state = ClusterState(target.api.store, sim.namespace)
+            self._state = ClusterState(target.api.store, sim.namespace, requests=self.log)
             async with target.client(user_agent=DRIVER_USER_AGENT) as driver:
                 self._driver = driver
                 await install_crds(driver, sim.plugin.crds)
@@ -597,6 +824,9 @@ class _Simulator:
             down = faults.fail(503, count=None, client=REPLICA)
             writes = faults.fail(503, count=None, client=REPLICA, verbs=_WRITES)
             api.restore(snapshot)
+            self.log.mark_restore()
+            self.obligations.clear()
+            self.seen.clear()
             self.rewound_at = trio.current_time()
             live = {r.identity for r in self.current.values() if r.alive}
             self.resyncing |= {w for w in self.watched if w[0] in live}
