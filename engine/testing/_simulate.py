@@ -203,7 +203,7 @@ class _Replica(RunObserver):
         sim.trace.add(self.identity, "trigger", text)
         kind, _, change = (trigger.reason or "").partition(" ")
         if kind == trigger.ref.kind and change in ("added", "modified", "deleted"):
-            sim.direct.add((controller.name, trigger.ref.kind, trigger.ref.group))
+            sim.learn_direct(self, controller.name, trigger.ref)
         sim.discharge(self.identity, controller.name, trigger.ref)
 
     def on_run_started(self, controller: Controller, run: Run) -> None:
@@ -325,12 +325,14 @@ class _Simulator:
     rewound_at: float | None = None
     log: RequestLog = attrs.field(init=False)
     """The embedded server's request log: the outside view the checks read."""
-    direct: set[tuple[str, str, str]] = attrs.field(factory=set)
-    """``(controller, kind, group)`` of every controller seen triggered by a watch of its own kind."""
+    direct: dict[str, set[tuple[str, str, str]]] = attrs.field(factory=dict)
+    """Controller -> the watches (path, label selector, field selector) its direct handler may
+    be on: those that held every object it was seen triggered for by a watch of its own kind."""
     obligations: dict[tuple[str, str, ObjectRef], tuple[float, str]] = attrs.field(factory=dict)
     """``(replica, controller, key)`` -> (when, what changed): a watched change that must lead to a trigger."""
-    seen: dict[tuple[str, str, str | None, str], tuple[str | None, Any, Any]] = attrs.field(factory=dict)
-    """The last written state of each object: (uid, generation, deletionTimestamp)."""
+    seen: dict[tuple[str, str, str | None, str], tuple[str | None, Any, Any, dict[str, Any]]] = attrs.field(factory=dict)
+    """The last written state of each object: (uid, generation, deletionTimestamp, its
+    namespace, name and labels)."""
     _scope: trio.CancelScope = attrs.field(factory=trio.CancelScope)
     _nursery: trio.Nursery | None = None
     _target: KubeTarget | None = None
@@ -377,6 +379,15 @@ class _Simulator:
                 if now - since > self.simulation.prompt:
                     self.fail(f"{key[1]} did not run within {self.simulation.prompt:g}s of its dependency {ref} "
                               f"becoming Ready on {rep.identity} (waited {now - since:.1f}s)")
+
+    def learn_direct(self, rep: _Replica, controller: str, ref: ObjectRef) -> None:
+        obj = self.log.stored(ref.kind, ref.group, ref.namespace, ref.name)
+        if obj is None:
+            return
+        holding = {key for key, w in rep.watches.items()
+                   if w.kind == ref.kind and w.group == ref.group and self.log.matches_watch(w, obj)}
+        known = self.direct.get(controller)
+        self.direct[controller] = holding if known is None else known & holding
 
     def discharge(self, identity: str, controller: str, ref: ObjectRef) -> None:
         self.obligations.pop((identity, controller, ref), None)
@@ -567,13 +578,15 @@ class _Simulator:
         key = (served.kind, served.group, served.namespace, record.name)
         obj = self.log.stored(served.kind, served.group, served.namespace, record.name)
         meta = (obj.get("metadata") or {}) if obj is not None else {}
-        now_state = (meta.get("uid"), meta.get("generation"), meta.get("deletionTimestamp")) if obj is not None else None
+        shape = {"metadata": {"namespace": meta.get("namespace"), "name": meta.get("name"), "labels": meta.get("labels")}}
+        now_state = (meta.get("uid"), meta.get("generation"), meta.get("deletionTimestamp"), shape) if obj is not None else None
         before = self.seen.get(key)
         if now_state is None:
             self.seen.pop(key, None)
         else:
             self.seen[key] = now_state
-        if before == now_state:
+        if before is None and now_state is None or before is not None and now_state is not None \
+                and before[:3] == now_state[:3]:
             return
         if before is None:
             change = "creation"
@@ -587,10 +600,7 @@ class _Simulator:
             change = f"generation {now_state[1]}"
         else:
             return
-        controllers = [c for c, kind, group in sorted(self.direct) if kind == served.kind and group == served.group]
-        if not controllers:
-            return
-        seen_obj = obj if obj is not None else {"metadata": {"name": record.name, "namespace": served.namespace}}
+        shapes = [state[3] for state in (before, now_state) if state is not None]
         ref = ObjectRef(served.kind, record.name, served.namespace or None, served.group)
         for rep in self.current.values():
             h = rep.harness
@@ -599,10 +609,9 @@ class _Simulator:
             election = h.manager.leader_election
             if election is not None and not election.is_leader:
                 continue
-            if not any(w.kind == served.kind and w.group == served.group and self.log.matches_watch(w, seen_obj)
-                       for w in rep.watches.values()):
-                continue
-            for name in controllers:
+            holding = {key for key, w in rep.watches.items() if w.kind == served.kind and w.group == served.group
+                       and any(self.log.matches_watch(w, shape) for shape in shapes)}
+            for name in sorted(c for c, watches in self.direct.items() if watches & holding):
                 self.obligations.setdefault((rep.identity, name, ref), (record.answered_at, change))
 
     # ----- replicas -----
@@ -996,12 +1005,29 @@ def simulate_seeds(
     budget: float | None = None,
     keep_going: bool = False,
     on_result: Callable[[SimulationResult], None] | None = None,
+    jobs: int = 1,
     **options: Any,
 ) -> list[SimulationResult]:
     """:func:`simulate` each seed in order; stop at the first violation (unless
-    ``keep_going``) or once ``budget`` seconds of wall time are spent (the seed in progress
-    finishes). ``on_result`` is called with each seed's result as soon as it is known.
-    Returns the results of the seeds that ran."""
+    ``keep_going``) or once ``budget`` seconds of wall time are spent (the seeds in progress
+    finish). ``on_result`` is called with each seed's result as soon as it and every earlier
+    seed are known. Returns the results of the seeds that ran, in seed order.
+
+    With ``jobs`` > 1, seeds run in that many forked worker processes, at most ``2 * jobs``
+    ahead of the first unfinished one; the results (and the seeds they stop at) are those a
+    sequential run gives, since each seed's run depends on the seed alone. Raises
+    ``ValueError`` when ``jobs`` < 1."""
+    if jobs < 1:
+        raise ValueError("jobs must be >= 1")
+    if jobs == 1:
+        return _sequential(simulation, seeds, budget, keep_going, on_result, options)
+    return _parallel(simulation, seeds, budget, keep_going, on_result, jobs, options)
+
+
+def _sequential(
+    simulation: Simulation, seeds: Iterable[int], budget: float | None, keep_going: bool,
+    on_result: Callable[[SimulationResult], None] | None, options: Mapping[str, Any],
+) -> list[SimulationResult]:
     results: list[SimulationResult] = []
     start = time.perf_counter()
     for seed in seeds:
@@ -1014,3 +1040,53 @@ def simulate_seeds(
         if not result.ok and not keep_going:
             break
     return results
+
+
+_WORKER_SIMULATION: list[Simulation] = []
+
+
+def _worker_init(simulation: Simulation) -> None:
+    import logging
+
+    _WORKER_SIMULATION[:] = [simulation]
+    logging.disable(logging.CRITICAL)
+
+
+def _worker_run(seed: int, options: Mapping[str, Any]) -> SimulationResult:
+    return simulate(_WORKER_SIMULATION[0], seed, **options)
+
+
+def _parallel(
+    simulation: Simulation, seeds: Iterable[int], budget: float | None, keep_going: bool,
+    on_result: Callable[[SimulationResult], None] | None, jobs: int, options: Mapping[str, Any],
+) -> list[SimulationResult]:
+    import collections
+    import concurrent.futures
+    import multiprocessing
+
+    results: list[SimulationResult] = []
+    start = time.perf_counter()
+    pending: collections.deque[concurrent.futures.Future[SimulationResult]] = collections.deque()
+    todo = iter(seeds)
+    context = multiprocessing.get_context("fork")
+    with concurrent.futures.ProcessPoolExecutor(jobs, mp_context=context, initializer=_worker_init,
+                                                initargs=(simulation,)) as pool:
+        try:
+            while True:
+                while len(pending) < 2 * jobs and (budget is None or time.perf_counter() - start < budget
+                                                   or not (results or pending)):
+                    seed = next(todo, None)
+                    if seed is None:
+                        break
+                    pending.append(pool.submit(_worker_run, seed, dict(options)))
+                if not pending:
+                    return results
+                result = pending.popleft().result()
+                results.append(result)
+                if on_result is not None:
+                    on_result(result)
+                if not result.ok and not keep_going:
+                    return results
+        finally:
+            for future in pending:
+                future.cancel()
