@@ -156,7 +156,7 @@ def status_is_the_last_written(state: ClusterState) -> str | None:
     since = log.restores[-1] if log.restores else -1.0
     wrong: list[str] = []
     for record in reversed(log.records):
-        if not bundles or record.answered_at < since:
+        if not bundles or record.answered_at <= since:
             break
         served = record.served
         if served.kind != "Bundle" or served.subresource != "status" or not record.ok or record.name not in bundles:
