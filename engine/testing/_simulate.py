@@ -53,7 +53,7 @@ from engine.kube import Client, KubeError, NotFoundError, install_crds
 from ..apiserver._api import ServedRequest
 from ..apiserver._faults import Fault
 from ..apiserver._requestlog import RequestLog, RequestRecord
-from ..apiserver._storage import StorageSnapshot
+from ..apiserver._storage import Change, ObjectStorage, StorageSnapshot
 from ._determinism import deterministic_scheduling
 from ._harness import DRIVER_USER_AGENT, PluginHarness, open_plugin_test
 from ._schedule import FaultKind, ScheduledFault, plan_faults
@@ -154,6 +154,37 @@ class _Notifier:
         await trio.lowlevel.checkpoint()
 
 
+_State = tuple[Any, Any]
+"""What a controller's predicates look at: (generation, deletionTimestamp)."""
+
+
+def _state(obj: Mapping[str, Any]) -> _State:
+    meta = obj.get("metadata") or {}
+    return (meta.get("generation"), meta.get("deletionTimestamp"))
+
+
+@attrs.define(eq=False)
+class _Owed:
+    """A watched change that a replica's controller must hear of from its own watch handler."""
+
+    at: float
+    """When the change was committed (or the history rewind that made it)."""
+    since: float
+    """When the bound started: ``at``, or when the replica had listed again after it."""
+    change: str
+    base: _State | None
+    """The object's state before the change, as the handler last heard of it."""
+
+
+def _objects(store: ObjectStorage) -> dict[tuple[str, str], dict[Any, Any]]:
+    return {key: dict(store.objects_of(key)) for key in store.storage_keys()}
+
+
+def _leads(rep: _Replica) -> bool:
+    h = rep.harness
+    return h is not None and (h.manager.leader_election is None or h.manager.leader_election.is_leader)
+
+
 @attrs.define(eq=False)
 class _Replica(RunObserver):
     """One life of one replica slot, and what the checks remember about it."""
@@ -195,6 +226,7 @@ class _Replica(RunObserver):
     def lose(self, reason: str) -> None:
         self.lost_at = trio.current_time()
         self.sim.trace.add(self.identity, "lease", f"lost: {reason}")
+        self.sim.forget_obligations(self.identity)
 
     @property
     def alive(self) -> bool:
@@ -213,7 +245,7 @@ class _Replica(RunObserver):
         kind, _, change = (trigger.reason or "").partition(" ")
         if kind == trigger.ref.kind and change in ("added", "modified", "deleted"):
             sim.learn_direct(self, controller.name, trigger.ref)
-        sim.discharge(self.identity, controller.name, trigger.ref)
+            sim.discharge(self.identity, controller.name, trigger.ref, change)
 
     def on_run_started(self, controller: Controller, run: Run) -> None:
         sim = self.sim
@@ -337,11 +369,9 @@ class _Simulator:
     direct: dict[str, set[tuple[str, str, str]]] = attrs.field(factory=dict)
     """Controller -> the watches (path, label selector, field selector) its direct handler may
     be on: those that held every object it was seen triggered for by a watch of its own kind."""
-    obligations: dict[tuple[str, str, ObjectRef], tuple[float, str]] = attrs.field(factory=dict)
-    """``(replica, controller, key)`` -> (when, what changed): a watched change that must lead to a trigger."""
-    seen: dict[tuple[str, str, str | None, str], tuple[str | None, Any, Any, dict[str, Any]]] = attrs.field(factory=dict)
-    """The last written state of each object: (uid, generation, deletionTimestamp, its
-    namespace, name and labels)."""
+    obligations: dict[tuple[str, str, ObjectRef], _Owed] = attrs.field(factory=dict)
+    """``(replica, controller, key)`` -> a watched change that must lead to a trigger of the
+    key from the controller's own watch handler."""
     _scope: trio.CancelScope = attrs.field(factory=trio.CancelScope)
     _nursery: trio.Nursery | None = None
     _target: KubeTarget | None = None
@@ -395,24 +425,51 @@ class _Simulator:
             return
         holding = {key for key, w in rep.watches.items()
                    if w.kind == ref.kind and w.group == ref.group and self.log.matches_watch(w, obj)}
+        if not holding:
+            return  # listed before its watch started (a replica starting): nothing to learn
         known = self.direct.get(controller)
         self.direct[controller] = holding if known is None else known & holding
 
-    def discharge(self, identity: str, controller: str, ref: ObjectRef) -> None:
-        self.obligations.pop((identity, controller, ref), None)
+    def discharge(self, identity: str, controller: str, ref: ObjectRef, change: str) -> None:
+        """A trigger of ``ref`` from ``controller``'s own watch handler (``change`` is the
+        informer's ``added``, ``modified`` or ``deleted``) pays what it owes for ``ref``; but
+        ``added`` while a deletion is owed means the informer dropped the object without a
+        word (a modification would be a deletion and re-creation seen together)."""
+        owed = self.obligations.pop((identity, controller, ref), None)
+        if owed is not None and change == "added" and owed.base is not None and owed.change.partition(" (")[0] == "deletion":
+            self.fail(f"{identity} {controller}: {ref} was added again, but the {owed.change} of it at "
+                      f"{owed.at - self.trace.origin:.3f}s never reached its watch handler (a lost notification)")
+
+    def _cannot_read(self, identity: str, served: ServedRequest) -> None:
+        """``identity`` was refused a list or watch of a kind: what it owes for that kind
+        starts its bound again (a replica the server does not answer cannot hear of changes)."""
+        now = trio.current_time()
+        for (who, _, ref), owed in self.obligations.items():
+            if who == identity and ref.kind == served.kind and ref.group == served.group:
+                owed.since = now
+
+    def forget_obligations(self, identity: str) -> None:
+        """``identity`` stopped leading, or did not list again after a history rewind: what its
+        informers owe is void."""
+        for key in [k for k in self.obligations if k[0] == identity]:
+            del self.obligations[key]
 
     def check_notifications(self) -> None:
         """Every watched change owed a trigger got it within :data:`WATCH_BOUND`, on each
         replica that is still alive."""
         now = trio.current_time()
-        live = {r.identity for r in self.current.values() if r.alive}
-        for (identity, controller, ref), (at, change) in list(self.obligations.items()):
-            if identity not in live:
-                del self.obligations[(identity, controller, ref)]
-            elif now - at > WATCH_BOUND:
-                self.fail(f"{identity} {controller}: {change} of {ref} at {at - self.trace.origin:.3f}s passed the "
-                          f"predicates of its watch handler but led to no trigger of {ref} within {WATCH_BOUND:g}s "
-                          "(a lost notification)")
+        leading = {r.identity for r in self.current.values() if r.alive and _leads(r)}
+        listing = {w[0] for w in self.resyncing}
+        for key, owed in list(self.obligations.items()):
+            identity, controller, ref = key
+            if identity not in leading:
+                del self.obligations[key]
+            elif identity in listing:
+                owed.since = now
+            elif now - owed.since > WATCH_BOUND:
+                self.fail(f"{identity} {controller}: {owed.change} of {ref} at {owed.at - self.trace.origin:.3f}s "
+                          f"passed the predicates of its watch handler but led to no trigger of {ref} from that "
+                          f"handler within {WATCH_BOUND:g}s (a lost notification)")
 
     def check_sinks(self) -> None:
         """Each live replica's own memory sink received, within :data:`SINK_BOUND`, every
@@ -442,10 +499,10 @@ class _Simulator:
                     continue
                 controller = rep.harness.manager.controller(name)
                 busy = sum(1 for (n, _) in rep.running if n == name)
-                if busy >= controller.max_concurrent:
-                    continue
+                if busy >= min(controller.max_concurrent, controller.live_workers):
+                    continue  # no free worker (or its workers have not started: caches still syncing)
                 self.fail(f"{rep.identity} {name}: trigger #{trig.sequence} ({trig.reason}) of {ref} at "
-                          f"{trig.observed_at - self.trace.origin:.3f}s never led to a run, and {controller.max_concurrent - busy} "
+                          f"{trig.observed_at - self.trace.origin:.3f}s never led to a run, and {min(controller.max_concurrent, controller.live_workers) - busy} "
                           "worker(s) are free (lost wake-up)")
 
     def check_quiescent(self) -> None:
@@ -497,6 +554,8 @@ class _Simulator:
                 watcher.watches[(served.path, *served.selectors)] = served
         if served.verb == "list" and served.status < 300:
             self.resyncing.discard((actor, served.path, *served.selectors))
+        if served.verb in ("list", "watch") and served.status >= 300 and self.obligations:
+            self._cannot_read(actor, served)
         if served.verb in ("get", "list", "watch"):
             return
         name = served.name if served.kind != "Event" else None  # Event names carry a wall-clock suffix
@@ -524,7 +583,6 @@ class _Simulator:
             if actor.startswith(REPLICA) and served.kind not in _ROUTINE:
                 self._check_fenced(record)
                 self._check_within_run(record)
-            self._owe_triggers(record)
         routine = served.kind in ("Lease", "Event") and served.status < 300
         if not routine:
             self.trace.add("api", "write", f"{actor} {served.verb} {served.kind} {where}{sub} -> {served.status}"
@@ -563,7 +621,9 @@ class _Simulator:
 
     def _check_within_run(self, record: RequestRecord) -> None:
         """A status write of a key's object comes from a run of that key in progress: none
-        lands after the run ended."""
+        arrives after the run ended. One that arrived before its run ended and landed after
+        it was in flight (a cancelled request cannot be called back): traced, and allowed for
+        :data:`LATE_WRITE_BOUND`."""
         served = record.served
         if served.subresource != "status":
             return
@@ -571,57 +631,78 @@ class _Simulator:
         if rep is None or rep.object_run(served.kind, served.namespace, served.name) is not None:
             return
         ended = [run for (_, ref), run in rep.ended.items() if ref.kind == served.kind and ref.name == served.name
-                 and (ref.namespace or None) == (served.namespace or None)]
-        last = f"run {ended[-1].id} ended at {(ended[-1].finished_at or 0) - self.trace.origin:.3f}s" if ended else "no run of it"
-        self.fail(f"{rep.identity}'s status write ({self._describe(record)}) landed at "
-                  f"{record.answered_at - self.trace.origin:.3f}s with no run of its key in progress ({last}): a write "
-                  "of a run landed after the run ended")
+                 and (ref.namespace or None) == (served.namespace or None) and run.finished_at is not None]
+        last = max(ended, key=lambda run: run.finished_at or 0.0, default=None)
+        what = self._describe(record)
+        if last is not None and last.finished_at is not None and record.received_at <= last.finished_at:
+            late = record.answered_at - last.finished_at
+            if late <= LATE_WRITE_BOUND:
+                self.trace.add(rep.identity, "late", f"{what} was in flight when run {last.id} ended; landed {late:.3f}s later")
+                return
+            self.fail(f"{rep.identity}'s status write ({what}) landed {late:.3f}s after run {last.id} of its key ended, "
+                      f"beyond the {LATE_WRITE_BOUND:g}s a write in flight may take")
+            return
+        ended_text = f"run {last.id} ended at {(last.finished_at or 0) - self.trace.origin:.3f}s" if last else "no run of it"
+        self.fail(f"{rep.identity}'s status write ({what}) arrived at {record.received_at - self.trace.origin:.3f}s "
+                  f"with no run of its key in progress ({ended_text}): a write of a run after the run ended")
 
-    def _owe_triggers(self, record: RequestRecord) -> None:
-        """A change of an object that a live replica watches, and that every predicate passes
-        (created, deleted, a new generation or deletion timestamp), is owed a trigger of its
-        key by each controller that watches its kind (see :meth:`check_notifications`)."""
-        served = record.served
-        if record.name is None or served.subresource is not None:
+    def on_change(self, change: Change) -> None:
+        """A store listener: a committed change of an object that a leading replica watches,
+        and that every predicate passes (created, deleted, a new generation or deletion
+        timestamp), is owed a trigger of its key by each controller whose own handler watches
+        it (see :meth:`check_notifications`)."""
+        obj = change.obj
+        before = _state(change.old) if change.old is not None else None
+        after = None if change.type == "DELETED" else _state(obj)
+        self._owe(change.key[0], obj, [o for o in (change.old, obj) if o is not None], before, after, "")
+
+    def on_restore(self, before: Mapping[tuple[str, str], Mapping[Any, Any]]) -> None:
+        """After a history rewind: each object the rewind made vanish, brought back or gave
+        another generation or deletion timestamp is owed a trigger as a change (the replicas
+        list again and must tell their handlers), counted from when they listed again."""
+        after = _objects(self._target.api.store) if self._target is not None and self._target.api is not None else {}
+        for storage_key in sorted(set(before) | set(after)):
+            old_objects, new_objects = before.get(storage_key, {}), after.get(storage_key, {})
+            for key in sorted(set(old_objects) | set(new_objects)):
+                old, new = old_objects.get(key), new_objects.get(key)
+                if old is new:
+                    continue
+                sample = new if new is not None else old
+                assert sample is not None
+                self._owe(storage_key[0], sample, [o for o in (old, new) if o is not None],
+                          _state(old) if old is not None else None, _state(new) if new is not None else None,
+                          " (history rewind)")
+
+    def _owe(self, group: str, obj: Mapping[str, Any], shapes: list[Mapping[str, Any]],
+             before: _State | None, after: _State | None, note: str) -> None:
+        if before == after:
             return
-        key = (served.kind, served.group, served.namespace, record.name)
-        obj = self.log.stored(served.kind, served.group, served.namespace, record.name)
-        meta = (obj.get("metadata") or {}) if obj is not None else {}
-        shape = {"metadata": {"namespace": meta.get("namespace"), "name": meta.get("name"), "labels": meta.get("labels")}}
-        now_state = (meta.get("uid"), meta.get("generation"), meta.get("deletionTimestamp"), shape) if obj is not None else None
-        before = self.seen.get(key)
-        if now_state is None:
-            self.seen.pop(key, None)
-        else:
-            self.seen[key] = now_state
-        if before is None and now_state is None or before is not None and now_state is not None \
-                and before[:3] == now_state[:3]:
+        meta = obj.get("metadata") or {}
+        kind, name = obj.get("kind"), meta.get("name")
+        if not isinstance(kind, str) or not isinstance(name, str):
             return
+        ref = ObjectRef(kind, name, meta.get("namespace") or None, group)
+        for key in [k for k in self.obligations if k[2] == ref]:
+            if self.obligations[key].base == after:
+                del self.obligations[key]  # back as the handler last heard it: nothing to tell
         if before is None:
             change = "creation"
-        elif now_state is None:
+        elif after is None:
             change = "deletion"
-        elif before[0] != now_state[0]:
-            change = "re-creation"
-        elif before[2] != now_state[2]:
+        elif before[1] != after[1]:
             change = "deletion request"
-        elif before[1] != now_state[1]:
-            change = f"generation {now_state[1]}"
         else:
-            return
-        shapes = [state[3] for state in (before, now_state) if state is not None]
-        ref = ObjectRef(served.kind, record.name, served.namespace or None, served.group)
+            change = f"generation {after[0]}"
+        now = trio.current_time()
         for rep in self.current.values():
-            h = rep.harness
-            if h is None or not rep.alive:
+            if rep.harness is None or not rep.alive or not _leads(rep):
                 continue
-            election = h.manager.leader_election
-            if election is not None and not election.is_leader:
-                continue
-            holding = {key for key, w in rep.watches.items() if w.kind == served.kind and w.group == served.group
+            holding = {key for key, w in rep.watches.items() if w.kind == kind and w.group == group
                        and any(self.log.matches_watch(w, shape) for shape in shapes)}
-            for name in sorted(c for c, watches in self.direct.items() if watches & holding):
-                self.obligations.setdefault((rep.identity, name, ref), (record.answered_at, change))
+            for controller in sorted(c for c, watches in self.direct.items() if watches & holding):
+                key = (rep.identity, controller, ref)
+                if key not in self.obligations:
+                    self.obligations[key] = _Owed(now, now, change + note, before)
 
     # ----- replicas -----
 
@@ -736,6 +817,7 @@ class _Simulator:
             self.log = RequestLog(target.api.store)
             target.api.add_request_observer(self.log)
             target.api.add_request_observer(self.on_request)
+            target.api.store.add_listener(self.on_change)
             self._state = ClusterState(target.api.store, sim.namespace, requests=self.log)
             async with target.client(user_agent=DRIVER_USER_AGENT) as driver:
                 self._driver = driver
@@ -841,13 +923,13 @@ class _Simulator:
             lost = api.store.resource_version - snapshot.resource_version
             down = faults.fail(503, count=None, client=REPLICA)
             writes = faults.fail(503, count=None, client=REPLICA, verbs=_WRITES)
+            before = _objects(api.store)
             api.restore(snapshot)
             self.log.mark_restore()
-            self.obligations.clear()
-            self.seen.clear()
             self.rewound_at = trio.current_time()
             live = {r.identity for r in self.current.values() if r.alive}
             self.resyncing |= {w for w in self.watched if w[0] in live}
+            self.on_restore(before)
             self.rewinds_pending += 1
             if self.writable.is_set():
                 self.writable = trio.Event()
@@ -907,6 +989,8 @@ class _Simulator:
             live = {r.identity for r in self.current.values() if r.alive}
             self.resyncing = {w for w in self.resyncing if w[0] in live}
             await trio.sleep(_TICK / 10)
+        for who in sorted({w[0] for w in self.resyncing}):
+            self.forget_obligations(who)
         left = ", ".join(f"{who} {path}" + (f"?{labels}" if labels else "") for who, path, labels, _ in sorted(self.resyncing))
         self.resyncing.clear()
         faults.remove(writes)
