@@ -28,7 +28,7 @@ import attrs
 
 from engine.testing import FaultKind, SimulationResult, simulate, simulation_for
 
-__all__ = ["Mutation", "MUTATIONS", "planted", "hunt", "main"]
+__all__ = ["Mutation", "MUTATIONS", "planted", "hunt", "caught_at", "main"]
 
 
 @attrs.frozen
@@ -55,14 +55,19 @@ MUTATIONS: tuple[Mutation, ...] = (
              "for controller in self._controllers:", "for controller in []:",
              faults=(FaultKind.LEASE_LOSS, FaultKind.LATENCY)),
     Mutation("relist-drops-vanished-silently", "lost notification", "engine.kube._store", "Store._replace",
-             "changes.append(InformerEvent(WatchEventType.DELETED, old, old))", "pass"),
+             "changes.append(InformerEvent(WatchEventType.DELETED, old, old))", "pass",
+             faults=(FaultKind.HISTORY_REWIND,)),
     Mutation("sink-delivered-inline", "stuck sink", "engine._events", "EventRecorder.run",
-             "slot.send.send_nowait(correlated)", "await slot.sink.deliver(correlated)"),
+             "slot.send.send_nowait(correlated)", "await slot.sink.deliver(correlated)",
+             faults=(FaultKind.SINK_OUTAGE, FaultKind.LATENCY)),
     Mutation("shield-does-not-shield", "cut final write", "engine._run", "RunContext.shield",
              "with trio.CancelScope(shield=True, deadline=trio.current_time() + seconds) as scope:",
              "with trio.CancelScope(shield=False, deadline=trio.current_time() + seconds) as scope:"),
     Mutation("dirty-key-not-redelivered", "lost wake-up", "engine._workqueue", "WorkQueue.done",
              "self._enqueue(key)", "pass"),
+    Mutation("copy-written-from-the-cache", "plugin invariant", "plugins.mirror._controller",
+             "MirrorReconciler.reconcile", "live = await hold_finalizer(self.client, self.configmaps, source, FINALIZER)",
+             "live = source", plugin="mirror"),
     Mutation("copy-write-unshielded", "cut final write (plugin)", "plugins.mirror._controller",
              "MirrorReconciler.reconcile", "with ctx.shield(10):", "if True:", plugin="mirror"),
 )
@@ -105,6 +110,14 @@ def hunt(mutation: Mutation, seeds: int = 40) -> SimulationResult | None:
             if not result.ok:
                 return result
     return None
+
+
+def caught_at(name: str, seed: int) -> SimulationResult:
+    """Simulate only ``seed`` with the mutation ``name`` planted (its plugin, faults and
+    duration): what a test of a check runs to show the seed that catches its bug."""
+    mutation = next(m for m in MUTATIONS if m.name == name)
+    with planted(mutation):
+        return simulate(simulation_for(mutation.plugin), seed, faults=mutation.faults, duration=mutation.duration)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

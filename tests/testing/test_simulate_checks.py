@@ -9,7 +9,7 @@ import pytest
 from engine.apiserver import RequestLog
 from engine.testing import FaultKind, simulate_seeds, simulation_for
 
-from .mutations import MUTATIONS, Mutation, hunt, planted
+from .mutations import MUTATIONS, Mutation, caught_at, hunt, planted
 
 
 def _mutation(name: str) -> Mutation:
@@ -77,3 +77,43 @@ async def test_the_request_log_knows_who_held_which_lease() -> None:
         assert log.holding("a", writes[0].answered_at + 16) is None
         log.mark_restore()
         assert log.holding("a") is None
+
+
+# Each check below is shown catching its planted bug (tests/testing/mutations.py) at the seed
+# given; ``python -m tests.testing.mutations NAME`` shows it is the first seed that does.
+
+
+def test_a_cut_shielded_write_that_the_run_does_not_report_is_caught() -> None:
+    result = caught_at("shield-does-not-shield", 3)
+    assert result.violation == (
+        "run replica-1.1 sources-6 of Source.bundles.engine.dev/sim/s2 was cancelled (superseded) inside a shielded "
+        "write at 12.102s, but no write of it reached the server before it ended at 12.102s, and it did not report "
+        "a cut write")
+
+
+def test_a_trigger_that_never_runs_is_reported_at_once_with_its_key_and_sequence() -> None:
+    result = caught_at("dirty-key-not-redelivered", 0)
+    assert result.violation == (
+        "replica-1.1 bundles: trigger #6 (source revision changed) of Bundle.bundles.engine.dev/sim/b1 at 0.576s never "
+        "led to a run, and 4 worker(s) are free (lost wake-up)")
+
+
+def test_a_sink_that_holds_up_the_others_is_caught_by_the_sink_check() -> None:
+    result = caught_at("sink-delivered-inline", 0)
+    assert result.violation == (
+        "replica-1.1: its memory sink received 25 of 26 events emitted more than 10s ago while the notification "
+        "endpoint is down (a stuck sink holds up the others)")
+
+
+def test_a_relist_that_drops_a_vanished_object_silently_is_a_lost_notification() -> None:
+    result = caught_at("relist-drops-vanished-silently", 1)
+    assert result.violation == (
+        "replica-1.1 bundles: Bundle.bundles.engine.dev/sim/b1 was added again, but the deletion (history rewind) of "
+        "it at 47.080s never reached its watch handler (a lost notification)")
+
+
+def test_a_copy_written_from_a_stale_cache_breaks_a_plugin_invariant() -> None:
+    result = caught_at("copy-written-from-the-cache", 0)
+    assert result.violation == (
+        "plugin invariant every_copy_has_its_source: copies whose source is gone: team-ns0/src1, team-ns1/src1, "
+        "team-ns2/src1")
