@@ -84,6 +84,11 @@ trigger of its key on each live replica that watches it."""
 SINK_BOUND = 10.0
 """Seconds within which a healthy sink must have received an event emitted before."""
 _ROUTINE = frozenset({"Lease", "Event"})
+DIRECT_TRANSPORT = True
+"""Whether the replicas and the driver reach the embedded server through its direct transport
+(requests handed to its handler, no HTTP encoding: most of a seed's cost otherwise) rather
+than HTTP/1.1 over memory streams. Replays are exact either way, but a seed's run differs
+between the two."""
 
 
 @attrs.frozen
@@ -813,6 +818,7 @@ class _Simulator:
             namespace=sim.namespace, seed=self.seed, wall_clock=lambda: EPOCH + trio.current_time()
         ) as target:
             assert target.api is not None
+            target.direct = DIRECT_TRANSPORT
             self._target = target
             self.log = RequestLog(target.api.store)
             target.api.add_request_observer(self.log)
