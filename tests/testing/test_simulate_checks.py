@@ -106,10 +106,10 @@ def test_a_sink_that_holds_up_the_others_is_caught_by_the_sink_check() -> None:
 
 
 def test_a_relist_that_drops_a_vanished_object_silently_is_a_lost_notification() -> None:
-    result = caught_at("relist-drops-vanished-silently", 1)
+    result = caught_at("relist-drops-vanished-silently", 11)
     assert result.violation == (
-        "replica-1.1 bundles: Bundle.bundles.engine.dev/sim/b1 was added again, but the deletion (history rewind) of "
-        "it at 47.080s never reached its watch handler (a lost notification)")
+        "replica-1.1 sources: Source.bundles.engine.dev/sim/s1 was added again, but the deletion (history rewind) of "
+        "it at 50.533s never reached its watch handler (a lost notification)")
 
 
 def test_a_copy_written_from_a_stale_cache_breaks_a_plugin_invariant() -> None:
