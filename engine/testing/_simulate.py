@@ -687,7 +687,8 @@ class _Simulator:
         if not isinstance(kind, str) or not isinstance(name, str):
             return
         ref = ObjectRef(kind, name, meta.get("namespace") or None, group)
-        for key in [k for k in self.obligations if k[2] == ref]:
+        owing = [k for k in self.obligations if k[2] == ref]
+        for key in owing:
             if self.obligations[key].base == after:
                 del self.obligations[key]  # back as the handler last heard it: nothing to tell
         if before is None:
@@ -706,7 +707,7 @@ class _Simulator:
                        and any(self.log.matches_watch(w, shape) for shape in shapes)}
             for controller in sorted(c for c, watches in self.direct.items() if watches & holding):
                 key = (rep.identity, controller, ref)
-                if key not in self.obligations:
+                if key not in owing:  # else it still owes an earlier change, from an earlier state
                     self.obligations[key] = _Owed(now, now, change + note, before)
 
     # ----- replicas -----
