@@ -18,14 +18,18 @@ seed's workload and fault schedule, and checks the engine's guarantees at every 
   faults stopped, every object converges within ``bound`` seconds (counted from the end of
   the longest rate-limited backoff then pending).
 
-* from outside the engine (the server's :class:`~engine.apiserver.RequestLog`, its objects,
-  and events as emitted, through a tap ahead of the sinks): no write by a replica after it
-  lost its lease beyond a write in flight landing within ``LATE_WRITE_BOUND``; a watched
-  change every predicate passes leads to a trigger of its key within ``WATCH_BOUND``; the
-  replica's memory sink keeps receiving within ``SINK_BOUND`` whatever another sink does; a
-  run cancelled inside a shield gets a write to the server or reports the cut; no status
-  write lands with no run of its key in progress; a trigger not followed by a run while its
-  key is idle and a worker free is reported at the next quiet moment.
+* from outside the engine (the server's :class:`~engine.apiserver.RequestLog`, its storage's
+  change feed, and events as emitted, through a tap ahead of the sinks): no write by a
+  replica after it lost its lease beyond a write in flight landing within
+  ``LATE_WRITE_BOUND``; a watched change every predicate passes (committed, or made by a
+  history rewind) leads to a trigger of its key from each directly watching controller's
+  handler within ``WATCH_BOUND`` of when the replica could read its kind again, and a key
+  added again while its deletion is owed fails at once; the replica's memory sink keeps
+  receiving within ``SINK_BOUND`` whatever another sink does; a run cancelled inside a shield
+  gets a write to the server or reports the cut; no status write arrives with no run of its
+  key in progress (one in flight may land up to ``LATE_WRITE_BOUND`` after its run ended); a
+  trigger not followed by a run while its key is idle and a started worker free is reported
+  at the next quiet moment.
 
 The first violation ends the run; :class:`SimulationResult` then holds it, the one-line
 replay command and the trace.
