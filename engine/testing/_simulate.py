@@ -183,6 +183,16 @@ class _Owed:
     change: str
     base: _State | None
     """The object's state before the change, as the handler last heard of it."""
+    rv: int = 0
+    """The resourceVersion of the change (a history rewind: of the object as restored, or of
+    the storage); a handler that saw an object at least this recent heard of it."""
+
+
+def _rv(obj: Mapping[str, Any]) -> int:
+    try:
+        return int((obj.get("metadata") or {}).get("resourceVersion") or 0)
+    except ValueError:
+        return 0
 
 
 def _objects(store: ObjectStorage) -> dict[tuple[str, str], dict[Any, Any]]:
@@ -254,7 +264,7 @@ class _Replica(RunObserver):
         kind, _, change = (trigger.reason or "").partition(" ")
         if kind == trigger.ref.kind and change in ("added", "modified", "deleted"):
             sim.learn_direct(self, controller.name, trigger.ref)
-            sim.discharge(self.identity, controller.name, trigger.ref, change)
+            sim.discharge(self.identity, controller.name, trigger.ref, change, trigger.revision)
 
     def on_run_started(self, controller: Controller, run: Run) -> None:
         sim = self.sim
@@ -439,15 +449,29 @@ class _Simulator:
         known = self.direct.get(controller)
         self.direct[controller] = holding if known is None else known & holding
 
-    def discharge(self, identity: str, controller: str, ref: ObjectRef, change: str) -> None:
+    def discharge(self, identity: str, controller: str, ref: ObjectRef, change: str, revision: str | None) -> None:
         """A trigger of ``ref`` from ``controller``'s own watch handler (``change`` is the
-        informer's ``added``, ``modified`` or ``deleted``) pays what it owes for ``ref``; but
-        ``added`` while a deletion is owed means the informer dropped the object without a
-        word (a modification would be a deletion and re-creation seen together)."""
-        owed = self.obligations.pop((identity, controller, ref), None)
-        if owed is not None and change == "added" and owed.base is not None and owed.change.partition(" (")[0] == "deletion":
+        informer's ``added``, ``modified`` or ``deleted``; ``revision`` the resourceVersion of
+        the object it saw) pays what it owes for ``ref`` once the handler caught up with it
+        (``revision`` at least the owed change's; an older event, delivered late, pays
+        nothing; a deletion found by a relist carries the cached object's older revision). But
+        ``added`` of a revision past a deletion that is still owed means the informer dropped
+        the object without a word (a modification would be the two seen together)."""
+        key = (identity, controller, ref)
+        owed = self.obligations.get(key)
+        if owed is None:
+            return
+        try:
+            seen = int(revision) if revision is not None else None
+        except ValueError:
+            seen = None
+        deletion = owed.change.startswith("deletion")
+        if change == "added" and owed.change.partition(" (")[0] == "deletion" and (seen is None or seen > owed.rv):
+            del self.obligations[key]
             self.fail(f"{identity} {controller}: {ref} was added again, but the {owed.change} of it at "
                       f"{owed.at - self.trace.origin:.3f}s never reached its watch handler (a lost notification)")
+        elif seen is None or seen >= owed.rv or (change == "deleted" and deletion):
+            del self.obligations[key]
 
     def _cannot_read(self, identity: str, served: ServedRequest) -> None:
         """``identity`` was refused a list or watch of a kind: what it owes for that kind
@@ -663,13 +687,18 @@ class _Simulator:
         obj = change.obj
         before = _state(change.old) if change.old is not None else None
         after = None if change.type == "DELETED" else _state(obj)
-        self._owe(change.key[0], obj, [o for o in (change.old, obj) if o is not None], before, after, "")
+        self._owe(change.key[0], obj, [o for o in (change.old, obj) if o is not None], before, after, "", change.rv)
 
     def on_restore(self, before: Mapping[tuple[str, str], Mapping[Any, Any]]) -> None:
         """After a history rewind: each object the rewind made vanish, brought back or gave
         another generation or deletion timestamp is owed a trigger as a change (the replicas
         list again and must tell their handlers), counted from when they listed again."""
-        after = _objects(self._target.api.store) if self._target is not None and self._target.api is not None else {}
+        if self._target is None or self._target.api is None:
+            return
+        store = self._target.api.store
+        after = _objects(store)
+        for owed in self.obligations.values():
+            owed.rv = 0  # resourceVersions went back: what the relist shows pays it
         for storage_key in sorted(set(before) | set(after)):
             old_objects, new_objects = before.get(storage_key, {}), after.get(storage_key, {})
             for key in sorted(set(old_objects) | set(new_objects)):
@@ -678,12 +707,13 @@ class _Simulator:
                     continue
                 sample = new if new is not None else old
                 assert sample is not None
+                rv = _rv(new) if new is not None else store.resource_version
                 self._owe(storage_key[0], sample, [o for o in (old, new) if o is not None],
                           _state(old) if old is not None else None, _state(new) if new is not None else None,
-                          " (history rewind)")
+                          " (history rewind)", rv)
 
     def _owe(self, group: str, obj: Mapping[str, Any], shapes: list[Mapping[str, Any]],
-             before: _State | None, after: _State | None, note: str) -> None:
+             before: _State | None, after: _State | None, note: str, rv: int) -> None:
         if before == after:
             return
         meta = obj.get("metadata") or {}
@@ -712,7 +742,7 @@ class _Simulator:
             for controller in sorted(c for c, watches in self.direct.items() if watches & holding):
                 key = (rep.identity, controller, ref)
                 if key not in owing:  # else it still owes an earlier change, from an earlier state
-                    self.obligations[key] = _Owed(now, now, change + note, before)
+                    self.obligations[key] = _Owed(now, now, change + note, before, rv)
 
     # ----- replicas -----
 
