@@ -14,7 +14,8 @@ bookmarks, paging, and the real server's ``Status`` answers. It is the default w
 ``python -m engine run --embedded`` and a command of its own (``python -m engine apiserver``).
 
 ``ApiServer(listen=False)`` with :meth:`ApiServer.memory_transport` runs without sockets, so a
-whole system can run inside one trio run under ``MockClock``. ``api.faults`` injects failures;
+whole system can run inside one trio run under ``MockClock`` (:meth:`ApiServer.direct_transport`
+does the same without HTTP encoding, for speed). ``api.faults`` injects failures;
 ``api.store`` is the server's :class:`ObjectStorage`, for seeding and inspecting state;
 ``api.snapshot()`` and ``api.restore(snapshot)`` take it back in time, as an etcd restore does;
 a :class:`RequestLog` added with ``api.add_request_observer(log)`` records who wrote what, when,
@@ -34,6 +35,7 @@ from ._errors import RequestRejected as RequestRejected
 from ._faults import Fault as Fault
 from ._faults import Faults as Faults
 from ._faults import FaultScope as FaultScope
+from ._memory import DirectTransport as DirectTransport
 from ._memory import MemoryTransport as MemoryTransport
 from ._requestlog import LeaseHolding as LeaseHolding
 from ._requestlog import RequestLog as RequestLog
@@ -46,6 +48,7 @@ from ._storage import StorageSnapshot as StorageSnapshot
 __all__ = [
     "ApiServer",
     "ApiServerError",
+    "DirectTransport",
     "Fault",
     "FaultScope",
     "Faults",
