@@ -13,7 +13,7 @@ from __future__ import annotations
 import enum
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 import attrs
@@ -219,6 +219,7 @@ class EventRecorder:
         self._sink_buffer_size = sink_buffer_size
         self._correlator = correlator if correlator is not None else EventCorrelator()
         self._slots: list[_SinkSlot] = []
+        self._taps: list[Callable[[Event], None]] = []
         self._drops: dict[tuple[str, str], int] = {}
         self._emitted = 0
         self._closed = False
@@ -256,6 +257,8 @@ class EventRecorder:
                 run_id=run_id,
             )
             self._emitted += 1
+            for tap in self._taps:
+                tap(event)
             if self._closed:
                 self._count_drop("*", "closed")
                 return
@@ -287,6 +290,13 @@ class EventRecorder:
         size = self._sink_buffer_size if buffer_size is None else buffer_size
         send, receive = trio.open_memory_channel[Event](size)
         self._slots.append(_SinkSlot(sink=sink, send=send, receive=receive))
+
+    def add_tap(self, tap: Callable[[Event], None]) -> None:
+        """Call ``tap(event)`` synchronously with every event as it is emitted, before
+        correlation, buffering and sinks (a test's record that no sink can hold up). A tap
+        must not raise or checkpoint; one that raises makes :meth:`emit` drop that event
+        (counted as ``error``)."""
+        self._taps.append(tap)
 
     @property
     def sinks(self) -> list[EventSink]:

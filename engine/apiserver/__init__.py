@@ -14,9 +14,12 @@ bookmarks, paging, and the real server's ``Status`` answers. It is the default w
 ``python -m engine run --embedded`` and a command of its own (``python -m engine apiserver``).
 
 ``ApiServer(listen=False)`` with :meth:`ApiServer.memory_transport` runs without sockets, so a
-whole system can run inside one trio run under ``MockClock``. ``api.faults`` injects failures;
+whole system can run inside one trio run under ``MockClock`` (:meth:`ApiServer.direct_transport`
+does the same without HTTP encoding, for speed). ``api.faults`` injects failures;
 ``api.store`` is the server's :class:`ObjectStorage`, for seeding and inspecting state;
-``api.snapshot()`` and ``api.restore(snapshot)`` take it back in time, as an etcd restore does.
+``api.snapshot()`` and ``api.restore(snapshot)`` take it back in time, as an etcd restore does;
+a :class:`RequestLog` added with ``api.add_request_observer(log)`` records who wrote what, when,
+and under which Lease.
 Beside the API, the server runs what a cluster's controller manager would (garbage collection,
 namespace clean-up), after the requests, as a cluster does: ``await api.settle()`` waits for
 it, and ``ApiServer(controllers=False)`` answers as an API server alone.
@@ -26,12 +29,17 @@ This package imports the core and :mod:`engine.kube` only; the test tools in
 """
 
 from .._exports import publish as _publish
+from ._api import ServedRequest as ServedRequest
 from ._errors import ApiServerError as ApiServerError
 from ._errors import RequestRejected as RequestRejected
 from ._faults import Fault as Fault
 from ._faults import Faults as Faults
 from ._faults import FaultScope as FaultScope
+from ._memory import DirectTransport as DirectTransport
 from ._memory import MemoryTransport as MemoryTransport
+from ._requestlog import LeaseHolding as LeaseHolding
+from ._requestlog import RequestLog as RequestLog
+from ._requestlog import RequestRecord as RequestRecord
 from ._resources import ResourceType as ResourceType
 from ._server import ApiServer as ApiServer
 from ._storage import ObjectStorage as ObjectStorage
@@ -40,13 +48,18 @@ from ._storage import StorageSnapshot as StorageSnapshot
 __all__ = [
     "ApiServer",
     "ApiServerError",
+    "DirectTransport",
     "Fault",
     "FaultScope",
     "Faults",
+    "LeaseHolding",
     "MemoryTransport",
     "ObjectStorage",
+    "RequestLog",
+    "RequestRecord",
     "RequestRejected",
     "ResourceType",
+    "ServedRequest",
     "StorageSnapshot",
 ]
 

@@ -70,6 +70,9 @@ class ServedRequest:
     """The request body."""
     selectors: tuple[str, str] = ("", "")
     """The ``labelSelector`` and ``fieldSelector`` of a list or watch (empty when absent)."""
+    received_at: float = 0.0
+    """trio clock time at which the request arrived (before injected latency); it was
+    answered at the observer's ``trio.current_time()``."""
 
 
 RequestObserver = Callable[[ServedRequest], None]
@@ -104,6 +107,7 @@ class Router:
         (``None``: nobody, so the request needs credentials of its own). Cancellation
         propagates (the connection is then closed)."""
         served: list[Any] = []
+        received_at = trio.current_time()
         try:
             response = await self._answer(request, served, connection)
         except RequestRejected as exc:
@@ -118,7 +122,7 @@ class Router:
             record = ServedRequest(
                 request.method, request.path, info.verb, info.user_agent, target.rt.group, target.rt.kind,
                 target.namespace, target.name, target.subresource, response.status, request.body,
-                (request.query.get("labelSelector", ""), request.query.get("fieldSelector", "")),
+                (request.query.get("labelSelector", ""), request.query.get("fieldSelector", "")), received_at,
             )
             for observer in self.observers:
                 observer(record)

@@ -4,8 +4,10 @@ streams, through an httpcore connection pool, without sockets or threads."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import ssl
 import typing
+import urllib.parse
 from collections.abc import AsyncIterator, Callable, Iterator
 
 import httpcore
@@ -13,9 +15,10 @@ import httpx
 import trio
 import trio.testing
 
+from ..observability._http import AbortStream, Handler, Request, Response
 from ._errors import ApiServerError
 
-__all__ = ["MemoryTransport", "MemoryBackend"]
+__all__ = ["MemoryTransport", "MemoryBackend", "DirectTransport"]
 
 Connector = Callable[[trio.abc.Stream], None]
 
@@ -183,3 +186,139 @@ class MemoryTransport(httpx.AsyncBaseTransport):
         Cancellation: connections are closed forcefully even if cancelled.
         """
         await self._pool.aclose()
+
+
+Spawner = Callable[[Callable[[], typing.Awaitable[None]]], None]
+_END = object()
+_ABORT = object()
+
+
+class _Call:
+    """One request handed to the server's handler by a :class:`DirectTransport`."""
+
+    def __init__(self) -> None:
+        self.response: Response | None = None
+        self.ready = trio.Event()
+        self.scope = trio.CancelScope()
+        """Around the streaming of a response body: cancelled when the client goes away."""
+        self.send, self.receive = trio.open_memory_channel[typing.Any](float("inf"))
+
+
+class _DirectStream(httpx.AsyncByteStream):
+    def __init__(self, call: _Call) -> None:
+        self._call = call
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        try:
+            async for item in self._call.receive:
+                if item is _END:
+                    return
+                if item is _ABORT:
+                    break
+                yield item
+        except trio.ClosedResourceError:
+            pass
+        raise httpx.RemoteProtocolError("peer closed connection without sending complete message body")
+
+    async def aclose(self) -> None:
+        self._call.scope.cancel()
+        self._call.receive.close()
+        await trio.lowlevel.checkpoint()
+
+
+class DirectTransport(httpx.AsyncBaseTransport):
+    """An ``httpx.AsyncBaseTransport`` that hands each request to the server's handler as a
+    :class:`~engine.observability._http.Request` and its answer back as an ``httpx.Response``,
+    with no HTTP/1.1 bytes in between: the in-memory transport's behaviour at a fraction of
+    its cost, for the simulator.
+
+    As over a connection, the server's handling of a request is a task of the server's own
+    (``spawn``), so a client that gives up (cancelled, or its read timeout) leaves the request
+    to be answered anyway; a streamed answer stops when the client closes it, and one the
+    server cuts (``AbortStream``, or the server stopping) reaches the client as
+    ``httpx.RemoteProtocolError``, as an unfinished chunked body does. ``spawn`` raises
+    :class:`ApiServerError` when the server cannot take a request (``httpx.ConnectError``).
+    """
+
+    def __init__(self, handler: Handler, spawn: Spawner, *, identity: str | None = None) -> None:
+        self._handler = handler
+        self._spawn = spawn
+        self._identity = identity
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        """Answer ``request``. Cancellation: the server still answers it; a streamed answer
+        is closed at once."""
+        body = await request.aread()
+        raw_path, _, raw_query = request.url.raw_path.decode("latin-1").partition("?")
+        pairs = urllib.parse.parse_qsl(raw_query, keep_blank_values=True)
+        values: dict[str, list[str]] = {}
+        for name, value in pairs:
+            values.setdefault(name, []).append(value)
+        headers: dict[str, str] = {}
+        for raw_name, raw_value in request.headers.raw:
+            key = raw_name.decode("latin-1").lower()
+            text = raw_value.decode("latin-1")
+            headers[key] = f"{headers[key]}, {text}" if key in headers else text
+        served = Request(
+            method=request.method.upper(),
+            path=urllib.parse.unquote(raw_path) or "/",
+            query=dict(pairs),
+            query_values=values,
+            headers=headers,
+            body=bytes(body),
+            identity=self._identity,
+        )
+        call = _Call()
+        try:
+            self._spawn(functools.partial(self._serve, served, call))
+        except ApiServerError as exc:
+            raise httpx.ConnectError(f"the embedded API server is not running: {exc}") from exc
+        timeout = (request.extensions.get("timeout") or {}).get("read")
+        try:
+            with trio.fail_after(timeout) if timeout is not None else contextlib.nullcontext():
+                await call.ready.wait()
+        except trio.TooSlowError as exc:
+            call.scope.cancel()
+            raise httpx.ReadTimeout("timed out") from exc
+        except BaseException:
+            call.scope.cancel()
+            raise
+        response = call.response
+        if response is None:
+            raise httpx.RemoteProtocolError("Server disconnected without sending a response.")
+        out_headers = list(response.headers)
+        if response.stream is None:
+            out_headers.append(("content-length", str(len(response.body))))
+            content = response.body if served.method != "HEAD" else b""
+            return httpx.Response(response.status, headers=out_headers, content=content)
+        out_headers += [("connection", "close"), ("transfer-encoding", "chunked")]
+        return httpx.Response(response.status, headers=out_headers, stream=_DirectStream(call))
+
+    async def _serve(self, request: Request, call: _Call) -> None:
+        try:
+            call.response = await self._handler(request)
+        finally:
+            call.ready.set()
+        stream = call.response.stream
+        if stream is None:
+            return
+        ended = False
+        try:
+            with call.scope:
+                try:
+                    async for chunk in stream:
+                        if chunk:
+                            call.send.send_nowait(chunk)
+                    ended = True
+                except AbortStream:
+                    pass
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass
+        finally:
+            with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+                call.send.send_nowait(_END if ended else _ABORT)
+            call.send.close()
+            aclose = getattr(stream, "aclose", None)
+            if aclose is not None:
+                with trio.CancelScope(shield=True):
+                    await aclose()

@@ -42,6 +42,8 @@ def _parser() -> argparse.ArgumentParser:
                         help=f"virtual seconds to converge once the faults stop (default {DEFAULT_BOUND:g})")
     parser.add_argument("--budget", type=float, default=None,
                         help="stop starting new seeds after this many seconds of wall time")
+    parser.add_argument("--jobs", type=int, default=1, metavar="J",
+                        help="run seeds in J worker processes (same results as one; default 1)")
     parser.add_argument("--keep-going", action="store_true", help="run every seed even after a violation")
     parser.add_argument("--trace", type=int, default=40, metavar="N", help="trace entries to print on a violation")
     parser.add_argument("--show-trace", action="store_true", help="print the whole trace of every seed")
@@ -62,8 +64,8 @@ def main(argv: list[str]) -> int:
     except ValueError as exc:
         print(f"python -m engine simulate: {exc}", file=sys.stderr)
         return 2
-    if args.duration <= 0 or args.bound <= 0 or (args.seeds is not None and args.seeds < 1):
-        print("python -m engine simulate: --duration, --bound and --seeds must be > 0", file=sys.stderr)
+    if args.duration <= 0 or args.bound <= 0 or (args.seeds is not None and args.seeds < 1) or args.jobs < 1:
+        print("python -m engine simulate: --duration, --bound, --seeds and --jobs must be > 0", file=sys.stderr)
         return 2
     if args.plugin is None and args.simulation is None:
         print("python -m engine simulate: give --plugin, --simulation or both", file=sys.stderr)
@@ -91,7 +93,7 @@ def main(argv: list[str]) -> int:
         results = simulate_seeds(
             simulation, range(first, first + count), budget=args.budget, keep_going=args.keep_going,
             on_result=on_result, faults=kinds, duration=args.duration, bound=args.bound, plugin=args.plugin,
-            simulation_ref=args.simulation,
+            simulation_ref=args.simulation, jobs=args.jobs,
         )
     finally:
         progress.clear()

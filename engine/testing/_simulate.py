@@ -18,6 +18,19 @@ seed's workload and fault schedule, and checks the engine's guarantees at every 
   faults stopped, every object converges within ``bound`` seconds (counted from the end of
   the longest rate-limited backoff then pending).
 
+* from outside the engine (the server's :class:`~engine.apiserver.RequestLog`, its storage's
+  change feed, and events as emitted, through a tap ahead of the sinks): no write by a
+  replica after it lost its lease beyond a write in flight landing within
+  ``LATE_WRITE_BOUND``; a watched change every predicate passes (committed, or made by a
+  history rewind) leads to a trigger of its key from each directly watching controller's
+  handler within ``WATCH_BOUND`` of when the replica could read its kind again, and a key
+  added again while its deletion is owed fails at once; the replica's memory sink keeps
+  receiving within ``SINK_BOUND`` whatever another sink does; a run cancelled inside a shield
+  gets a write to the server or reports the cut; no status write arrives with no run of its
+  key in progress (one in flight may land up to ``LATE_WRITE_BOUND`` after its run ended); a
+  trigger not followed by a run while its key is idle and a started worker free is reported
+  at the next quiet moment.
+
 The first violation ends the run; :class:`SimulationResult` then holds it, the one-line
 replay command and the trace.
 """
@@ -43,7 +56,8 @@ from engine.kube import Client, KubeError, NotFoundError, install_crds
 
 from ..apiserver._api import ServedRequest
 from ..apiserver._faults import Fault
-from ..apiserver._storage import StorageSnapshot
+from ..apiserver._requestlog import RequestLog, RequestRecord
+from ..apiserver._storage import Change, ObjectStorage, StorageSnapshot
 from ._determinism import deterministic_scheduling
 from ._harness import DRIVER_USER_AGENT, PluginHarness, open_plugin_test
 from ._schedule import FaultKind, ScheduledFault, plan_faults
@@ -65,6 +79,20 @@ _NOT_FAILURES = frozenset({CancelCause.SUPERSEDED, CancelCause.SHUTDOWN, CancelC
 _TICK = 1.0
 _RESYNC = 120.0
 _WRITES = frozenset({"create", "update", "patch", "delete", "deletecollection"})
+LATE_WRITE_BOUND = 5.0
+"""Seconds a write that arrived before its replica lost its lease may land after the loss
+(it was in flight, held up by latency); a later landing is a violation."""
+WATCH_BOUND = 60.0
+"""Seconds within which a watched change that passes a controller's predicates must lead to a
+trigger of its key on each live replica that watches it."""
+SINK_BOUND = 10.0
+"""Seconds within which a healthy sink must have received an event emitted before."""
+_ROUTINE = frozenset({"Lease", "Event"})
+DIRECT_TRANSPORT = True
+"""Whether the replicas and the driver reach the embedded server through its direct transport
+(requests handed to its handler, no HTTP encoding: most of a seed's cost otherwise) rather
+than HTTP/1.1 over memory streams. Replays are exact either way, but a seed's run differs
+between the two."""
 
 
 @attrs.frozen
@@ -135,6 +163,47 @@ class _Notifier:
         await trio.lowlevel.checkpoint()
 
 
+_State = tuple[Any, Any]
+"""What a controller's predicates look at: (generation, deletionTimestamp)."""
+
+
+def _state(obj: Mapping[str, Any]) -> _State:
+    meta = obj.get("metadata") or {}
+    return (meta.get("generation"), meta.get("deletionTimestamp"))
+
+
+@attrs.define(eq=False)
+class _Owed:
+    """A watched change that a replica's controller must hear of from its own watch handler."""
+
+    at: float
+    """When the change was committed (or the history rewind that made it)."""
+    since: float
+    """When the bound started: ``at``, or when the replica had listed again after it."""
+    change: str
+    base: _State | None
+    """The object's state before the change, as the handler last heard of it."""
+    rv: int = 0
+    """The resourceVersion of the change (a history rewind: of the object as restored, or of
+    the storage); a handler that saw an object at least this recent heard of it."""
+
+
+def _rv(obj: Mapping[str, Any]) -> int:
+    try:
+        return int((obj.get("metadata") or {}).get("resourceVersion") or 0)
+    except ValueError:
+        return 0
+
+
+def _objects(store: ObjectStorage) -> dict[tuple[str, str], dict[Any, Any]]:
+    return {key: dict(store.objects_of(key)) for key in store.storage_keys()}
+
+
+def _leads(rep: _Replica) -> bool:
+    h = rep.harness
+    return h is not None and (h.manager.leader_election is None or h.manager.leader_election.is_leader)
+
+
 @attrs.define(eq=False)
 class _Replica(RunObserver):
     """One life of one replica slot, and what the checks remember about it."""
@@ -156,6 +225,27 @@ class _Replica(RunObserver):
     failed_before_cancel: set[str] = attrs.field(factory=set)
     quiet_runs: set[str] = attrs.field(factory=set)
     events_seen: int = 0
+    lost_at: float | None = None
+    """When the engine reported its lease lost (its ``on_lost`` callback)."""
+    emitted: list[tuple[float, Event]] = attrs.field(factory=list)
+    """Every event as emitted (the recorder's tap), independent of the sinks."""
+    cancelled_at: dict[str, float] = attrs.field(factory=dict)
+    """Run id -> when a trigger superseded it."""
+    ended: dict[tuple[str, ObjectRef], Run] = attrs.field(factory=dict)
+    """The last run of each key that ended."""
+    watches: dict[tuple[str, str, str], ServedRequest] = attrs.field(factory=dict)
+    """The collections it watched, by ``(path, label selector, field selector)``."""
+
+    def tap(self, event: Event) -> None:
+        self.emitted.append((trio.current_time(), event))
+        if self.lost_at is not None and trio.current_time() > self.lost_at:
+            self.sim.fail(f"{self.identity} emitted {event.type.value} {event.reason} about {event.involved} "
+                          f"{trio.current_time() - self.lost_at:.3f}s after it lost its lease (no fencing)")
+
+    def lose(self, reason: str) -> None:
+        self.lost_at = trio.current_time()
+        self.sim.trace.add(self.identity, "lease", f"lost: {reason}")
+        self.sim.forget_obligations(self.identity)
 
     @property
     def alive(self) -> bool:
@@ -169,7 +259,12 @@ class _Replica(RunObserver):
         text = f"{controller.name} {trigger.ref} #{trigger.sequence} {trigger.reason or ''}".rstrip()
         if superseded is not None:
             text += f"; supersedes {superseded.id}"
+            self.cancelled_at.setdefault(superseded.id, trio.current_time())
         sim.trace.add(self.identity, "trigger", text)
+        kind, _, change = (trigger.reason or "").partition(" ")
+        if kind == trigger.ref.kind and change in ("added", "modified", "deleted"):
+            sim.learn_direct(self, controller.name, trigger.ref)
+            sim.discharge(self.identity, controller.name, trigger.ref, change, trigger.revision)
 
     def on_run_started(self, controller: Controller, run: Run) -> None:
         sim = self.sim
@@ -183,8 +278,12 @@ class _Replica(RunObserver):
         other = sim.in_progress.get(key)
         if other is not None:
             since = sim.restored_lease_window()
-            if since is None:
-                sim.fail(f"two runs of {run.key} at once: {other[0]} {other[1]} and {self.identity} {run.id} (no fencing)")
+            if other[0] == self.identity:
+                sim.fail(f"two runs of {run.key} at once on one replica: {self.identity} {other[1]} and {run.id} "
+                         "(the queue handed out a key that was still processing)")
+            elif since is None:
+                sim.fail(f"two runs of {run.key} at once across replicas: {other[0]} {other[1]} and {self.identity} "
+                         f"{run.id} (no fencing)")
             else:
                 sim.trace.add(self.identity, "overlap", f"{run.id} runs {run.key} while {other[0]} {other[1]} does, "
                               f"{since:.3f}s after a history rewind brought back an older Lease (allowed for renew_deadline)")
@@ -194,6 +293,8 @@ class _Replica(RunObserver):
         sim = self.sim
         key = (controller.name, run.key)
         self.running.pop(key, None)
+        self.ended[key] = run
+        self._check_shielded(run)
         if sim.in_progress.get(key) == (self.identity, run.id):
             del sim.in_progress[key]
         cause = f" cause {run.cause.value}" if run.cause is not None else ""
@@ -214,6 +315,25 @@ class _Replica(RunObserver):
                          f"before the grace period of {sim.grace_period:g}s ended (no drain)")
         if outcome.kind is OutcomeKind.DEPENDENCY_NOT_READY:
             self.waiting[key] = outcome.dependencies
+
+    def _check_shielded(self, run: Run) -> None:
+        """A run cancelled inside a ``shield`` gets its final write to the server, or reports
+        (its shield timed out) that it did not."""
+        if not run.shields_at_cancel or run.cause is None or run.forced or run.finished_at is None:
+            return
+        sim = self.sim
+        if any(scope.cancelled_caught for scope in run.shields_at_cancel):
+            sim.trace.add(self.identity, "shield", f"{run.id} {run.key}: its shielded write did not finish in time "
+                          "(the run reports it)")
+            return
+        since = self.cancelled_at.get(run.id, self.stop_at if run.cause is CancelCause.SHUTDOWN else self.lost_at)
+        if since is None:
+            return
+        if not any(since <= r.answered_at <= run.finished_at for r in sim.log.writes(actor=self.identity, since=since)
+                   if r.served.kind not in _ROUTINE):
+            sim.fail(f"run {self.identity} {run.id} of {run.key} was cancelled ({run.cause.value}) inside a shielded "
+                     f"write at {since - sim.trace.origin:.3f}s, but no write of it reached the server before it "
+                     f"ended at {run.finished_at - sim.trace.origin:.3f}s, and it did not report a cut write")
 
     def on_ready(self, ref: ObjectRef, revision: str | None) -> None:
         sim = self.sim
@@ -263,6 +383,14 @@ class _Simulator:
     """Set while writes are accepted (cleared from a history rewind until the replicas resynced)."""
     rewinds_pending: int = 0
     rewound_at: float | None = None
+    log: RequestLog = attrs.field(init=False)
+    """The embedded server's request log: the outside view the checks read."""
+    direct: dict[str, set[tuple[str, str, str]]] = attrs.field(factory=dict)
+    """Controller -> the watches (path, label selector, field selector) its direct handler may
+    be on: those that held every object it was seen triggered for by a watch of its own kind."""
+    obligations: dict[tuple[str, str, ObjectRef], _Owed] = attrs.field(factory=dict)
+    """``(replica, controller, key)`` -> a watched change that must lead to a trigger of the
+    key from the controller's own watch handler."""
     _scope: trio.CancelScope = attrs.field(factory=trio.CancelScope)
     _nursery: trio.Nursery | None = None
     _target: KubeTarget | None = None
@@ -299,6 +427,8 @@ class _Simulator:
             if problem is not None:
                 self.fail(f"plugin invariant {getattr(invariant, '__name__', 'invariant')}: {problem}")
         now = trio.current_time()
+        self.check_notifications()
+        self.check_sinks()
         for rep in self.replicas:
             self._check_events(rep)
             if not rep.alive:
@@ -308,8 +438,109 @@ class _Simulator:
                     self.fail(f"{key[1]} did not run within {self.simulation.prompt:g}s of its dependency {ref} "
                               f"becoming Ready on {rep.identity} (waited {now - since:.1f}s)")
 
+    def learn_direct(self, rep: _Replica, controller: str, ref: ObjectRef) -> None:
+        obj = self.log.stored(ref.kind, ref.group, ref.namespace, ref.name)
+        if obj is None:
+            return
+        holding = {key for key, w in rep.watches.items()
+                   if w.kind == ref.kind and w.group == ref.group and self.log.matches_watch(w, obj)}
+        if not holding:
+            return  # listed before its watch started (a replica starting): nothing to learn
+        known = self.direct.get(controller)
+        self.direct[controller] = holding if known is None else known & holding
+
+    def discharge(self, identity: str, controller: str, ref: ObjectRef, change: str, revision: str | None) -> None:
+        """A trigger of ``ref`` from ``controller``'s own watch handler (``change`` is the
+        informer's ``added``, ``modified`` or ``deleted``; ``revision`` the resourceVersion of
+        the object it saw) pays what it owes for ``ref`` once the handler caught up with it
+        (``revision`` at least the owed change's; an older event, delivered late, pays
+        nothing; a deletion found by a relist carries the cached object's older revision). But
+        ``added`` of a revision past a deletion that is still owed means the informer dropped
+        the object without a word (a modification would be the two seen together)."""
+        key = (identity, controller, ref)
+        owed = self.obligations.get(key)
+        if owed is None:
+            return
+        try:
+            seen = int(revision) if revision is not None else None
+        except ValueError:
+            seen = None
+        deletion = owed.change.startswith("deletion")
+        if change == "added" and owed.change.partition(" (")[0] == "deletion" and (seen is None or seen > owed.rv):
+            del self.obligations[key]
+            self.fail(f"{identity} {controller}: {ref} was added again, but the {owed.change} of it at "
+                      f"{owed.at - self.trace.origin:.3f}s never reached its watch handler (a lost notification)")
+        elif seen is None or seen >= owed.rv or (change == "deleted" and deletion):
+            del self.obligations[key]
+
+    def _cannot_read(self, identity: str, served: ServedRequest) -> None:
+        """``identity`` was refused a list or watch of a kind: what it owes for that kind
+        starts its bound again (a replica the server does not answer cannot hear of changes)."""
+        now = trio.current_time()
+        for (who, _, ref), owed in self.obligations.items():
+            if who == identity and ref.kind == served.kind and ref.group == served.group:
+                owed.since = now
+
+    def forget_obligations(self, identity: str) -> None:
+        """``identity`` stopped leading, or did not list again after a history rewind: what its
+        informers owe is void."""
+        for key in [k for k in self.obligations if k[0] == identity]:
+            del self.obligations[key]
+
+    def check_notifications(self) -> None:
+        """Every watched change owed a trigger got it within :data:`WATCH_BOUND`, on each
+        replica that is still alive."""
+        now = trio.current_time()
+        leading = {r.identity for r in self.current.values() if r.alive and _leads(r)}
+        listing = {w[0] for w in self.resyncing}
+        for key, owed in list(self.obligations.items()):
+            identity, controller, ref = key
+            if identity not in leading:
+                del self.obligations[key]
+            elif identity in listing:
+                owed.since = now
+            elif now - owed.since > WATCH_BOUND:
+                self.fail(f"{identity} {controller}: {owed.change} of {ref} at {owed.at - self.trace.origin:.3f}s "
+                          f"passed the predicates of its watch handler but led to no trigger of {ref} from that "
+                          f"handler within {WATCH_BOUND:g}s (a lost notification)")
+
+    def check_sinks(self) -> None:
+        """Each live replica's own memory sink received, within :data:`SINK_BOUND`, every
+        event emitted (as the recorder's tap saw it) that the recorder did not drop, whatever
+        another sink does."""
+        now = trio.current_time()
+        for rep in self.replicas:
+            h = rep.harness
+            if h is None or not rep.alive:
+                continue
+            due = sum(1 for at, _ in rep.emitted if now - at > SINK_BOUND)
+            drops = h.manager.events.drops()
+            dropped = sum(n for (sink, _), n in drops.items() if sink in ("*", "memory"))
+            if len(h.events) + dropped < due:
+                down = " while the notification endpoint is down" if self.notifier.down else ""
+                self.fail(f"{rep.identity}: its memory sink received {len(h.events)} of {due} events emitted more than "
+                          f"{SINK_BOUND:g}s ago{down} (a stuck sink holds up the others)")
+
+    def check_triggers_ran(self) -> None:
+        """At a moment when every task waits: a trigger that is not followed by a run of its
+        key, while the key is not running and its controller has a free worker, is lost."""
+        for rep in self.replicas:
+            if not rep.alive or rep.harness is None:
+                continue
+            for (name, ref), (index, trig) in rep.last_trigger.items():
+                if rep.last_start.get((name, ref), -1) > index or (name, ref) in rep.running:
+                    continue
+                controller = rep.harness.manager.controller(name)
+                busy = sum(1 for (n, _) in rep.running if n == name)
+                if busy >= min(controller.max_concurrent, controller.live_workers):
+                    continue  # no free worker (or its workers have not started: caches still syncing)
+                self.fail(f"{rep.identity} {name}: trigger #{trig.sequence} ({trig.reason}) of {ref} at "
+                          f"{trig.observed_at - self.trace.origin:.3f}s never led to a run, and {min(controller.max_concurrent, controller.live_workers) - busy} "
+                          "worker(s) are free (lost wake-up)")
+
     def check_quiescent(self) -> None:
         """Checks for a moment when every task waits: no ready key beside an idle worker."""
+        self.check_triggers_ran()
         for rep in self.replicas:
             if not rep.alive:
                 continue
@@ -321,14 +552,11 @@ class _Simulator:
                               f"{controller.live_workers - controller.active_workers} worker(s) idle (lost wake-up)")
 
     def _check_events(self, rep: _Replica) -> None:
-        if rep.harness is None:
-            return
-        events = rep.harness.events
-        for event in events[rep.events_seen:]:
+        for _, event in rep.emitted[rep.events_seen:]:
             if event.type is EventType.WARNING and event.run_id in rep.quiet_runs:
                 self.fail(f"{rep.identity} emitted Warning {event.reason} about {event.involved} from run "
                           f"{event.run_id}, which the engine cancelled (a failure event for a run that did not fail)")
-        rep.events_seen = len(events)
+        rep.events_seen = len(rep.emitted)
 
     def check_wakeups(self) -> None:
         """Every trigger a live replica accepted was followed by a run of its key."""
@@ -354,8 +582,13 @@ class _Simulator:
         actor = served.user_agent.split("/", 1)[0] or "?"
         if served.verb == "watch" and served.status == 200 and actor.startswith(REPLICA):
             self.watched.add((actor, served.path, *served.selectors))
+            watcher = next((r for r in self.replicas if r.identity == actor), None)
+            if watcher is not None:
+                watcher.watches[(served.path, *served.selectors)] = served
         if served.verb == "list" and served.status < 300:
             self.resyncing.discard((actor, served.path, *served.selectors))
+        if served.verb in ("list", "watch") and served.status >= 300 and self.obligations:
+            self._cannot_read(actor, served)
         if served.verb in ("get", "list", "watch"):
             return
         name = served.name if served.kind != "Event" else None  # Event names carry a wall-clock suffix
@@ -378,10 +611,138 @@ class _Simulator:
                     rep.failed_before_cancel.add(run.id)
                 if served.status < 300:
                     rep.failure_status.add(run.id)
+        record = self.log.records[-1] if self.log.records and self.log.records[-1].served is served else None
+        if record is not None and record.ok:
+            if actor.startswith(REPLICA) and served.kind not in _ROUTINE:
+                self._check_fenced(record)
+                self._check_within_run(record)
         routine = served.kind in ("Lease", "Event") and served.status < 300
         if not routine:
             self.trace.add("api", "write", f"{actor} {served.verb} {served.kind} {where}{sub} -> {served.status}"
                            + (" (failure status)" if failure else ""))
+
+    def _replica_named(self, identity: str) -> _Replica | None:
+        return next((r for r in self.replicas if r.identity == identity), None)
+
+    def _describe(self, record: RequestRecord) -> str:
+        served = record.served
+        where = f"{served.namespace}/{served.name or ''}" if served.namespace else str(served.name or "")
+        return f"{served.verb} {served.kind} {where}" + (f"/{served.subresource}" if served.subresource else "")
+
+    def _check_fenced(self, record: RequestRecord) -> None:
+        """No write by a replica after it lost its lease: by its own report (``on_lost``), or
+        as the server saw the Lease (it no longer held it). A write that arrived before the
+        loss and landed after it was in flight: traced, and allowed for :data:`LATE_WRITE_BOUND`."""
+        rep = self._replica_named(record.actor)
+        if rep is None or rep.harness is None or rep.harness.manager.leader_election is None:
+            return
+        what = self._describe(record)
+        if rep.lost_at is not None and record.answered_at > rep.lost_at:
+            late = record.answered_at - rep.lost_at
+            if record.received_at > rep.lost_at:
+                self.fail(f"{rep.identity} wrote ({what}) {record.received_at - rep.lost_at:.3f}s after it lost its "
+                          "lease (no fencing)")
+            elif late > LATE_WRITE_BOUND:
+                self.fail(f"{rep.identity}'s write ({what}) landed {late:.3f}s after it lost its lease, beyond the "
+                          f"{LATE_WRITE_BOUND:g}s a write in flight may take")
+            else:
+                self.trace.add(rep.identity, "late", f"{what} was in flight when the lease was lost; landed {late:.3f}s later")
+            return
+        if record.lease is None and self.restored_lease_window() is None:
+            self.fail(f"{rep.identity} wrote ({what}) at {record.received_at - self.trace.origin:.3f}s without holding "
+                      "the Lease, as the server saw it (no fencing)")
+
+    def _check_within_run(self, record: RequestRecord) -> None:
+        """A status write of a key's object comes from a run of that key in progress: none
+        arrives after the run ended. One that arrived before its run ended and landed after
+        it was in flight (a cancelled request cannot be called back): traced, and allowed for
+        :data:`LATE_WRITE_BOUND`."""
+        served = record.served
+        if served.subresource != "status":
+            return
+        rep = self._replica_named(record.actor)
+        if rep is None or rep.object_run(served.kind, served.namespace, served.name) is not None:
+            return
+        ended = [run for (_, ref), run in rep.ended.items() if ref.kind == served.kind and ref.name == served.name
+                 and (ref.namespace or None) == (served.namespace or None) and run.finished_at is not None]
+        last = max(ended, key=lambda run: run.finished_at or 0.0, default=None)
+        what = self._describe(record)
+        if last is not None and last.finished_at is not None and record.received_at <= last.finished_at:
+            late = record.answered_at - last.finished_at
+            if late <= LATE_WRITE_BOUND:
+                self.trace.add(rep.identity, "late", f"{what} was in flight when run {last.id} ended; landed {late:.3f}s later")
+                return
+            self.fail(f"{rep.identity}'s status write ({what}) landed {late:.3f}s after run {last.id} of its key ended, "
+                      f"beyond the {LATE_WRITE_BOUND:g}s a write in flight may take")
+            return
+        ended_text = f"run {last.id} ended at {(last.finished_at or 0) - self.trace.origin:.3f}s" if last else "no run of it"
+        self.fail(f"{rep.identity}'s status write ({what}) arrived at {record.received_at - self.trace.origin:.3f}s "
+                  f"with no run of its key in progress ({ended_text}): a write of a run after the run ended")
+
+    def on_change(self, change: Change) -> None:
+        """A store listener: a committed change of an object that a leading replica watches,
+        and that every predicate passes (created, deleted, a new generation or deletion
+        timestamp), is owed a trigger of its key by each controller whose own handler watches
+        it (see :meth:`check_notifications`)."""
+        obj = change.obj
+        before = _state(change.old) if change.old is not None else None
+        after = None if change.type == "DELETED" else _state(obj)
+        self._owe(change.key[0], obj, [o for o in (change.old, obj) if o is not None], before, after, "", change.rv)
+
+    def on_restore(self, before: Mapping[tuple[str, str], Mapping[Any, Any]]) -> None:
+        """After a history rewind: each object the rewind made vanish, brought back or gave
+        another generation or deletion timestamp is owed a trigger as a change (the replicas
+        list again and must tell their handlers), counted from when they listed again."""
+        if self._target is None or self._target.api is None:
+            return
+        store = self._target.api.store
+        after = _objects(store)
+        for owed in self.obligations.values():
+            owed.rv = 0  # resourceVersions went back: what the relist shows pays it
+        for storage_key in sorted(set(before) | set(after)):
+            old_objects, new_objects = before.get(storage_key, {}), after.get(storage_key, {})
+            for key in sorted(set(old_objects) | set(new_objects)):
+                old, new = old_objects.get(key), new_objects.get(key)
+                if old is new:
+                    continue
+                sample = new if new is not None else old
+                assert sample is not None
+                rv = _rv(new) if new is not None else store.resource_version
+                self._owe(storage_key[0], sample, [o for o in (old, new) if o is not None],
+                          _state(old) if old is not None else None, _state(new) if new is not None else None,
+                          " (history rewind)", rv)
+
+    def _owe(self, group: str, obj: Mapping[str, Any], shapes: list[Mapping[str, Any]],
+             before: _State | None, after: _State | None, note: str, rv: int) -> None:
+        if before == after:
+            return
+        meta = obj.get("metadata") or {}
+        kind, name = obj.get("kind"), meta.get("name")
+        if not isinstance(kind, str) or not isinstance(name, str):
+            return
+        ref = ObjectRef(kind, name, meta.get("namespace") or None, group)
+        owing = [k for k in self.obligations if k[2] == ref]
+        for key in owing:
+            if self.obligations[key].base == after:
+                del self.obligations[key]  # back as the handler last heard it: nothing to tell
+        if before is None:
+            change = "creation"
+        elif after is None:
+            change = "deletion"
+        elif before[1] != after[1]:
+            change = "deletion request"
+        else:
+            change = f"generation {after[0]}"
+        now = trio.current_time()
+        for rep in self.current.values():
+            if rep.harness is None or not rep.alive or not _leads(rep):
+                continue
+            holding = {key for key, w in rep.watches.items() if w.kind == kind and w.group == group
+                       and any(self.log.matches_watch(w, shape) for shape in shapes)}
+            for controller in sorted(c for c, watches in self.direct.items() if watches & holding):
+                key = (rep.identity, controller, ref)
+                if key not in owing:  # else it still owes an earlier change, from an earlier state
+                    self.obligations[key] = _Owed(now, now, change + note, before, rv)
 
     # ----- replicas -----
 
@@ -413,6 +774,9 @@ class _Simulator:
             grace_period=self.grace_period, start_timeout=math.inf,
         ) as harness:
             rep.harness = harness
+            harness.manager.events.add_tap(rep.tap)
+            if harness.manager.leader_election is not None:
+                harness.manager.leader_election.on_lost(rep.lose)
             self.trace.add(rep.identity, "replica", "started" + (" (leader election)" if self.leader_election else ""))
             task_status.started()
             with rep.wait_scope:
@@ -489,9 +853,13 @@ class _Simulator:
             namespace=sim.namespace, seed=self.seed, wall_clock=lambda: EPOCH + trio.current_time()
         ) as target:
             assert target.api is not None
+            target.direct = DIRECT_TRANSPORT
             self._target = target
+            self.log = RequestLog(target.api.store)
+            target.api.add_request_observer(self.log)
             target.api.add_request_observer(self.on_request)
-            self._state = ClusterState(target.api.store, sim.namespace)
+            target.api.store.add_listener(self.on_change)
+            self._state = ClusterState(target.api.store, sim.namespace, requests=self.log)
             async with target.client(user_agent=DRIVER_USER_AGENT) as driver:
                 self._driver = driver
                 await install_crds(driver, sim.plugin.crds)
@@ -596,10 +964,13 @@ class _Simulator:
             lost = api.store.resource_version - snapshot.resource_version
             down = faults.fail(503, count=None, client=REPLICA)
             writes = faults.fail(503, count=None, client=REPLICA, verbs=_WRITES)
+            before = _objects(api.store)
             api.restore(snapshot)
+            self.log.mark_restore()
             self.rewound_at = trio.current_time()
             live = {r.identity for r in self.current.values() if r.alive}
             self.resyncing |= {w for w in self.watched if w[0] in live}
+            self.on_restore(before)
             self.rewinds_pending += 1
             if self.writable.is_set():
                 self.writable = trio.Event()
@@ -659,6 +1030,8 @@ class _Simulator:
             live = {r.identity for r in self.current.values() if r.alive}
             self.resyncing = {w for w in self.resyncing if w[0] in live}
             await trio.sleep(_TICK / 10)
+        for who in sorted({w[0] for w in self.resyncing}):
+            self.forget_obligations(who)
         left = ", ".join(f"{who} {path}" + (f"?{labels}" if labels else "") for who, path, labels, _ in sorted(self.resyncing))
         self.resyncing.clear()
         faults.remove(writes)
@@ -766,12 +1139,29 @@ def simulate_seeds(
     budget: float | None = None,
     keep_going: bool = False,
     on_result: Callable[[SimulationResult], None] | None = None,
+    jobs: int = 1,
     **options: Any,
 ) -> list[SimulationResult]:
     """:func:`simulate` each seed in order; stop at the first violation (unless
-    ``keep_going``) or once ``budget`` seconds of wall time are spent (the seed in progress
-    finishes). ``on_result`` is called with each seed's result as soon as it is known.
-    Returns the results of the seeds that ran."""
+    ``keep_going``) or once ``budget`` seconds of wall time are spent (the seeds in progress
+    finish). ``on_result`` is called with each seed's result as soon as it and every earlier
+    seed are known. Returns the results of the seeds that ran, in seed order.
+
+    With ``jobs`` > 1, seeds run in that many forked worker processes, at most ``2 * jobs``
+    ahead of the first unfinished one; the results (and the seeds they stop at) are those a
+    sequential run gives, since each seed's run depends on the seed alone. Raises
+    ``ValueError`` when ``jobs`` < 1."""
+    if jobs < 1:
+        raise ValueError("jobs must be >= 1")
+    if jobs == 1:
+        return _sequential(simulation, seeds, budget, keep_going, on_result, options)
+    return _parallel(simulation, seeds, budget, keep_going, on_result, jobs, options)
+
+
+def _sequential(
+    simulation: Simulation, seeds: Iterable[int], budget: float | None, keep_going: bool,
+    on_result: Callable[[SimulationResult], None] | None, options: Mapping[str, Any],
+) -> list[SimulationResult]:
     results: list[SimulationResult] = []
     start = time.perf_counter()
     for seed in seeds:
@@ -784,3 +1174,53 @@ def simulate_seeds(
         if not result.ok and not keep_going:
             break
     return results
+
+
+_WORKER_SIMULATION: list[Simulation] = []
+
+
+def _worker_init(simulation: Simulation) -> None:
+    import logging
+
+    _WORKER_SIMULATION[:] = [simulation]
+    logging.disable(logging.CRITICAL)
+
+
+def _worker_run(seed: int, options: Mapping[str, Any]) -> SimulationResult:
+    return simulate(_WORKER_SIMULATION[0], seed, **options)
+
+
+def _parallel(
+    simulation: Simulation, seeds: Iterable[int], budget: float | None, keep_going: bool,
+    on_result: Callable[[SimulationResult], None] | None, jobs: int, options: Mapping[str, Any],
+) -> list[SimulationResult]:
+    import collections
+    import concurrent.futures
+    import multiprocessing
+
+    results: list[SimulationResult] = []
+    start = time.perf_counter()
+    pending: collections.deque[concurrent.futures.Future[SimulationResult]] = collections.deque()
+    todo = iter(seeds)
+    context = multiprocessing.get_context("fork")
+    with concurrent.futures.ProcessPoolExecutor(jobs, mp_context=context, initializer=_worker_init,
+                                                initargs=(simulation,)) as pool:
+        try:
+            while True:
+                while len(pending) < 2 * jobs and (budget is None or time.perf_counter() - start < budget
+                                                   or not (results or pending)):
+                    seed = next(todo, None)
+                    if seed is None:
+                        break
+                    pending.append(pool.submit(_worker_run, seed, dict(options)))
+                if not pending:
+                    return results
+                result = pending.popleft().result()
+                results.append(result)
+                if on_result is not None:
+                    on_result(result)
+                if not result.ok and not keep_going:
+                    return results
+        finally:
+            for future in pending:
+                future.cancel()

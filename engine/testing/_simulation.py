@@ -20,6 +20,7 @@ import attrs
 
 from engine.kube import Plugin, PluginError, get_condition, load_plugin
 
+from ..apiserver._requestlog import RequestLog
 from ..apiserver._selectors import parse_field_selector, parse_label_selector
 from ..apiserver._storage import ObjectStorage
 
@@ -75,7 +76,8 @@ class Step:
 
 @attrs.define(eq=False)
 class ClusterState:
-    """The embedded server's objects, read synchronously (no request, no checkpoint).
+    """The embedded server's objects, read synchronously (no request, no checkpoint), and,
+    in a simulation, its request log (:attr:`requests`).
 
     Objects are the stored ones: read them, do not modify them.
     """
@@ -83,6 +85,8 @@ class ClusterState:
     _storage: ObjectStorage
     namespace: str
     """The simulation's namespace."""
+    requests: RequestLog | None = None
+    """The server's request log (who wrote what, when, under which Lease), in a simulation."""
 
     def objects(self, kind: str, *, namespace: str | None = None, group: str | None = None) -> list[Obj]:
         """Every stored object of ``kind`` (optionally of ``group``), in ``namespace`` or all."""

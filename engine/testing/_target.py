@@ -44,6 +44,10 @@ class KubeTarget:
     """The test's namespace: created for it, and on a shared cluster deleted after it."""
     api: ApiServer | None = None
     """The embedded server, or ``None`` against a real one."""
+    direct: bool = False
+    """Whether clients of the in-memory embedded server skip HTTP encoding (its
+    ``direct_transport``, as the simulator's do) instead of speaking HTTP/1.1 over memory
+    streams."""
     _replicas: int = attrs.field(default=0, init=False, repr=False)
 
     @classmethod
@@ -97,7 +101,7 @@ class KubeTarget:
         :class:`~engine.kube.Client` (``retry``, ``timeout``, ``rng``, ...).
         """
         if self.api is not None and not self.api.listen:
-            kwargs.setdefault("transport", self.api.memory_transport())
+            kwargs.setdefault("transport", self.api.direct_transport() if self.direct else self.api.memory_transport())
         return Client(config or self.config, user_agent=user_agent, **kwargs)
 
 

@@ -7,7 +7,8 @@ dependencies, and Bundles and Sources deleted and created again. Converged means
 Source is Ready for its generation, its message naming its revision; a Bundle
 whose dependencies can all be Ready and whose Source exists is Ready at the Source's
 revision and every object of the artifact is there with its data; any other Bundle has
-observed its generation; nothing a Bundle applied outlives it.
+observed its generation; nothing a Bundle applied outlives it. At every step: nothing outlives its Bundle, and the
+status a Bundle shows is the one last written to it (from the server's request log).
 """
 
 from __future__ import annotations
@@ -140,6 +141,38 @@ def nothing_outlives_its_bundle(state: ClusterState) -> str | None:
     return "; ".join(orphans) if orphans else None
 
 
+def _shown(status: Mapping[str, Any]) -> tuple[Any, ...]:
+    ready = get_condition({"status": status}, "Ready") or {}
+    return status.get("lastAppliedRevision"), ready.get("status"), ready.get("reason"), ready.get("message")
+
+
+def status_is_the_last_written(state: ClusterState) -> str | None:
+    """The status a Bundle shows is the one the last status write to it (by a replica, since
+    the last history rewind, to this very object) put there, as the server's request log has it."""
+    log = state.requests
+    if log is None:
+        return None
+    bundles = {b["metadata"]["name"]: b for b in state.objects("Bundle", namespace=state.namespace, group=GROUP)}
+    since = log.restores[-1] if log.restores else -1.0
+    wrong: list[str] = []
+    for record in reversed(log.records):
+        if not bundles or record.answered_at <= since:
+            break
+        served = record.served
+        if served.kind != "Bundle" or served.subresource != "status" or not record.ok or record.name not in bundles:
+            continue
+        bundle = bundles.pop(record.name)
+        body = record.body()
+        written = body.get("status") if isinstance(body, Mapping) else None
+        if record.uid != bundle["metadata"].get("uid") or not isinstance(written, Mapping):
+            continue
+        shown = _shown(bundle.get("status") or {})
+        if _shown(written)[1:] != shown[1:] or ("lastAppliedRevision" in written and _shown(written)[0] != shown[0]):
+            wrong.append(f"Bundle {record.name} shows {shown}, but the last status "
+                         f"written ({record.actor} at {record.answered_at:.3f}) was {_shown(written)}")
+    return "; ".join(wrong) if wrong else None
+
+
 def _failed(status: Mapping[str, Any]) -> bool:
     condition = get_condition({"status": status}, "Ready") or {}
     return condition.get("status") == "False" and condition.get("reason") == "ReconciliationFailed"
@@ -149,7 +182,7 @@ simulation = Simulation(
     plugin=plugin,
     workload=workload,
     converged=converged,
-    invariants=[nothing_outlives_its_bundle],
+    invariants=[nothing_outlives_its_bundle, status_is_the_last_written],
     failure_status=_failed,
     config={"healthPollInterval": 0.5, "dependencyRetry": 30.0},
 )

@@ -5,7 +5,8 @@ source ConfigMaps in the simulation's namespace, each selecting one team; then n
 change team, sources change data or selector, are disabled and enabled again, deleted and
 created again. Converged means: an enabled source has a copy with its data in exactly the
 namespaces its selector matches (its own excepted), and nothing else has copies; every copy
-belongs to a source that exists (the finalizer removes copies first), at every step.
+belongs to a source that exists (the finalizer removes copies first), at every step, and no
+copy is written after its source was cleaned up and deleted (from the server's request log).
 """
 
 from __future__ import annotations
@@ -117,9 +118,43 @@ def every_copy_has_its_source(state: ClusterState) -> str | None:
     return f"copies whose source is gone: {', '.join(orphans)}" if orphans else None
 
 
+def no_copy_written_after_its_source_was_cleaned_up(state: ClusterState) -> str | None:
+    """No copy of a source is written after the source went away (its finalizer removed the
+    copies, then the source was deleted) and before it is created again, as the server's
+    request log has it: a copy written then would outlive its source's cleanup."""
+    log = state.requests
+    if log is None:
+        return None
+    gone: dict[tuple[str | None, str | None], float] = {}
+    restores = iter(log.restores)
+    restore = next(restores, None)
+    for record in log.records:
+        while restore is not None and record.answered_at >= restore:
+            gone.clear()
+            restore = next(restores, None)
+        served = record.served
+        if served.kind != "ConfigMap" or not record.ok:
+            continue
+        body = record.body()
+        labels = ((body.get("metadata") or {}).get("labels") or {}) if isinstance(body, dict) else {}
+        source = labels.get(SOURCE_LABEL) if isinstance(labels, dict) else None
+        if source is not None and served.verb in ("create", "patch", "update") and record.actor != "engine-test-driver":
+            ns, _, name = str(source).partition(".")
+            at = gone.get((ns, name))
+            if at is not None:
+                return (f"copy {served.namespace}/{record.name} of {source} written by {record.actor} at "
+                        f"{record.answered_at:.3f}, after its source was cleaned up and deleted at {at:.3f}")
+        elif source is None:
+            if record.uid is None and served.verb in ("delete", "patch", "update"):
+                gone[(served.namespace, record.name)] = record.answered_at
+            elif record.uid is not None:
+                gone.pop((served.namespace, record.name), None)
+    return None
+
+
 simulation = Simulation(
     plugin=plugin,
     workload=workload,
     converged=converged,
-    invariants=[every_copy_has_its_source],
+    invariants=[every_copy_has_its_source, no_copy_written_after_its_source_was_cleaned_up],
 )

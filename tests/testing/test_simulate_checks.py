@@ -1,0 +1,119 @@
+"""The simulator's outside-view checks, each shown catching a planted one-line bug at a known
+seed, and the mutation mechanism of :mod:`tests.testing.mutations`; plus the request log and
+``simulate_seeds(..., jobs=2)`` giving the sequential results."""
+
+from __future__ import annotations
+
+import pytest
+
+from engine.apiserver import RequestLog
+from engine.testing import FaultKind, simulate_seeds, simulation_for
+
+from .mutations import MUTATIONS, Mutation, caught_at, hunt, planted
+
+
+def _mutation(name: str) -> Mutation:
+    return next(m for m in MUTATIONS if m.name == name)
+
+
+def test_a_planted_line_is_in_place_only_inside_the_block() -> None:
+    from engine._manager import Manager
+
+    original = Manager._lose_leadership
+    with planted(_mutation("runs-not-cancelled-on-lease-loss")):
+        assert Manager._lose_leadership is not original
+    assert Manager._lose_leadership is original
+    wrong = Mutation("x", "none", "engine._manager", "Manager._lose_leadership", "no such line", "pass")
+    with pytest.raises(ValueError, match=r"^x: 'no such line' occurs 0 times in engine._manager.Manager._lose_leadership$"):
+        with planted(wrong):
+            pass
+
+
+def test_a_replica_that_keeps_running_after_losing_its_lease_is_caught_writing() -> None:
+    result = hunt(_mutation("runs-not-cancelled-on-lease-loss"), seeds=5)
+    assert result is not None and result.seed == 4
+    assert result.violation == "replica-1.1 wrote (patch Bundle sim/b1/status) 3.871s after it lost its lease (no fencing)"
+
+
+def test_a_clean_engine_passes_the_new_checks_and_jobs_give_the_sequential_results() -> None:
+    simulation = simulation_for("mirror")
+    sequential = simulate_seeds(simulation, range(3), duration=20)
+    parallel = simulate_seeds(simulation, range(3), duration=20, jobs=2)
+    assert all(r.ok for r in sequential), sequential[0].report()
+    assert [(r.seed, r.digest, r.violation) for r in parallel] == [(r.seed, r.digest, r.violation) for r in sequential]
+    with pytest.raises(ValueError, match=r"^jobs must be >= 1$"):
+        simulate_seeds(simulation, range(1), jobs=0)
+
+
+def test_jobs_stop_at_the_first_violation_as_a_sequential_run_does() -> None:
+    simulation = simulation_for("bundles")
+    with planted(_mutation("runs-not-cancelled-on-lease-loss")):
+        faults = (FaultKind.LEASE_LOSS, FaultKind.LATENCY)
+        results = simulate_seeds(simulation, range(8), jobs=2, faults=faults)
+    assert [r.seed for r in results] == [0, 1, 2, 3, 4]
+    assert [r.ok for r in results] == [True, True, True, True, False]
+
+
+async def test_the_request_log_knows_who_held_which_lease() -> None:
+    from engine.apiserver import ApiServer
+    from engine.testing._target import open_embedded_target
+
+    async with open_embedded_target(namespace="t") as target:
+        api = target.api
+        assert isinstance(api, ApiServer)
+        log = RequestLog(api.store)
+        api.add_request_observer(log)
+        lease = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": {"name": "l", "namespace": "t"},
+                 "spec": {"holderIdentity": "a", "leaseDurationSeconds": 15}}
+        async with target.client(user_agent="a/test") as client:
+            resource = await client.resource_for(lease)
+            await client.create(resource, lease, namespace="t")
+            cm = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "namespace": "t"}}
+            await client.create(await client.resource_for(cm), cm, namespace="t")
+        writes = list(log.writes(actor="a"))
+        assert [(w.served.kind, w.name, w.ok) for w in writes] == [("Lease", "l", True), ("ConfigMap", "c", True)]
+        held = writes[1].lease
+        assert held is not None and (held.namespace, held.name, held.until) == ("t", "l", writes[0].answered_at + 15)
+        assert log.holding("a", writes[0].answered_at + 16) is None
+        log.mark_restore()
+        assert log.holding("a") is None
+
+
+# Each check below is shown catching its planted bug (tests/testing/mutations.py) at the seed
+# given; ``python -m tests.testing.mutations NAME`` shows it is the first seed that does.
+
+
+def test_a_cut_shielded_write_that_the_run_does_not_report_is_caught() -> None:
+    result = caught_at("shield-does-not-shield", 3)
+    assert result.violation == (
+        "run replica-1.1 sources-6 of Source.bundles.engine.dev/sim/s2 was cancelled (superseded) inside a shielded "
+        "write at 12.102s, but no write of it reached the server before it ended at 12.102s, and it did not report "
+        "a cut write")
+
+
+def test_a_trigger_that_never_runs_is_reported_at_once_with_its_key_and_sequence() -> None:
+    result = caught_at("dirty-key-not-redelivered", 0)
+    assert result.violation == (
+        "replica-1.1 bundles: trigger #6 (source revision changed) of Bundle.bundles.engine.dev/sim/b1 at 0.576s never "
+        "led to a run, and 4 worker(s) are free (lost wake-up)")
+
+
+def test_a_sink_that_holds_up_the_others_is_caught_by_the_sink_check() -> None:
+    result = caught_at("sink-delivered-inline", 0)
+    assert result.violation == (
+        "replica-1.1: its memory sink received 25 of 26 events emitted more than 10s ago while the notification "
+        "endpoint is down (a stuck sink holds up the others)")
+
+
+def test_a_relist_that_drops_a_vanished_object_silently_is_a_lost_notification() -> None:
+    result = caught_at("relist-drops-vanished-silently", 11)
+    assert result.violation == (
+        "replica-1.1 sources: Source.bundles.engine.dev/sim/s1 was added again, but the deletion (history rewind) of "
+        "it at 50.533s never reached its watch handler (a lost notification)")
+
+
+def test_a_copy_written_from_a_stale_cache_breaks_a_plugin_invariant() -> None:
+    result = caught_at("copy-written-from-the-cache", 0)
+    assert result.violation == (
+        "plugin invariant every_copy_has_its_source: copies whose source is gone: team-ns0/src1, team-ns1/src1, "
+        "team-ns2/src1")
