@@ -404,23 +404,29 @@ class BundleReconciler:
         await write_status(ctx, self.client, self.bundles, bundle, status)
 
 
+SOURCE_RESYNC = 60.0
+"""Seconds between two looks at a Source whose status is written (a periodic resync)."""
+
+
 class SourceReconciler:
     """Gives each Source a status: ``Ready`` with the revision and how many objects its
     artifact holds (``revision r1 with 3 objects``, also a Normal event ``ArtifactReady`` with
     the revision in its metadata), or ``Ready=False`` with reason ``InvalidSpec`` naming what
     is wrong (terminal until the Source changes); and ``observedGeneration``. A status that
     already says so is not written again, and then no event is emitted. The write is
-    :func:`write_status`'s."""
+    :func:`write_status`'s. Each Source is looked at again every :data:`SOURCE_RESYNC` seconds
+    (a cache read, and no write when the status still holds), so a status that the server lost
+    (an etcd restore that no watch event reports) is written again."""
 
     def __init__(self, client: Client, sources: Resource, store: Store) -> None:
         self.client = client
         self.sources = sources
         self.store = store
 
-    async def reconcile(self, ctx: RunContext) -> None:
+    async def reconcile(self, ctx: RunContext) -> Result | None:
         source = self.store.get(ctx.ref.namespace, ctx.ref.name)
         if source is None or mapping(source.get("metadata")).get("deletionTimestamp"):
-            return
+            return None
         try:
             artifact = parse_source_spec(source)
         except InvalidSpec as exc:
@@ -429,6 +435,7 @@ class SourceReconciler:
         message = f"revision {artifact.revision} with {_objects(len(artifact.artifact))}"
         if await self._status(ctx, source, True, "ArtifactReady", message):
             ctx.events.normal("ArtifactReady", message, metadata={"revision": artifact.revision})
+        return Result(requeue_after=SOURCE_RESYNC)
 
     async def _status(self, ctx: RunContext, source: Mapping[str, Any], ready: bool, reason: str, message: str) -> bool:
         """Write the status unless it already says so; whether it was written."""
