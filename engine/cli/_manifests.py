@@ -30,6 +30,7 @@ import yaml
 from .. import __version__
 from .._errors import EngineError
 from .._manager import DEFAULT_GRACE_PERIOD
+from ._run import default_lease_name
 
 if TYPE_CHECKING:
     from ..kube import Permissions, Plugin, PolicyRule
@@ -272,7 +273,7 @@ def main(argv: list[str]) -> int:
     except (PluginError, EngineError) as exc:
         print(f"error: {' '.join(str(exc).split())}", file=sys.stderr, flush=True)
         return 1
-    name = args.name or "-".join(["engine", *sorted(plugin.name for plugin in plugins)])
+    name = args.name or default_lease_name([plugin.name for plugin in plugins])
     if not _DNS_LABEL.match(name):
         print(f"error: the name {name!r} made of the plugins' names is not a DNS label; give --name",
               file=sys.stderr, flush=True)

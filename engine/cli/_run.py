@@ -346,8 +346,7 @@ async def _start_and_run(args: argparse.Namespace, box: list[_Running], progress
         if args.leader_elect:
             from ..kube import LeaderElector
 
-            lease_name = args.leader_election_id or "-".join(["engine", *sorted(p.name for p in plugins)]
-                                                               + ([args.shard] if args.shard else []))
+            lease_name = args.leader_election_id or default_lease_name([p.name for p in plugins], args.shard)
             leader = LeaderElector(
                 client,
                 name=lease_name,
@@ -454,6 +453,12 @@ def _stopped(report: ShutdownReport) -> str:
     parts.append("events flushed" if report.events_flushed else "events not all flushed")
     forced = "; forced" if report.forced else ""
     return f"stopped ({report.reason}{forced}): " + ", ".join(parts)
+
+
+def default_lease_name(plugins: list[str], shard: str | None = None) -> str:
+    """The leader-election Lease name ``run`` uses without ``--leader-election-id``:
+    ``engine-<plugins, sorted>[-<shard>]``; ``manifests`` names its objects the same way."""
+    return "-".join(["engine", *sorted(plugins), *([shard] if shard else [])])
 
 
 def _observability(manager: Manager, args: argparse.Namespace) -> Observability | None:
