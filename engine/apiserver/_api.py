@@ -93,13 +93,15 @@ class Router:
     authorization: bool = True
     tokens: Authenticator = attrs.field(factory=Authenticator)
     server_address: str = "127.0.0.1:0"
+    sharding: bool = False
+    """The ``ShardedListAndWatch`` feature gate (see :mod:`._shards`)."""
     observers: list[RequestObserver] = attrs.field(factory=list)
     """Called synchronously with every answered resource request (not discovery, not
     ``/_faults``); an observer must not raise."""
     _watches: Watches = attrs.field(init=False, repr=False)
 
     def __attrs_post_init__(self) -> None:
-        self._watches = Watches(self.store, self.faults, self.bookmark_interval)
+        self._watches = Watches(self.store, self.faults, self.bookmark_interval, sharding=self.sharding)
         self.faults.connect_watches(self._watches.drop)
 
     async def handle(self, request: Request, connection: UserInfo | None = ADMIN) -> Response:
@@ -157,7 +159,9 @@ class Router:
             await self.store.wait_for_resource_version(request.query.get("resourceVersion"))
         if info.verb == "watch":
             return self._watches.open(request, target, info)
-        return handle_resource(self.store, request, target, info, caller=user, tokens=self.tokens)
+        return handle_resource(
+            self.store, request, target, info, caller=user, tokens=self.tokens, sharding=self.sharding
+        )
 
     def _authorize(self, user: UserInfo, attributes: Attributes) -> None:
         if not authorize(self.store, user, attributes)[0]:

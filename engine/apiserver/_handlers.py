@@ -26,6 +26,7 @@ from ._resources import BUILTIN_TYPES, REVIEW_TYPES, ResourceType
 from ._responses import json_response, list_item, typed
 from ._routing import Target, flag
 from ._selectors import parse_field_selector, parse_label_selector
+from ._shards import ShardSelector, shard_selector_of
 from ._status import CauseSpec, details, invalid_causes
 from ._storage import ObjectStorage
 from ._tables import Conversion, as_partial, as_partial_list, as_table, negotiate
@@ -103,9 +104,12 @@ def handle_resource(
     *,
     caller: UserInfo = ADMIN,
     tokens: Authenticator | None = None,
+    sharding: bool = False,
 ) -> Response:
     """Answer a resource request whose verb is not ``watch`` made by ``caller`` (reviews
-    answer for it; ``tokens`` signs TokenRequests); raises :class:`RequestRejected`."""
+    answer for it; ``tokens`` signs TokenRequests); raises :class:`RequestRejected`.
+    ``sharding`` (the ``ShardedListAndWatch`` gate) makes list and deletecollection honour
+    ``shardSelector`` (see :mod:`._shards`)."""
     rt, ns, name, sub = target.rt, target.namespace, target.name, target.subresource
     q = request.query
     dry_run = q.get("dryRun") == "All"
@@ -142,6 +146,7 @@ def handle_resource(
         conversion = negotiate(request.headers.get("accept"))
         labels = parse_label_selector(q.get("labelSelector"))
         fields = field_selector(rt, parse_field_selector(q.get("fieldSelector"), rt))
+        shard = shard_selector_of(request.query_values, sharding)
         if ns is not None:
             storage.check_namespace(rt, ns)
         exact = _list_resource_version(q)
@@ -155,7 +160,14 @@ def handle_resource(
         if q.get("resourceVersion") == "0" and not q.get("continue"):
             limit = None
         items, rv, token, remaining = storage.list_objects(
-            rt, ns, labels, fields, limit=limit, continue_token=q.get("continue") or None, exact=exact
+            rt,
+            ns,
+            labels,
+            fields,
+            limit=limit,
+            continue_token=q.get("continue") or None,
+            exact=exact,
+            shard=None if shard is None else shard.matches,
         )
         meta: dict[str, Any] = {"resourceVersion": str(rv)}
         if token:
@@ -164,6 +176,7 @@ def handle_resource(
             meta["remainingItemCount"] = remaining
         if conversion is not None:
             return json_response(200, _converted(storage, request, rt, items, meta, conversion, single=False))
+        _shard_info(rt, meta, shard)
         return json_response(
             200,
             {
@@ -225,7 +238,8 @@ def handle_resource(
         options = _delete_options(request)
         labels = parse_label_selector(q.get("labelSelector"))
         fields = field_selector(rt, parse_field_selector(q.get("fieldSelector"), rt))
-        items, _, _, _ = storage.list_objects(rt, ns, labels, fields)
+        shard = shard_selector_of(request.query_values, sharding)
+        items, _, _, _ = storage.list_objects(rt, ns, labels, fields, shard=None if shard is None else shard.matches)
         deleted = []
         for obj in items:
             meta_ = obj["metadata"]
@@ -239,16 +253,25 @@ def handle_resource(
                 # As etcd's delete returns it: the object as last stored, at its resourceVersion then.
                 answer = {**answer, "metadata": {**answer["metadata"], "resourceVersion": meta_["resourceVersion"]}}
             deleted.append(answer)
+        collection_meta: dict[str, Any] = {"resourceVersion": str(storage.resource_version)}
+        _shard_info(rt, collection_meta, shard)
         return json_response(
             200,
             {
                 "kind": rt.list_kind,
                 "apiVersion": rt.api_version,
-                "metadata": {"resourceVersion": str(storage.resource_version)},
+                "metadata": collection_meta,
                 "items": [list_item(rt, o) for o in deleted],
             },
         )
     raise RequestRejected(405, "MethodNotAllowed", f"{request.method} is not allowed on {request.path}")
+
+
+def _shard_info(rt: ResourceType, meta: dict[str, Any], shard: ShardSelector | None) -> None:
+    """Echo the applied selector as a 1.36 server does: on lists of built-in kinds only (a
+    custom resource list is unstructured and has no ``shardInfo`` to set)."""
+    if shard is not None and rt in BUILTIN_TYPES:
+        meta["shardInfo"] = {"selector": shard.canonical}
 
 
 def _list_resource_version(query: dict[str, str]) -> int | None:

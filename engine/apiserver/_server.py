@@ -10,7 +10,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from types import TracebackType
 from typing import Any
 
@@ -25,6 +25,7 @@ from ._controllers import Controllers
 from ._errors import ApiServerError
 from ._faults import Faults
 from ._memory import DirectTransport, MemoryTransport
+from ._shards import SHARDED_LIST_AND_WATCH, check_feature_gates
 from ._storage import ObjectStorage, StorageSnapshot
 from ._tls import TlsMaterial, common_name
 
@@ -83,6 +84,13 @@ class ApiServer:
     authenticated user); a denial is a 403 ``Forbidden`` Status, a token the server did not
     issue (or expired, or whose service account is gone) a 401. ``authorization=False``
     lets every authenticated user do everything (for tests that ask for it).
+
+    ``feature_gates`` turns on features that a real server has behind a gate (unknown names are a
+    ``ValueError``). ``{"ShardedListAndWatch": True}`` serves sharded list and watch
+    (KEP-5866) as kube-apiserver 1.36 does with that alpha gate: the ``shardSelector`` of
+    list, watch and deletecollection filters by a hash range of ``metadata.uid`` or
+    ``metadata.namespace``, a malformed one is a 500, and lists of built-in kinds echo it in
+    ``metadata.shardInfo``. Off (the default, as on a real server) the parameter is ignored.
     """
 
     host: str = "127.0.0.1"
@@ -96,6 +104,8 @@ class ApiServer:
     wall_clock: Callable[[], float] = time.time
     controllers: bool = True
     authorization: bool = True
+    feature_gates: Mapping[str, bool] = attrs.field(factory=dict, converter=check_feature_gates)
+    """Every known feature gate with its value (the defaults overridden by the argument)."""
     faults: Faults = attrs.field(factory=Faults, init=False, repr=False)
     """Fault injection; see :class:`~engine.apiserver.Faults`."""
     store: ObjectStorage = attrs.field(init=False, repr=False)
@@ -118,7 +128,7 @@ class ApiServer:
         )
         self._router = Router(
             self.store, self.faults, bookmark_interval=self.bookmark_interval, authorization=self.authorization,
-            tokens=Authenticator(self.seed),
+            tokens=Authenticator(self.seed), sharding=self.feature_gates[SHARDED_LIST_AND_WATCH],
         )
         self._controllers = Controllers(self.store, kube_controller_manager=self.controllers)
 

@@ -541,11 +541,17 @@ class ObjectStorage:
         limit: int | None = None,
         continue_token: str | None = None,
         exact: int | None = None,
+        shard: Callable[[Obj], bool] | None = None,
     ) -> tuple[list[Obj], int, str | None, int | None]:
         """``(items, resourceVersion, continue, remainingItemCount)`` for one page, in
         ``(namespace, name)`` order. ``remainingItemCount`` is ``None`` unless the page is cut
         short by ``limit`` and there are no selectors (a real server cannot count what its
         selectors would match beyond the page, so it leaves the count out).
+
+        ``shard`` (a ``shardSelector``'s predicate) filters like a selector, but pages are
+        filled with matching objects and ``remainingItemCount`` still counts every object after
+        the page's start minus ``limit`` when there is no label or field selector, as the real
+        server's predicate ignores the shard selector when it decides whether it can count.
 
         ``exact`` lists the objects as they were at that resourceVersion
         (``resourceVersionMatch=Exact``); the pages after the first are read at the first
@@ -585,7 +591,7 @@ class ObjectStorage:
         span = bucket.span(namespace, after)
         wanted = limit if limit is not None and limit > 0 else None
         page: list[Key] = []
-        if not labels.requirements and not fields.requirements:
+        if not labels.requirements and not fields.requirements and shard is None:
             matched = len(span)
             page = bucket.keys[span.start : span.stop if wanted is None else min(span.stop, span.start + wanted)]
         else:
@@ -593,7 +599,7 @@ class ObjectStorage:
             for i in span:
                 key = bucket.keys[i]
                 obj = bucket.objects[key]
-                if labels.matches(meta(obj).get("labels")) and fields.matches(obj):
+                if labels.matches(meta(obj).get("labels")) and fields.matches(obj) and (shard is None or shard(obj)):
                     matched += 1
                     if wanted is not None and len(page) == wanted:
                         break
@@ -605,7 +611,7 @@ class ObjectStorage:
                 json.dumps({"rv": list_rv, "ns": last[0], "name": last[1]}).encode()
             ).decode()
             selected = bool(labels.requirements or fields.requirements)
-            return items, list_rv, token, None if selected else matched - wanted
+            return items, list_rv, token, None if selected else len(span) - wanted
         return items, list_rv, None, None
 
     def _bucket_at(self, storage_key: tuple[str, str], bucket: _Bucket, rv: int) -> _Bucket:

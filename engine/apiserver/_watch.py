@@ -18,6 +18,7 @@ from ._resources import ResourceType
 from ._responses import typed
 from ._routing import Target, flag
 from ._selectors import FieldSelector, LabelSelector, parse_field_selector, parse_label_selector
+from ._shards import ShardSelector, shard_selector_of
 from ._storage import Change, ObjectStorage, Subscription
 from ._tables import Conversion, as_partial, as_table, include_option, negotiate
 
@@ -34,9 +35,16 @@ def _event_line(type_: str, obj: dict[str, Any]) -> bytes:
     return json.dumps({"type": type_, "object": obj}, separators=(",", ":")).encode() + b"\n"
 
 
-def _translate(change: Change, labels: LabelSelector, fields: FieldSelector) -> tuple[str, dict[str, Any]] | None:
+def _translate(
+    change: Change, labels: LabelSelector, fields: FieldSelector, shard: ShardSelector | None = None
+) -> tuple[str, dict[str, Any]] | None:
     def ok(obj: dict[str, Any] | None) -> bool:
-        return obj is not None and labels.matches(obj.get("metadata", {}).get("labels")) and fields.matches(obj)
+        return (
+            obj is not None
+            and labels.matches(obj.get("metadata", {}).get("labels"))
+            and fields.matches(obj)
+            and (shard is None or shard.matches(obj))
+        )
 
     if change.type == "MODIFIED":
         was, now = ok(change.old), ok(change.obj)
@@ -89,6 +97,8 @@ class Watches:
     store: ObjectStorage
     faults: Faults
     bookmark_interval: float = 60.0
+    sharding: bool = False
+    """The ``ShardedListAndWatch`` gate: honour ``shardSelector`` (see :mod:`._shards`)."""
     _active: set[_ActiveWatch] = attrs.field(factory=set, init=False, repr=False)
 
     def drop(self, scope: FaultScope, abrupt: bool) -> int:
@@ -112,10 +122,13 @@ class Watches:
         ``ResourceVersionTooLarge``) with ``sendInitialEvents``, and otherwise accepted: the
         watch then reports only changes newer than it. An ``Accept`` asking for a ``Table``
         (``kubectl get -w``) or ``PartialObjectMetadata`` converts each event's object (see
-        ``_Converter``); one asking for a list conversion is 406. Not a checkpoint."""
+        ``_Converter``); one asking for a list conversion is 406. With :attr:`sharding`, a
+        ``shardSelector`` filters every event (replayed and live) and a malformed one is a 500
+        before the stream starts; bookmarks are unchanged. Not a checkpoint."""
         rt, ns, q = target.rt, target.namespace, request.query
         labels = parse_label_selector(q.get("labelSelector"))
         fields = field_selector(rt, parse_field_selector(q.get("fieldSelector"), rt))
+        shard = shard_selector_of(request.query_values, self.sharding)
         if target.name is not None:
             fields = attrs.evolve(fields, requirements=fields.requirements + (("metadata.name", "=", target.name),))
         if ns is not None:
@@ -175,7 +188,8 @@ class Watches:
         active = _ActiveWatch(info, sub)
         self._active.add(active)
         stream = self._stream(
-            rt, sub, active, replay, labels, fields, bookmarks, initial_events and bookmarks, timeout, since or 0, converter
+            rt, sub, active, replay, (labels, fields, shard), bookmarks, initial_events and bookmarks, timeout, since or 0,
+            converter,
         )
         return Response(200, headers, stream=stream)
 
@@ -195,8 +209,7 @@ class Watches:
         sub: Subscription,
         active: _ActiveWatch,
         replay: list[Change],
-        labels: LabelSelector,
-        fields: FieldSelector,
+        selection: tuple[LabelSelector, FieldSelector, ShardSelector | None],
         bookmarks: bool,
         initial_end: bool,
         timeout: float | None,
@@ -218,7 +231,7 @@ class Watches:
         deadline = trio.current_time() + timeout if timeout is not None else math.inf
         try:
             for replayed in replay:
-                event = _translate(replayed, labels, fields)
+                event = _translate(replayed, *selection)
                 last_rv = max(last_rv, replayed.rv)
                 if event is not None:
                     yield _event_line(event[0], convert(event[1]))
@@ -250,7 +263,7 @@ class Watches:
                 if change.rv <= since:
                     continue
                 last_rv = max(last_rv, change.rv)
-                event = _translate(change, labels, fields)
+                event = _translate(change, *selection)
                 if event is not None:
                     yield _event_line(event[0], convert(event[1]))
             if sub.dropped and sub.abrupt:

@@ -9,6 +9,7 @@ import sys
 import trio
 
 from ..apiserver._server import ApiServer
+from ..apiserver._shards import check_feature_gates
 
 __all__ = ["main", "server_from_args"]
 
@@ -38,7 +39,23 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--bookmark-interval", type=float, default=60.0, help="seconds between watch BOOKMARK events (default 60)"
     )
+    parser.add_argument(
+        "--feature-gates",
+        default="",
+        metavar="NAME=BOOL,...",
+        help="feature gates as kube-apiserver spells them; known: ShardedListAndWatch (default false)",
+    )
     return parser
+
+
+def _feature_gates(text: str) -> dict[str, bool]:
+    gates: dict[str, bool] = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        name, sep, value = item.partition("=")
+        if not sep or value.lower() not in ("true", "false"):
+            raise ValueError(f"--feature-gates wants NAME=true or NAME=false, got {item!r}")
+        gates[name.strip()] = value.lower() == "true"
+    return gates
 
 
 def server_from_args(args: argparse.Namespace) -> ApiServer:
@@ -51,6 +68,7 @@ def server_from_args(args: argparse.Namespace) -> ApiServer:
         bookmark_interval=args.bookmark_interval,
         controllers=not args.no_controllers,
         authorization=not args.no_authorization,
+        feature_gates=_feature_gates(args.feature_gates),
     )
 
 
@@ -74,6 +92,11 @@ def main(argv: list[str]) -> int:
         args = _parser().parse_args(argv)
     except SystemExit as exc:
         return int(exc.code or 0)
+    try:
+        check_feature_gates(_feature_gates(args.feature_gates))
+    except ValueError as exc:
+        print(f"python -m engine apiserver: {exc}", file=sys.stderr, flush=True)
+        return 2
     try:
         trio.run(_serve, args)
     except OSError as exc:
