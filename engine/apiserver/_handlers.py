@@ -177,6 +177,9 @@ def handle_resource(
         if conversion is not None:
             return json_response(200, _converted(storage, request, rt, items, meta, conversion, single=False))
         _shard_info(rt, meta, shard)
+        if rt not in BUILTIN_TYPES:
+            # An unstructured list: ``continue`` always, members in key order.
+            meta = dict(sorted({"continue": "", **meta}.items()))
         return json_response(
             200,
             {

@@ -126,6 +126,8 @@ _TOKEN = re.compile(
 )
 
 _EOF = "<EOF>"
+_STARTS = "'[', '{', '(', '.', '-', '!', 'true', 'false', 'null', NUM_FLOAT, NUM_INT, NUM_UINT, STRING, BYTES, IDENTIFIER"
+_STARTS_OR_CLOSE = _STARTS.replace("'(', ", "'(', ')', ")
 _BINARY = [("||",), ("&&",), ("==", "!=", "<", "<=", ">", ">=", "in"), ("+", "-"), ("*", "/", "%")]
 _ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "\\": "\\", "'": "'", '"': '"', "`": "`", "?": "?", "a": "\a", "b": "\b", "f": "\f", "v": "\v"}
 
@@ -239,6 +241,8 @@ class _Parser:
         if self.peek()[1] == close:
             self.take()
             return ()
+        if self.peek()[0] == "eof" and close == ")":
+            raise _syntax(f"mismatched input '{_EOF}' expecting {{{_STARTS_OR_CLOSE}}}")
         while True:
             args.append(self.ternary())
             if self.peek()[1] == ",":
@@ -282,9 +286,7 @@ class _Parser:
             if depth:
                 raise _syntax(f"missing '}}' at '{_EOF}'")
             return _Expr(_MAP)
-        if kind == "eof":
-            raise _syntax(f"mismatched input '{_EOF}' expecting an expression")
-        raise _syntax(f"extraneous input '{text}' expecting an expression")
+        raise _syntax(f"mismatched input '{text}' expecting {{{_STARTS}}}")
 
 
 # ----- the walk the real server does over the syntax tree -----
