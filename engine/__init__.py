@@ -30,6 +30,9 @@ from ._events import EventType as EventType
 from ._events import ObjectEvents as ObjectEvents
 from ._exports import moved_names as _moved_names
 from ._exports import publish as _publish
+from ._keyspace import KeyRange as KeyRange
+from ._keyspace import KeyRanges as KeyRanges
+from ._keyspace import fnv1a64 as fnv1a64
 from ._logging import JSONFormatter as JSONFormatter
 from ._logging import TextFormatter as TextFormatter
 from ._logging import configure_logging as configure_logging
@@ -87,6 +90,8 @@ __all__ = [
     "LifecycleError",
     "ExponentialBackoffLimiter",
     "JSONFormatter",
+    "KeyRange",
+    "KeyRanges",
     "LeaderElection",
     "LogSink",
     "Manager",
@@ -123,6 +128,7 @@ __all__ = [
     "WorkQueueStatistics",
     "configure_logging",
     "default_rate_limiter",
+    "fnv1a64",
 ]
 
 _publish(globals())

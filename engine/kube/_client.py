@@ -24,6 +24,7 @@ import attrs
 import httpx
 import trio
 
+from .._keyspace import KeyRanges
 from . import _json
 from ._auth import BearerTokenAuth, TokenFileAuth
 from ._config import Config
@@ -105,6 +106,25 @@ class ObjectList:
     """The token for the next page, ``None`` on the last page."""
     remaining_item_count: int | None = None
     """The server's estimate of the items after this page, when it gives one."""
+    shard_selector: str | None = None
+    """``metadata.shardInfo.selector``: the ``shardSelector`` the server applied, as it
+    echoes it (only servers that filter by it do, and only on lists of built-in kinds)."""
+
+
+_NAMESPACES = Resource("", "v1", "Namespace", "namespaces", False)
+_WHOLE_KEY_SPACE = KeyRanges.everything().selector()
+
+
+def _builtin_group(group: str) -> bool:
+    """Whether ``group`` is one of Kubernetes' own (a custom resource's group has a dot and is
+    not under ``k8s.io``)."""
+    return "." not in group or group.endswith(".k8s.io") or group == "k8s.io"
+
+
+def _shard_info(meta: Mapping[str, Any]) -> str | None:
+    info = meta.get("shardInfo")
+    selector = info.get("selector") if isinstance(info, dict) else None
+    return selector if isinstance(selector, str) and selector else None
 
 
 def _selector(value: Selector | None) -> str | None:
@@ -244,6 +264,8 @@ class Client:
         """Every 403 answer, counted per verb and resource; the first of each is logged."""
         self._base_path: str | None = None
         self._direct: Transport | None = None
+        self._filters_shards: bool | None = None
+        self._shard_probes: list[tuple[Resource, str | None]] = []
         self._authorization: Callable[[], str] | None = None
         self._raw_headers: list[tuple[bytes, bytes]] = []
         self._content_types: dict[str, bytes] = {}
@@ -539,6 +561,62 @@ class Client:
         body.setdefault("kind", resource.kind)
         return body
 
+    # --- sharded list and watch ---
+
+    @property
+    def server_filters_shards(self) -> bool | None:
+        """What :meth:`filters_shards` found: ``None`` until it got an answer."""
+        return self._filters_shards
+
+    def add_shard_probe(self, resource: Resource, namespace: str | None = None) -> None:
+        """Let :meth:`filters_shards` ask with a list of ``resource`` (a built-in kind) in
+        ``namespace``: one this client may list (the Leases of a ring, say), for controllers
+        of custom resources that may not list namespaces. Forgets an answer of ``False``."""
+        self._shard_probes.append((resource, namespace if resource.namespaced else None))
+        if self._filters_shards is False:
+            self._filters_shards = None
+
+    async def filters_shards(self, resource: Resource | None = None, *, namespace: str | None = None) -> bool:
+        """Whether the server filters lists and watches by ``shardSelector`` (KEP-5866: a 1.36
+        server with the ``ShardedListAndWatch`` gate), asked once per client.
+
+        The only sign is ``metadata.shardInfo``, which a filtering server sets on lists of
+        built-in kinds only (not on custom resources): so the question is a one-item list,
+        with a selector of the whole key space, of ``resource`` in ``namespace`` when it is a
+        built-in kind, else (or when that list is refused) of each :meth:`add_shard_probe`
+        type, else of namespaces. The answer is cached and logged once. When every such list
+        is refused the answer is ``False``, cached too (until :meth:`add_shard_probe`):
+        callers filter on their side anyway, the server filter only saves work.
+        Cancellation: a checkpoint; nothing is cached.
+        """
+        if self._filters_shards is not None:
+            await trio.lowlevel.checkpoint()
+            return self._filters_shards
+        candidates: list[tuple[Resource, str | None]] = []
+        if resource is not None and _builtin_group(resource.group):
+            candidates.append((resource, namespace if resource.namespaced else None))
+        candidates.extend(self._shard_probes)
+        candidates.append((_NAMESPACES, None))
+        for candidate, ns in candidates:
+            try:
+                page = await self.list(candidate, namespace=ns, limit=1, shard_selector=_WHOLE_KEY_SPACE)
+            except ApiError as exc:
+                log.debug("cannot ask whether the server filters by shardSelector with %s: %s", candidate, exc)
+                continue
+            self._filters_shards = page.shard_selector is not None
+            log.info(
+                "the API server %s",
+                "filters lists and watches by shardSelector (ShardedListAndWatch)"
+                if self._filters_shards
+                else "ignores shardSelector (no ShardedListAndWatch): key ranges are filtered on the client",
+                extra={"server_filters_shards": self._filters_shards},
+            )
+            return self._filters_shards
+        log.info("cannot tell whether the API server filters by shardSelector (no list allowed): key ranges are "
+                 "filtered on the client")
+        self._filters_shards = False
+        return False
+
     # --- discovery ---
 
     async def resource(self, api_version: str, kind: str) -> Resource:
@@ -642,11 +720,15 @@ class Client:
         continue_token: str | None = None,
         resource_version: str | None = None,
         resource_version_match: str | None = None,
+        shard_selector: str | None = None,
     ) -> ObjectList:
         """List one page of objects; ``namespace=None`` lists across all namespaces.
 
         With ``limit``, pass the returned ``continue_token`` back to get the next page (or use
         :meth:`list_all`). An expired continue token raises :class:`GoneError`.
+        ``shard_selector`` is sent as ``shardSelector`` (KEP-5866, see
+        :meth:`KeyRanges.selector <engine.KeyRanges.selector>`); a server without the
+        feature ignores it, and the continue token does not carry it: send it with every page.
         Retried per the read policy. Cancellation: a checkpoint; nothing to undo.
         """
         ns = namespace if resource.namespaced else None
@@ -657,6 +739,7 @@ class Client:
             "continue": continue_token,
             "resourceVersion": resource_version,
             "resourceVersionMatch": resource_version_match,
+            "shardSelector": shard_selector or None,
         }
         path = resource.path(namespace=ns)
         body = await self._request_json("GET", path, params=params, safe=True)
@@ -680,6 +763,7 @@ class Client:
             resource_version=str(meta.get("resourceVersion") or ""),
             continue_token=meta.get("continue") or None,
             remaining_item_count=remaining if isinstance(remaining, int) else None,
+            shard_selector=_shard_info(meta),
         )
 
     async def list_all(
@@ -979,15 +1063,20 @@ class Client:
         allow_bookmarks: bool = True,
         timeout_seconds: int | None = None,
         idle_timeout: float | None = None,
+        shard_selector: str | None = None,
     ) -> WatchStream:
         """Open a watch: use as ``async with client.watch(res, ...) as events: async for ...``.
 
         ``resource_version`` is where to start (from a list, or the last event seen);
         ``timeout_seconds`` asks the server to end the stream after that long; ``idle_timeout``
         makes the iterator raise :class:`WatchStalledError` when no bytes at all (not even a
-        bookmark) arrive for that long. Establishing is retried per the read policy.
+        bookmark) arrive for that long. ``shard_selector`` is sent as ``shardSelector``: a
+        server with the feature sends only the events of objects in those ranges (and answers
+        500 to a malformed one), any other ignores it. Establishing is retried per the read
+        policy.
         """
         params = {
+            "shardSelector": shard_selector or None,
             "watch": "true",
             "labelSelector": _selector(label_selector),
             "fieldSelector": _selector(field_selector),

@@ -28,6 +28,17 @@ Before an object reaches the store, the informer's ``transform`` (if any) is app
 object is copied into a compact form that shares interned strings and dictionary key tables
 with the other cached objects (:mod:`engine.kube._compact`); it is still made of plain
 ``dict`` and ``list`` objects.
+
+An informer restricted to :class:`~engine.KeyRanges` (``key_ranges=``,
+:meth:`Informer.set_key_ranges`) caches and hands to handlers only the objects whose
+``metadata.uid`` hashes into them (see :mod:`engine.kube._watcher` for how the server is
+asked to filter too, where it can). When the ranges change, objects that leave them are
+dropped from the store **silently**: no ``DELETED`` reaches the handlers, since the objects
+still exist (whatever runs for them is stopped elsewhere, by the ring's gate); objects that
+enter them reach the handlers as ``ADDED`` once the list that follows is done, and a cached
+object that changed or was deleted meanwhile as ``MODIFIED`` or ``DELETED``, so nothing in
+between is missed. Objects outside the ranges never reach the store or a handler, even from a
+server that ignores ``shardSelector``.
 """
 
 from __future__ import annotations
@@ -41,6 +52,7 @@ import attrs
 import trio
 
 from .._errors import LifecycleError
+from .._keyspace import KeyRanges
 from ._client import Client, Selector
 from ._compact import compact
 from ._resource import Resource
@@ -97,6 +109,8 @@ class InformerStatistics:
     """Exceptions raised for one object by an index function or a handler, contained to it."""
     resets: int = 0
     """Times the server's history went backwards and the watcher relisted from scratch."""
+    out_of_range: int = 0
+    """Listed objects and watch events dropped for being outside the key ranges."""
 
 
 class Informer:
@@ -126,6 +140,10 @@ class Informer:
     the exception is logged once per object and ``resourceVersion`` and counted in
     :attr:`InformerStatistics.object_errors`. Pass :func:`strip_managed_fields` to drop
     ``metadata.managedFields`` from the cache.
+
+    ``key_ranges`` (``None``, the default: every object) restricts the informer to the objects
+    whose uid hashes into those :class:`~engine.KeyRanges`; see the module documentation
+    and :meth:`set_key_ranges`.
     """
 
     def __init__(
@@ -144,6 +162,7 @@ class Informer:
         store: Store | None = None,
         rng: random.Random | None = None,
         transform: Transform | None = None,
+        key_ranges: KeyRanges | None = None,
     ) -> None:
         self.watcher = Watcher(
             client,
@@ -158,6 +177,7 @@ class Informer:
             max_backoff=max_backoff,
             rng=rng,
             prepare=self._prepare_listed,
+            key_ranges=key_ranges,
         )
         """The watcher feeding the store."""
         self.resource = resource
@@ -175,6 +195,7 @@ class Informer:
         self._failures = 0
         self._restarts = 0
         self._events = 0
+        self._listed = trio.Event()
 
     # --- readers ---
 
@@ -214,7 +235,53 @@ class Informer:
             skipped=watcher.skipped,
             object_errors=self.store.object_errors,
             resets=watcher.resets,
+            out_of_range=watcher.out_of_range,
         )
+
+    # --- key ranges ---
+
+    @property
+    def key_ranges(self) -> KeyRanges | None:
+        """The key ranges the informer holds (``None``: every object)."""
+        return self.watcher.key_ranges
+
+    @property
+    def server_filters_shards(self) -> bool | None:
+        """Whether the server filters this informer's lists and watches by ``shardSelector``
+        (``None`` until the informer had key ranges and asked; objects are filtered on this
+        side either way)."""
+        return self.watcher.server_filters
+
+    def set_key_ranges(self, ranges: KeyRanges | None) -> None:
+        """Hold only the objects in ``ranges`` from now on (``None``: every object).
+
+        Synchronous and not a checkpoint: when it returns, the objects outside ``ranges`` are
+        gone from the store (silently, no handler is called for them), and no object outside
+        ``ranges`` reaches the store or a handler afterwards. Objects that enter the ranges
+        reach the handlers as ``ADDED`` when the list that follows is done (see
+        :attr:`key_ranges_synced`). Safe before :meth:`run` starts and while it runs.
+        """
+        self.watcher.set_key_ranges(ranges)
+        if ranges is not None:
+            dropped = self.store.retain(self.watcher.wants)
+            if dropped:
+                log.debug("dropped %d %s outside the new key ranges", dropped, self.resource)
+
+    @property
+    def key_ranges_synced(self) -> bool:
+        """Whether the store holds a complete list of the current key ranges: :attr:`synced`,
+        and no range was gained since the last list."""
+        return self._synced and self.watcher.covers_key_ranges
+
+    async def wait_key_ranges_synced(self) -> None:
+        """Wait until :attr:`key_ranges_synced` holds; returns at once (after a checkpoint) if
+        it does.
+
+        Cancellation: a checkpoint; nothing to undo.
+        """
+        while not self.key_ranges_synced:
+            await self._listed.wait()
+        await trio.lowlevel.checkpoint()
 
     # --- handlers ---
 
@@ -298,6 +365,8 @@ class Informer:
         if isinstance(event, Restarted):
             self._set_synced(True)
             self._failures = 0
+            self._listed.set()
+            self._listed = trio.Event()
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Run the informer until cancelled; use with ``await nursery.start(informer.run)``.

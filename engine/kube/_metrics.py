@@ -5,6 +5,11 @@ path (index functions, predicates, mappers, handlers) raised for one object and 
 contained to it; ``engine_informer_resets_total{resource}`` counts relists from scratch because
 the server's history went backwards; ``engine_informer_restarts_total{resource}`` counts
 restarts after unexpected errors, ``engine_informer_skipped_total{resource}`` malformed items.
+``engine_informer_out_of_range_total{resource}`` counts the listed objects and watch events an
+informer restricted to key ranges dropped on its side, and
+``engine_informer_server_shard_filter{resource}`` (1 or 0, for such informers once they asked)
+says whether the API server filters them by ``shardSelector`` (KEP-5866) or the informer alone
+does (the server then sends every object, and the replica's memory and CPU do not shrink).
 ``engine_forbidden_requests_total{verb,resource}`` counts the 403 answers a client received
 (see :class:`ForbiddenLog`).
 """
@@ -13,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from prometheus_client.core import CounterMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from ._client import Client
@@ -66,7 +71,18 @@ class InformerCollector(Collector):
             "skipped": CounterMetricFamily(
                 "engine_informer_skipped", "Malformed list items and watch lines skipped", labels=["resource"],
             ),
+            "out_of_range": CounterMetricFamily(
+                "engine_informer_out_of_range",
+                "Listed objects and watch events outside the informer's key ranges, dropped on the client",
+                labels=["resource"],
+            ),
         }
+        server_filter = GaugeMetricFamily(
+            "engine_informer_server_shard_filter",
+            "1 if the API server filters the informer's key ranges by shardSelector, 0 if only the client does",
+            labels=["resource"],
+        )
+        filtering: dict[str, bool] = {}
         totals: dict[str, dict[str, int]] = {name: {} for name in families}
         for informer in self._cluster.informers:
             stats = informer.statistics()
@@ -74,7 +90,13 @@ class InformerCollector(Collector):
             for name in families:
                 per = totals[name]
                 per[resource] = per.get(resource, 0) + int(getattr(stats, name))
+            server = informer.server_filters_shards
+            if informer.key_ranges is not None and server is not None:
+                filtering[resource] = filtering.get(resource, True) and server
         for name, family in families.items():
             for resource, value in sorted(totals[name].items()):
                 family.add_metric([resource], value)
             yield family
+        for resource, server in sorted(filtering.items()):
+            server_filter.add_metric([resource], 1 if server else 0)
+        yield server_filter

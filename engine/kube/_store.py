@@ -139,7 +139,9 @@ class Store:
     only (the object is still stored and filed in the other indexes); the exception is
     logged once per object and ``resourceVersion`` and counted (the owning informer's
     :attr:`InformerStatistics.object_errors <engine.kube.InformerStatistics.object_errors>`).
-    There is one writer, :meth:`apply`, called by the informer that owns the store.
+    There are two writers, both called by the informer that owns the store: :meth:`apply`,
+    and :meth:`retain`, which drops objects without reporting them (when the informer's key
+    ranges shrink).
     """
 
     def __init__(self) -> None:
@@ -277,6 +279,14 @@ class Store:
             return self._replace(event.objects, reset=event.reset)
         assert isinstance(event, Bookmark)
         return []
+
+    def retain(self, keep: Callable[[Mapping[str, Any]], bool]) -> int:
+        """Drop every object for which ``keep`` is false, reporting nothing (no ``DELETED``:
+        the objects still exist, the informer stopped caring about them); returns how many."""
+        gone = [key for key, obj in self._items() if not keep(obj)]
+        for key in gone:
+            self._remove(key)
+        return len(gone)
 
     @staticmethod
     def _change(obj: dict[str, Any], old: dict[str, Any] | None) -> InformerEvent:

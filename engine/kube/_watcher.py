@@ -31,13 +31,33 @@ Behaviour under failure
 * **Anything else** (a list that fails once the client's retries are spent, or the
   ``on_event`` callback raising) ends :meth:`Watcher.run` with that exception; run it again to
   start over from a fresh list.
+
+Key ranges (watching a share of the objects)
+--------------------------------------------
+A watcher given ``key_ranges`` (:class:`~engine.KeyRanges` over the FNV-1a 64 hash of
+``metadata.uid``, as KEP-5866 hashes it) hands on only the objects in those ranges: every
+listed object and every ``ADDED``, ``MODIFIED`` and ``DELETED`` event outside them is dropped
+on this side, always, whatever the server does (counted in
+:attr:`WatcherStatistics.out_of_range`). Where the server filters by ``shardSelector`` (asked
+once per client, :meth:`Client.filters_shards <engine.kube.Client.filters_shards>`) the lists
+and watches also send the ranges' selector (with every page), so the server sends only that
+share. Empty ranges cannot be said with the parameter (an empty selector selects
+everything): with none the watcher lists and watches nothing, and emits one empty
+:class:`Restarted`.
+
+:meth:`Watcher.set_key_ranges` changes them while running. Ranges that grow beyond what the
+last list covered stop the current list or watch and list again with the new ranges (the
+:class:`Restarted` that follows reports what changed, as after 410 Gone, so nothing that
+happened in between is missed); ranges that only shrink just filter from then on, and with a
+filtering server the watch is resumed from the last ``resourceVersion`` with the narrower
+selector (no list: the narrower ranges were all covered).
 """
 
 from __future__ import annotations
 
 import logging
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -46,6 +66,7 @@ import trio
 from engine._backoff import jittered_backoff
 
 from .._errors import LifecycleError
+from .._keyspace import KeyRanges, fnv1a64
 from ._client import Client, ObjectList, Selector
 from ._errors import (
     ApiError,
@@ -144,6 +165,9 @@ class WatcherStatistics:
     """Malformed list items and watch lines skipped."""
     resets: int = 0
     """Times the server's history was found to have gone backwards (and a relist followed)."""
+    out_of_range: int = 0
+    """Listed objects and watch events dropped because they are outside the key ranges (with
+    a server that filters by ``shardSelector``, only those of ranges that just shrank)."""
 
 
 class _HistoryWentBack(Exception):
@@ -223,6 +247,7 @@ class Watcher:
         max_backoff: float = 30.0,
         rng: random.Random | None = None,
         prepare: Callable[[dict[str, Any], bool], dict[str, Any]] | None = None,
+        key_ranges: KeyRanges | None = None,
     ) -> None:
         if page_size < 1:
             raise ValueError("page_size must be >= 1")
@@ -252,6 +277,72 @@ class Watcher:
         self._stream_failures = 0
         self._skipped = 0
         self._resets = 0
+        self._key_ranges = key_ranges
+        self._covered = KeyRanges.nothing()
+        self._server_filters: bool | None = None
+        self._out_of_range = 0
+        self._cycle_scope: trio.CancelScope | None = None
+        self._stream_scope: trio.CancelScope | None = None
+        self._narrowed = False
+
+    # --- key ranges ---
+
+    @property
+    def key_ranges(self) -> KeyRanges | None:
+        """The key ranges handed on (``None``: every object)."""
+        return self._key_ranges
+
+    @property
+    def server_filters(self) -> bool | None:
+        """Whether the lists and watches send ``shardSelector`` to a server that honours it
+        (``None`` until the watcher had key ranges and asked)."""
+        return self._server_filters
+
+    @property
+    def covers_key_ranges(self) -> bool:
+        """Whether the last complete list covered every current key range (false after the
+        ranges grew, until the list that follows is done)."""
+        ranges = KeyRanges.everything() if self._key_ranges is None else self._key_ranges
+        return not ranges - self._covered
+
+    def wants(self, obj: Mapping[str, Any]) -> bool:
+        """Whether ``obj`` is in the key ranges (hash of its ``metadata.uid``, ``""`` when it
+        has none, as the server hashes it)."""
+        ranges = self._key_ranges
+        if ranges is None:
+            return True
+        meta = obj.get("metadata")
+        uid = meta.get("uid") if isinstance(meta, dict) else None
+        return fnv1a64(uid if isinstance(uid, str) else "") in ranges
+
+    def set_key_ranges(self, ranges: KeyRanges | None) -> None:
+        """Hand on only the objects in ``ranges`` from now on (``None``: all); see the module
+        documentation. Synchronous, not a checkpoint: no event outside ``ranges`` is handed
+        on after it returns. Grown ranges make the running list or watch start over with a
+        new list; shrunk ones resume the watch with the narrower selector."""
+        before = self._key_ranges
+        self._key_ranges = ranges
+        if ranges == before:
+            return
+        wanted = KeyRanges.everything() if ranges is None else ranges
+        self._covered = self._covered & wanted
+        log.info(
+            "key ranges of %s changed to %s",
+            self.resource,
+            "everything" if ranges is None else ranges,
+            extra={"resource": str(self.resource), "key_share": wanted.share},
+        )
+        if wanted - self._covered or not wanted:
+            if self._cycle_scope is not None:
+                self._cycle_scope.cancel()
+        elif self._server_filters and self._stream_scope is not None:
+            self._stream_scope.cancel()
+
+    def _shard_selector(self) -> str | None:
+        ranges = self._key_ranges
+        if ranges is None or not ranges or not self._server_filters or ranges == KeyRanges.everything():
+            return None
+        return ranges.selector()
 
     @property
     def resource_version(self) -> str | None:
@@ -267,6 +358,7 @@ class Watcher:
             stream_failures=self._stream_failures,
             skipped=self._skipped,
             resets=self._resets,
+            out_of_range=self._out_of_range,
         )
 
     def backoff(self, failures: int) -> float:
@@ -282,6 +374,7 @@ class Watcher:
             field_selector=self._field_selector,
             limit=self._page_size,
             continue_token=continue_token,
+            shard_selector=self._shard_selector(),
         )
 
     async def _relist(self, on_event: Callable[[WatcherEvent], object], *, reset: bool = False) -> None:
@@ -304,13 +397,20 @@ class Watcher:
                     self._skipped += 1
                     log.warning("skipping a malformed list item of %s (no metadata.name)", self.resource)
                     continue
+                if not self.wants(obj):
+                    self._out_of_range += 1
+                    continue
                 objects.append(obj if prepare is None else prepare(obj, reset))
             token = page.continue_token
             del page
             if not token:
                 break
         self._lists += 1
+        if self._key_ranges is not None:
+            # Ranges may have shrunk while the pages were read.
+            objects = [obj for obj in objects if self.wants(obj)]
         on_event(Restarted(objects, resource_version, reset=reset))
+        self._covered = KeyRanges.everything() if self._key_ranges is None else self._key_ranges
         self._resource_version = resource_version
         log.debug("listed %d %s at resourceVersion %s", len(objects), self.resource, resource_version)
 
@@ -339,6 +439,7 @@ class Watcher:
                 limit=1,
                 resource_version=resource_version,
                 resource_version_match="NotOlderThan",
+                shard_selector=self._shard_selector(),
             )
         except ApiError as exc:
             if _too_large(exc):
@@ -352,35 +453,42 @@ class Watcher:
     async def _watch_once(self, resource_version: str, on_event: Callable[[WatcherEvent], object]) -> bool:
         delivered = False
         timeout = int(self._watch_timeout * self._rng.uniform(1.0, 2.0))
-        async with self._client.watch(
-            self.resource,
-            namespace=self.namespace,
-            label_selector=self._label_selector,
-            field_selector=self._field_selector,
-            resource_version=resource_version,
-            allow_bookmarks=True,
-            timeout_seconds=timeout,
-            idle_timeout=self.idle_timeout,
-        ) as stream:
-            self._watches += 1
-            try:
-                async for event in stream:
-                    delivered = True
-                    rv = event.resource_version
-                    if _older(rv, self._resource_version):
-                        what = "bookmark" if event.type is WatchEventType.BOOKMARK else f"{event.type.value} event"
-                        raise _HistoryWentBack(
-                            f"a watch {what} has resourceVersion {rv}, older than {self._resource_version} seen before"
-                        )
-                    if event.type is WatchEventType.BOOKMARK:
+        self._narrowed = False
+        with trio.CancelScope() as self._stream_scope:
+            async with self._client.watch(
+                self.resource,
+                namespace=self.namespace,
+                label_selector=self._label_selector,
+                field_selector=self._field_selector,
+                resource_version=resource_version,
+                allow_bookmarks=True,
+                timeout_seconds=timeout,
+                idle_timeout=self.idle_timeout,
+                shard_selector=self._shard_selector(),
+            ) as stream:
+                self._watches += 1
+                try:
+                    async for event in stream:
+                        delivered = True
+                        rv = event.resource_version
+                        if _older(rv, self._resource_version):
+                            what = "bookmark" if event.type is WatchEventType.BOOKMARK else f"{event.type.value} event"
+                            raise _HistoryWentBack(
+                                f"a watch {what} has resourceVersion {rv}, older than {self._resource_version} seen before"
+                            )
+                        if event.type is WatchEventType.BOOKMARK:
+                            if rv:
+                                on_event(Bookmark(rv))
+                        elif self.wants(event.object):
+                            on_event(_BY_TYPE[event.type](event.object))
+                        else:
+                            self._out_of_range += 1
                         if rv:
-                            on_event(Bookmark(rv))
-                    else:
-                        on_event(_BY_TYPE[event.type](event.object))
-                    if rv:
-                        self._resource_version = rv
-            finally:
-                self._skipped += stream.skipped
+                            self._resource_version = rv
+                finally:
+                    self._skipped += stream.skipped
+        self._narrowed = self._stream_scope.cancelled_caught
+        self._stream_scope = None
         return delivered
 
     async def run(self, on_event: Callable[[WatcherEvent], object]) -> None:
@@ -403,6 +511,20 @@ class Watcher:
             self._running = False
 
     async def _list_and_watch(self, on_event: Callable[[WatcherEvent], object]) -> None:
+        while True:
+            with trio.CancelScope() as self._cycle_scope:
+                await self._cycle(on_event)
+            self._cycle_scope = self._stream_scope = None
+            log.info("listing %s again for its new key ranges", self.resource, extra={"resource": str(self.resource)})
+
+    async def _cycle(self, on_event: Callable[[WatcherEvent], object]) -> None:
+        if self._key_ranges is not None:
+            self._server_filters = await self._client.filters_shards(self.resource, namespace=self.namespace)
+            if not self._key_ranges:
+                self._lists += 1
+                on_event(Restarted((), self._resource_version or ""))
+                self._covered = KeyRanges.nothing()
+                await trio.sleep_forever()
         await self._relist(on_event)
         failures = 0
         check = False
@@ -414,6 +536,9 @@ class Watcher:
                     await self._check_history(start)
                 delivered = await self._watch_once(start, on_event)
                 check = self._resource_version == start
+                if self._narrowed:
+                    failures, check = 0, False
+                    continue
             except _HistoryWentBack as exc:
                 self._history_went_back(str(exc))
                 await self._relist(on_event, reset=True)
