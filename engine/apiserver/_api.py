@@ -154,7 +154,9 @@ class Router:
         if fault is not None:
             return self._failure(fault)
         if target is None:
-            return discovery_response(self.store.types(), request, path, server_address=self.server_address)
+            return discovery_response(
+                self.store.types(), request, path, server_address=self.server_address, sharding=self.sharding
+            )
         if info.verb in ("get", "list") or (info.verb == "watch" and flag(request.query, "sendInitialEvents")):
             await self.store.wait_for_resource_version(request.query.get("resourceVersion"))
         if info.verb == "watch":

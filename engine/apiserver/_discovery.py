@@ -59,8 +59,11 @@ def _resource_list(all_types: list[ResourceType], group: str, version: str) -> d
     }
 
 
-def discovery_response(types: list[ResourceType], request: Request, path: str, *, server_address: str) -> Response:
-    """Answer a non-resource ``path`` given the served ``types``.
+def discovery_response(
+    types: list[ResourceType], request: Request, path: str, *, server_address: str, sharding: bool = False
+) -> Response:
+    """Answer a non-resource ``path`` given the served ``types`` (``sharding``: the
+    ``ShardedListAndWatch`` gate, which the OpenAPI documents show).
 
     Raises :class:`RequestRejected`: 405 for a method other than GET or HEAD, 404 for an
     unknown path.
@@ -103,12 +106,12 @@ def discovery_response(types: list[ResourceType], request: Request, path: str, *
         if doc is not None:
             return json_response(200, doc)
     if path == "/openapi/v3":
-        return json_response(200, openapi_index(types))
+        return json_response(200, openapi_index(types, sharding=sharding))
     if path.startswith("/openapi/v3/"):
         wanted = path[len("/openapi/v3/") :]
         members = [t for t in types if gv_path(t.group, t.version) == wanted]
         if members:
-            return json_response(200, openapi_document(members))
+            return json_response(200, openapi_document(members, sharding=sharding))
     if path == "/":
         paths = ["/api", "/api/v1", "/apis", "/healthz", "/livez", "/readyz", "/version", "/_faults"]
         paths += [f"/apis/{g}" for g in _groups(types)]
