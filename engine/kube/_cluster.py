@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from .._controller import Controller
+from .._keyspace import KeyRanges
 from .._manager import Manager
 from .._refs import ObjectRef
 from .._sources import MappedSource
@@ -148,7 +149,9 @@ class Cluster:
         self.label_selector = label_selector
         self._options = dict(informer_options or {})
         self._transform: Transform | None = self._options.pop("transform", strip_managed_fields)
-        self._informers: dict[tuple[Resource, str | None, str, Transform | None], Informer] = {}
+        self._informers: dict[tuple[Resource, str | None, str, Transform | None, bool], Informer] = {}
+        self._sharded: list[Informer] = []
+        self._key_ranges: KeyRanges | None = None
         self._rules: list[PolicyRule] = []
         manager.add_start_gate(self.wait_synced)
 
@@ -178,8 +181,13 @@ class Cluster:
         namespace: str | None | _Unset = _UNSET,
         label_selector: Selector | None = None,
         transform: Transform | None | _Unset = _UNSET,
+        sharded: bool = False,
     ) -> Informer:
         """The informer for a type (created and added to the manager on first use).
+
+        ``sharded`` makes it an informer of the cluster's key ranges (:meth:`set_key_ranges`:
+        it holds only the objects whose uid hashes into them); one sharded and one whole
+        informer are kept per resource, namespace, selector and transform.
 
         ``namespace`` defaults to the cluster's; ``None`` means all namespaces.
 
@@ -206,7 +214,7 @@ class Cluster:
             cluster_wide=ns is None and self.namespace is not None,
         ))
         chosen = self._transform if isinstance(transform, _Unset) else transform
-        key = (resource, ns, str(label_selector), chosen)
+        key = (resource, ns, str(label_selector), chosen, sharded)
         informer = self._informers.get(key)
         if informer is None:
             informer = Informer(
@@ -215,11 +223,27 @@ class Cluster:
                 namespace=ns,
                 label_selector=label_selector,
                 transform=chosen,
+                key_ranges=self._key_ranges if sharded else None,
                 **self._options,
             )
+            if sharded:
+                self._sharded.append(informer)
             self._informers[key] = informer
             self.manager.add_source(informer)
         return informer
+
+    @property
+    def key_ranges(self) -> KeyRanges | None:
+        """The key ranges of the sharded informers (``None``: every object)."""
+        return self._key_ranges
+
+    def set_key_ranges(self, ranges: KeyRanges | None) -> None:
+        """Restrict every sharded informer (``informer(..., sharded=True)``, also those made
+        later) to ``ranges``; see :meth:`Informer.set_key_ranges`. Synchronous, not a
+        checkpoint."""
+        self._key_ranges = ranges
+        for informer in self._sharded:
+            informer.set_key_ranges(ranges)
 
     @property
     def informers(self) -> list[Informer]:

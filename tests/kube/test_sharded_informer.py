@@ -10,10 +10,11 @@ from typing import Any
 import pytest
 import trio
 import trio.testing
+from prometheus_client import CollectorRegistry
 
-from engine import KeyRange, KeyRanges, fnv1a64
+from engine import KeyRange, KeyRanges, Manager, fnv1a64
 from engine.apiserver import ApiServer
-from engine.kube import Client, Informer, InformerEvent, Resource, WatchEventType
+from engine.kube import Client, Cluster, Informer, InformerCollector, InformerEvent, Resource, WatchEventType
 
 from .test_informer import CONFIGMAPS, memory_client, wait_for
 
@@ -273,3 +274,35 @@ async def test_a_list_echoes_the_selector_only_where_the_server_filters(
         else:
             assert page.shard_selector is None and len(page.items) == 6
         assert await client.filters_shards() is gate(api)
+
+
+async def test_a_cluster_restricts_its_sharded_informers_and_reports_the_filter(
+    api: ApiServer, autojump_clock: trio.testing.MockClock
+) -> None:
+    async with memory_client(api) as client, trio.open_nursery() as nursery:
+        for i in range(16):
+            await client.create(CONFIGMAPS, {"metadata": {"name": f"cm{i}"}}, namespace="default")
+        objects = await everything(client)
+        manager = Manager(handle_signals=False)
+        cluster = Cluster(client, manager, namespace="default")
+        cluster.set_key_ranges(UPPER)
+        sharded = await cluster.informer("v1", "ConfigMap", sharded=True)
+        whole = await cluster.informer("v1", "ConfigMap")
+        assert sharded is not whole and sharded.key_ranges == UPPER and whole.key_ranges is None
+        nursery.start_soon(sharded.run)
+        nursery.start_soon(whole.run)
+        await sharded.wait_synced()
+        await whole.wait_synced()
+        assert set(cached(sharded)) == names_in(objects, UPPER) and len(cached(whole)) == 16
+        registry = CollectorRegistry()
+        registry.register(InformerCollector(cluster))
+        value = registry.get_sample_value("engine_informer_server_shard_filter", {"resource": str(sharded.resource)})
+        assert value == (1.0 if gate(api) else 0.0)
+        dropped = registry.get_sample_value("engine_informer_out_of_range_total", {"resource": str(sharded.resource)})
+        assert dropped == (0.0 if gate(api) else 16 - len(names_in(objects, UPPER)))
+        cluster.set_key_ranges(LOWER)
+        assert sharded.key_ranges == LOWER and whole.key_ranges is None
+        with trio.fail_after(600):
+            await sharded.wait_key_ranges_synced()
+        assert set(cached(sharded)) == names_in(objects, LOWER)
+        nursery.cancel_scope.cancel()
