@@ -115,10 +115,15 @@ _NAMESPACES = Resource("", "v1", "Namespace", "namespaces", False)
 _WHOLE_KEY_SPACE = KeyRanges.everything().selector()
 
 
+_AGGREGATED_GROUPS = frozenset({"metrics.k8s.io", "custom.metrics.k8s.io", "external.metrics.k8s.io"})
+
+
 def _builtin_group(group: str) -> bool:
-    """Whether ``group`` is one of Kubernetes' own (a custom resource's group has a dot and is
-    not under ``k8s.io``)."""
-    return "." not in group or group.endswith(".k8s.io") or group == "k8s.io"
+    """Whether kube-apiserver itself serves ``group`` (a custom resource's group has a dot and
+    is not under ``k8s.io``; the metrics groups are served by aggregated servers)."""
+    if group in _AGGREGATED_GROUPS:
+        return False
+    return "." not in group or group.endswith(".k8s.io")
 
 
 def _shard_info(meta: Mapping[str, Any]) -> str | None:

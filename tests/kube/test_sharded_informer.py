@@ -306,3 +306,10 @@ async def test_a_cluster_restricts_its_sharded_informers_and_reports_the_filter(
             await sharded.wait_key_ranges_synced()
         assert set(cached(sharded)) == names_in(objects, LOWER)
         nursery.cancel_scope.cancel()
+
+
+def test_only_kube_apiserver_groups_answer_the_probe() -> None:
+    from engine.kube._client import _builtin_group
+
+    assert _builtin_group("") and _builtin_group("apps") and _builtin_group("coordination.k8s.io")
+    assert not _builtin_group("example.com") and not _builtin_group("metrics.k8s.io")
