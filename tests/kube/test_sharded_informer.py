@@ -313,3 +313,25 @@ def test_only_kube_apiserver_groups_answer_the_probe() -> None:
 
     assert _builtin_group("") and _builtin_group("apps") and _builtin_group("coordination.k8s.io")
     assert not _builtin_group("example.com") and not _builtin_group("metrics.k8s.io")
+
+
+async def test_support_is_asked_once_per_client(api: ApiServer, autojump_clock: trio.testing.MockClock) -> None:
+    probes: list[str] = []
+
+    def observe(served: Any) -> None:
+        if served.verb == "list" and served.kind == "Namespace":
+            probes.append(served.path)
+
+    api.add_request_observer(observe)
+    async with memory_client(api) as client, trio.open_nursery() as nursery:
+        await client.create(CRDS, CRD)
+        informers = [Informer(client, WIDGETS, namespace="default", key_ranges=r) for r in (LOWER, UPPER, Q1)]
+        for informer in informers:
+            await nursery.start(informer.run)
+            await informer.wait_synced()
+        informers[0].set_key_ranges(UPPER)
+        with trio.fail_after(600):
+            await informers[0].wait_key_ranges_synced()
+        assert len(probes) == 1
+        assert all(i.server_filters_shards is gate(api) for i in informers)
+        nursery.cancel_scope.cancel()
