@@ -15,8 +15,8 @@ import trio
 from ..observability._http import Request, Response
 from ._access import Attributes, authorize, forbidden
 from ._admission import Admission
-from ._conversion import Conversions
 from ._authn import ADMIN, Authenticator, UserInfo
+from ._conversion import Conversions
 from ._discovery import discovery_response
 from ._errors import RequestRejected
 from ._faults import Fault, Faults

@@ -18,8 +18,8 @@ import yaml
 from ..observability._http import Request, Response
 from ._access import review, token_request
 from ._admission import Admission, AdmissionRequest
-from ._conversion import Conversions
 from ._authn import ADMIN, Authenticator, UserInfo
+from ._conversion import Conversions
 from ._deletion import POLICIES
 from ._errors import RequestRejected
 from ._events import field_selector, from_storage

@@ -11,10 +11,10 @@ import attrs
 import trio
 
 from ..observability._http import AbortStream, Request, Response
+from ._conversion import Conversions
 from ._errors import RequestRejected
 from ._events import field_selector
 from ._faults import Faults, FaultScope, RequestInfo
-from ._conversion import Conversions
 from ._resources import ResourceType
 from ._responses import typed
 from ._routing import Target, flag
