@@ -108,6 +108,7 @@ class Router:
     def __attrs_post_init__(self) -> None:
         self.admission = Admission(self.store, WebhookClient(self.store))
         self.conversions = Conversions(self.store, self.admission.client)
+        self.admission.convert = self.conversions.convert
         self._watches = Watches(self.store, self.faults, self.bookmark_interval)
         self._watches.conversions = self.conversions
         self.faults.connect_watches(self._watches.drop)

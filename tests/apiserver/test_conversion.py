@@ -3,6 +3,7 @@ through ``webhook_transport``)."""
 
 from __future__ import annotations
 
+import base64
 import json
 from collections.abc import AsyncIterator
 from typing import Any
@@ -50,12 +51,22 @@ def to_version(obj: dict[str, Any], api_version: str) -> dict[str, Any]:
 
 
 class Converter:
+    """The CRD's conversion webhook at ``/convert``; ``admission`` answers admission reviews
+    at other paths (``path -> response fields``)."""
+
     def __init__(self) -> None:
         self.requests: list[dict[str, Any]] = []
         self.answer: Any = None
 
+        self.admission: dict[str, Any] = {}
+        self.reviews: list[dict[str, Any]] = []
+
     async def __call__(self, request: httpx.Request) -> httpx.Response:
         review = json.loads(request.content)
+        if request.url.path != "/convert":
+            self.reviews.append(review["request"])
+            response = {"uid": review["request"]["uid"], **self.admission[request.url.path]}
+            return httpx.Response(200, json={"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response})
         self.requests.append(review["request"])
         if self.answer is not None:
             answer = self.answer(review["request"])
@@ -229,3 +240,43 @@ async def test_watch_ends_with_an_error_event_when_conversion_fails(client: http
     assert event["type"] == "ERROR"
     assert event["object"]["code"] == 500
     assert event["object"]["message"] == "Internal error occurred: conversion webhook for example.com/v1, Kind=Widget failed: cannot convert"
+
+
+def _configuration(kind: str, match_policy: str, **more: Any) -> dict[str, Any]:
+    path = "/mutate" if kind.startswith("Mutating") else "/validate"
+    hook = {
+        "name": f"{path[1:]}.example.com",
+        "clientConfig": {"url": f"https://hooks.example.com{path}"},
+        "rules": [{"operations": ["CREATE"], "apiGroups": ["example.com"], "apiVersions": ["v1"], "resources": ["widgets"]}],
+        "sideEffects": "None",
+        "admissionReviewVersions": ["v1"],
+        "matchPolicy": match_policy,
+        **more,
+    }
+    return {"apiVersion": "admissionregistration.k8s.io/v1", "kind": kind, "metadata": {"name": "h"}, "webhooks": [hook]}
+
+
+@pytest.mark.parametrize("policy", ["Equivalent", "Exact"])
+async def test_match_policy_equivalent_sends_the_rule_version(client: httpx.AsyncClient, converter: Converter, policy: str) -> None:
+    converter.admission["/validate"] = {"allowed": True}
+    path = "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations"
+    assert (await client.post(path, json=_configuration("ValidatingWebhookConfiguration", policy))).status_code == 201
+    assert (await client.post(V2, json=widget("w", colour="red"))).status_code == 201
+    if policy == "Exact":
+        assert converter.reviews == []
+        return
+    [review] = converter.reviews
+    assert review["kind"]["version"] == "v1" and review["requestKind"]["version"] == "v2"
+    assert review["resource"]["version"] == "v1" and review["requestResource"]["version"] == "v2"
+    assert (review["object"]["apiVersion"], review["object"]["spec"]) == ("example.com/v1", {"color": "red"})
+
+
+async def test_equivalent_mutation_is_converted_back(api: ApiServer, client: httpx.AsyncClient, converter: Converter) -> None:
+    ops = [{"op": "replace", "path": "/spec/color", "value": "blue"}]
+    converter.admission["/mutate"] = {"allowed": True, "patchType": "JSONPatch", "patch": base64.b64encode(json.dumps(ops).encode()).decode()}
+    path = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations"
+    assert (await client.post(path, json=_configuration("MutatingWebhookConfiguration", "Equivalent"))).status_code == 201
+    created = await client.post(V2, json=widget("w", colour="red"))
+    assert created.status_code == 201, created.text
+    assert created.json()["spec"] == {"colour": "blue"}
+    assert api.store.stored(("example.com", "widgets"), ("default", "w"))["spec"] == {"color": "blue"}  # type: ignore[index]
