@@ -52,7 +52,7 @@ class TlsHook:
                 data = await stream.receive_some(65536)
                 if not data:
                     return
-                conn.receive_data(data)
+                conn.receive_data(bytes(data))
             elif isinstance(event, h11.Request):
                 target = event.target.decode()
                 self.hosts.extend(v.decode() for k, v in event.headers if k == b"host")
