@@ -131,9 +131,12 @@ class WebhookClient:
     async def _send(self, client_config: dict[str, Any], url: str, body: bytes) -> tuple[int, bytes]:
         headers = {"content-type": "application/json", "accept": "application/json, */*"}
         if self.transport is not None:
-            async with httpx.AsyncClient(transport=self.transport) as client:
-                response = await client.post(url, content=body, headers=headers)
-                return response.status_code, response.content
+            response = await self.transport.handle_async_request(httpx.Request("POST", url, content=body, headers=headers))
+            try:
+                content = await response.aread()
+            finally:
+                await response.aclose()
+            return response.status_code, content[:MAX_RESPONSE_BYTES]
         target, extensions = url, {}
         parts = urlsplit(url)
         if not client_config.get("url"):
