@@ -124,9 +124,11 @@ class _Writes:
     def _storage_type(self, rt: ResourceType) -> ResourceType | None:
         return self.conversions.storage_type(rt) if self.conversions is not None else None
 
-    async def converted(self, rt: ResourceType, objects: list[Obj]) -> list[Obj]:
+    async def converted(self, rt: ResourceType, objects: list[Obj], *, listed: bool = False) -> list[Obj]:
         """``objects`` in ``rt``'s version (through the CRD's conversion webhook)."""
-        return await self.conversions.convert(rt, objects) if self.conversions is not None else objects
+        if self.conversions is None:
+            return objects
+        return await self.conversions.convert(rt, objects, listed=listed)
 
     def _active(self) -> Admission | None:
         admission = self.admission
@@ -401,7 +403,7 @@ async def _handle(
         items, rv, token, remaining = storage.list_objects(
             rt, ns, labels, fields, limit=limit, continue_token=q.get("continue") or None, exact=exact
         )
-        items = await writes.converted(rt, items)
+        items = await writes.converted(rt, items, listed=True)
         meta: dict[str, Any] = {"resourceVersion": str(rv)}
         if token:
             meta["continue"] = token

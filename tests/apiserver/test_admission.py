@@ -423,10 +423,23 @@ async def test_match_condition_error(client: httpx.AsyncClient, hooks: Hooks, po
     if policy == "Ignore":
         assert response.status_code == 201
     else:
-        assert response.status_code == 500
-        assert response.json()["message"].startswith(
-            "Internal error occurred: failed calling webhook \"v.example.com\": expression 'broken' resulted in error"
-        )
+        assert response.status_code == 403
+        assert response.json() == {
+            "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+            "message": 'configmaps "a" is forbidden: expression \'object.spec.missing == \'x\'\' resulted in error: no such key: spec',
+            "reason": "Forbidden", "details": {"name": "a", "kind": "configmaps"}, "code": 403,
+        }
+    assert hooks.received == []
+
+
+async def test_a_false_match_condition_wins_over_an_error(client: httpx.AsyncClient, hooks: Hooks) -> None:
+    hooks.handlers["/v"] = deny(message="called")
+    conditions = [
+        {"name": "broken", "expression": "object.spec.missing == 'x'"},
+        {"name": "never", "expression": "false"},
+    ]
+    await register(client, "ValidatingWebhookConfiguration", "v", hook("v.example.com", "/v", matchConditions=conditions))
+    assert (await client.post(CM, json=cm("a"))).status_code == 201
     assert hooks.received == []
 
 
@@ -493,7 +506,7 @@ async def test_failure_policy(
     assert (await client.get(f"{CM}/a")).status_code == 404
 
 
-async def test_a_webhook_status_answer_is_passed_on(client: httpx.AsyncClient, hooks: Hooks) -> None:
+async def test_an_http_error_status_is_an_internal_error(client: httpx.AsyncClient, hooks: Hooks) -> None:
     async def status(request: dict[str, Any]) -> Any:
         body = {"kind": "Status", "apiVersion": "v1", "status": "Failure", "message": "quota exhausted", "reason": "TooManyRequests", "code": 429}
         return httpx.Response(429, json=body)
@@ -501,8 +514,38 @@ async def test_a_webhook_status_answer_is_passed_on(client: httpx.AsyncClient, h
     hooks.handlers["/v"] = status
     await register(client, "ValidatingWebhookConfiguration", "v", hook("v.example.com", "/v"))
     response = await client.post(CM, json=cm("a"))
-    assert response.status_code == 429
-    assert response.json()["message"] == "quota exhausted"
+    assert response.status_code == 500
+    assert response.json()["message"] == (
+        'Internal error occurred: failed calling webhook "v.example.com": failed to call webhook: quota exhausted'
+    )
+
+
+@pytest.mark.parametrize("policy", ["Fail", "Ignore"])
+async def test_undecodable_patch(client: httpx.AsyncClient, hooks: Hooks, policy: str) -> None:
+    hooks.handlers["/m"] = allow(patchType="JSONPatch", patch=base64.b64encode(b"{not json").decode())
+    await register(client, "MutatingWebhookConfiguration", "m", hook("m.example.com", "/m", failurePolicy=policy))
+    response = await client.post(CM, json=cm("a", data={"k": "v"}))
+    if policy == "Ignore":
+        assert response.status_code == 201 and response.json()["data"] == {"k": "v"}
+        return
+    assert response.status_code == 500
+    assert response.json()["message"].startswith(
+        'Internal error occurred: failed calling webhook "m.example.com": received undecodable patch in webhook response: '
+    )
+
+
+async def test_a_patch_on_delete_is_an_internal_error(client: httpx.AsyncClient, hooks: Hooks) -> None:
+    await client.post(CM, json=cm("a"))
+    hooks.handlers["/m"] = allow(**patch_of({"op": "add", "path": "/data", "value": {}}))
+    rule = [{"operations": ["DELETE"], "apiGroups": [""], "apiVersions": ["v1"], "resources": ["configmaps"]}]
+    await register(client, "MutatingWebhookConfiguration", "m", hook("m.example.com", "/m", rules=rule, failurePolicy="Ignore"))
+    response = await client.delete(f"{CM}/a")
+    assert response.status_code == 500
+    assert response.json()["message"] == (
+        'Internal error occurred: admission webhook "m.example.com" attempted to modify the object, '
+        "which is not supported for this operation"
+    )
+    assert (await client.get(f"{CM}/a")).status_code == 200
 
 
 async def test_validating_webhooks_are_called_at_once(client: httpx.AsyncClient, hooks: Hooks) -> None:
