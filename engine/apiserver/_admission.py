@@ -86,6 +86,9 @@ class AdmissionRequest:
     options: dict[str, Any]
     """The write's options (``kind`` ``CreateOptions``, ``UpdateOptions``, ``PatchOptions`` or
     ``DeleteOptions``)."""
+    kind: dict[str, str] | None = None
+    """The objects' group, version and kind when they are not the resource's (``autoscaling/v1``
+    ``Scale`` for ``scale``); the objects are then sent as they are."""
 
 
 @attrs.frozen
@@ -193,11 +196,11 @@ class Admission:
             raise internal_error(str(exc)) from None
         if not isinstance(patched, dict):
             raise internal_error(f"the patch of webhook {hook.name!r} did not leave an object")
-        if request.rt in BUILTIN_TYPES:
+        if request.rt in BUILTIN_TYPES and request.kind is None:
             unknown_fields(f"{request.rt.api_version}/{request.rt.kind}", patched)
         if patched == sent:
             return False, request.obj
-        if patched.get("apiVersion") != request.rt.api_version:
+        if request.kind is None and patched.get("apiVersion") != request.rt.api_version:
             patched = await self._in_version(request.rt, patched)
         return True, patched
 
@@ -357,12 +360,12 @@ def _group_version_resource(rt: ResourceType) -> dict[str, str]:
 def _review(request: AdmissionRequest, rt: ResourceType, obj: Obj | None, old: Obj | None) -> dict[str, Any]:
     body: dict[str, Any] = {
         "uid": str(uuid.uuid4()),
-        "kind": _group_version_kind(rt),
+        "kind": request.kind or _group_version_kind(rt),
         "resource": _group_version_resource(rt),
     }
     if request.subresource:
         body["subResource"] = request.subresource
-    body["requestKind"] = _group_version_kind(request.rt)
+    body["requestKind"] = request.kind or _group_version_kind(request.rt)
     body["requestResource"] = _group_version_resource(request.rt)
     if request.subresource:
         body["requestSubResource"] = request.subresource
@@ -372,11 +375,17 @@ def _review(request: AdmissionRequest, rt: ResourceType, obj: Obj | None, old: O
         body["namespace"] = request.namespace
     body["operation"] = request.operation
     body["userInfo"] = request.user.to_json()
-    body["object"] = typed(rt, obj) if obj is not None else None
-    body["oldObject"] = typed(rt, old) if old is not None else None
+    body["object"] = _sent(request, rt, obj)
+    body["oldObject"] = _sent(request, rt, old)
     body["dryRun"] = request.dry_run
     body["options"] = {**request.options, "apiVersion": "meta.k8s.io/v1"}
     return {"kind": "AdmissionReview", "apiVersion": _REVIEW_VERSION, "request": body}
+
+
+def _sent(request: AdmissionRequest, rt: ResourceType, obj: Obj | None) -> Obj | None:
+    if obj is None or request.kind is not None:
+        return obj
+    return typed(rt, obj)
 
 
 @functools.lru_cache(maxsize=1024)

@@ -130,13 +130,15 @@ class _Writes:
             return objects
         return await self.conversions.convert(rt, objects, listed=listed)
 
-    def _active(self) -> Admission | None:
+    def active(self) -> Admission | None:
+        """The admission to run, ``None`` when no webhook is configured."""
         admission = self.admission
         if admission is None or not (admission.configured(MUTATING) or admission.configured(VALIDATING)):
             return None
         return admission
 
-    def _options(self, kind: str, dry_run: bool) -> dict[str, Any]:
+    def options(self, kind: str, dry_run: bool) -> dict[str, Any]:
+        """The ``options`` of a review of this request's write."""
         q = self.request.query
         out: dict[str, Any] = {"kind": kind}
         if dry_run:
@@ -151,13 +153,13 @@ class _Writes:
 
     async def create(self, rt: ResourceType, ns: str | None, body: Any, *, dry_run: bool, fields: FieldCheck) -> Obj:
         manager, large = _manager(self.request), _large(self.request)
-        admission, storage_rt = self._active(), self._storage_type(rt)
+        admission, storage_rt = self.active(), self._storage_type(rt)
         if admission is None and storage_rt is None:
             return self.storage.create(rt, ns, body, dry_run=dry_run, manager=manager, check_size=large, fields=fields)
         obj = self.storage.prepare_body(rt, ns, body, None)
         request = AdmissionRequest(
             rt, "CREATE", ns, str(meta(obj).get("name") or ""), None, obj, None, self.user, dry_run,
-            self._options("CreateOptions", dry_run),
+            self.options("CreateOptions", dry_run),
         )
         mutated = await admission.mutate(request, self.warnings) if admission is not None else obj
         candidate = self.storage.create(rt, ns, mutated, dry_run=True, manager=manager, check_size=large, fields=fields)
@@ -191,7 +193,7 @@ class _Writes:
     ) -> tuple[Obj, FieldCheck]:
         """An update (or patch: ``body_for`` makes the new object from the current one)."""
         manager, large = _manager(self.request), _large(self.request)
-        admission, storage_rt = self._active(), self._storage_type(rt)
+        admission, storage_rt = self.active(), self._storage_type(rt)
         if admission is None and storage_rt is None:
             body, check = body_for(from_storage(rt, self.storage.get(rt, ns, name)))
             obj = self.storage.update(
@@ -205,7 +207,7 @@ class _Writes:
             body, check = body_for(current)
             obj = self.storage.prepare_body(rt, ns, body, name)
             request = AdmissionRequest(
-                rt, "UPDATE", ns, name, sub, obj, current, self.user, dry_run, self._options(options, dry_run)
+                rt, "UPDATE", ns, name, sub, obj, current, self.user, dry_run, self.options(options, dry_run)
             )
             mutated = await admission.mutate(request, self.warnings) if admission is not None else obj
             candidate = self.storage.update(
@@ -236,7 +238,7 @@ class _Writes:
         self, rt: ResourceType, ns: str | None, name: str, config: Any, sub: str | None, *, dry_run: bool
     ) -> tuple[Obj, bool]:
         manager, force = self.request.query["fieldManager"], flag(self.request.query, "force")
-        admission = self._active()
+        admission = self.active()
         if admission is None:
             return self.storage.apply(rt, ns, name, config, manager=manager, force=force, subresource=sub, dry_run=dry_run)
         mark = len(self.warnings)
@@ -254,7 +256,7 @@ class _Writes:
                     sent["metadata"].pop(field, None)
             request = AdmissionRequest(
                 rt, "CREATE" if created else "UPDATE", ns, name, sub, sent, current, self.user, dry_run,
-                self._options("PatchOptions", dry_run),
+                self.options("PatchOptions", dry_run),
             )
             mutated = await admission.mutate(request, self.warnings)
             assert mutated is not None
@@ -299,16 +301,19 @@ class _Writes:
     async def delete(
         self, rt: ResourceType, ns: str | None, name: str, options: dict[str, Any], *, dry_run: bool
     ) -> tuple[Obj, bool]:
-        admission = self._active()
+        admission, storage_rt = self.active(), self._storage_type(rt)
         if admission is not None:
-            old = from_storage(rt, self.storage.get(rt, ns, name))
+            [old] = await self.converted(rt, [from_storage(rt, self.storage.get(rt, ns, name))])
             shown = {k: v for k, v in options.items() if k not in ("kind", "apiVersion")}
             request = AdmissionRequest(
                 rt, "DELETE", ns, name, None, None, old, self.user, dry_run, {"kind": "DeleteOptions", **shown}
             )
             await admission.mutate(request, self.warnings)
             await admission.validate(request, self.warnings)
-        return self.storage.delete(rt, ns, name, options, dry_run=dry_run)
+        obj, gone = self.storage.delete(rt, ns, name, options, dry_run=dry_run)
+        if storage_rt is not None and not gone:
+            [obj] = await self.converted(rt, [obj])
+        return obj, gone
 
 
 async def handle_resource(
@@ -383,7 +388,7 @@ async def _handle(
         ]
         return json_response(201, answer)
     if sub == "scale":
-        return _scale(storage, request, target, info, dry_run)
+        return await _scale(storage, request, target, info, dry_run, writes)
     if info.verb == "list":
         conversion = negotiate(request.headers.get("accept"))
         labels = parse_label_selector(q.get("labelSelector"))
@@ -542,9 +547,12 @@ def _scale_selector(rt: ResourceType, selector: Any) -> str:
 
 
 _SCALE_RT = ResourceType("autoscaling", "v1", "scales", "scale", "Scale", True)
+_SCALE_KIND = {"group": "autoscaling", "version": "v1", "kind": "Scale"}
 
 
-def _scale(storage: ObjectStorage, request: Request, target: Target, info: RequestInfo, dry_run: bool) -> Response:
+async def _scale(
+    storage: ObjectStorage, request: Request, target: Target, info: RequestInfo, dry_run: bool, writes: _Writes
+) -> Response:
     rt, ns, name = target.rt, target.namespace, target.name
     assert name is not None
     obj = storage.get(rt, ns, name)
@@ -570,6 +578,16 @@ def _scale(storage: ObjectStorage, request: Request, target: Target, info: Reque
         raise RequestRejected(405, "MethodNotAllowed", "the server does not allow this method on the requested resource")
     if not isinstance(new, dict):
         raise RequestRejected(400, "BadRequest", "the request body must be a JSON object")
+    admission = writes.active()
+    scale_request = None
+    if admission is not None:
+        sent = {**new, "apiVersion": "autoscaling/v1", "kind": "Scale"}
+        sent["metadata"] = {**current["metadata"], **(new.get("metadata") or {})}
+        scale_request = AdmissionRequest(
+            rt, "UPDATE", ns, name, "scale", sent, current, writes.user, dry_run,
+            writes.options("UpdateOptions" if info.verb == "update" else "PatchOptions", dry_run), kind=_SCALE_KIND,
+        )
+        new = await admission.mutate(scale_request, writes.warnings) or new
     replicas = (new.get("spec") or {}).get("replicas", 0)
     if not isinstance(replicas, int) or isinstance(replicas, bool) or replicas < 0:
         raise invalid_causes(
@@ -582,6 +600,12 @@ def _scale(storage: ObjectStorage, request: Request, target: Target, info: Reque
         body["metadata"]["resourceVersion"] = sent_rv
     else:
         body["metadata"].pop("resourceVersion", None)
+    if admission is not None and scale_request is not None:
+        candidate = storage.update(rt, ns, name, body, subresource="scale", dry_run=True, manager=_manager(request))
+        await admission.validate(attrs.evolve(scale_request, obj=_scale_of(rt, candidate)), writes.warnings)
+        if dry_run:
+            return json_response(200, _scale_of(rt, candidate))
+        body["metadata"]["resourceVersion"] = obj["metadata"]["resourceVersion"]
     stored = storage.update(rt, ns, name, body, subresource="scale", dry_run=dry_run, manager=_manager(request))
     return json_response(200, _scale_of(rt, stored))
 

@@ -603,3 +603,38 @@ async def test_dry_run(client: httpx.AsyncClient, hooks: Hooks) -> None:
 async def test_no_webhooks_means_no_calls(client: httpx.AsyncClient, hooks: Hooks) -> None:
     assert (await client.post(CM, json=cm("a"))).status_code == 201
     assert hooks.received == []
+
+
+async def test_scale_subresource(client: httpx.AsyncClient, hooks: Hooks) -> None:
+    async def at_most_five(request: dict[str, Any]) -> Any:
+        if request["object"]["spec"]["replicas"] > 5:
+            return {"allowed": False, "status": {"message": "at most 5 replicas"}}
+        return {"allowed": True}
+
+    hooks.handlers["/scale"] = at_most_five
+    hooks.handlers["/plain"] = allow()
+    update = {"operations": ["UPDATE"], "apiGroups": ["apps"], "apiVersions": ["v1"]}
+    await register(
+        client, "ValidatingWebhookConfiguration", "v",
+        hook("scale.example.com", "/scale", rules=[{**update, "resources": ["deployments/scale"]}]),
+        hook("plain.example.com", "/plain", rules=[{**update, "resources": ["deployments"]}]),
+    )
+    deployment = {
+        "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d"},
+        "spec": {"replicas": 1, "selector": {"matchLabels": {"a": "b"}}, "template": {"metadata": {"labels": {"a": "b"}}, "spec": {"containers": [{"name": "c", "image": "i"}]}}},
+    }
+    assert (await client.post("/apis/apps/v1/namespaces/default/deployments", json=deployment)).status_code == 201
+    scale = "/apis/apps/v1/namespaces/default/deployments/d/scale"
+    merge = {"content-type": "application/merge-patch+json"}
+    assert (await client.patch(scale, json={"spec": {"replicas": 3}}, headers=merge)).status_code == 200
+    denied = await client.patch(scale, json={"spec": {"replicas": 9}}, headers=merge)
+    assert denied.status_code == 400
+    assert denied.json()["message"] == 'admission webhook "scale.example.com" denied the request: at most 5 replicas'
+    assert (await client.get("/apis/apps/v1/namespaces/default/deployments/d")).json()["spec"]["replicas"] == 3
+    first = hooks.reviews("/scale")[0]
+    assert first["kind"] == first["requestKind"] == {"group": "autoscaling", "version": "v1", "kind": "Scale"}
+    assert first["resource"] == {"group": "apps", "version": "v1", "resource": "deployments"}
+    assert first["subResource"] == "scale" and first["options"]["kind"] == "PatchOptions"
+    assert (first["oldObject"]["spec"]["replicas"], first["object"]["spec"]["replicas"]) == (1, 3)
+    assert first["object"]["kind"] == "Scale"
+    assert hooks.reviews("/plain") == []

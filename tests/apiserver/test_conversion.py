@@ -265,7 +265,7 @@ def _configuration(kind: str, match_policy: str, **more: Any) -> dict[str, Any]:
     hook = {
         "name": f"{path[1:]}.example.com",
         "clientConfig": {"url": f"https://hooks.example.com{path}"},
-        "rules": [{"operations": ["CREATE"], "apiGroups": ["example.com"], "apiVersions": ["v1"], "resources": ["widgets"]}],
+        "rules": more.pop("rules", [{"operations": ["CREATE"], "apiGroups": ["example.com"], "apiVersions": ["v1"], "resources": ["widgets"]}]),
         "sideEffects": "None",
         "admissionReviewVersions": ["v1"],
         "matchPolicy": match_policy,
@@ -298,3 +298,19 @@ async def test_equivalent_mutation_is_converted_back(api: ApiServer, client: htt
     assert created.status_code == 201, created.text
     assert created.json()["spec"] == {"colour": "blue"}
     assert api.store.stored(("example.com", "widgets"), ("default", "w"))["spec"] == {"color": "blue"}  # type: ignore[index]
+
+
+async def test_delete_through_another_version(client: httpx.AsyncClient, converter: Converter) -> None:
+    converter.admission["/validate"] = {"allowed": True}
+    held = widget("w", "v1", color="red")
+    held["metadata"]["finalizers"] = ["example.com/hold"]
+    await client.post(V1, json=held)
+    rules = [{"operations": ["DELETE"], "apiGroups": ["example.com"], "apiVersions": ["v2"], "resources": ["widgets"]}]
+    configuration = _configuration("ValidatingWebhookConfiguration", "Exact", rules=rules)
+    path = "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations"
+    assert (await client.post(path, json=configuration)).status_code == 201
+    response = await client.delete(f"{V2}/w")
+    assert response.status_code == 200
+    assert (response.json()["apiVersion"], response.json()["spec"]) == ("example.com/v2", {"colour": "red"})
+    [review] = converter.reviews
+    assert review["operation"] == "DELETE" and review["oldObject"]["spec"] == {"colour": "red"}
