@@ -90,7 +90,8 @@ def _causes(exc: BaseException) -> list[BaseException]:
 
 
 def _connect_error(exc: httpx.TransportError, host: str) -> str:
-    """A connection failure in the words of Go's dialer and TLS stack."""
+    """A transport failure in the words of Go's dialer, TLS stack and HTTP client (a
+    connection closed before the answer is ``EOF``)."""
     causes = _causes(exc)
     for cause in causes:
         if isinstance(cause, ssl.SSLCertVerificationError):
@@ -102,7 +103,11 @@ def _connect_error(exc: httpx.TransportError, host: str) -> str:
             return "tls: failed to verify certificate: x509: certificate signed by unknown authority"
     if any(isinstance(cause, ConnectionRefusedError) for cause in causes):
         return f"dial tcp {host}: connect: connection refused"
-    return f"dial tcp {host}: {exc or type(exc).__name__}"
+    if isinstance(exc, httpx.ConnectError):
+        return f"dial tcp {host}: {exc or type(exc).__name__}"
+    if isinstance(exc, (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError)):
+        return "EOF"
+    return str(exc) or type(exc).__name__
 
 
 @attrs.define(eq=False)
@@ -142,7 +147,8 @@ class WebhookClient:
         if urlsplit(target).port is None:
             host += ":443"
         try:
-            async with httpx.AsyncClient(verify=_ssl_context(str(client_config.get("caBundle") or ""))) as client:
+            context = _ssl_context(str(client_config.get("caBundle") or ""))
+            async with httpx.AsyncClient(verify=context, timeout=None) as client:
                 response = await client.post(target, content=body, headers=headers, extensions=extensions)
         except httpx.TransportError as exc:
             raise WebhookCallError(f'failed to call webhook: Post "{url}": {_connect_error(exc, host)}') from None
