@@ -32,6 +32,7 @@ class TlsHook:
         self.hosts: list[str] = []
         self.delay = 0.0
         self.received = trio.Event()
+        self.hang_up = False
 
     async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
@@ -63,6 +64,8 @@ class TlsHook:
                 body += event.data
             elif isinstance(event, h11.EndOfMessage):
                 self.received.set()
+                if self.hang_up:
+                    return
                 await trio.sleep(self.delay)
                 uid = json.loads(body)["request"]["uid"]
                 answer = json.dumps({
@@ -201,3 +204,17 @@ async def test_a_slow_answer_within_timeout_seconds(
     mock_clock.jump(1)
     await done.wait()
     assert answers[0].json()["message"] == 'admission webhook "v.example.com" denied the request: called on /slow?timeout=10s'
+
+
+@pytest.mark.parametrize("policy", ["Fail", "Ignore"])
+async def test_a_connection_closed_before_the_answer(client: httpx.AsyncClient, tls_hook: TlsHook, ca: trustme.CA, policy: str) -> None:
+    tls_hook.hang_up = True
+    await register(client, {"url": f"https://127.0.0.1:{tls_hook.port}/x", "caBundle": bundle(ca)}, policy)
+    response = await client.post(CM, json=cm("a"))
+    if policy == "Ignore":
+        assert response.status_code == 201
+        return
+    assert response.json()["message"] == (
+        'Internal error occurred: failed calling webhook "v.example.com": failed to call webhook: '
+        f'Post "https://127.0.0.1:{tls_hook.port}/x?timeout=5s": EOF'
+    )
