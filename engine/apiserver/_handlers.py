@@ -238,16 +238,18 @@ class _Writes:
         self, rt: ResourceType, ns: str | None, name: str, config: Any, sub: str | None, *, dry_run: bool
     ) -> tuple[Obj, bool]:
         manager, force = self.request.query["fieldManager"], flag(self.request.query, "force")
-        admission = self.active()
-        if admission is None:
+        admission, storage_rt = self.active(), self._storage_type(rt)
+        if admission is None and storage_rt is None:
             return self.storage.apply(rt, ns, name, config, manager=manager, force=force, subresource=sub, dry_run=dry_run)
         mark = len(self.warnings)
         for attempt in range(_RETRIES):
             del self.warnings[mark:]
             stored = self.storage.lookup(rt, ns, name)
             current = from_storage(rt, stored) if stored is not None else None
+            if current is not None and storage_rt is not None:
+                [current] = await self.converted(rt, [current])
             result, created = self.storage.apply(
-                rt, ns, name, config, manager=manager, force=force, subresource=sub, dry_run=True
+                rt, ns, name, config, manager=manager, force=force, subresource=sub, dry_run=True, _current=current
             )
             managed = meta(result).get("managedFields") or []
             sent = copy.deepcopy(result)
@@ -258,21 +260,26 @@ class _Writes:
                 rt, "CREATE" if created else "UPDATE", ns, name, sub, sent, current, self.user, dry_run,
                 self.options("PatchOptions", dry_run),
             )
-            mutated = await admission.mutate(request, self.warnings)
+            mutated = await admission.mutate(request, self.warnings) if admission is not None else sent
             assert mutated is not None
             changed = mutated != sent
             candidate = result
             if changed:
                 candidate = self._store_mutated(rt, ns, name, mutated, sub, current, managed, dry_run=True, uid=None)
-            await admission.validate(attrs.evolve(request, obj=candidate), self.warnings)
+            if admission is not None:
+                await admission.validate(attrs.evolve(request, obj=candidate), self.warnings)
             if dry_run:
                 return candidate, created
             latest = self.storage.lookup(rt, ns, name)
             if (latest and meta(latest).get("resourceVersion")) != (stored and meta(stored).get("resourceVersion")):
                 if attempt < _RETRIES - 1:
                     continue
+            uid = meta(candidate).get("uid")
+            if storage_rt is not None:
+                [converted] = await self.converted(storage_rt, [candidate])
+                written = self._store_mutated(storage_rt, ns, name, converted, sub, stored, managed, dry_run=False, uid=uid)
+                return (await self.converted(rt, [written]))[0], created
             if changed:
-                uid = meta(candidate).get("uid")
                 return self._store_mutated(rt, ns, name, mutated, sub, current, managed, dry_run=False, uid=uid), created
             return self.storage.apply(rt, ns, name, config, manager=manager, force=force, subresource=sub)
         raise AssertionError("unreachable")

@@ -314,3 +314,19 @@ async def test_delete_through_another_version(client: httpx.AsyncClient, convert
     assert (response.json()["apiVersion"], response.json()["spec"]) == ("example.com/v2", {"colour": "red"})
     [review] = converter.reviews
     assert review["operation"] == "DELETE" and review["oldObject"]["spec"] == {"colour": "red"}
+
+
+async def test_apply_through_another_version(api: ApiServer, client: httpx.AsyncClient) -> None:
+    headers = {"content-type": "application/apply-patch+yaml"}
+    params = {"fieldManager": "applier"}
+    created = await client.patch(f"{V2}/w", content=json.dumps(widget("w", colour="red")), headers=headers, params=params)
+    assert created.status_code == 201, created.text
+    assert created.json()["spec"] == {"colour": "red"}
+    assert api.store.stored(("example.com", "widgets"), ("default", "w"))["spec"] == {"color": "red"}  # type: ignore[index]
+    labelled = widget("w", colour="red")
+    labelled["metadata"]["labels"] = {"a": "b"}
+    applied = await client.patch(f"{V2}/w", content=json.dumps(labelled), headers=headers, params=params)
+    assert applied.status_code == 200, applied.text
+    assert (applied.json()["spec"], applied.json()["metadata"]["labels"]) == ({"colour": "red"}, {"a": "b"})
+    stored = api.store.stored(("example.com", "widgets"), ("default", "w"))
+    assert stored is not None and (stored["apiVersion"], stored["spec"]) == ("example.com/v1", {"color": "red"})
