@@ -323,9 +323,8 @@ async def test_apply_through_another_version(api: ApiServer, client: httpx.Async
     assert created.status_code == 201, created.text
     assert created.json()["spec"] == {"colour": "red"}
     assert api.store.stored(("example.com", "widgets"), ("default", "w"))["spec"] == {"color": "red"}  # type: ignore[index]
-    labelled = widget("w", colour="red")
-    labelled["metadata"]["labels"] = {"a": "b"}
-    applied = await client.patch(f"{V2}/w", content=json.dumps(labelled), headers=headers, params=params)
+    labelled = {"apiVersion": "example.com/v2", "kind": "Widget", "metadata": {"name": "w", "labels": {"a": "b"}}}
+    applied = await client.patch(f"{V2}/w", content=json.dumps(labelled), headers=headers, params={"fieldManager": "labeller"})
     assert applied.status_code == 200, applied.text
     assert (applied.json()["spec"], applied.json()["metadata"]["labels"]) == ({"colour": "red"}, {"a": "b"})
     stored = api.store.stored(("example.com", "widgets"), ("default", "w"))
