@@ -352,7 +352,8 @@ async def handle_resource(
 
 
 def _warning_headers(warnings: list[str]) -> list[tuple[str, str]]:
-    return [("warning", f"299 - {json.dumps(w)}") for w in warnings]
+    """``Warning`` headers, each text once (the real server's warning recorder drops repeats)."""
+    return [("warning", f"299 - {json.dumps(w)}") for w in dict.fromkeys(warnings)]
 
 
 async def _handle(

@@ -579,7 +579,7 @@ async def test_first_denial_in_order_wins_and_warnings_are_headers(client: httpx
     assert response.json()["message"] == 'admission webhook "b.example.com" denied the request: second'
     assert response.headers.get_list("warning") == ['299 - "field x is deprecated"']
     await client.delete(f"{VWC}/v")
-    hooks.handlers["/m"] = allow(warnings=["defaulted y", 'quote "z"'])
+    hooks.handlers["/m"] = allow(warnings=["defaulted y", 'quote "z"', "defaulted y"])
     await register(client, "MutatingWebhookConfiguration", "m", hook("m.example.com", "/m"))
     response = await client.post(CM, json=cm("b"))
     assert response.status_code == 201
