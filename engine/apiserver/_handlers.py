@@ -156,6 +156,7 @@ class _Writes:
         admission, storage_rt = self.active(), self._storage_type(rt)
         if admission is None and storage_rt is None:
             return self.storage.create(rt, ns, body, dry_run=dry_run, manager=manager, check_size=large, fields=fields)
+        self.storage.check_namespace(rt, ns)
         obj = self.storage.prepare_body(rt, ns, body, None)
         request = AdmissionRequest(
             rt, "CREATE", ns, str(meta(obj).get("name") or ""), None, obj, None, self.user, dry_run,

@@ -638,3 +638,26 @@ async def test_scale_subresource(client: httpx.AsyncClient, hooks: Hooks) -> Non
     assert (first["oldObject"]["spec"]["replicas"], first["object"]["spec"]["replicas"]) == (1, 3)
     assert first["object"]["kind"] == "Scale"
     assert hooks.reviews("/plain") == []
+
+
+async def test_missing_namespace_is_refused_before_webhooks(client: httpx.AsyncClient, hooks: Hooks) -> None:
+    hooks.handlers["/m"] = allow()
+    await register(client, "MutatingWebhookConfiguration", "m", hook("m.example.com", "/m"))
+    response = await client.post("/api/v1/namespaces/nowhere/configmaps", json=cm("a"))
+    assert response.status_code == 404
+    assert response.json()["message"] == 'namespaces "nowhere" not found'
+    assert hooks.received == []
+
+
+async def test_object_selector_on_delete_uses_the_old_labels(client: httpx.AsyncClient, hooks: Hooks) -> None:
+    await client.post(CM, json=cm("kept", metadata={"labels": {"protected": "yes"}}))
+    await client.post(CM, json=cm("free"))
+    hooks.handlers["/v"] = deny(message="protected")
+    rule = [{"operations": ["DELETE"], "apiGroups": [""], "apiVersions": ["v1"], "resources": ["configmaps"]}]
+    await register(
+        client, "ValidatingWebhookConfiguration", "v",
+        hook("v.example.com", "/v", rules=rule, objectSelector={"matchLabels": {"protected": "yes"}}),
+    )
+    assert (await client.delete(f"{CM}/free")).status_code == 200
+    assert (await client.delete(f"{CM}/kept")).status_code == 400
+    assert len(hooks.received) == 1
