@@ -33,6 +33,7 @@ CONVERSION_TIMEOUT = 30.0
 
 _CRDS = ("apiextensions.k8s.io", "customresourcedefinitions")
 _REVIEW_VERSION = "apiextensions.k8s.io/v1"
+_BUILTIN_KEYS = frozenset(rt.storage_key for rt in BUILTIN_TYPES)
 
 
 @attrs.define(eq=False)
@@ -43,7 +44,7 @@ class Conversions:
     client: WebhookClient
 
     def _webhook(self, rt: ResourceType) -> dict[str, Any] | None:
-        if rt in BUILTIN_TYPES:
+        if rt.storage_key in _BUILTIN_KEYS:
             return None
         crd = self.store.stored(_CRDS, ("", f"{rt.plural}.{rt.group}"))
         conversion = ((crd or {}).get("spec") or {}).get("conversion") or {}
