@@ -137,6 +137,10 @@ async def test_configuration_defaults(client: httpx.AsyncClient) -> None:
         ({"admissionReviewVersions": ["v2"]}, 'webhooks[0].admissionReviewVersions: Invalid value: []string{"v2"}: must include at least one of v1, v1beta1'),
         ({"failurePolicy": "Maybe"}, 'webhooks[0].failurePolicy: Unsupported value: "Maybe": supported values: "Fail", "Ignore"'),
         ({"matchConditions": [{"name": "c", "expression": "object.("}]}, "webhooks[0].matchConditions[0].expression: Invalid value"),
+        ({"objectSelector": {"matchExpressions": [{"key": "a", "operator": "Near"}]}},
+         'webhooks[0].objectSelector.matchExpressions[0].operator: Invalid value: "Near": not a valid selector operator'),
+        ({"namespaceSelector": {"matchExpressions": [{"key": "a", "operator": "In"}]}},
+         "webhooks[0].namespaceSelector.matchExpressions[0].values: Required value: must be specified when `operator` is 'In' or 'NotIn'"),
     ],
 )
 async def test_configuration_validation(client: httpx.AsyncClient, change: dict[str, Any], message: str) -> None:
