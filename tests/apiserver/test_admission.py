@@ -665,3 +665,12 @@ async def test_object_selector_on_delete_uses_the_old_labels(client: httpx.Async
     assert (await client.delete(f"{CM}/free")).status_code == 200
     assert (await client.delete(f"{CM}/kept")).status_code == 400
     assert len(hooks.received) == 1
+
+
+async def test_a_service_reference_through_the_transport(client: httpx.AsyncClient, hooks: Hooks) -> None:
+    hooks.handlers["/validate"] = allow()
+    spec = hook("v.example.com", "/validate")
+    spec["clientConfig"] = {"service": {"name": "hook", "namespace": "system", "path": "/validate", "port": 8443}}
+    await register(client, "ValidatingWebhookConfiguration", "v", spec)
+    assert (await client.post(CM, json=cm("a"))).status_code == 201
+    assert hooks.urls == ["https://hook.system.svc:8443/validate?timeout=10s"]
