@@ -14,7 +14,9 @@ import trio
 
 from ..observability._http import Request, Response
 from ._access import Attributes, authorize, forbidden
+from ._admission import Admission
 from ._authn import ADMIN, Authenticator, UserInfo
+from ._conversion import Conversions
 from ._discovery import discovery_response
 from ._errors import RequestRejected
 from ._faults import Fault, Faults
@@ -23,6 +25,7 @@ from ._responses import json_response, status_response
 from ._routing import Target, flag, request_info, resolve
 from ._storage import ObjectStorage
 from ._watch import Watches
+from ._webhooks import WebhookClient
 
 __all__ = ["Router", "ServedRequest", "RequestObserver"]
 
@@ -98,10 +101,18 @@ class Router:
     observers: list[RequestObserver] = attrs.field(factory=list)
     """Called synchronously with every answered resource request (not discovery, not
     ``/_faults``); an observer must not raise."""
+    admission: Admission = attrs.field(init=False, repr=False)
+    """Calls the admission webhooks of the stored configurations on writes."""
+    conversions: Conversions = attrs.field(init=False, repr=False)
+    """Converts the objects of custom resources whose CRD names a conversion webhook."""
     _watches: Watches = attrs.field(init=False, repr=False)
 
     def __attrs_post_init__(self) -> None:
+        self.admission = Admission(self.store, WebhookClient(self.store))
+        self.conversions = Conversions(self.store, self.admission.client)
+        self.admission.convert = self.conversions.convert
         self._watches = Watches(self.store, self.faults, self.bookmark_interval, sharding=self.sharding)
+        self._watches.conversions = self.conversions
         self.faults.connect_watches(self._watches.drop)
 
     async def handle(self, request: Request, connection: UserInfo | None = ADMIN) -> Response:
@@ -161,8 +172,9 @@ class Router:
             await self.store.wait_for_resource_version(request.query.get("resourceVersion"))
         if info.verb == "watch":
             return self._watches.open(request, target, info)
-        return handle_resource(
-            self.store, request, target, info, caller=user, tokens=self.tokens, sharding=self.sharding
+        return await handle_resource(
+            self.store, request, target, info, caller=user, tokens=self.tokens, sharding=self.sharding,
+            admission=self.admission, conversions=self.conversions,
         )
 
     def _authorize(self, user: UserInfo, attributes: Attributes) -> None:

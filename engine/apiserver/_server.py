@@ -15,6 +15,7 @@ from types import TracebackType
 from typing import Any
 
 import attrs
+import httpx
 import trio
 import yaml
 
@@ -91,6 +92,12 @@ class ApiServer:
     list, watch and deletecollection filters by a hash range of ``metadata.uid`` or
     ``metadata.namespace``, a malformed one is a 500, and lists of built-in kinds echo it in
     ``metadata.shardInfo``. Off (the default, as on a real server) the parameter is ignored.
+    Stored ``MutatingWebhookConfiguration`` and ``ValidatingWebhookConfiguration`` objects are
+    honoured as kube-apiserver 1.32 honours them (see :mod:`._admission`), and custom resources
+    whose CRD names a conversion webhook are converted through it (see :mod:`._conversion`).
+    Webhook calls go over HTTPS, checked with the configuration's ``caBundle``, unless
+    ``webhook_transport`` (an ``httpx.AsyncBaseTransport``, assignable at any time) is set:
+    then every call goes through it, addressed to the configured URL, with no sockets.
     """
 
     host: str = "127.0.0.1"
@@ -106,6 +113,11 @@ class ApiServer:
     authorization: bool = True
     feature_gates: Mapping[str, bool] = attrs.field(factory=dict, converter=check_feature_gates)
     """Every known feature gate with its value (the defaults overridden by the argument)."""
+    webhook_transport: httpx.AsyncBaseTransport | None = attrs.field(
+        default=None, on_setattr=lambda self, _, value: self._set_webhook_transport(value)
+    )
+    """Where admission and conversion webhook calls go (``None``: over HTTPS, see
+    :mod:`._webhooks`); may be assigned at any time."""
     faults: Faults = attrs.field(factory=Faults, init=False, repr=False)
     """Fault injection; see :class:`~engine.apiserver.Faults`."""
     store: ObjectStorage = attrs.field(init=False, repr=False)
@@ -131,6 +143,11 @@ class ApiServer:
             tokens=Authenticator(self.seed), sharding=self.feature_gates[SHARDED_LIST_AND_WATCH],
         )
         self._controllers = Controllers(self.store, kube_controller_manager=self.controllers)
+        self._router.admission.client.transport = self.webhook_transport
+
+    def _set_webhook_transport(self, transport: httpx.AsyncBaseTransport | None) -> httpx.AsyncBaseTransport | None:
+        self._router.admission.client.transport = transport
+        return transport
 
     # ----- lifecycle -----
 

@@ -647,6 +647,12 @@ class ObjectStorage:
     def _new_uid(self) -> str:
         return str(uuid.UUID(int=self._rng.getrandbits(128), version=4))
 
+    def prepare_body(self, rt: ResourceType, namespace: str | None, body: Any, name: str | None) -> Obj:
+        """A copy of a write's ``body`` with the URL's namespace (and ``name``) filled in, as
+        admission sees it; raises :class:`RequestRejected` (400, 422) for a body of another kind,
+        version, namespace or name."""
+        return self._prepare_body(rt, namespace, body, name)
+
     def _prepare_body(self, rt: ResourceType, namespace: str | None, body: Any, name: str | None) -> Obj:
         if not isinstance(body, dict):
             raise RequestRejected(400, "BadRequest", "the request body must be a JSON object")
@@ -699,6 +705,7 @@ class ObjectStorage:
         check_size: bool = False,
         fields: FieldCheck | None = None,
         _managed_fields: list[dict[str, Any]] | None = None,
+        _uid: str | None = None,
     ) -> Obj:
         """Create an object. Raises :class:`RequestRejected`: 400, 404 (namespace), 409
         AlreadyExists, 403 (namespace terminating), 422 Invalid; with ``check_size``, 400 (custom)
@@ -732,7 +739,7 @@ class ObjectStorage:
         strategy.check(rt, obj, None)
         if _managed_fields is None and manager:
             _managed_fields = _apply.record_update(rt, None, obj, manager, self.timestamp, base=base)
-        metadata["uid"] = self._new_uid()
+        metadata["uid"] = _uid or self._new_uid()
         metadata["creationTimestamp"] = self.timestamp()
         if rt.has_generation:
             metadata["generation"] = 1
@@ -915,9 +922,11 @@ class ObjectStorage:
         force: bool,
         subresource: str | None = None,
         dry_run: bool = False,
+        _current: Obj | None = None,
     ) -> tuple[Obj, bool]:
         """Server-side apply of ``config``; returns ``(object, created)``. Ownership is kept as
-        :mod:`._apply` describes.
+        :mod:`._apply` describes. ``_current``: the live object as the request's version shows it
+        (converted by a conversion webhook), instead of the stored one.
 
         Raises :class:`RequestRejected`: 400 for a malformed configuration, 404 (namespace, or
         the object for a status apply), 500 when the configuration or the live custom object
@@ -932,7 +941,7 @@ class ObjectStorage:
         applied = self._prepare_body(rt, namespace, config, name)
         if applied["metadata"].get("managedFields") is not None:
             raise RequestRejected(400, "BadRequest", "metadata.managedFields must be nil")
-        current = self.lookup(rt, namespace, name)
+        current = _current if _current is not None else self.lookup(rt, namespace, name)
         _apply.check_typed(rt, config, current)
         if current is None:
             if subresource == "status":

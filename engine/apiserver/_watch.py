@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import math
 from collections.abc import AsyncIterator
 from typing import Any
@@ -11,6 +12,7 @@ import attrs
 import trio
 
 from ..observability._http import AbortStream, Request, Response
+from ._conversion import Conversions
 from ._errors import RequestRejected
 from ._events import field_selector
 from ._faults import Faults, FaultScope, RequestInfo
@@ -23,6 +25,8 @@ from ._storage import Change, ObjectStorage, Subscription
 from ._tables import Conversion, as_partial, as_table, include_option, negotiate
 
 __all__ = ["Watches"]
+
+logger = logging.getLogger("engine.apiserver.watch")
 
 
 @attrs.define(eq=False)
@@ -99,6 +103,8 @@ class Watches:
     bookmark_interval: float = 60.0
     sharding: bool = False
     """The ``ShardedListAndWatch`` gate: honour ``shardSelector`` (see :mod:`._shards`)."""
+    conversions: Conversions | None = None
+    """Converts the events of custom resources whose CRD names a conversion webhook."""
     _active: set[_ActiveWatch] = attrs.field(factory=set, init=False, repr=False)
 
     def drop(self, scope: FaultScope, abrupt: bool) -> int:
@@ -193,6 +199,17 @@ class Watches:
         )
         return Response(200, headers, stream=stream)
 
+    async def _versioned(self, rt: ResourceType, obj: dict[str, Any]) -> dict[str, Any] | None:
+        """``obj`` in ``rt``'s version; ``None`` when its conversion failed: the real server
+        then ends the watch (it cannot encode the event) and logs why."""
+        if self.conversions is None:
+            return obj
+        try:
+            return (await self.conversions.convert(rt, [obj]))[0]
+        except RequestRejected as exc:
+            logger.warning("ending a watch of %s: %s", rt.plural, exc)
+            return None
+
     def _next_bookmark(self, now: float, deadline: float) -> float:
         """When the next BOOKMARK is due: after ``bookmark_interval``, or 2 s before the watch's
         deadline if that comes first and is still ahead, as the real server's watch cache
@@ -234,7 +251,10 @@ class Watches:
                 event = _translate(replayed, *selection)
                 last_rv = max(last_rv, replayed.rv)
                 if event is not None:
-                    yield _event_line(event[0], convert(event[1]))
+                    converted = await self._versioned(rt, event[1])
+                    if converted is None:
+                        return
+                    yield _event_line(event[0], convert(converted))
             if initial_end:
                 last_rv = max(last_rv, store.resource_version)
                 yield bookmark({"k8s.io/initial-events-end": "true"})
@@ -265,7 +285,10 @@ class Watches:
                 last_rv = max(last_rv, change.rv)
                 event = _translate(change, *selection)
                 if event is not None:
-                    yield _event_line(event[0], convert(event[1]))
+                    converted = await self._versioned(rt, event[1])
+                    if converted is None:
+                        return
+                    yield _event_line(event[0], convert(converted))
             if sub.dropped and sub.abrupt:
                 raise AbortStream("watch dropped by fault injection")
         finally:
