@@ -29,6 +29,7 @@ from ._outcome import (
     Result,
     TerminalError,
 )
+from ._ownership import OwnershipGate
 from ._ratelimit import RateLimiter
 from ._refs import ObjectRef, Trigger
 from ._run import Run, RunContext
@@ -107,6 +108,8 @@ class ControllerWiring:
     """Where a run that reported ``DependencyNotReady`` waits to be woken."""
     observers: Sequence[RunObserver]
     """Hooks called on every trigger and run; a live view (observers added later are seen)."""
+    ownership: OwnershipGate | None = None
+    """Which keys may run here (a scale-out replica); ``None`` runs every key."""
 
 
 ReconcileFunction = Callable[[RunContext], Awaitable[Result | None]]
@@ -163,6 +166,7 @@ class Controller:
         self._wiring: ControllerWiring | None = None
         self._observers: Sequence[RunObserver] = ()
         self._deps = DependencyIndex()
+        self._gate: OwnershipGate | None = None
         self._stopping = False
         self._live_workers = 0
         self.worker_failures = 0
@@ -286,6 +290,9 @@ class Controller:
         self._wiring = wiring
         self._observers = wiring.observers
         self._deps = wiring.dependencies
+        self._gate = wiring.ownership
+        if self._gate is not None:
+            self._gate.attach(self)
 
     def shutdown(self) -> None:
         """Refuse new triggers and stop handing out keys; runs in progress go on.
@@ -358,6 +365,7 @@ class Controller:
         timeout = self.timeout
         assert self._wiring is not None
         recorder = self._wiring.recorder
+        gate = self._gate
         key: ObjectRef | None = None
         while True:
             scope = trio.CancelScope()
@@ -368,6 +376,11 @@ class Controller:
                         key = None
                         key = await queue.get()
                         if self._stopping:
+                            queue.done(key)
+                            continue
+                        if gate is not None and not gate.admit(self, key):
+                            self._latest.pop(key, None)
+                            queue.forget(key)
                             queue.done(key)
                             continue
                         run = self._begin(key, scope)
@@ -402,6 +415,8 @@ class Controller:
                 # unhealthy), but the key it held is released so shutdown does not wait on it.
                 if key is not None and queue.is_processing(key):
                     self._running.pop(key, None)
+                    if gate is not None:
+                        gate.ended(self, key)
                     queue.done(key)
                 raise
             except BaseException:
@@ -445,6 +460,8 @@ class Controller:
                 for observer in self._observers:
                     observer.on_run_finished(self, run, outcome)
         finally:
+            if self._gate is not None:
+                self._gate.ended(self, key)
             self.queue.done(key)
 
     @property

@@ -9,6 +9,7 @@ parameter in the canonical form a 1.36 server echoes in ``metadata.shardInfo.sel
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Iterable, Iterator
 
 import attrs
@@ -85,7 +86,11 @@ class KeyRanges:
         return cls(())
 
     def __contains__(self, key: object) -> bool:
-        return any(key in r for r in self.ranges)
+        if not isinstance(key, int):
+            return False
+        ranges: tuple[KeyRange, ...] = self.ranges
+        i = bisect.bisect_right(ranges, key, key=_start) - 1
+        return i >= 0 and key < ranges[i].end
 
     def __iter__(self) -> Iterator[KeyRange]:
         return iter(self.ranges)
@@ -143,6 +148,10 @@ class KeyRanges:
 
     def __str__(self) -> str:
         return " ".join(str(r) for r in self.ranges) or "(none)"
+
+
+def _start(r: KeyRange) -> int:
+    return r.start
 
 
 def _merge(ranges: Iterable[KeyRange]) -> tuple[KeyRange, ...]:
