@@ -68,11 +68,26 @@ class KeyRange:
         return f"[{_hex(self.start)}, {_hex(self.end)})"
 
 
+def _start(r: KeyRange) -> int:
+    return r.start
+
+
+def _merge(ranges: Iterable[KeyRange]) -> tuple[KeyRange, ...]:
+    merged: list[KeyRange] = []
+    for r in sorted(ranges):
+        if merged and r.start <= merged[-1].end:
+            last = merged.pop()
+            merged.append(KeyRange(last.start, max(last.end, r.end)))
+        else:
+            merged.append(r)
+    return tuple(merged)
+
+
 @attrs.frozen
 class KeyRanges:
     """A set of key ranges, kept sorted and merged; may be empty (owns nothing)."""
 
-    ranges: tuple[KeyRange, ...] = attrs.field(converter=lambda rs: _merge(rs))
+    ranges: tuple[KeyRange, ...] = attrs.field(converter=_merge)
     """The disjoint, non-adjacent ranges in ascending order."""
 
     @classmethod
@@ -148,18 +163,3 @@ class KeyRanges:
 
     def __str__(self) -> str:
         return " ".join(str(r) for r in self.ranges) or "(none)"
-
-
-def _start(r: KeyRange) -> int:
-    return r.start
-
-
-def _merge(ranges: Iterable[KeyRange]) -> tuple[KeyRange, ...]:
-    merged: list[KeyRange] = []
-    for r in sorted(ranges):
-        if merged and r.start <= merged[-1].end:
-            last = merged.pop()
-            merged.append(KeyRange(last.start, max(last.end, r.end)))
-        else:
-            merged.append(r)
-    return tuple(merged)
