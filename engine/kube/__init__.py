@@ -72,6 +72,11 @@ from ._event_sink import KubernetesEventSink as KubernetesEventSink
 from ._lease import Lease as Lease
 from ._leader import LeaderElector as LeaderElector
 from ._leader import LeaderElectorStatistics as LeaderElectorStatistics
+from ._ring import HashRing as HashRing
+from ._ring import RING_LABEL as RING_LABEL
+from ._ring import RingConflictError as RingConflictError
+from ._ring import RingStatistics as RingStatistics
+from ._ring import ring_ranges as ring_ranges
 
 # --- controllers on a cluster: watches, status, plugins (engine.kube._cluster, _status, _plugin) ---
 from ._cluster import REQUESTED_AT_ANNOTATION as REQUESTED_AT_ANNOTATION
@@ -156,6 +161,11 @@ __all__ = [
     "KubernetesEventSink",
     "LeaderElector",
     "LeaderElectorStatistics",
+    "HashRing",
+    "RING_LABEL",
+    "RingConflictError",
+    "RingStatistics",
+    "ring_ranges",
     "Lease",
     "Modified",
     "NAMESPACE_INDEX",
