@@ -72,9 +72,13 @@ def _start(r: KeyRange) -> int:
     return r.start
 
 
+def _bounds(r: KeyRange) -> tuple[int, int]:
+    return (r.start, r.end)
+
+
 def _merge(ranges: Iterable[KeyRange]) -> tuple[KeyRange, ...]:
     merged: list[KeyRange] = []
-    for r in sorted(ranges):
+    for r in sorted(ranges, key=_bounds):
         if merged and r.start <= merged[-1].end:
             last = merged.pop()
             merged.append(KeyRange(last.start, max(last.end, r.end)))
@@ -132,20 +136,20 @@ class KeyRanges:
 
     def __sub__(self, other: KeyRanges) -> KeyRanges:
         result: list[KeyRange] = []
+        cut = other.ranges
+        k = 0
         for r in self.ranges:
-            pieces = [(r.start, r.end)]
-            for o in other.ranges:
-                next_pieces = []
-                for start, end in pieces:
-                    if o.end <= start or o.start >= end:
-                        next_pieces.append((start, end))
-                        continue
-                    if start < o.start:
-                        next_pieces.append((start, o.start))
-                    if o.end < end:
-                        next_pieces.append((o.end, end))
-                pieces = next_pieces
-            result.extend(KeyRange(s, e) for s, e in pieces)
+            start = r.start
+            while k < len(cut) and cut[k].end <= start:
+                k += 1
+            m = k
+            while m < len(cut) and cut[m].start < r.end:
+                if cut[m].start > start:
+                    result.append(KeyRange(start, cut[m].start))
+                start = max(start, cut[m].end)
+                m += 1
+            if start < r.end:
+                result.append(KeyRange(start, r.end))
         return KeyRanges(result)
 
     def __and__(self, other: KeyRanges) -> KeyRanges:

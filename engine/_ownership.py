@@ -153,7 +153,9 @@ class OwnershipGate:
                 del self._parked[(controller, ref)]
                 if controller.trigger(ref, reason="key range gained") is not None:
                     woken += 1
-        logger.info("gained %s; now own %.1f%% of the key space", ranges, 100 * self._owned.share)
+        logger.info(
+            "gained %.1f%% of the key space; now own %.1f%%", 100 * ranges.share, 100 * self._owned.share
+        )
         return woken
 
     async def release(self, ranges: KeyRanges, *, grace: float) -> int:
@@ -183,8 +185,8 @@ class OwnershipGate:
         for callback in self.on_handover:
             callback(self._last_handover)
         logger.info(
-            "released %s after %.3fs (%d run(s) cancelled); now own %.1f%% of the key space",
-            ranges, self._last_handover, cancelled, 100 * self._owned.share,
+            "released %.1f%% of the key space after %.3fs (%d run(s) cancelled); now own %.1f%%",
+            100 * ranges.share, self._last_handover, cancelled, 100 * self._owned.share,
         )
         return cancelled
 

@@ -24,9 +24,10 @@ The handover protocol (the full argument is in ``docs/scale-out.md``):
   therefore unowned for at most ``lease_duration`` (plus one ``retry_period`` to notice)
   after its owner crashed.
 * **Hand edits.** A member Lease whose holder changed, or whose claims shrank without a
-  renewal, or that was deleted, counts as that member leaving; its last claims keep
-  blocking until they expire. The member itself sees its next write conflict, revokes
-  everything and rejoins under a new Lease.
+  renewal, or that was deleted (without first saying it left), counts as that member
+  leaving; since its latest claims may be lost with the edit, no member gains anything
+  until that Lease would have expired. The member itself sees its next write conflict (or
+  find no Lease), revokes everything and rejoins under a new Lease.
 """
 
 from __future__ import annotations
@@ -136,6 +137,8 @@ class _Record:
     leaving: bool
     valid: bool = True
     present: bool = True
+    blocks_all: bool = False
+    """Its claims were lost (a hand edit or a deletion): it may hold anything until it expires."""
 
     def expired(self, now: float) -> bool:
         return now >= self.observed_at + self.duration
@@ -295,19 +298,19 @@ class HashRing:
         if self._started:
             raise ManagerStateError("a HashRing can be run only once")
         self._started = True
+        while True:
+            started = trio.current_time()
+            try:
+                with trio.fail_after(self.renew_deadline):
+                    await self._join(started)
+                break
+            except (KubeError, trio.TooSlowError) as exc:
+                self._failed += 1
+                logger.warning("joining ring %s failed: %s", self.name, summarize(exc))
+            await trio.sleep(self.retry_period)
+        logger.info("joined ring %s as %s", self.name, self._member)
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
-            while True:
-                started = trio.current_time()
-                try:
-                    with trio.fail_after(self.renew_deadline):
-                        await self._join(started)
-                    break
-                except (KubeError, trio.TooSlowError) as exc:
-                    self._failed += 1
-                    logger.warning("joining ring %s failed: %s", self.name, summarize(exc))
-                await trio.sleep(self.retry_period)
-            logger.info("joined ring %s as %s", self.name, self._member)
             task_status.started()
             await self._loop()
 
@@ -488,6 +491,8 @@ class HashRing:
             if key not in seen:
                 if record.present:
                     logger.info("ring %s: member lease %s is gone", self.name, record.name)
+                    if not (record.valid and record.leaving and not record.held):
+                        record.blocks_all = True
                 record.present = False
                 if record.expired(now):
                     del self._records[key]
@@ -513,6 +518,7 @@ class HashRing:
                 leaving=annotations.get(LEAVING_ANNOTATION) == "true",
                 valid=bool(lease.holder_identity) and held is not None,
             )
+            self._records[key].blocks_all = not self._records[key].valid
             return
         record.present = True
         if not record.valid:
@@ -524,6 +530,7 @@ class HashRing:
             or not (renewed or not (record.held - held))
         ):
             record.valid = False
+            record.blocks_all = True
             logger.warning("ring %s: member lease %s was edited by hand; that member left", self.name, lease.name)
             return
         if renewed or held != record.held or duration != record.duration:
@@ -548,6 +555,8 @@ class HashRing:
         blocked = KeyRanges.nothing()
         for key, record in self._records.items():
             if key != own and not record.expired(now):
+                if record.blocks_all:
+                    return KeyRanges.everything()
                 blocked = blocked | record.held
         return blocked
 
@@ -580,7 +589,10 @@ class HashRing:
             while self._releasing:
                 await trio.sleep(self.retry_period / 20)
         if self._releasing:
-            logger.warning("ring %s: leaving with runs of %s still going", self.name, self._releasing)
+            logger.warning(
+                "ring %s: leaving with runs of %.1f%% of the key space still going", self.name,
+                100 * self._releasing.share,
+            )
             return
         with trio.move_on_after(self.renew_deadline):
             try:
@@ -593,6 +605,8 @@ class HashRing:
                     )
                     lease = await update_lease(self._client, body)
                     self._lease = None
+                await trio.sleep(self.retry_period)
+                async with self._write_lock:
                     await self._client.delete(
                         LEASE_RESOURCE, lease.name, namespace=self.namespace, precondition_uid=lease.uid
                     )
