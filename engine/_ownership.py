@@ -96,6 +96,16 @@ class OwnershipGate:
         return f"<OwnershipGate owned={self._owned.share:.3f} running={len(self._admitted)}>"
 
     @property
+    def key_of(self) -> KeyFunction:
+        """The function that places a key in the key space; settable (before keys run), so a
+        gate can be made before what knows the keys (``engine.kube.Cluster.key_of``)."""
+        return self._key_of
+
+    @key_of.setter
+    def key_of(self, key_of: KeyFunction) -> None:
+        self._key_of = key_of
+
+    @property
     def owned(self) -> KeyRanges:
         """The ranges whose keys are handed out now."""
         return self._owned

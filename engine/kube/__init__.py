@@ -56,6 +56,7 @@ from ._watcher import WatcherStatistics as WatcherStatistics
 from ._informer import Handler as Handler
 from ._informer import Informer as Informer
 from ._metrics import InformerCollector as InformerCollector
+from ._metrics import RingCollector as RingCollector
 from ._informer import InformerEvent as InformerEvent
 from ._informer import InformerStatistics as InformerStatistics
 from ._informer import Transform as Transform
@@ -154,6 +155,7 @@ __all__ = [
     "IndexFunc",
     "Informer",
     "InformerCollector",
+    "RingCollector",
     "InformerEvent",
     "InformerStatistics",
     "InvalidError",

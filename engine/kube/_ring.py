@@ -55,6 +55,7 @@ from engine._text import summarize
 from ._client import Client
 from ._errors import ConflictError, KubeError, NotFoundError
 from ._lease import LEASE_RESOURCE, Lease, create_lease, update_lease
+from ._rbac import PolicyRule
 
 __all__ = ["HashRing", "RingConflictError", "RingStatistics", "ring_ranges", "RING_LABEL"]
 
@@ -254,6 +255,16 @@ class HashRing:
     def _new_member_name(self) -> str:
         suffix = uuid.UUID(int=self._rng.getrandbits(128), version=4).hex[:10]
         return f"{self.name}-{suffix}"[-253:].lstrip("-.")
+
+    @property
+    def rules(self) -> tuple[PolicyRule, ...]:
+        """The RBAC rules a member needs: its Lease and the ring's, in :attr:`namespace`."""
+        return (
+            PolicyRule(
+                "coordination.k8s.io", "leases", ("create", "delete", "get", "list", "update"),
+                namespace=self.namespace,
+            ),
+        )
 
     @property
     def member(self) -> str:
