@@ -130,8 +130,9 @@ async def test_replicas_share_objects_take_over_on_crash_and_hand_over_on_sigter
     record = tmp_path / "runs.log"
     records = Records(record)
     os.environ["RING_RECORD"] = str(record)
-    os.environ["RING_RUN_SECONDS"] = "0.1"
-    os.environ["RING_REQUEUE_SECONDS"] = "1.5"
+    os.environ["RING_RUN_SECONDS"] = "1.0"
+    os.environ["RING_REQUEUE_SECONDS"] = "0.5"
+    os.environ["RING_WORKERS"] = "200"
     flags = [
         "--plugin", "tests.programs.ring_recorder:plugin", "--namespace", NAMESPACE, "--scale-out",
         "--leader-elect-lease-duration", str(LEASE), "--leader-elect-renew-deadline", str(RENEW),
@@ -161,7 +162,7 @@ async def test_replicas_share_objects_take_over_on_crash_and_hand_over_on_sigter
 
             # SIGKILL one: its objects run elsewhere within the lease duration plus a few seconds.
             t = time.time()
-            window = records.keys_by_pid(t - 1.5)
+            window = records.keys_by_pid(t - 2)
             orphans = window[c.proc.pid] - window[a.proc.pid] - window[b.proc.pid]
             assert len(orphans) > OBJECTS / 6
             c.proc.kill()
@@ -180,7 +181,7 @@ async def test_replicas_share_objects_take_over_on_crash_and_hand_over_on_sigter
 
             # SIGTERM one: it hands over, exits 0, with no failure and no Warning event.
             t = time.time()
-            window = records.keys_by_pid(t - 1.5)
+            window = records.keys_by_pid(t - 2)
             handed = window[a.proc.pid] - window[b.proc.pid] - window[d.proc.pid]
             a.proc.send_signal(signal.SIGTERM)
             with trio.fail_after(20):

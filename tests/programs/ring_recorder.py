@@ -1,7 +1,8 @@
 """A plugin for the scale-out end-to-end test: it reconciles the ConfigMaps of its namespace and
 records the start and end of every run (pid, key, wall-clock time) by appending a line to the
 file named by ``$RING_RECORD``; each run sleeps ``$RING_RUN_SECONDS`` and requeues itself
-after ``$RING_REQUEUE_SECONDS``, so every replica keeps running its keys."""
+after ``$RING_REQUEUE_SECONDS``, so every replica keeps running its keys, ``$RING_WORKERS`` at
+a time."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ async def _setup(ctx: PluginContext) -> None:
     fd = os.open(os.environ["RING_RECORD"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
     seconds = float(os.environ.get("RING_RUN_SECONDS", "0.1"))
     requeue = float(os.environ.get("RING_REQUEUE_SECONDS", "2"))
+    workers = int(os.environ.get("RING_WORKERS", "16"))
 
     async def reconcile(run: RunContext) -> Result:
         key = f"{run.ref.namespace}/{run.ref.name}"
@@ -32,7 +34,7 @@ async def _setup(ctx: PluginContext) -> None:
             _record(fd, "end", key)
         return Result(requeue_after=requeue)
 
-    controller = ctx.manager.add_controller(Controller("ring-recorder", reconcile, max_concurrent=16))
+    controller = ctx.manager.add_controller(Controller("ring-recorder", reconcile, max_concurrent=workers))
     informer = await ctx.cluster.informer("v1", "ConfigMap")
     ctx.cluster.watches(controller, informer)
 
