@@ -266,3 +266,31 @@ async def test_a_ring_with_other_plugins_refuses_to_start(autojump_clock: trio.t
             await h.add("b", plugins=("other",))
         leases = await h.live()[0].client.list(LEASE_RESOURCE, namespace="default")
         assert len(leases.items) == 1, "the refused replica wrote nothing"
+
+
+async def test_ring_metrics_report_members_share_ranges_and_handovers(autojump_clock: trio.testing.MockClock) -> None:
+    from prometheus_client import CollectorRegistry
+
+    from engine.kube import RingCollector
+
+    async with ring_harness() as h:
+        a = await h.add("a")
+        registry = CollectorRegistry()
+        registry.register(RingCollector(a.ring))
+        await wait_for(lambda: a.gate.owned == KeyRanges.everything(), within=3 * RETRY)
+
+        def value(name: str) -> float | None:
+            return registry.get_sample_value(name, {"ring": "engine-demo"})
+
+        assert (value("engine_ring_members"), value("engine_ring_owned_share")) == (1, 1.0)
+        assert value("engine_ring_owned_ranges") == 1
+        assert value("engine_ring_handovers_total") == 0
+        await h.add("b")
+        await wait_for(lambda: fair(h), within=4 * RETRY)
+        assert value("engine_ring_members") == 2
+        assert 0.3 < (value("engine_ring_owned_share") or 0) < 0.7
+        assert (value("engine_ring_owned_ranges") or 0) > 100
+        assert value("engine_ring_handovers_total") == 1
+        assert value("engine_ring_handover_duration_seconds_count") == 1
+        assert value("engine_ring_fenced_total") == 0
+        assert value("engine_ring_owned_keys") == 0
