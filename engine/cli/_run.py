@@ -25,6 +25,7 @@ import signal
 import socket
 import sys
 import traceback
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -402,6 +403,8 @@ async def _start_and_run(args: argparse.Namespace, box: list[_Running], progress
         obs = _observability(manager, args)
         if obs is not None and obs.live is not None:
             obs.live.add_notices(client.forbidden.notices)
+            if ring is not None:
+                obs.live.add_notices(partial(_ring_notice, ring))
         printer = TerminalProgress(manager, sys.stdout) if progress else None
         if printer is not None:
             manager.add_observer(printer)
@@ -490,6 +493,14 @@ def _stopped(report: ShutdownReport) -> str:
     parts.append("events flushed" if report.events_flushed else "events not all flushed")
     forced = "; forced" if report.forced else ""
     return f"stopped ({report.reason}{forced}): " + ", ".join(parts)
+
+
+def _ring_notice(ring: Any) -> list[str]:
+    stats = ring.statistics()
+    return [
+        f"scale-out ring {stats.ring}: {len(stats.members)} member(s); this replica ({stats.member}) owns "
+        f"{stats.owned.share:.1%} of the keys in {len(stats.owned.ranges)} range(s)"
+    ]
 
 
 def default_lease_name(plugins: list[str], shard: str | None = None) -> str:

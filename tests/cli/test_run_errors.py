@@ -194,3 +194,16 @@ async def test_a_replica_of_a_ring_whose_members_run_other_plugins_refuses_to_st
         assert lines == ["error: ring 'ring-x' has members running plugins 'bundles', not 'good'"]
         leases = await client.list(LEASE_RESOURCE, namespace="default", label_selector={RING_LABEL: "ring-x"})
         assert [item["metadata"]["name"] for item in leases.items] == ["ring-x-member"]
+
+
+def test_the_dashboard_notice_names_the_ring_its_members_and_the_owned_share() -> None:
+    from engine import OwnershipGate
+    from engine._keyspace import KeyRange, KeyRanges
+    from engine.cli._run import _ring_notice
+    from engine.kube import HashRing
+
+    gate = OwnershipGate(lambda ref: None, owned=KeyRanges((KeyRange(0, 1 << 62),)))
+    ring = HashRing(object(), gate, name="engine-x", namespace="default")  # type: ignore[arg-type]
+    assert _ring_notice(ring) == [
+        f"scale-out ring engine-x: 0 member(s); this replica ({ring.member}) owns 25.0% of the keys in 1 range(s)"
+    ]

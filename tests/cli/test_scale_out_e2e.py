@@ -20,6 +20,7 @@ from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
 
+import httpx
 import pytest
 import trio
 
@@ -174,10 +175,22 @@ async def test_replicas_share_objects_take_over_on_crash_and_hand_over_on_sigter
             assert max(taken.values()) - killed[c.proc.pid] <= LEASE + 4
 
             # A fourth replica joins and takes its share.
-            d = await stack.enter_async_context(runner(kubeconfig, *flags))
+            d = await stack.enter_async_context(runner(
+                kubeconfig, *flags, "--metrics-bind-address", ":0", "--health-probe-bind-address", ":0"))
             live = [a.proc.pid, b.proc.pid, d.proc.pid]
             t = time.time()
             await wait_until(lambda: fair(records.keys_by_pid(t + 2), live), within=20, what="the new replica's share")
+            urls = {line.split(" on ")[0]: line.split(" on ")[1] for line in d.stdout if " on http://" in line}
+            async with httpx.AsyncClient() as http:
+                assert (await http.get(urls["health probes"] + "/readyz")).status_code == 200
+                # A member that first sees the killed replica's Lease counts it live for a lease duration.
+                with trio.fail_after(LEASE + 2):
+                    while 'engine_ring_members{ring="engine-ring-recorder"} 3.0' not in (
+                        metrics := (await http.get(urls["metrics"] + "/metrics")).text
+                    ):
+                        await trio.sleep(0.2)
+            share = float(metrics.split('engine_ring_owned_share{ring="engine-ring-recorder"} ')[1].split()[0])
+            assert 0.2 < share < 0.5
 
             # SIGTERM one: it hands over, exits 0, with no failure and no Warning event.
             t = time.time()
