@@ -294,3 +294,19 @@ async def test_ring_metrics_report_members_share_ranges_and_handovers(autojump_c
         assert value("engine_ring_handover_duration_seconds_count") == 1
         assert value("engine_ring_fenced_total") == 0
         assert value("engine_ring_owned_keys") == 0
+
+
+async def test_members_whose_views_disagree_never_both_gain_a_range(autojump_clock: trio.testing.MockClock) -> None:
+    """Each member believes it alone is assigned the whole key space (as views can disagree
+    for a moment around a join); claim-then-check lets at most one of them gain it."""
+    async with ring_harness() as h:
+        members = [Member(h.api, name, seed) for seed, name in enumerate(("a", "b", "c"))]
+        for m in members:
+            await m.client.__aenter__()
+            h.check.members.append(m)
+            ring = m.ring
+            ring._assignment = lambda ring=ring: {ring.member: KeyRanges.everything()}  # type: ignore[method-assign]
+            h.nursery.start_soon(m.ring.run)
+        await wait_for(lambda: any(m.gate.owned for m in members), within=10 * RETRY)
+        await trio.sleep(5 * DURATION)
+        assert sum(1 for m in members if m.gate.owned) == 1
