@@ -107,6 +107,17 @@ async def wait_for(check: Any, records: Records, within: float) -> Any:
             await trio.sleep(0.1)
 
 
+async def quiet(records: Records, seconds: float = 1.5) -> None:
+    """Wait until no run was recorded for ``seconds``."""
+    while True:
+        records.refresh()
+        count = len(records.runs)
+        await trio.sleep(seconds)
+        records.refresh()
+        if len(records.runs) == count:
+            return
+
+
 class Bench:
     def __init__(self, args: argparse.Namespace, kubeconfig: str, workdir: str) -> None:
         self.args = args
@@ -205,8 +216,7 @@ class Bench:
             pids.add(newcomer.pid)
             await wait_for(settled, records, 120)
             settled_at = time.time()
-            await trio.sleep(1)
-            records.refresh()
+            await quiet(records)
             result["join_moved"] = len(records.ran_by(newcomer.pid, joined_at))
             result["join_unowned_seconds"] = round(records.unowned(pids, joined_at, settled_at), 2)
             result["join_settle_seconds"] = round(settled_at - joined_at, 2)
@@ -218,8 +228,7 @@ class Bench:
             pids.discard(newcomer.pid)
             await wait_for(settled, records, 120)
             settled_at = time.time()
-            await trio.sleep(1)
-            records.refresh()
+            await quiet(records)
             moved_back = set()
             for p in procs:
                 moved_back |= records.ran_by(p.pid, left_at)

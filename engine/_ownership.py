@@ -8,8 +8,10 @@ moves ranges in and out of it.
 * **Handing out.** A worker that takes a key whose 64-bit key (``key_of(ref)``) is not in the
   owned ranges, or is not known yet (an object without a uid), does not run it: the key is
   *parked* (dropped from the queue, remembered) and runs again only after a later trigger or a
-  :meth:`OwnershipGate.gain` of its range. So a replica keeps no queued work for keys it does
-  not own, and a gained range re-triggers exactly the parked keys in it.
+  :meth:`OwnershipGate.gain` of its range. Keys that ran here are parked too when their range
+  is given up. So a replica keeps no queued work for keys it does not own, and a gained range
+  re-runs every key of it this replica knows: a run the previous owner cut short (``HANDOVER``)
+  is not lost.
 * **Giving up.** :meth:`OwnershipGate.release` removes ranges at once (no key of them is handed
   out after the call), waits up to a grace for runs of those keys in progress to end, cancels
   the rest with :attr:`CancelCause.HANDOVER <engine.CancelCause.HANDOVER>` (not a failure, no
@@ -59,8 +61,9 @@ class OwnershipStatistics:
     running: int
     """Runs in progress (all of them were admitted as owned when they started)."""
     parked: int
-    """Keys taken from a queue but not run, because their range is not owned (or their key
-    is unknown); they run again when a trigger comes while owned or their range is gained."""
+    """Keys not owned here (or whose key is unknown) that were taken from a queue, or that ran
+    here before their range was given up; they run again when a trigger comes while owned, or
+    when their range is gained."""
     handovers: int
     """Ranges given up through :meth:`OwnershipGate.release` or :meth:`OwnershipGate.revoke`."""
     handover_cancelled: int
@@ -85,6 +88,7 @@ class OwnershipGate:
         self._controllers: list[Controller] = []
         self._admitted: dict[tuple[Controller, ObjectRef], int] = {}
         self._parked: dict[tuple[Controller, ObjectRef], None] = {}
+        self._ran: dict[tuple[Controller, ObjectRef], int] = {}
         self._changed = trio.Event()
         self._handovers = 0
         self._handover_cancelled = 0
@@ -138,6 +142,7 @@ class OwnershipGate:
             return False
         self._parked.pop((controller, ref), None)
         self._admitted[(controller, ref)] = key
+        self._ran[(controller, ref)] = key
         return True
 
     def ended(self, controller: Controller, ref: ObjectRef) -> None:
@@ -148,7 +153,8 @@ class OwnershipGate:
     # -- moving ranges -----------------------------------------------------------------------
 
     def gain(self, ranges: KeyRanges) -> int:
-        """Own ``ranges`` too, and trigger the parked keys that fall in them.
+        """Own ``ranges`` too, and trigger the parked keys that fall in them (keys taken here while
+        not owned, and keys that ran here before their range was given up).
 
         Synchronous, not a checkpoint. The caller must have made sure no other replica runs
         keys of ``ranges`` any more. Returns how many parked keys were triggered.
@@ -184,6 +190,7 @@ class OwnershipGate:
             raise ValueError("grace must be >= 0")
         started = trio.current_time()
         self._owned = self._owned - ranges
+        self._park_ran(ranges)
         self._handovers += 1
         cancelled = 0
         with trio.move_on_after(grace):
@@ -208,10 +215,17 @@ class OwnershipGate:
         """
         everything = KeyRanges.everything()
         self._owned = KeyRanges.nothing()
+        self._park_ran(everything)
         self._handovers += 1
         n = self._cancel(everything, f"key ranges revoked: {reason}", force=True)
         logger.warning("revoked every key range (%s); %d run(s) cancelled", reason, n)
         return n
+
+    def _park_ran(self, ranges: KeyRanges) -> None:
+        for item, key in list(self._ran.items()):
+            if key in ranges:
+                del self._ran[item]
+                self._parked[item] = None
 
     async def wait_idle(self) -> None:
         """Return once no run is in progress that is not owned any more.

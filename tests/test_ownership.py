@@ -231,3 +231,20 @@ async def test_release_rejects_a_negative_grace() -> None:
     gate = OwnershipGate(key_of)
     with pytest.raises(ValueError, match=r"^grace must be >= 0$"):
         await gate.release(ALL, grace=-1)
+
+
+async def test_a_regained_range_runs_again_the_keys_that_ran_here_before_it_was_given_up(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """The replica that took the range over may have cut their runs short (``HANDOVER``)."""
+    cluster = Cluster()
+    a = Replica("a", cluster, owned=ALL, seconds=1)
+    async with running(a.manager):
+        for i in range(4):
+            a.controller.trigger(ref(i))
+        await trio.sleep(5)
+        await a.gate.release(HIGH, grace=1)
+        assert a.gate.statistics().parked == 2
+        assert a.gate.gain(HIGH) == 2
+        await trio.sleep(5)
+    assert cluster.ran == {ref(0): ["a"], ref(1): ["a", "a"], ref(2): ["a"], ref(3): ["a", "a"]}
