@@ -53,7 +53,7 @@ from engine._ownership import OwnershipGate
 from engine._text import summarize
 
 from ._client import Client
-from ._errors import ConflictError, KubeError, NotFoundError
+from ._errors import AlreadyExistsError, ConflictError, KubeError, NotFoundError
 from ._lease import LEASE_RESOURCE, Lease, create_lease, update_lease
 from ._rbac import PolicyRule
 
@@ -136,6 +136,7 @@ class _Record:
     duration: float
     plugins: str
     leaving: bool
+    resource_version: str | None = None
     valid: bool = True
     present: bool = True
     blocks_all: bool = False
@@ -318,6 +319,7 @@ class HashRing:
             except (KubeError, trio.TooSlowError) as exc:
                 self._failed += 1
                 logger.warning("joining ring %s failed: %s", self.name, summarize(exc))
+                self._member = self._new_member_name()
             await trio.sleep(self.retry_period)
         logger.info("joined ring %s as %s", self.name, self._member)
         async with trio.open_nursery() as nursery:
@@ -377,12 +379,16 @@ class HashRing:
             self._abandoned.remove(old)
         if self._lease is None:
             self._member = self._new_member_name()
-            self._lease = await create_lease(self._client, self._lease_body(KeyRanges.nothing()))
+            try:
+                self._lease = await create_lease(self._client, self._lease_body(KeyRanges.nothing()))
+            except AlreadyExistsError:
+                return
             self._renewed_at = started
             logger.info("rejoined ring %s as %s", self.name, self._member)
         elif not await self._renew(started, self._held()):
             return
         await self._read(started)
+        await self._collect_garbage()
         stopping = self._leaving or (self._manager is not None and self._manager.stopping)
         self._assigned = KeyRanges.nothing() if stopping else self._assignment().get(self._member, KeyRanges.nothing())
         lost = self.gate.owned - self._assigned
@@ -402,6 +408,22 @@ class HashRing:
         if granted:
             self.gate.gain(granted)
             self._changed()
+
+    async def _collect_garbage(self) -> None:
+        """Delete member Leases expired for a whole lease duration more (crashed members)."""
+        now = trio.current_time()
+        own = self._lease.uid if self._lease is not None else None
+        for key, record in list(self._records.items()):
+            if key == own or not record.present or now < record.observed_at + 2 * record.duration:
+                continue
+            try:
+                await self._client.delete(
+                    LEASE_RESOURCE, record.name, namespace=self.namespace,
+                    precondition_resource_version=record.resource_version,
+                )
+                logger.info("ring %s: deleted the expired member lease %s", self.name, record.name)
+            except (NotFoundError, ConflictError):
+                pass
 
     def _held(self) -> KeyRanges:
         return self.gate.owned | self._releasing
@@ -527,11 +549,13 @@ class HashRing:
                 duration=duration,
                 plugins=annotations.get(PLUGINS_ANNOTATION, ""),
                 leaving=annotations.get(LEAVING_ANNOTATION) == "true",
+                resource_version=lease.resource_version,
                 valid=bool(lease.holder_identity) and held is not None,
             )
             self._records[key].blocks_all = not self._records[key].valid
             return
         record.present = True
+        record.resource_version = lease.resource_version
         if not record.valid:
             return
         renewed = lease.renew_time != record.renew_time

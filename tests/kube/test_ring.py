@@ -203,6 +203,10 @@ async def test_a_crashed_members_ranges_are_taken_over_after_the_lease_duration(
         taken = await wait_for(lambda: fair(h), within=DURATION + 3 * RETRY)
         assert taken >= DURATION - RETRY, "nobody takes a crashed member's range before its Lease expired"
         assert (a.gate.owned | b.gate.owned) & orphaned == orphaned
+        await trio.sleep(DURATION + 2 * RETRY)
+        leases = await a.client.list(LEASE_RESOURCE, namespace="default")
+        assert sorted(i["metadata"]["name"] for i in leases.items) == sorted([a.ring.member, b.ring.member]), (
+            "the crashed member's Lease is deleted once expired for a lease duration more")
 
 
 async def test_a_partitioned_member_stops_before_anybody_takes_its_ranges(
