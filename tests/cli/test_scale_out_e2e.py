@@ -122,6 +122,13 @@ async def wait_until(condition, *, within: float, what: str) -> float:  # type: 
     return time.monotonic() - start
 
 
+def settled(records: Records, pids: list[int]) -> bool:
+    """Over the last 2.5 s every live replica ran a fair share, and no object ran on two."""
+    window = records.keys_by_pid(time.time() - 2.5)
+    sets = [window.get(pid, set()) for pid in pids]
+    return fair(window, pids) and sum(len(k) for k in sets) == len(set().union(*sets)) == OBJECTS
+
+
 def fair(per: dict[int, set[str]], pids: list[int]) -> bool:
     counts = [len(per.get(pid, ())) for pid in pids]
     return all(OBJECTS / len(pids) * 0.5 <= c <= OBJECTS / len(pids) * 1.5 for c in counts)
@@ -158,13 +165,11 @@ async def test_replicas_share_objects_take_over_on_crash_and_hand_over_on_sigter
             # Three replicas converge every object, each doing a fair share.
             await wait_until(lambda: len(set().union(*records.keys_by_pid(0).values())) == OBJECTS,
                              within=30, what="every object ran")
-            t = time.time()
-            await wait_until(lambda: fair(records.keys_by_pid(t + 1), pids), within=20, what="a fair share")
+            await wait_until(lambda: settled(records, pids), within=30, what="a fair share")
 
             # SIGKILL one: its objects run elsewhere within the lease duration plus a few seconds.
-            t = time.time()
-            window = records.keys_by_pid(t - 2)
-            orphans = window[c.proc.pid] - window[a.proc.pid] - window[b.proc.pid]
+            window = records.keys_by_pid(time.time() - 2.5)
+            orphans = window[c.proc.pid]
             assert len(orphans) > OBJECTS / 6
             c.proc.kill()
             await c.proc.wait()
@@ -178,8 +183,7 @@ async def test_replicas_share_objects_take_over_on_crash_and_hand_over_on_sigter
             d = await stack.enter_async_context(runner(
                 kubeconfig, *flags, "--metrics-bind-address", ":0", "--health-probe-bind-address", ":0"))
             live = [a.proc.pid, b.proc.pid, d.proc.pid]
-            t = time.time()
-            await wait_until(lambda: fair(records.keys_by_pid(t + 2), live), within=20, what="the new replica's share")
+            await wait_until(lambda: settled(records, live), within=30, what="the new replica's share")
             urls = {line.split(" on ")[0]: line.split(" on ")[1] for line in d.stdout if " on http://" in line}
             async with httpx.AsyncClient() as http:
                 assert (await http.get(urls["health probes"] + "/readyz")).status_code == 200
@@ -190,12 +194,12 @@ async def test_replicas_share_objects_take_over_on_crash_and_hand_over_on_sigter
                     ):
                         await trio.sleep(0.2)
             share = float(metrics.split('engine_ring_owned_share{ring="engine-ring-recorder"} ')[1].split()[0])
-            assert 0.2 < share < 0.5
+            assert 0.1 < share < 0.6, "the new replica owns a share of the key space"
 
             # SIGTERM one: it hands over, exits 0, with no failure and no Warning event.
+            await wait_until(lambda: settled(records, live), within=30, what="a settled ring")
             t = time.time()
-            window = records.keys_by_pid(t - 2)
-            handed = window[a.proc.pid] - window[b.proc.pid] - window[d.proc.pid]
+            handed = records.keys_by_pid(t - 2.5)[a.proc.pid]
             a.proc.send_signal(signal.SIGTERM)
             with trio.fail_after(20):
                 assert await a.proc.wait() == 0
