@@ -71,9 +71,11 @@ class Reconciler(Protocol):
         Write it to be idempotent: a key runs again whenever it was triggered meanwhile.
 
         Cancellation: the engine cancels a run (and records why in ``ctx.cancel_cause``) when
-        a newer trigger supersedes it, at shutdown, at the controller's ``timeout``, or when
-        leadership is lost. Let ``Cancelled`` propagate; protect a final status write with
-        ``ctx.shield(seconds)``. Superseded and shutdown-cancelled runs are not failures.
+        a newer trigger supersedes it, at shutdown, at the controller's ``timeout``, when
+        leadership is lost, or when the key's range moves to another scale-out replica
+        (``HANDOVER``). Let ``Cancelled`` propagate; protect a final status write with
+        ``ctx.shield(seconds)``. Superseded, shutdown-cancelled and handed-over runs are not
+        failures.
         """
         ...
 
