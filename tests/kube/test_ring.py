@@ -309,7 +309,11 @@ async def test_members_whose_views_disagree_never_both_gain_a_range(autojump_clo
             await m.client.__aenter__()
             h.check.members.append(m)
             ring = m.ring
-            ring._assignment = lambda ring=ring: {ring.member: KeyRanges.everything()}  # type: ignore[method-assign]
+
+            def alone(ring: HashRing = ring) -> dict[str, KeyRanges]:
+                return {ring.member: KeyRanges.everything()}
+
+            ring._assignment = alone  # type: ignore[method-assign]
             h.nursery.start_soon(m.ring.run)
         await wait_for(lambda: any(m.gate.owned for m in members), within=10 * RETRY)
         await trio.sleep(5 * DURATION)
