@@ -135,7 +135,7 @@ def manifests(
     labels = {"app.kubernetes.io/name": name, "app.kubernetes.io/component": "controller"}
     leader = replicas > 1
     lease_rules = (
-        (PolicyRule("coordination.k8s.io", "leases", ("create", "delete", "get", "list", "update"),
+        (PolicyRule("coordination.k8s.io", "leases", ("create", "delete", "get", "list", "update", "watch"),
                     namespace=install_namespace),)
         if scale_out else leader_election_rules(install_namespace)
     )

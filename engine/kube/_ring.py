@@ -1,8 +1,9 @@
 """Scale-out: replicas divide a controller's objects over a hash ring of member Leases.
 
 Each replica (a :class:`HashRing` member) holds a ``coordination.k8s.io/v1`` Lease of its own,
-labelled ``ring.engine.dev/name=<ring>``, renews it, and reads the ring's Leases to know the
-members. The 64-bit key space (FNV-1a of ``metadata.uid``, :mod:`engine._keyspace`) is divided
+labelled ``ring.engine.dev/name=<ring>``, renews it, and reads the ring's Leases (every retry
+period, and when its watch on them shows another member's claims or membership change) to
+know the members. The 64-bit key space (FNV-1a of ``metadata.uid``, :mod:`engine._keyspace`) is divided
 among live members by consistent hashing (:func:`ring_ranges`); the member's
 :class:`engine.OwnershipGate` runs only the keys of the ranges it owns.
 
@@ -53,9 +54,10 @@ from engine._ownership import OwnershipGate
 from engine._text import summarize
 
 from ._client import Client
-from ._errors import AlreadyExistsError, ConflictError, KubeError, NotFoundError
+from ._errors import AlreadyExistsError, ConflictError, GoneError, KubeError, NotFoundError
 from ._lease import LEASE_RESOURCE, Lease, create_lease, update_lease
 from ._rbac import PolicyRule
+from ._watch import WatchEvent, WatchEventType
 
 __all__ = ["HashRing", "RingConflictError", "RingStatistics", "ring_ranges", "RING_LABEL"]
 
@@ -237,6 +239,7 @@ class HashRing:
         self._assignment_cache: tuple[tuple[str, ...], dict[str, KeyRanges]] | None = None
         self._manager: Manager | None = None
         self._leaving = False
+        self._contended = False
         self._write_lock = trio.Lock()
         self._abandoned: list[Lease] = []
         self._wake = trio.Event()
@@ -262,7 +265,7 @@ class HashRing:
         """The RBAC rules a member needs: its Lease and the ring's, in :attr:`namespace`."""
         return (
             PolicyRule(
-                "coordination.k8s.io", "leases", ("create", "delete", "get", "list", "update"),
+                "coordination.k8s.io", "leases", ("create", "delete", "get", "list", "update", "watch"),
                 namespace=self.namespace,
             ),
         )
@@ -324,6 +327,7 @@ class HashRing:
         logger.info("joined ring %s as %s", self.name, self._member)
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
+            nursery.start_soon(self._watch)
             task_status.started()
             await self._loop()
 
@@ -365,10 +369,51 @@ class HashRing:
             if self._lease is not None and self._renewed_at is not None:
                 wake = min(wake, self._renewed_at + self.renew_deadline)
             self._wake = trio.Event()
-            with trio.move_on_at(wake):
-                await self._wake.wait()
+            if self._contended:
+                # Members racing for one range all saw each other's claims: wait out the jitter
+                # (a watch would wake them all at once again).
+                await trio.sleep_until(wake)
+            else:
+                with trio.move_on_at(wake):
+                    await self._wake.wait()
+                await trio.sleep_until(min(wake, started + self.retry_period / 4))
+
+    async def _watch(self) -> None:
+        """Wake the loop when another member's claims or membership change (the loop still
+        decides from its own quorum reads; a renewal alone wakes nobody)."""
+        resource_version: str | None = None
+        while True:
+            try:
+                async with self._client.watch(
+                    LEASE_RESOURCE, namespace=self.namespace, label_selector={RING_LABEL: self.name},
+                    resource_version=resource_version, timeout_seconds=300,
+                ) as events:
+                    async for event in events:
+                        resource_version = event.resource_version or resource_version
+                        if event.type is not WatchEventType.BOOKMARK and self._relevant(event):
+                            self._wake.set()
+            except GoneError:
+                resource_version = None
+            except KubeError as exc:
+                logger.debug("ring %s: watching member leases failed: %s", self.name, summarize(exc))
+            await trio.sleep(self.retry_period)
+
+    def _relevant(self, event: WatchEvent) -> bool:
+        lease = Lease.from_object(event.object)
+        if lease.name == self._member:
+            return False
+        record = self._records.get(lease.uid or "")
+        if record is None or event.type is not WatchEventType.MODIFIED:
+            return True
+        annotations = lease.annotations
+        return (
+            lease.holder_identity != record.holder
+            or annotations.get(HELD_ANNOTATION, "") != _encode(record.held)
+            or (annotations.get(LEAVING_ANNOTATION) == "true") != record.leaving
+        )
 
     async def _tick(self, started: float) -> None:
+        self._contended = False
         if self._leaving and self._lease is None:
             return
         for old in list(self._abandoned):
@@ -405,6 +450,7 @@ class HashRing:
             return
         await self._read(trio.current_time())
         granted = grant - self._blocking()
+        self._contended = granted != grant
         if granted:
             self.gate.gain(granted)
             self._changed()

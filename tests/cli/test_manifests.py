@@ -171,7 +171,7 @@ def test_scale_out_replicas_divide_the_objects_through_a_ring_of_leases(capsys: 
     docs = list(yaml.safe_load_all(out))
     role = next(d for d in docs if d["kind"] == "Role")
     assert role["metadata"]["namespace"] == "engine-system"
-    assert role["rules"] == [_rule("coordination.k8s.io", "leases", "create delete get list update")]
+    assert role["rules"] == [_rule("coordination.k8s.io", "leases", "create delete get list update watch")]
     deployment = next(d for d in docs if d["kind"] == "Deployment")
     args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
     assert "--scale-out" in args and "--leader-elect" not in args

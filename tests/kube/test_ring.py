@@ -185,7 +185,8 @@ async def test_three_members_divide_the_key_space_and_a_fourth_takes_its_share(
         assert sorted(h.live()[0].ring.statistics().members) == sorted(m.ring.member for m in h.live())
         before = {m.name: m.gate.owned for m in h.live()}
         d = await h.add("d")
-        await wait_for(lambda: fair(h) and bool(d.gate.owned), within=4 * RETRY + 1)
+        took = await wait_for(lambda: fair(h) and bool(d.gate.owned), within=4 * RETRY + 1)
+        assert took <= RETRY, "watching the member Leases, a handover takes less than a retry period"
         for m in h.live()[:3]:
             assert not (m.gate.owned - before[m.name]), "a join moves keys only to the new member"
         await trio.sleep(5 * DURATION)
