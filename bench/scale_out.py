@@ -87,12 +87,12 @@ class Records:
         shares: dict[int, float] = defaultdict(float)
         total, last, gap = 0.0, start, 0.0
         for when, pid, share in events:
-            if when > start and total < 0.999999:
+            if when > start and total < 0.99999:
                 gap += when - max(last, start)
             last = max(when, start)
             total += share - shares[pid]
             shares[pid] = share
-        if total < 0.999999:
+        if total < 0.99999:
             gap += end - last
         return gap
 
@@ -189,7 +189,7 @@ class Bench:
                 for pid, share, _ in records.owned:
                     if pid in pids:
                         latest[pid] = share
-                return len(latest) == len(pids) and abs(sum(latest.values()) - 1) < 1e-6 and all(latest.values())
+                return len(latest) == len(pids) and abs(sum(latest.values()) - 1) < 1e-5 and all(latest.values())
 
             await wait_for(lambda: records.done(set(names), "1", 0.0) and settled(), records, 600)
             await trio.sleep(2)
