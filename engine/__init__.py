@@ -47,6 +47,8 @@ from ._outcome import Outcome as Outcome
 from ._outcome import OutcomeKind as OutcomeKind
 from ._outcome import Result as Result
 from ._outcome import TerminalError as TerminalError
+from ._ownership import OwnershipGate as OwnershipGate
+from ._ownership import OwnershipStatistics as OwnershipStatistics
 from ._ratelimit import ExponentialBackoffLimiter as ExponentialBackoffLimiter
 from ._ratelimit import MaxOfLimiter as MaxOfLimiter
 from ._ratelimit import RateLimiter as RateLimiter
@@ -103,6 +105,8 @@ __all__ = [
     "ObjectRef",
     "Outcome",
     "OutcomeKind",
+    "OwnershipGate",
+    "OwnershipStatistics",
     "QueueObserver",
     "QueueShutDown",
     "RateLimiter",

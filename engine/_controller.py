@@ -29,6 +29,7 @@ from ._outcome import (
     Result,
     TerminalError,
 )
+from ._ownership import OwnershipGate
 from ._ratelimit import RateLimiter
 from ._refs import ObjectRef, Trigger
 from ._run import Run, RunContext
@@ -70,9 +71,11 @@ class Reconciler(Protocol):
         Write it to be idempotent: a key runs again whenever it was triggered meanwhile.
 
         Cancellation: the engine cancels a run (and records why in ``ctx.cancel_cause``) when
-        a newer trigger supersedes it, at shutdown, at the controller's ``timeout``, or when
-        leadership is lost. Let ``Cancelled`` propagate; protect a final status write with
-        ``ctx.shield(seconds)``. Superseded and shutdown-cancelled runs are not failures.
+        a newer trigger supersedes it, at shutdown, at the controller's ``timeout``, when
+        leadership is lost, or when the key's range moves to another scale-out replica
+        (``HANDOVER``). Let ``Cancelled`` propagate; protect a final status write with
+        ``ctx.shield(seconds)``. Superseded, shutdown-cancelled and handed-over runs are not
+        failures.
         """
         ...
 
@@ -107,6 +110,8 @@ class ControllerWiring:
     """Where a run that reported ``DependencyNotReady`` waits to be woken."""
     observers: Sequence[RunObserver]
     """Hooks called on every trigger and run; a live view (observers added later are seen)."""
+    ownership: OwnershipGate | None = None
+    """Which keys may run here (a scale-out replica); ``None`` runs every key."""
 
 
 ReconcileFunction = Callable[[RunContext], Awaitable[Result | None]]
@@ -163,6 +168,7 @@ class Controller:
         self._wiring: ControllerWiring | None = None
         self._observers: Sequence[RunObserver] = ()
         self._deps = DependencyIndex()
+        self._gate: OwnershipGate | None = None
         self._stopping = False
         self._live_workers = 0
         self.worker_failures = 0
@@ -286,6 +292,9 @@ class Controller:
         self._wiring = wiring
         self._observers = wiring.observers
         self._deps = wiring.dependencies
+        self._gate = wiring.ownership
+        if self._gate is not None:
+            self._gate.attach(self)
 
     def shutdown(self) -> None:
         """Refuse new triggers and stop handing out keys; runs in progress go on.
@@ -358,6 +367,7 @@ class Controller:
         timeout = self.timeout
         assert self._wiring is not None
         recorder = self._wiring.recorder
+        gate = self._gate
         key: ObjectRef | None = None
         while True:
             scope = trio.CancelScope()
@@ -368,6 +378,11 @@ class Controller:
                         key = None
                         key = await queue.get()
                         if self._stopping:
+                            queue.done(key)
+                            continue
+                        if gate is not None and not gate.admit(self, key):
+                            self._latest.pop(key, None)
+                            queue.forget(key)
                             queue.done(key)
                             continue
                         run = self._begin(key, scope)
@@ -402,6 +417,8 @@ class Controller:
                 # unhealthy), but the key it held is released so shutdown does not wait on it.
                 if key is not None and queue.is_processing(key):
                     self._running.pop(key, None)
+                    if gate is not None:
+                        gate.ended(self, key)
                     queue.done(key)
                 raise
             except BaseException:
@@ -445,6 +462,8 @@ class Controller:
                 for observer in self._observers:
                     observer.on_run_finished(self, run, outcome)
         finally:
+            if self._gate is not None:
+                self._gate.ended(self, key)
             self.queue.done(key)
 
     @property

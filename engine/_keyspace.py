@@ -9,6 +9,7 @@ parameter in the canonical form a 1.36 server echoes in ``metadata.shardInfo.sel
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Iterable, Iterator
 
 import attrs
@@ -67,11 +68,30 @@ class KeyRange:
         return f"[{_hex(self.start)}, {_hex(self.end)})"
 
 
+def _start(r: KeyRange) -> int:
+    return r.start
+
+
+def _bounds(r: KeyRange) -> tuple[int, int]:
+    return (r.start, r.end)
+
+
+def _merge(ranges: Iterable[KeyRange]) -> tuple[KeyRange, ...]:
+    merged: list[KeyRange] = []
+    for r in sorted(ranges, key=_bounds):
+        if merged and r.start <= merged[-1].end:
+            last = merged.pop()
+            merged.append(KeyRange(last.start, max(last.end, r.end)))
+        else:
+            merged.append(r)
+    return tuple(merged)
+
+
 @attrs.frozen
 class KeyRanges:
     """A set of key ranges, kept sorted and merged; may be empty (owns nothing)."""
 
-    ranges: tuple[KeyRange, ...] = attrs.field(converter=lambda rs: _merge(rs))
+    ranges: tuple[KeyRange, ...] = attrs.field(converter=_merge)
     """The disjoint, non-adjacent ranges in ascending order."""
 
     @classmethod
@@ -85,7 +105,11 @@ class KeyRanges:
         return cls(())
 
     def __contains__(self, key: object) -> bool:
-        return any(key in r for r in self.ranges)
+        if not isinstance(key, int):
+            return False
+        ranges: tuple[KeyRange, ...] = self.ranges
+        i = bisect.bisect_right(ranges, key, key=_start) - 1
+        return i >= 0 and key < ranges[i].end
 
     def __iter__(self) -> Iterator[KeyRange]:
         return iter(self.ranges)
@@ -112,20 +136,20 @@ class KeyRanges:
 
     def __sub__(self, other: KeyRanges) -> KeyRanges:
         result: list[KeyRange] = []
+        cut = other.ranges
+        k = 0
         for r in self.ranges:
-            pieces = [(r.start, r.end)]
-            for o in other.ranges:
-                next_pieces = []
-                for start, end in pieces:
-                    if o.end <= start or o.start >= end:
-                        next_pieces.append((start, end))
-                        continue
-                    if start < o.start:
-                        next_pieces.append((start, o.start))
-                    if o.end < end:
-                        next_pieces.append((o.end, end))
-                pieces = next_pieces
-            result.extend(KeyRange(s, e) for s, e in pieces)
+            start = r.start
+            while k < len(cut) and cut[k].end <= start:
+                k += 1
+            m = k
+            while m < len(cut) and cut[m].start < r.end:
+                if cut[m].start > start:
+                    result.append(KeyRange(start, cut[m].start))
+                start = max(start, cut[m].end)
+                m += 1
+            if start < r.end:
+                result.append(KeyRange(start, r.end))
         return KeyRanges(result)
 
     def __and__(self, other: KeyRanges) -> KeyRanges:
@@ -143,14 +167,3 @@ class KeyRanges:
 
     def __str__(self) -> str:
         return " ".join(str(r) for r in self.ranges) or "(none)"
-
-
-def _merge(ranges: Iterable[KeyRange]) -> tuple[KeyRange, ...]:
-    merged: list[KeyRange] = []
-    for r in sorted(ranges):
-        if merged and r.start <= merged[-1].end:
-            last = merged.pop()
-            merged.append(KeyRange(last.start, max(last.end, r.end)))
-        else:
-            merged.append(r)
-    return tuple(merged)

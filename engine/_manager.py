@@ -35,6 +35,7 @@ from ._deps import DependencyIndex
 from ._errors import ManagerStateError
 from ._events import EventRecorder, EventSink
 from ._outcome import CancelCause
+from ._ownership import OwnershipGate
 from ._refs import ObjectRef
 from ._sources import Source
 
@@ -130,6 +131,8 @@ class Manager:
     how long running runs get after a stop; ``event_flush_timeout`` (default 5 s) how long
     sinks get to deliver what is queued. With ``handle_signals`` (and when run in the main thread) the first
     SIGTERM/SIGINT starts a graceful shutdown and the second cancels everything at once.
+    With ``ownership`` (an :class:`OwnershipGate`, a scale-out replica) workers run only the
+    keys the gate says this replica owns.
     """
 
     def __init__(
@@ -140,6 +143,7 @@ class Manager:
         handle_signals: bool = True,
         event_buffer_size: int = 1024,
         leader_election: LeaderElection | None = None,
+        ownership: OwnershipGate | None = None,
         name: str = "manager",
     ) -> None:
         if grace_period < 0:
@@ -158,8 +162,11 @@ class Manager:
         self._shutdown_hooks: list[ShutdownHook] = []
         self._observers: list[RunObserver] = []
         self._wiring = ControllerWiring(
-            recorder=self.events, dependencies=self.dependencies, observers=self._observers
+            recorder=self.events, dependencies=self.dependencies, observers=self._observers,
+            ownership=ownership,
         )
+        self.ownership = ownership
+        """The gate deciding which keys run here (a scale-out replica), or ``None``."""
         self._state = _State.UNSTARTED
         self._stop_event = trio.Event()
         self._stop_reason = ""

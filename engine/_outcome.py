@@ -31,6 +31,9 @@ class CancelCause(enum.Enum):
     """The controller's per-run timeout expired. Counts as a failure."""
     LEADERSHIP_LOST = "leadership_lost"
     """The process stopped being the leader; another replica takes over."""
+    HANDOVER = "handover"
+    """The key's range moved to another scale-out replica (or this replica's membership
+    lapsed); that replica runs the key next. Not a failure, not retried here."""
 
 
 class OutcomeKind(enum.Enum):
@@ -45,6 +48,7 @@ class OutcomeKind(enum.Enum):
     SHUTDOWN = "shutdown"
     DEADLINE = "deadline"
     LEADERSHIP_LOST = "leadership_lost"
+    HANDOVER = "handover"
 
     @property
     def is_failure(self) -> bool:
@@ -59,6 +63,7 @@ CAUSE_OUTCOME = {
     CancelCause.SHUTDOWN: OutcomeKind.SHUTDOWN,
     CancelCause.DEADLINE: OutcomeKind.DEADLINE,
     CancelCause.LEADERSHIP_LOST: OutcomeKind.LEADERSHIP_LOST,
+    CancelCause.HANDOVER: OutcomeKind.HANDOVER,
 }
 
 

@@ -77,6 +77,9 @@ def _parser() -> argparse.ArgumentParser:
                    help=f"the runner image, built from the Containerfile (default engine:{__version__})")
     p.add_argument("--replicas", type=int, default=1,
                    help="replicas; more than one runs with --leader-elect and adds a PodDisruptionBudget (default 1)")
+    p.add_argument("--scale-out", action="store_true",
+                   help="with --replicas > 1: the replicas divide the objects (run --scale-out) instead of "
+                        "electing a leader")
     p.add_argument("--grace-period", type=float, default=DEFAULT_GRACE_PERIOD, metavar="SECONDS",
                    help=f"the runner's --grace-period; the pod's terminationGracePeriodSeconds is "
                         f"{SHUTDOWN_MARGIN} s more (default {DEFAULT_GRACE_PERIOD:g})")
@@ -121,14 +124,22 @@ def manifests(
     image: str,
     replicas: int,
     grace_period: float,
+    scale_out: bool = False,
 ) -> list[dict[str, Any]]:
     """The objects that install ``plugins`` (whose own rules are ``rules``, as
-    :func:`engine.kube.plugin_rules` derives them), in the order they must be applied."""
-    from ..kube import EVENT_RULES, Permissions, leader_election_rules
+    :func:`engine.kube.plugin_rules` derives them), in the order they must be applied.
+    With ``scale_out`` several replicas divide the objects (a ring of member Leases) instead
+    of electing a leader."""
+    from ..kube import EVENT_RULES, Permissions, PolicyRule, leader_election_rules
 
     labels = {"app.kubernetes.io/name": name, "app.kubernetes.io/component": "controller"}
     leader = replicas > 1
-    all_rules = [*rules, *EVENT_RULES, *(leader_election_rules(install_namespace) if leader else ())]
+    lease_rules = (
+        (PolicyRule("coordination.k8s.io", "leases", ("create", "delete", "get", "list", "update", "watch"),
+                    namespace=install_namespace),)
+        if scale_out else leader_election_rules(install_namespace)
+    )
+    all_rules = [*rules, *EVENT_RULES, *(lease_rules if leader else ())]
     permissions = Permissions.resolve(all_rules, namespace=namespace)
     crds = sorted((dict(crd) for plugin in plugins for crd in plugin.crds), key=lambda c: c["metadata"]["name"])
     objects: list[dict[str, Any]] = [*crds]
@@ -143,7 +154,8 @@ def manifests(
                  "ports": [{"name": "metrics", "port": METRICS_PORT, "targetPort": "metrics", "protocol": "TCP"}]},
     })
     objects.append(_deployment(plugins, namespace=namespace, install_namespace=install_namespace, name=name,
-                               image=image, replicas=replicas, grace_period=grace_period, labels=labels))
+                               image=image, replicas=replicas, grace_period=grace_period, labels=labels,
+                               scale_out=scale_out))
     if leader:
         objects.append({
             "apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
@@ -172,13 +184,15 @@ def _deployment(
     replicas: int,
     grace_period: float,
     labels: Mapping[str, str],
+    scale_out: bool = False,
 ) -> dict[str, Any]:
     args = [f"--plugin={plugin.name}" for plugin in plugins]
     if namespace is not None:
         args.append(f"--namespace={namespace}")
     args.append("--skip-crd-install")
     if replicas > 1:
-        args += ["--leader-elect", f"--leader-election-id={name}", f"--leader-election-namespace={install_namespace}"]
+        args += ["--scale-out" if scale_out else "--leader-elect", f"--leader-election-id={name}",
+                 f"--leader-election-namespace={install_namespace}"]
     args += [
         f"--grace-period={grace_period:g}",
         f"--metrics-bind-address=0.0.0.0:{METRICS_PORT}",
@@ -280,7 +294,7 @@ def main(argv: list[str]) -> int:
         return 2
     objects = manifests(
         plugins, rules, namespace=args.namespace, install_namespace=args.install_namespace, name=name,
-        image=args.image, replicas=args.replicas, grace_period=args.grace_period,
+        image=args.image, replicas=args.replicas, grace_period=args.grace_period, scale_out=args.scale_out,
     )
     if args.output_dir is None:
         sys.stdout.write(_dump(objects))

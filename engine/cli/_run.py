@@ -25,6 +25,7 @@ import signal
 import socket
 import sys
 import traceback
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -35,6 +36,7 @@ import yaml
 from .._errors import EngineError
 from .._logging import configure_logging
 from .._manager import DEFAULT_EVENT_FLUSH_TIMEOUT, DEFAULT_GRACE_PERIOD, Manager, ShutdownReport
+from .._ownership import OwnershipGate
 from .._sinks import WebhookSink
 from .._text import summarize
 from ._live import TOKEN_ENV
@@ -118,6 +120,15 @@ def _parser() -> argparse.ArgumentParser:
     le.add_argument("--leader-elect-retry-period", type=float, default=2.0, metavar="SECONDS",
                     help="time between attempts to acquire or renew the Lease; "
                          "must be below the renew deadline (default 2)")
+    so = p.add_argument_group("scale-out")
+    so.add_argument("--scale-out", action="store_true",
+                    help="run as one replica of a ring: replicas divide the objects by hash of their uid, "
+                         "each holding a member Lease (named from --leader-election-id, in "
+                         "--leader-election-namespace, with the --leader-elect-* timings); "
+                         "not combinable with --leader-elect")
+    so.add_argument("--scale-out-handover-grace", type=float, default=10.0, metavar="SECONDS",
+                    help="how long running reconciles of a key range handed to another replica get to finish "
+                         "before they are cancelled (default 10)")
     ops = p.add_argument_group("operations")
     ops.add_argument("--metrics-bind-address", default="0", metavar="ADDRESS",
                      help='metrics address, e.g. ":8080" (loopback) or "0.0.0.0:8080"; "0" disables (default)')
@@ -151,6 +162,12 @@ def _check(args: argparse.Namespace) -> None:
         raise _UsageError("no plugin to run (give --plugin NAME, e.g. --plugin bundles)")
     if not 0 <= args.apiserver_port <= 65535:
         raise _UsageError(f"--apiserver-port must be between 0 and 65535, got {args.apiserver_port}")
+    if args.scale_out and args.leader_elect:
+        raise _UsageError("--scale-out and --leader-elect are exclusive: the replicas of a ring all run")
+    if not (math.isfinite(args.scale_out_handover_grace) and args.scale_out_handover_grace >= 0):
+        raise _UsageError(
+            f"--scale-out-handover-grace must be a number of seconds >= 0, got {args.scale_out_handover_grace:g}"
+        )
     if not (math.isfinite(args.grace_period) and args.grace_period >= 0):
         raise _UsageError(f"--grace-period must be a number of seconds >= 0, got {args.grace_period:g}")
     lease, renew, retry = (args.leader_elect_lease_duration, args.leader_elect_renew_deadline,
@@ -356,7 +373,27 @@ async def _start_and_run(args: argparse.Namespace, box: list[_Running], progress
                 renew_deadline=args.leader_elect_renew_deadline,
                 retry_period=args.leader_elect_retry_period,
             )
-        manager = Manager(grace_period=args.grace_period, leader_election=leader, handle_signals=False)
+        ring = None
+        if args.scale_out:
+            from ..kube import HashRing
+
+            gate = OwnershipGate(lambda ref: None)
+            ring = HashRing(
+                client,
+                gate,
+                name=args.leader_election_id or default_lease_name([p.name for p in plugins], args.shard),
+                namespace=args.leader_election_namespace or config.namespace or "default",
+                plugins=[p.name for p in plugins],
+                identity=identity,
+                lease_duration=args.leader_elect_lease_duration,
+                renew_deadline=args.leader_elect_renew_deadline,
+                retry_period=args.leader_elect_retry_period,
+                handover_grace=args.scale_out_handover_grace,
+            )
+        manager = Manager(
+            grace_period=args.grace_period, leader_election=leader, handle_signals=False,
+            ownership=ring.gate if ring is not None else None,
+        )
         if not args.no_cluster_events:
             from ..kube import KubernetesEventSink
 
@@ -366,6 +403,8 @@ async def _start_and_run(args: argparse.Namespace, box: list[_Running], progress
         obs = _observability(manager, args)
         if obs is not None and obs.live is not None:
             obs.live.add_notices(client.forbidden.notices)
+            if ring is not None:
+                obs.live.add_notices(partial(_ring_notice, ring))
         printer = TerminalProgress(manager, sys.stdout) if progress else None
         if printer is not None:
             manager.add_observer(printer)
@@ -383,7 +422,7 @@ async def _start_and_run(args: argparse.Namespace, box: list[_Running], progress
 
             manager.add_service(starting)
             try:
-                report = await _host(args, client, plugins, manager, plugin_config, obs, kubeconfig, run_plugins)
+                report = await _host(args, client, plugins, manager, plugin_config, obs, kubeconfig, run_plugins, ring)
             finally:
                 running.report_scope.cancel()
                 if printer is not None:
@@ -407,6 +446,7 @@ async def _host(
     obs: Observability | None,
     kubeconfig: Path | None,
     run_plugins: Any,
+    ring: Any = None,
 ) -> ShutdownReport:
     reports: list[ShutdownReport] = []
     async with trio.open_nursery() as nursery:
@@ -415,7 +455,7 @@ async def _host(
                 client, plugins, manager=manager, config=plugin_config, namespace=args.namespace,
                 shard=args.shard, label_selector=args.watch_label_selector, install=not args.skip_crd_install,
                 strict=args.strict_plugins, apply_examples=args.embedded and not args.no_examples,
-                observability=obs, check_access=not args.embedded, task_status=task_status,
+                observability=obs, check_access=not args.embedded, scale_out=ring, task_status=task_status,
             ))
 
         host: PluginHost = await nursery.start(host_plugins)
@@ -453,6 +493,14 @@ def _stopped(report: ShutdownReport) -> str:
     parts.append("events flushed" if report.events_flushed else "events not all flushed")
     forced = "; forced" if report.forced else ""
     return f"stopped ({report.reason}{forced}): " + ", ".join(parts)
+
+
+def _ring_notice(ring: Any) -> list[str]:
+    stats = ring.statistics()
+    return [
+        f"scale-out ring {stats.ring}: {len(stats.members)} member(s); this replica ({stats.member}) owns "
+        f"{stats.owned.share:.1%} of the keys in {len(stats.owned.ranges)} range(s)"
+    ]
 
 
 def default_lease_name(plugins: list[str], shard: str | None = None) -> str:

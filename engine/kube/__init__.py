@@ -56,6 +56,7 @@ from ._watcher import WatcherStatistics as WatcherStatistics
 from ._informer import Handler as Handler
 from ._informer import Informer as Informer
 from ._metrics import InformerCollector as InformerCollector
+from ._metrics import RingCollector as RingCollector
 from ._informer import InformerEvent as InformerEvent
 from ._informer import InformerStatistics as InformerStatistics
 from ._informer import Transform as Transform
@@ -72,6 +73,11 @@ from ._event_sink import KubernetesEventSink as KubernetesEventSink
 from ._lease import Lease as Lease
 from ._leader import LeaderElector as LeaderElector
 from ._leader import LeaderElectorStatistics as LeaderElectorStatistics
+from ._ring import HashRing as HashRing
+from ._ring import RING_LABEL as RING_LABEL
+from ._ring import RingConflictError as RingConflictError
+from ._ring import RingStatistics as RingStatistics
+from ._ring import ring_ranges as ring_ranges
 
 # --- controllers on a cluster: watches, status, plugins (engine.kube._cluster, _status, _plugin) ---
 from ._cluster import REQUESTED_AT_ANNOTATION as REQUESTED_AT_ANNOTATION
@@ -149,6 +155,7 @@ __all__ = [
     "IndexFunc",
     "Informer",
     "InformerCollector",
+    "RingCollector",
     "InformerEvent",
     "InformerStatistics",
     "InvalidError",
@@ -156,6 +163,11 @@ __all__ = [
     "KubernetesEventSink",
     "LeaderElector",
     "LeaderElectorStatistics",
+    "HashRing",
+    "RING_LABEL",
+    "RingConflictError",
+    "RingStatistics",
+    "ring_ranges",
     "Lease",
     "Modified",
     "NAMESPACE_INDEX",

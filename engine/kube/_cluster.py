@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from .._controller import Controller
-from .._keyspace import KeyRanges
+from .._keyspace import KeyRanges, fnv1a64
 from .._manager import Manager
 from .._refs import ObjectRef
 from .._sources import MappedSource
@@ -153,6 +153,7 @@ class Cluster:
         self._sharded: list[Informer] = []
         self._key_ranges: KeyRanges | None = None
         self._rules: list[PolicyRule] = []
+        self._keys: dict[ObjectRef, tuple[str, int]] = {}
         manager.add_start_gate(self.wait_synced)
 
     @property
@@ -231,6 +232,27 @@ class Cluster:
             self._informers[key] = informer
             self.manager.add_source(informer)
         return informer
+
+    def key_of(self, ref: ObjectRef) -> int | None:
+        """The key-space position of ``ref`` (FNV-1a 64 of its ``metadata.uid``, as KEP-5866
+        hashes it), from the informers of its type; ``None`` while no informer has seen it.
+
+        The uid is remembered, so a deleted object keeps its key for the run that cleans up
+        after it (an object re-created under the same name gets the new uid's key).
+        The ownership gate of a scale-out replica calls it. Synchronous.
+        """
+        for (resource, _, _, _, _), informer in self._informers.items():
+            if resource.kind != ref.kind or resource.group != ref.group:
+                continue
+            obj = informer.store.get(ref.namespace, ref.name)
+            uid = obj.get("metadata", {}).get("uid") if obj is not None else None
+            if uid:
+                known = self._keys.get(ref)
+                if known is None or known[0] != uid:
+                    known = self._keys[ref] = (uid, fnv1a64(uid))
+                return known[1]
+        remembered = self._keys.get(ref)
+        return remembered[1] if remembered is not None else None
 
     @property
     def key_ranges(self) -> KeyRanges | None:

@@ -70,6 +70,10 @@ class Lease:
     """``metadata.resourceVersion``; an update succeeds only if it is still current."""
     uid: str | None = None
     """``metadata.uid`` (set by the server)."""
+    labels: Mapping[str, str] = attrs.field(factory=dict, hash=False)
+    """``metadata.labels``."""
+    annotations: Mapping[str, str] = attrs.field(factory=dict, hash=False)
+    """``metadata.annotations``."""
 
     @classmethod
     def from_object(cls, obj: Mapping[str, Any]) -> Lease:
@@ -87,6 +91,8 @@ class Lease:
             lease_transitions=transitions if isinstance(transitions, int) else None,
             resource_version=meta.get("resourceVersion") or None,
             uid=meta.get("uid") or None,
+            labels=_strings(meta.get("labels")),
+            annotations=_strings(meta.get("annotations")),
         )
 
     def to_object(self) -> dict[str, Any]:
@@ -94,6 +100,10 @@ class Lease:
         meta: dict[str, Any] = {"name": self.name, "namespace": self.namespace}
         if self.resource_version is not None:
             meta["resourceVersion"] = self.resource_version
+        if self.labels:
+            meta["labels"] = dict(self.labels)
+        if self.annotations:
+            meta["annotations"] = dict(self.annotations)
         spec: dict[str, Any] = {}
         if self.holder_identity is not None:
             spec["holderIdentity"] = self.holder_identity
@@ -111,6 +121,12 @@ class Lease:
             "metadata": meta,
             "spec": spec,
         }
+
+
+def _strings(value: Any) -> dict[str, str]:
+    if not isinstance(value, Mapping):
+        return {}
+    return {str(k): str(v) for k, v in value.items() if isinstance(v, str)}
 
 
 async def get_lease(client: Client, name: str, *, namespace: str | None = None) -> Lease:

@@ -11,20 +11,24 @@ informer restricted to key ranges dropped on its side, and
 says whether the API server filters them by ``shardSelector`` (KEP-5866) or the informer alone
 does (the server then sends every object, and the replica's memory and CPU do not shrink).
 ``engine_forbidden_requests_total{verb,resource}`` counts the 403 answers a client received
-(see :class:`ForbiddenLog`).
+(see :class:`ForbiddenLog`). The ``engine_ring_*`` series of a scale-out member are
+:class:`RingCollector`'s.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from .._keyspace import fnv1a64
 from ._client import Client
 from ._cluster import Cluster
+from ._ring import HashRing
 
-__all__ = ["ForbiddenCollector", "InformerCollector"]
+__all__ = ["ForbiddenCollector", "InformerCollector", "RingCollector"]
 
 
 class ForbiddenCollector(Collector):
@@ -100,3 +104,79 @@ class InformerCollector(Collector):
         for resource, server in sorted(filtering.items()):
             server_filter.add_metric([resource], 1 if server else 0)
         yield server_filter
+
+
+_HANDOVER_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1.0, 2.5, 5.0, 10.0, 15.0, 30.0, 60.0)
+
+
+class RingCollector(Collector):
+    """Collects a scale-out member's view of its ring at scrape time.
+
+    ``engine_ring_members{ring}`` (live members), ``engine_ring_owned_share{ring}`` (the
+    fraction of the key space owned), ``engine_ring_owned_ranges{ring}``,
+    ``engine_ring_owned_keys{ring}`` (cached objects of ``cluster`` in the owned ranges),
+    ``engine_ring_handovers_total{ring}`` (ranges handed to other members),
+    ``engine_ring_fenced_total{ring}`` (times every range was revoked because membership
+    could not be proven) and the histogram ``engine_ring_handover_duration_seconds{ring}``
+    (from giving a range up to its last run ending). Register it once, before the ring
+    runs; cheap (the key count walks the cached objects) and never blocks.
+    """
+
+    def __init__(self, ring: HashRing, cluster: Cluster | None = None) -> None:
+        self._ring = ring
+        self._cluster = cluster
+        self._counts = [0] * (len(_HANDOVER_BUCKETS) + 1)
+        self._sum = 0.0
+        ring.gate.on_handover.append(self._observe)
+
+    def _observe(self, seconds: float) -> None:
+        self._sum += seconds
+        for i, bound in enumerate(_HANDOVER_BUCKETS):
+            if seconds <= bound:
+                self._counts[i] += 1
+                return
+        self._counts[-1] += 1
+
+    def _owned_keys(self) -> int:
+        if self._cluster is None:
+            return 0
+        owned = self._ring.gate.owned
+        seen = 0
+        for informer in self._cluster.informers:
+            for obj in informer.store:
+                uid = obj.get("metadata", {}).get("uid")
+                if uid and fnv1a64(uid) in owned:
+                    seen += 1
+        return seen
+
+    def collect(self) -> Iterator[Metric]:
+        stats = self._ring.statistics()
+        labels = [stats.ring]
+        gauges = (
+            ("engine_ring_members", "Live members of the scale-out ring", len(stats.members)),
+            ("engine_ring_owned_share", "Fraction of the key space this member owns", stats.owned.share),
+            ("engine_ring_owned_ranges", "Key ranges this member owns", len(stats.owned.ranges)),
+            ("engine_ring_owned_keys", "Cached objects in the key ranges this member owns", self._owned_keys()),
+        )
+        for name, doc, value in gauges:
+            gauge = GaugeMetricFamily(name, doc, labels=["ring"])
+            gauge.add_metric(labels, value)
+            yield gauge
+        for name, doc, count in (
+            ("engine_ring_handovers", "Key ranges handed over to other members", stats.handovers),
+            ("engine_ring_fenced", "Times every key range was revoked because membership could not be proven",
+             stats.fenced),
+        ):
+            counter = CounterMetricFamily(name, doc, labels=["ring"])
+            counter.add_metric(labels, count)
+            yield counter
+        histogram = HistogramMetricFamily(
+            "engine_ring_handover_duration_seconds", "Seconds from giving a key range up to its last run ending",
+            labels=["ring"],
+        )
+        cumulative, buckets = 0, []
+        for bound, count in zip((*_HANDOVER_BUCKETS, math.inf), self._counts, strict=True):
+            cumulative += count
+            buckets.append(("+Inf" if math.isinf(bound) else repr(bound), cumulative))
+        histogram.add_metric(labels, buckets, self._sum)
+        yield histogram

@@ -28,6 +28,7 @@ from ._event_sink import KubernetesEventSink
 from ._leader import LeaderElector
 from ._rbac import PolicyRule, crd_rules, merge_rules, rules_for
 from ._resource import Resource
+from ._ring import HashRing
 
 if TYPE_CHECKING:
     from ..observability import Observability
@@ -339,6 +340,7 @@ async def run_plugins(
     apply_examples: bool = False,
     observability: Observability | None = None,
     check_access: bool = False,
+    scale_out: HashRing | None = None,
     task_status: trio.TaskStatus[PluginHost] = trio.TASK_STATUS_IGNORED,
 ) -> ShutdownReport:
     """Host ``plugins`` on one manager and cluster, run the manager, return its shutdown report.
@@ -367,6 +369,12 @@ async def run_plugins(
     lease state is known) are added, and the client's 403 answers are counted
     (:class:`ForbiddenCollector`). ``task_status.started(host)`` is called once the manager
     started its controllers.
+
+    With ``scale_out`` (a :class:`HashRing` whose gate is ``manager``'s ownership gate) this
+    process is one replica of a scale-out ring: the ring places keys by the cluster's
+    informers (:meth:`Cluster.key_of`), joins before the controllers start, and hands its
+    ranges over when the manager stops; with ``observability`` its ``engine_ring_*``
+    metrics are registered (a member that owns nothing is still ready).
 
     With ``check_access``, the credentials are checked before they are used
     (:func:`check_permissions`): the CRD rules before the CRDs are installed or checked, every
@@ -403,6 +411,9 @@ async def run_plugins(
             )
     selector = ",".join([*([f"{SHARD_LABEL}={shard}"] if shard else []), *([label_selector] if label_selector else [])])
     cluster = Cluster(client, manager, namespace=namespace, label_selector=selector or None)
+    if scale_out is not None:
+        scale_out.gate.key_of = cluster.key_of
+        scale_out.attach(manager)
     host = PluginHost(client=client, manager=manager, cluster=cluster, plugins=[], errors=errors)
     needed: list[PolicyRule] = []
     checked: tuple[PolicyRule, ...] = ()
@@ -436,7 +447,7 @@ async def run_plugins(
     if not host.plugins:
         reasons = "; ".join(str(e) for e in errors)
         raise PluginError("no plugin could be set up" + (f": {reasons}" if reasons else ""))
-    host.rules = merge_rules([*needed, *_manager_rules(manager)])
+    host.rules = merge_rules([*needed, *_manager_rules(manager), *(scale_out.rules if scale_out else ())])
     if check_access:
         await _require_access(client, [r for r in host.rules if r not in checked], host.plugins, namespace)
     if apply_examples:
@@ -451,6 +462,10 @@ async def run_plugins(
         observability.metrics.registry.register(InformerCollector(cluster))
         observability.metrics.registry.register(ForbiddenCollector(client))
         observability.add_readiness_check("informers", lambda: cluster.synced)
+        if scale_out is not None:
+            from ._metrics import RingCollector
+
+            observability.metrics.registry.register(RingCollector(scale_out, cluster))
         leader = manager.leader_election
         if isinstance(leader, LeaderElector):
             elector = leader

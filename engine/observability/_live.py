@@ -22,7 +22,7 @@ Messages (every one has ``type`` and ``ts``, wall-clock seconds):
   cancelled), ``started``, then how the run ended: ``succeeded``, ``requeued`` (``delay``),
   ``failed`` (``error``, retried with backoff), ``terminal_error``, ``deadline``,
   ``dependency_not_ready`` (``dependencies``, ``delay``), ``superseded``, ``shutdown`` or
-  ``leadership_lost``; ``result`` is the outcome's metric label;
+  ``leadership_lost``, ``handover``; ``result`` is the outcome's metric label;
 * ``event``: an event that reached the sinks (after correlation; so it may arrive after the
   run steps around it); ``revision`` when the event's metadata names one: the revision the
   controller reports for the object (``reported_revision`` in ``objects``), where a run's
@@ -85,6 +85,7 @@ _STEPS = {
     OutcomeKind.SUPERSEDED: "superseded",
     OutcomeKind.SHUTDOWN: "shutdown",
     OutcomeKind.LEADERSHIP_LOST: "leadership_lost",
+    OutcomeKind.HANDOVER: "handover",
 }
 
 

@@ -8,7 +8,7 @@ controller-runtime's series:
 
 * ``controller_runtime_reconcile_total{controller,result}``: ``result`` is the engine's
   :class:`OutcomeKind` value (``success``, ``error``, ``requeue_after``, ``terminal_error``,
-  ``dependency_not_ready``, ``superseded``, ``shutdown``, ``deadline``, ``leadership_lost``),
+  ``dependency_not_ready``, ``superseded``, ``shutdown``, ``deadline``, ``leadership_lost``, ``handover``),
   plus ``requeue`` (always 0: the engine has no bare requeue) so dashboards keep their series.
 * ``controller_runtime_reconcile_errors_total{controller}``: failed runs (``error``,
   ``terminal_error``, ``deadline``). Superseded and shutdown-cancelled runs are not errors.

@@ -74,8 +74,10 @@ DEFAULT_BOUND = 300.0
 GRACE_PERIOD = 5.0
 EPOCH = 1_700_000_000.0
 REPLICA = "replica-"
-_QUIET = frozenset({OutcomeKind.SUPERSEDED, OutcomeKind.SHUTDOWN, OutcomeKind.LEADERSHIP_LOST})
-_NOT_FAILURES = frozenset({CancelCause.SUPERSEDED, CancelCause.SHUTDOWN, CancelCause.LEADERSHIP_LOST})
+_QUIET = frozenset({OutcomeKind.SUPERSEDED, OutcomeKind.SHUTDOWN, OutcomeKind.LEADERSHIP_LOST, OutcomeKind.HANDOVER})
+_NOT_FAILURES = frozenset(
+    {CancelCause.SUPERSEDED, CancelCause.SHUTDOWN, CancelCause.LEADERSHIP_LOST, CancelCause.HANDOVER}
+)
 _TICK = 1.0
 _RESYNC = 120.0
 _WRITES = frozenset({"create", "update", "patch", "delete", "deletecollection"})

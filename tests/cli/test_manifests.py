@@ -165,6 +165,19 @@ def test_replicas_elect_a_leader_with_a_lease_in_the_engine_namespace_and_get_a_
     ]
 
 
+def test_scale_out_replicas_divide_the_objects_through_a_ring_of_leases(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = _run(capsys, "--plugin", "bundles", "--replicas", "3", "--scale-out")
+    assert (code, err) == (0, "")
+    docs = list(yaml.safe_load_all(out))
+    role = next(d for d in docs if d["kind"] == "Role")
+    assert role["metadata"]["namespace"] == "engine-system"
+    assert role["rules"] == [_rule("coordination.k8s.io", "leases", "create delete get list update watch")]
+    deployment = next(d for d in docs if d["kind"] == "Deployment")
+    args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--scale-out" in args and "--leader-elect" not in args
+    assert "--leader-election-id=engine-bundles" in args
+
+
 def test_the_same_input_gives_the_same_bytes_and_plugins_are_named_in_order(
     capsys: pytest.CaptureFixture[str],
 ) -> None:

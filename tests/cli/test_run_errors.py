@@ -67,6 +67,10 @@ def _kubeconfig(tmp_path: Path, *, server: str = "http://127.0.0.1:1", user: dic
     (("--live-bind-address", ":9555", "--metrics-bind-address", "127.0.0.1:9555"),
      "error: --live-bind-address and --metrics-bind-address both ask for 127.0.0.1:9555"),
     (("--embedded", "--kubeconfig", "x"), "error: --embedded and --kubeconfig/--context are exclusive"),
+    (("--scale-out", "--leader-elect"),
+     "error: --scale-out and --leader-elect are exclusive: the replicas of a ring all run"),
+    (("--scale-out", "--scale-out-handover-grace", "-1"),
+     "error: --scale-out-handover-grace must be a number of seconds >= 0, got -1"),
 ])
 def test_a_bad_flag_is_one_error_line_and_exit_code_2(tmp_path: Path, flags: tuple[str, ...], message: str) -> None:
     out = _run("--kubeconfig", str(_kubeconfig(tmp_path)), "--plugin", "bundles", *flags)
@@ -167,3 +171,39 @@ async def test_a_plugin_that_fails_to_set_up_stops_the_run_by_default(tmp_path: 
         lines = [line for line in out.stderr.decode().splitlines() if not line.startswith("{")]
         assert lines == ["error: plugin 'broken' failed to set up: RuntimeError: cannot reach the widget service"]
         assert b"Traceback" not in out.stderr
+
+
+async def test_a_replica_of_a_ring_whose_members_run_other_plugins_refuses_to_start(tmp_path: Path) -> None:
+    from engine.kube import RING_LABEL
+    from engine.kube.lowlevel import LEASE_RESOURCE
+
+    async with ApiServer() as api, Client(Config.from_dict(api.kubeconfig)) as client:
+        kubeconfig = tmp_path / "kubeconfig"
+        api.write_kubeconfig(kubeconfig)
+        now = "2030-01-01T00:00:00.000000Z"
+        await client.create(LEASE_RESOURCE, {
+            "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+            "metadata": {"name": "ring-x-member", "namespace": "default", "labels": {RING_LABEL: "ring-x"},
+                         "annotations": {"ring.engine.dev/plugins": "bundles", "ring.engine.dev/held": ""}},
+            "spec": {"holderIdentity": "other", "leaseDurationSeconds": 15, "renewTime": now, "acquireTime": now},
+        })
+        out = await _arun("--kubeconfig", str(kubeconfig), "--plugin", "tests.programs.plugins_for_tests:good",
+                          "--scale-out", "--leader-election-id", "ring-x", "--no-cluster-events")
+        assert out.returncode == 1
+        lines = [line for line in out.stderr.decode().splitlines() if not line.startswith("{")]
+        assert lines == ["error: ring 'ring-x' has members running plugins 'bundles', not 'good'"]
+        leases = await client.list(LEASE_RESOURCE, namespace="default", label_selector={RING_LABEL: "ring-x"})
+        assert [item["metadata"]["name"] for item in leases.items] == ["ring-x-member"]
+
+
+def test_the_dashboard_notice_names_the_ring_its_members_and_the_owned_share() -> None:
+    from engine import OwnershipGate
+    from engine._keyspace import KeyRange, KeyRanges
+    from engine.cli._run import _ring_notice
+    from engine.kube import HashRing
+
+    gate = OwnershipGate(lambda ref: None, owned=KeyRanges((KeyRange(0, 1 << 62),)))
+    ring = HashRing(object(), gate, name="engine-x", namespace="default")  # type: ignore[arg-type]
+    assert _ring_notice(ring) == [
+        f"scale-out ring engine-x: 0 member(s); this replica ({ring.member}) owns 25.0% of the keys in 1 range(s)"
+    ]

@@ -243,3 +243,54 @@ async def test_an_unreachable_server_is_not_blamed_on_a_plugin() -> None:
     async with Client(config) as client:
         with pytest.raises(TransportError):
             await run_plugins(client, ["bundles"], manager=Manager(handle_signals=False), strict=False)
+
+
+async def test_run_plugins_scale_out_waits_for_a_foreign_claim_and_is_ready_while_owning_nothing() -> None:
+    import datetime as dt
+
+    from engine import OwnershipGate
+    from engine._keyspace import KeyRanges
+    from engine.kube import RING_LABEL, HashRing
+    from engine.kube.lowlevel import LEASE_RESOURCE
+
+    seen: list[str] = []
+    async with ApiServer() as api, Client(Config.from_dict(api.kubeconfig)) as client:
+        now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        await client.create(LEASE_RESOURCE, {
+            "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+            "metadata": {"name": "widgets-ghost", "namespace": "default", "labels": {RING_LABEL: "widgets"},
+                         "annotations": {"ring.engine.dev/plugins": "widgets",
+                                         "ring.engine.dev/held": "0-10000000000000000"}},
+            "spec": {"holderIdentity": "ghost", "leaseDurationSeconds": 2, "renewTime": now, "acquireTime": now},
+        })
+        gate = OwnershipGate(lambda ref: None)
+        manager = Manager(handle_signals=False, grace_period=1, ownership=gate)
+        ring = HashRing(client, gate, name="widgets", namespace="default", plugins=["widgets"],
+                        lease_duration=1.5, renew_deadline=1, retry_period=0.2)
+        obs = Observability(manager, health_probe_bind_address=":0", metrics_bind_address=":0")
+        async with trio.open_nursery() as nursery:
+            with trio.fail_after(20):
+                host: PluginHost = await nursery.start(partial(
+                    run_plugins, client, [_widgets_plugin(seen, [])], manager=manager, namespace="default",
+                    observability=obs, scale_out=ring,
+                ))
+            widgets = await client.resource("test.engine.dev/v1", "Widget")
+            for i in range(5):
+                await client.create(widgets, _widget(f"w{i}"))
+            await trio.sleep(0.5)
+            assert not gate.owned and seen == [], "nothing runs while another member's Lease holds the key space"
+            assert gate.statistics().parked == 5
+            ready = await get(obs.health_probe_address, "/readyz", params={"verbose": ""})
+            assert ready.status_code == 200, "a replica that owns nothing is ready"
+            with trio.fail_after(10):
+                while len(seen) < 5:
+                    await trio.sleep(0.05)
+            assert gate.owned == KeyRanges.everything()
+            metrics = (await get(obs.metrics_address, "/metrics")).text
+            assert 'engine_ring_owned_share{ring="widgets"} 1.0' in metrics
+            assert 'engine_ring_owned_keys{ring="widgets"} 5.0' in metrics
+            assert any(r.resource == "leases" and "list" in r.verbs for r in host.rules)
+            manager.stop("test over")
+        leases = await client.list(LEASE_RESOURCE, namespace="default", label_selector={RING_LABEL: "widgets"})
+        assert [item["metadata"]["name"] for item in leases.items] == ["widgets-ghost"], "the member left"
+    assert sorted(seen) == [f"w{i}" for i in range(5)]

@@ -24,6 +24,7 @@
     shutdown: ["■", "shutdown", "shutdown"],
     dependency_not_ready: ["⋯", "waiting", "waiting on dependencies"],
     leadership_lost: ["⚑", "lost", "leadership lost"],
+    handover: ["⇄", "handover", "handed over to another replica"],
   };
 
   const $ = (id) => document.getElementById(id);

@@ -1,0 +1,321 @@
+"""Tests of engine.kube.HashRing: members on the embedded ApiServer, in virtual time.
+
+An instrument checks after every task step that no two live members hold overlapping ranges
+(what their gates own plus what they are still handing over): the no-overlap guarantee.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+import pytest
+import trio
+import trio.testing
+
+from engine import OwnershipGate
+from engine._keyspace import KeyRanges
+from engine.apiserver import ApiServer
+from engine.kube import Client, Config, HashRing, RetryPolicy, RingConflictError, ring_ranges
+from engine.kube.lowlevel import LEASE_RESOURCE
+
+DURATION, DEADLINE, RETRY = 15.0, 10.0, 2.0
+
+
+def client(api: ApiServer, agent: str) -> Client:
+    return Client(
+        Config.from_dict(api.kubeconfig),
+        transport=api.memory_transport(),
+        user_agent=f"{agent}/1.0",
+        retry=RetryPolicy(max_attempts=2, base_delay=0.05, max_delay=0.1),
+    )
+
+
+# --- the assignment -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("n", range(3, 11))
+def test_shares_stay_within_20_percent_of_even(n: int) -> None:
+    names = [f"engine-demo-{i}" for i in range(n)]
+    shares = ring_ranges(names)
+    assert sum(r.size for r in shares.values()) == KeyRanges.everything().size
+    union = KeyRanges.nothing()
+    for ranges in shares.values():
+        assert not (union & ranges), "two members were assigned one key"
+        union = union | ranges
+    assert union == KeyRanges.everything()
+    for name, ranges in shares.items():
+        assert abs(ranges.share * n - 1) <= 0.2, f"{name} got {ranges.share:.3f} of the key space"
+
+
+@pytest.mark.parametrize("n", [3, 5, 9])
+def test_a_join_or_a_leave_moves_about_one_nth(n: int) -> None:
+    names = [f"engine-demo-{i}" for i in range(n)]
+    before = ring_ranges(names)
+    after = ring_ranges([*names, "engine-demo-new"])
+    moved = sum((before[m] - after[m]).share for m in names)
+    assert moved == pytest.approx(after["engine-demo-new"].share)
+    assert moved <= 1.2 / (n + 1)
+    for m in names:
+        assert not (after[m] - before[m]), "a join only moves keys to the new member"
+    assert ring_ranges(names) == before, "the assignment is a function of the member names"
+
+
+def test_no_members_no_ranges_and_points_must_be_positive() -> None:
+    assert ring_ranges([]) == {}
+    with pytest.raises(ValueError, match=r"^points must be >= 1$"):
+        ring_ranges(["a"], points=0)
+
+
+# --- members on a server ----------------------------------------------------------------------
+
+
+class Member:
+    def __init__(self, api: ApiServer, name: str, seed: int, plugins: tuple[str, ...] = ("demo",)) -> None:
+        self.name = name
+        self.client = client(api, name)
+        self.gate = OwnershipGate(lambda ref: None)
+        self.ring = HashRing(
+            self.client, self.gate, name="engine-demo", namespace="default", plugins=plugins, identity=name,
+            lease_duration=DURATION, renew_deadline=DEADLINE, retry_period=RETRY, rng=random.Random(seed),
+        )
+        self.scope = trio.CancelScope()
+        self.alive = True
+
+    def held(self) -> KeyRanges:
+        return self.gate.owned | self.ring._releasing
+
+
+class NoOverlap(trio.abc.Instrument):
+    def __init__(self) -> None:
+        self.members: list[Member] = []
+        self.violations: list[tuple[float, str, str]] = []
+        self.steps = 0
+        self.last: list[tuple[int, int]] = []
+
+    def after_task_step(self, task: trio.lowlevel.Task) -> None:
+        self.steps += 1
+        live = [m for m in self.members if m.alive]
+        state = [(id(m.gate.owned), id(m.ring._releasing)) for m in live]
+        if state == self.last:
+            return
+        self.last = state
+        for i, a in enumerate(live):
+            ha = a.held()
+            if not ha:
+                continue
+            for b in live[i + 1:]:
+                if ha & b.held():
+                    self.violations.append((trio.current_time(), a.name, b.name))
+
+
+class Harness:
+    def __init__(self, api: ApiServer, nursery: trio.Nursery, check: NoOverlap) -> None:
+        self.api = api
+        self.nursery = nursery
+        self.check = check
+        self.seed = 0
+
+    async def add(self, name: str, plugins: tuple[str, ...] = ("demo",)) -> Member:
+        self.seed += 1
+        m = Member(self.api, name, self.seed, plugins)
+        await m.client.__aenter__()
+        self.check.members.append(m)
+
+        async def run(task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+            with m.scope:
+                await m.ring.run(task_status=task_status)
+
+        await self.nursery.start(run)
+        return m
+
+    def crash(self, m: Member) -> None:
+        m.alive = False
+        m.scope.cancel()
+
+    def live(self) -> list[Member]:
+        return [m for m in self.check.members if m.alive]
+
+    def covered(self) -> bool:
+        union = KeyRanges.nothing()
+        for m in self.live():
+            union = union | m.gate.owned
+        return union == KeyRanges.everything()
+
+
+@asynccontextmanager
+async def ring_harness() -> AsyncIterator[Harness]:
+    async with ApiServer(listen=False) as api:
+        check = NoOverlap()
+        trio.lowlevel.add_instrument(check)
+        try:
+            async with trio.open_nursery() as nursery:
+                yield Harness(api, nursery, check)
+                nursery.cancel_scope.cancel()
+        finally:
+            trio.lowlevel.remove_instrument(check)
+            for m in check.members:
+                await m.client.aclose()
+        assert check.violations == [], "two members held one key at once"
+        assert check.steps > 0
+
+
+async def wait_for(condition: Callable[[], bool], *, within: float) -> float:
+    start = trio.current_time()
+    with trio.fail_after(within):
+        while not condition():
+            await trio.sleep(0.1)
+    return trio.current_time() - start
+
+
+def fair(h: Harness) -> bool:
+    live = h.live()
+    return h.covered() and all(abs(m.gate.owned.share * len(live) - 1) <= 0.3 for m in live)
+
+
+async def test_three_members_divide_the_key_space_and_a_fourth_takes_its_share(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    async with ring_harness() as h:
+        for name in ("a", "b", "c"):
+            await h.add(name)
+        await wait_for(lambda: fair(h), within=3 * RETRY + 1)
+        assert sorted(h.live()[0].ring.statistics().members) == sorted(m.ring.member for m in h.live())
+        before = {m.name: m.gate.owned for m in h.live()}
+        d = await h.add("d")
+        took = await wait_for(lambda: fair(h) and bool(d.gate.owned), within=4 * RETRY + 1)
+        assert took <= RETRY, "watching the member Leases, a handover takes less than a retry period"
+        for m in h.live()[:3]:
+            assert not (m.gate.owned - before[m.name]), "a join moves keys only to the new member"
+        await trio.sleep(5 * DURATION)
+        assert fair(h)
+
+
+async def test_a_crashed_members_ranges_are_taken_over_after_the_lease_duration(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    async with ring_harness() as h:
+        a, b, c = [await h.add(n) for n in ("a", "b", "c")]
+        await wait_for(lambda: fair(h), within=3 * RETRY + 1)
+        orphaned = c.gate.owned
+        h.crash(c)
+        taken = await wait_for(lambda: fair(h), within=DURATION + 3 * RETRY)
+        assert taken >= DURATION - RETRY, "nobody takes a crashed member's range before its Lease expired"
+        assert (a.gate.owned | b.gate.owned) & orphaned == orphaned
+        await trio.sleep(DURATION + 2 * RETRY)
+        leases = await a.client.list(LEASE_RESOURCE, namespace="default")
+        assert sorted(i["metadata"]["name"] for i in leases.items) == sorted([a.ring.member, b.ring.member]), (
+            "the crashed member's Lease is deleted once expired for a lease duration more")
+
+
+async def test_a_partitioned_member_stops_before_anybody_takes_its_ranges(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    async with ring_harness() as h:
+        a, b, c = [await h.add(n) for n in ("a", "b", "c")]
+        await wait_for(lambda: fair(h), within=3 * RETRY + 1)
+
+        async def hang(*args: Any, **kwargs: Any) -> Any:
+            await trio.sleep_forever()
+
+        c.client.update = hang  # type: ignore[method-assign]
+        c.client.list = hang  # type: ignore[method-assign]
+        c.client.create = hang  # type: ignore[method-assign]
+        lost = await wait_for(lambda: not c.gate.owned, within=DEADLINE + RETRY)
+        assert lost <= DEADLINE + RETRY
+        assert c.ring.statistics().fenced == 1
+        await wait_for(lambda: (a.gate.owned | b.gate.owned) == KeyRanges.everything(), within=DURATION + 3 * RETRY)
+
+
+async def test_a_graceful_leave_hands_over_within_a_few_retry_periods(autojump_clock: trio.testing.MockClock) -> None:
+    async with ring_harness() as h:
+        a, b, c = [await h.add(n) for n in ("a", "b", "c")]
+        await wait_for(lambda: fair(h), within=3 * RETRY + 1)
+        await c.ring.leave()
+        assert not c.held()
+        h.crash(c)
+        taken = await wait_for(lambda: fair(h), within=3 * RETRY + 1)
+        assert taken < DURATION
+
+
+async def test_a_member_lease_deleted_by_hand_is_that_member_leaving(autojump_clock: trio.testing.MockClock) -> None:
+    async with ring_harness() as h:
+        a, b, c = [await h.add(n) for n in ("a", "b", "c")]
+        await wait_for(lambda: fair(h), within=3 * RETRY + 1)
+        old = c.ring.member
+        await a.client.delete(LEASE_RESOURCE, old, namespace="default")
+        await wait_for(lambda: c.ring.statistics().fenced == 1, within=RETRY + 1)
+        assert not c.gate.owned
+        await wait_for(lambda: c.ring.member != old, within=2 * RETRY + 1)
+        await wait_for(lambda: fair(h), within=DURATION + 4 * RETRY)
+
+
+async def test_a_member_lease_edited_by_hand_is_that_member_leaving(autojump_clock: trio.testing.MockClock) -> None:
+    async with ring_harness() as h:
+        a, b, c = [await h.add(n) for n in ("a", "b", "c")]
+        await wait_for(lambda: fair(h), within=3 * RETRY + 1)
+        raw = await a.client.get(LEASE_RESOURCE, c.ring.member, namespace="default")
+        raw["spec"]["holderIdentity"] = "someone-else"
+        raw["metadata"]["annotations"]["ring.engine.dev/held"] = ""
+        await a.client.update(LEASE_RESOURCE, raw)
+        await wait_for(lambda: c.ring.statistics().fenced == 1, within=RETRY + 1)
+        await wait_for(lambda: fair(h), within=DURATION + 4 * RETRY)
+
+
+async def test_a_ring_with_other_plugins_refuses_to_start(autojump_clock: trio.testing.MockClock) -> None:
+    async with ring_harness() as h:
+        await h.add("a")
+        with pytest.raises(RingConflictError, match=r"^ring 'engine-demo' has members running plugins 'demo', not 'other'$"):
+            await h.add("b", plugins=("other",))
+        leases = await h.live()[0].client.list(LEASE_RESOURCE, namespace="default")
+        assert len(leases.items) == 1, "the refused replica wrote nothing"
+
+
+async def test_ring_metrics_report_members_share_ranges_and_handovers(autojump_clock: trio.testing.MockClock) -> None:
+    from prometheus_client import CollectorRegistry
+
+    from engine.kube import RingCollector
+
+    async with ring_harness() as h:
+        a = await h.add("a")
+        registry = CollectorRegistry()
+        registry.register(RingCollector(a.ring))
+        await wait_for(lambda: a.gate.owned == KeyRanges.everything(), within=3 * RETRY)
+
+        def value(name: str) -> float | None:
+            return registry.get_sample_value(name, {"ring": "engine-demo"})
+
+        assert (value("engine_ring_members"), value("engine_ring_owned_share")) == (1, 1.0)
+        assert value("engine_ring_owned_ranges") == 1
+        assert value("engine_ring_handovers_total") == 0
+        await h.add("b")
+        await wait_for(lambda: fair(h), within=4 * RETRY)
+        assert value("engine_ring_members") == 2
+        assert 0.3 < (value("engine_ring_owned_share") or 0) < 0.7
+        assert (value("engine_ring_owned_ranges") or 0) > 100
+        assert value("engine_ring_handovers_total") == 1
+        assert value("engine_ring_handover_duration_seconds_count") == 1
+        assert value("engine_ring_fenced_total") == 0
+        assert value("engine_ring_owned_keys") == 0
+
+
+async def test_members_whose_views_disagree_never_both_gain_a_range(autojump_clock: trio.testing.MockClock) -> None:
+    """Each member believes it alone is assigned the whole key space (as views can disagree
+    for a moment around a join); claim-then-check lets at most one of them gain it."""
+    async with ring_harness() as h:
+        members = [Member(h.api, name, seed) for seed, name in enumerate(("a", "b", "c"))]
+        for m in members:
+            await m.client.__aenter__()
+            h.check.members.append(m)
+            ring = m.ring
+
+            def alone(ring: HashRing = ring) -> dict[str, KeyRanges]:
+                return {ring.member: KeyRanges.everything()}
+
+            ring._assignment = alone  # type: ignore[method-assign]
+            h.nursery.start_soon(m.ring.run)
+        await wait_for(lambda: any(m.gate.owned for m in members), within=10 * RETRY)
+        await trio.sleep(5 * DURATION)
+        assert sum(1 for m in members if m.gate.owned) == 1
