@@ -14,6 +14,9 @@ seed's workload and fault schedule, and checks the engine's guarantees at every 
   accepted trigger is followed by a run of its key; a dependent starts a run within
   ``Simulation.prompt`` seconds of its dependency becoming Ready;
 * the plugin's own invariants, at every step;
+* least privilege (unless ``rbac=False``): each replica runs as the plugin's ServiceAccount
+  bound to the Role ``python -m engine manifests`` derives for it, and any request the server
+  refuses with 403 is a violation naming the verb and resource (no fault answers 403);
 * at the end: no Warning event from a superseded, shutdown or fenced run, and, once the
   faults stopped, every object converges within ``bound`` seconds (counted from the end of
   the longest rate-limited backoff then pending).
@@ -131,7 +134,8 @@ class SimulationResult:
 
 
 def _replay_command(
-    plugin: str | None, simulation: str | None, seed: int, kinds: frozenset[FaultKind], duration: float, bound: float
+    plugin: str | None, simulation: str | None, seed: int, kinds: frozenset[FaultKind], duration: float, bound: float,
+    rbac: bool = True,
 ) -> str:
     parts = ["python -m engine simulate"]
     if plugin is not None:
@@ -145,6 +149,8 @@ def _replay_command(
         parts.append(f"--duration {duration:g}")
     if bound != DEFAULT_BOUND:
         parts.append(f"--bound {bound:g}")
+    if not rbac:
+        parts.append("--no-rbac")
     return " ".join(parts)
 
 
@@ -357,6 +363,8 @@ class _Simulator:
     kinds: frozenset[FaultKind]
     duration: float
     bound: float
+    rbac: bool = True
+    """Whether the replicas run as the plugin's ServiceAccount under its generated Role."""
     grace_period: float = GRACE_PERIOD
     trace: Trace = attrs.field(factory=Trace)
     violation: str | None = None
@@ -589,6 +597,8 @@ class _Simulator:
             self.resyncing.discard((actor, served.path, *served.selectors))
         if served.verb in ("list", "watch") and served.status >= 300 and self.obligations:
             self._cannot_read(actor, served)
+        if served.status == 403 and actor.startswith(REPLICA):
+            self._forbidden(actor, served)
         if served.verb in ("get", "list", "watch"):
             return
         name = served.name if served.kind != "Event" else None  # Event names carry a wall-clock suffix
@@ -620,6 +630,19 @@ class _Simulator:
         if not routine:
             self.trace.add("api", "write", f"{actor} {served.verb} {served.kind} {where}{sub} -> {served.status}"
                            + (" (failure status)" if failure else ""))
+
+    def _forbidden(self, actor: str, served: ServedRequest) -> None:
+        """A replica was refused a request (no fault answers 403): its plugin's generated Role
+        lacks a rule the plugin needs."""
+        assert self._target is not None and self._target.api is not None
+        plural = next((rt.plural for rt in self._target.api.store.types()
+                       if rt.kind == served.kind and rt.group == served.group), served.kind.lower())
+        resource = f"{plural}.{served.group}" if served.group else plural
+        sub = f"/{served.subresource}" if served.subresource else ""
+        where = f' in namespace "{served.namespace}"' if served.namespace else ""
+        name = f" {served.name}" if served.name else ""
+        self.fail(f"{actor} was refused {served.verb} {resource}{sub}{name}{where} (403 Forbidden): the Role "
+                  f"`python -m engine manifests` generates for {self.simulation.plugin.name} does not grant it")
 
     def _replica_named(self, identity: str) -> _Replica | None:
         return next((r for r in self.replicas if r.identity == identity), None)
@@ -771,7 +794,7 @@ class _Simulator:
         async with open_plugin_test(
             sim.plugin, self._target, identity=rep.identity, namespace=sim.namespace, config=sim.config,
             leader_election=self.leader_election, sinks=[self.notifier], observers=[rep],
-            grace_period=self.grace_period, start_timeout=math.inf,
+            grace_period=self.grace_period, start_timeout=math.inf, rbac=self.rbac,
         ) as harness:
             rep.harness = harness
             harness.manager.events.add_tap(rep.tap)
@@ -1108,6 +1131,7 @@ def simulate(
     bound: float = DEFAULT_BOUND,
     plugin: str | None = None,
     simulation_ref: str | None = None,
+    rbac: bool = True,
 ) -> SimulationResult:
     """Simulate ``simulation`` for one ``seed``; return how it went (never raises for a
     violation: see :attr:`SimulationResult.violation`).
@@ -1116,19 +1140,21 @@ def simulate(
     ``duration`` seconds of virtual time, then the faults stop and everything must converge
     within ``bound`` seconds. ``plugin`` is how the replay command names the plugin (default:
     its name, or none when ``simulation_ref`` is given); ``simulation_ref`` (``module:attr``)
-    is how it names the simulation, as ``--simulation``. Runs its own ``trio.run`` under ``MockClock``: call it from synchronous code,
+    is how it names the simulation, as ``--simulation``. With ``rbac`` (the default) the
+    replicas run as the plugin's ServiceAccount under its generated Role (see
+    :func:`~engine.testing.open_plugin_test`), and a 403 answered to one is a violation. Runs its own ``trio.run`` under ``MockClock``: call it from synchronous code,
     not from inside trio. The same arguments give the same trace, entry for entry.
     """
     if duration <= 0 or bound <= 0:
         raise ValueError("duration and bound must be > 0")
     kinds = frozenset(FaultKind) if faults is None else frozenset(faults)
-    runner = _Simulator(simulation, seed, kinds, duration, bound)
+    runner = _Simulator(simulation, seed, kinds, duration, bound, rbac)
     clock = trio.testing.MockClock(autojump_threshold=0)
     wall = time.perf_counter()
     with deterministic_scheduling(seed):
         trio.run(runner.main, clock=clock)
     named = plugin if plugin is not None or simulation_ref is not None else simulation.plugin.name
-    replay = _replay_command(named, simulation_ref, seed, kinds, duration, bound)
+    replay = _replay_command(named, simulation_ref, seed, kinds, duration, bound, rbac)
     return runner.result(replay, time.perf_counter() - wall, clock.current_time())
 
 

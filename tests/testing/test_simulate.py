@@ -55,6 +55,7 @@ def _widgets(*, warn_when_cancelled: bool) -> Plugin:
                 await patch_status(ctx.client, widgets.resource, obj, {
                     "observedGeneration": obj["metadata"]["generation"]})
 
+        ctx.uses(widgets.resource, "patch_status")
         ctx.cluster.watches(ctx.manager.add_controller(Controller("widgets", reconcile)), widgets)
 
     return Plugin(name="widgets", setup=setup, crds=(WIDGET_CRD,), examples=(WIDGET,))
