@@ -4,10 +4,11 @@ seed, and the mutation mechanism of :mod:`tests.testing.mutations`; plus the req
 
 from __future__ import annotations
 
+import attrs
 import pytest
 
 from engine.apiserver import RequestLog
-from engine.testing import FaultKind, simulate_seeds, simulation_for
+from engine.testing import FaultKind, simulate, simulate_seeds, simulation_for
 
 from .mutations import MUTATIONS, Mutation, caught_at, hunt, planted
 
@@ -117,3 +118,17 @@ def test_a_copy_written_from_a_stale_cache_breaks_a_plugin_invariant() -> None:
     assert result.violation == (
         "plugin invariant every_copy_has_its_source: copies whose source is gone: team-ns0/src1, team-ns1/src1, "
         "team-ns2/src1")
+
+
+def test_a_rule_missing_from_the_generated_role_is_a_violation_naming_verb_and_resource() -> None:
+    simulation = simulation_for("bundles")
+    assert simulation.plugin.rules, "bundles declares what applying its Sources' ConfigMaps needs"
+    undeclared = attrs.evolve(simulation, plugin=attrs.evolve(simulation.plugin, rules=()))
+    result = simulate(undeclared, 0, duration=20)
+    assert result.violation == (
+        'replica-1.1 was refused patch configmaps s0-cm1 in namespace "sim" (403 Forbidden): the Role '
+        "`python -m engine manifests` generates for bundles does not grant it")
+    assert result.replay == "python -m engine simulate --plugin bundles --seed 0 --duration 20"
+    as_admin = simulate(undeclared, 0, duration=20, rbac=False)
+    assert as_admin.ok, as_admin.report()
+    assert as_admin.replay == "python -m engine simulate --plugin bundles --seed 0 --duration 20 --no-rbac"
