@@ -1023,6 +1023,8 @@ class _Simulator:
                     note = f"leader {leader.identity}"
         elif kind is FaultKind.SINK_OUTAGE:
             self.notifier.down = True
+        elif kind is FaultKind.REORDER:
+            self._nursery.start_soon(self._reorder, fault)
         self.trace.add("sim", "fault", fault.describe() + (f": {note}" if note else ""))
 
     async def _lasting(self, fault: Fault, seconds: float, expire: int = 0) -> None:
@@ -1033,6 +1035,23 @@ class _Simulator:
         if expire:
             faults.expire_next_watch(count=expire, client=REPLICA)
         self.trace.add("sim", "fault", f"{fault.kind} ended" + (f"; the next {expire} watch(es) get 410" if expire else ""))
+
+    async def _reorder(self, fault: ScheduledFault) -> None:
+        """For ``fault.seconds``: hold up each replica write (one latency fault of one request at
+        a time) for its own time, drawn from ``fault.seed``, up to ``fault.jitter``; until the
+        faults stop. A write that arrives while the next delay is being set goes through."""
+        assert self._target is not None
+        faults = self._target.faults
+        rng = random.Random(fault.seed)
+        end = trio.current_time() + fault.seconds
+        held = None
+        while not self.settling and trio.current_time() < end:
+            if held is None or held not in faults.active:
+                held = faults.add_latency(rng.uniform(0.0, fault.jitter), count=1, client=REPLICA, verbs=_WRITES)
+            await trio.sleep(_TICK / 20)
+        if held is not None:
+            faults.remove(held)
+        self.trace.add("sim", "fault", "reorder ended")
 
     async def _rewound(self, down: Fault, writes: Fault, seconds: float) -> None:
         """After a history rewind: down for ``seconds``, then reads only until every replica

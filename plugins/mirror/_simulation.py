@@ -6,7 +6,8 @@ change team, sources change data or selector, are disabled and enabled again, de
 created again. Converged means: an enabled source has a copy with its data in exactly the
 namespaces its selector matches (its own excepted), and nothing else has copies; every copy
 belongs to a source that exists (the finalizer removes copies first), at every step, and no
-copy is written after its source was cleaned up and deleted (from the server's request log).
+copy is written after its source was cleaned up and deleted, nor with older data than it was
+already given (from the server's request log).
 """
 
 from __future__ import annotations
@@ -34,7 +35,11 @@ class _Source:
     value: int = 0
     enabled: bool = True
 
-    def manifest(self) -> dict[str, Any]:
+    def manifest(self, at: float) -> dict[str, Any]:
+        """The source as applied at ``at``: its value is the latest it was given by then, so
+        values only grow in the order the steps happen (a source created again later does not
+        bring back an older one)."""
+        self.value = max(self.value, int(at * 1000))
         return {"apiVersion": "v1", "kind": "ConfigMap",
                 "metadata": {"name": f"src{self.index}",
                              "labels": {ENABLED_LABEL: "true" if self.enabled else "false"},
@@ -46,7 +51,7 @@ def workload(rng: random.Random, duration: float) -> list[Step]:
     teams = {i: rng.choice("ab") for i in range(rng.randint(3, 4))}
     sources = [_Source(i, rng.choice("ab")) for i in range(rng.randint(2, 3))]
     steps = [Step.apply(0.0, _namespace(i, t), f"team {t}") for i, t in teams.items()]
-    steps += [Step.apply(0.0, s.manifest(), "created") for s in sources]
+    steps += [Step.apply(0.0, s.manifest(0.0), "created") for s in sources]
     t = 0.0
     while True:
         t += rng.uniform(0.5, 5.0)
@@ -60,18 +65,21 @@ def workload(rng: random.Random, duration: float) -> list[Step]:
             continue
         source = rng.choice(sources)
         if roll < 0.55:
+            at = t
             for k in range(rng.choice((1, 1, 2, 3))):
-                source.value += 1
-                steps.append(Step.apply(t + k * rng.uniform(0.05, 0.5), source.manifest(), f"value {source.value}"))
+                at += k * rng.uniform(0.05, 0.5)
+                manifest = source.manifest(at)
+                steps.append(Step.apply(at, manifest, f"value {source.value}"))
         elif roll < 0.7:
             source.team = "b" if source.team == "a" else "a"
-            steps.append(Step.apply(t, source.manifest(), f"selects team {source.team}"))
+            steps.append(Step.apply(t, source.manifest(t), f"selects team {source.team}"))
         elif roll < 0.85:
             source.enabled = not source.enabled
-            steps.append(Step.apply(t, source.manifest(), "enabled" if source.enabled else "disabled"))
+            steps.append(Step.apply(t, source.manifest(t), "enabled" if source.enabled else "disabled"))
         else:
-            steps.append(Step.delete(t, source.manifest(), "deleted"))
-            steps.append(Step.apply(t + rng.uniform(1.0, 10.0), source.manifest(), "created again"))
+            steps.append(Step.delete(t, source.manifest(t), "deleted"))
+            again = t + rng.uniform(1.0, 10.0)
+            steps.append(Step.apply(again, source.manifest(again), "created again"))
 
 
 def _copies(state: ClusterState) -> list[dict[str, Any]]:
@@ -152,9 +160,44 @@ def no_copy_written_after_its_source_was_cleaned_up(state: ClusterState) -> str 
     return None
 
 
+def no_copy_goes_back_to_older_data(state: ClusterState) -> str | None:
+    """No copy is written with an older value than one already written to it (the workload's
+    values only grow), as the server's request log has it: a write of a run that was cut while
+    in flight must not land after the next run's write of newer data."""
+    log = state.requests
+    if log is None:
+        return None
+    newest: dict[tuple[str | None, str | None], tuple[int, float]] = {}
+    restores = iter(log.restores)
+    restore = next(restores, None)
+    for record in log.records:
+        while restore is not None and record.answered_at >= restore:
+            newest.clear()
+            restore = next(restores, None)
+        served = record.served
+        if served.kind != "ConfigMap" or not record.ok or served.verb not in ("create", "patch", "update"):
+            continue
+        body = record.body()
+        if not isinstance(body, dict) or not ((body.get("metadata") or {}).get("labels") or {}).get(SOURCE_LABEL):
+            continue
+        try:
+            value = int((body.get("data") or {}).get("value", ""))
+        except ValueError:
+            continue
+        key = (served.namespace, record.name)
+        seen = newest.get(key)
+        if seen is not None and value < seen[0]:
+            return (f"copy {served.namespace}/{record.name} written with value {value} by {record.actor} at "
+                    f"{record.answered_at:.3f} (sent at {record.received_at:.3f}), after value {seen[0]} was written "
+                    f"at {seen[1]:.3f}")
+        newest[key] = (value, record.answered_at)
+    return None
+
+
 simulation = Simulation(
     plugin=plugin,
     workload=workload,
     converged=converged,
-    invariants=[every_copy_has_its_source, no_copy_written_after_its_source_was_cleaned_up],
+    invariants=[every_copy_has_its_source, no_copy_written_after_its_source_was_cleaned_up,
+                no_copy_goes_back_to_older_data],
 )
