@@ -10,8 +10,7 @@ the block ends. :func:`hunt` simulates seeds from 0 until one reports a violatio
 named) and prints, per mutation, the seed that caught it and the violation; it exits 1 if
 one of them was not caught within ``--seeds`` (default 40). It takes minutes; the test suite
 (``tests/testing/test_simulate_checks.py``) runs each caught mutation at the one seed that
-catches it (:func:`caught_at`). ``copy-write-unshielded`` is not caught within 40 seeds
-(all faults; nor within 21 with latency only): a known gap.
+catches it (:func:`caught_at`).
 """
 
 from __future__ import annotations

@@ -120,6 +120,15 @@ def test_a_copy_written_from_a_stale_cache_breaks_a_plugin_invariant() -> None:
         "team-ns2/src1")
 
 
+
+def test_an_unshielded_copy_write_overtaken_by_the_next_runs_is_caught_going_back() -> None:
+    result = caught_at("copy-write-unshielded", 21)
+    assert result.violation == (
+        "plugin invariant no_copy_goes_back_to_older_data: copy team-ns1/src0 written with value 33298 by "
+        "replica-1.2 at 34.860 (sent at 33.299), after value 33924 was written at 34.570")
+    assert "reorder" in " ".join(result.faults)
+
+
 def test_a_rule_missing_from_the_generated_role_is_a_violation_naming_verb_and_resource() -> None:
     simulation = simulation_for("bundles")
     assert simulation.plugin.rules, "bundles declares what applying its Sources' ConfigMaps needs"
