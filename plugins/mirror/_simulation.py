@@ -134,10 +134,10 @@ def no_copy_written_after_its_source_was_cleaned_up(state: ClusterState) -> str 
     if log is None:
         return None
     gone: dict[tuple[str | None, str | None], float] = {}
-    restores = iter(log.restores)
+    restores = iter(log.restored_after)
     restore = next(restores, None)
-    for record in log.records:
-        while restore is not None and record.answered_at >= restore:
+    for index, record in enumerate(log.records):
+        while restore is not None and index >= restore:
             gone.clear()
             restore = next(restores, None)
         served = record.served
@@ -168,10 +168,10 @@ def no_copy_goes_back_to_older_data(state: ClusterState) -> str | None:
     if log is None:
         return None
     newest: dict[tuple[str | None, str | None], tuple[int, float]] = {}
-    restores = iter(log.restores)
+    restores = iter(log.restored_after)
     restore = next(restores, None)
-    for record in log.records:
-        while restore is not None and record.answered_at >= restore:
+    for index, record in enumerate(log.records):
+        while restore is not None and index >= restore:
             newest.clear()
             restore = next(restores, None)
         served = record.served

@@ -71,6 +71,8 @@ MUTATIONS: tuple[Mutation, ...] = (
              "live = source", plugin="mirror"),
     Mutation("copy-write-unshielded", "cut final write (plugin)", "plugins.mirror._controller",
              "MirrorReconciler.reconcile", "with ctx.shield(10):", "if True:", plugin="mirror"),
+    Mutation("status-write-unshielded", "cut final write (plugin)", "plugins.bundles._controller", "write_status",
+             "with ctx.shield(STATUS_WRITE_TIMEOUT) as scope:", "with trio.CancelScope() as scope:"),
 )
 """The bugs :func:`main` plants: one per class of the issue, plus the older classes."""
 
