@@ -129,6 +129,15 @@ def test_an_unshielded_copy_write_overtaken_by_the_next_runs_is_caught_going_bac
     assert "reorder" in " ".join(result.faults)
 
 
+
+def test_an_unshielded_status_write_overtaken_by_the_next_runs_breaks_status_is_the_last_written() -> None:
+    result = caught_at("status-write-unshielded", 5)
+    assert result.violation == (
+        "plugin invariant status_is_the_last_written: Source s1 shows (None, 'True', 'ArtifactReady', 'revision r9 "
+        "with 3 objects'), but the last status written (replica-1.3 at 58.896, sent at 56.928; one sent earlier "
+        "landed after it) was (None, 'True', 'ArtifactReady', 'revision r8 with 2 objects')")
+
+
 def test_a_rule_missing_from_the_generated_role_is_a_violation_naming_verb_and_resource() -> None:
     simulation = simulation_for("bundles")
     assert simulation.plugin.rules, "bundles declares what applying its Sources' ConfigMaps needs"
