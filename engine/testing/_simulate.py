@@ -862,6 +862,10 @@ class _Simulator:
             try:
                 await self._run()
             except Exception as group:
+                escaped = self._sink_failure(group)
+                if escaped is not None:
+                    self.fail(escaped)
+                    return
                 exc: BaseException = group
                 while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
                     exc = exc.exceptions[0]
@@ -869,6 +873,25 @@ class _Simulator:
                 where = traceback.extract_tb(exc.__traceback__)[-1:]
                 at = f" at {where[0].filename}:{where[0].lineno}" if where else ""
                 self.fail(f"the simulation crashed: {detail}{at}")
+
+    def _sink_failure(self, error: BaseException) -> str | None:
+        """What to report when ``error`` (the simulation's crash) is an event sink's failure
+        that escaped from a delivery made outside the sink's own worker (where the recorder
+        would have counted it): the dispatcher, and every sink with it, stopped."""
+        if isinstance(error, BaseExceptionGroup):
+            return next((m for e in error.exceptions if (m := self._sink_failure(e)) is not None), None)
+        sinks = {id(sink): (rep, sink) for rep in self.replicas if rep.harness is not None
+                 for sink in rep.harness.manager.events.sinks}
+        caller = None
+        for frame, _ in traceback.walk_tb(error.__traceback__):
+            owner = frame.f_locals.get("self")
+            if frame.f_code.co_name == "deliver" and id(owner) in sinks and caller != "_drain_sink":
+                rep, sink = sinks[id(owner)]
+                return (f"{rep.identity}: event sink {sink.name} failed ({summarize(error)}) in a delivery made by the "
+                        "event dispatcher itself, which stopped delivering to every sink (a failing sink holds up "
+                        "the others)")
+            caller = frame.f_code.co_name
+        return None
 
     async def _run(self) -> None:
         sim = self.simulation

@@ -106,6 +106,15 @@ def test_a_sink_that_holds_up_the_others_is_caught_by_the_sink_check() -> None:
         "endpoint is down (a stuck sink holds up the others)")
 
 
+def test_a_failing_sink_whose_error_reaches_the_dispatcher_is_a_sink_violation_not_a_crash() -> None:
+    with planted(_mutation("sink-delivered-inline")):
+        result = simulate(simulation_for("bundles"), 2)
+    assert result.violation == (
+        "replica-1.1: event sink kubernetes failed (ServerError: 503 ServiceUnavailable: injected fault: answering 503 "
+        "ServiceUnavailable) in a delivery made by the event dispatcher itself, which stopped delivering to every "
+        "sink (a failing sink holds up the others)")
+
+
 def test_a_relist_that_drops_a_vanished_object_silently_is_a_lost_notification() -> None:
     result = caught_at("relist-drops-vanished-silently", 11)
     assert result.violation == (
