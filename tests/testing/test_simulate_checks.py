@@ -122,6 +122,16 @@ def test_a_relist_that_drops_a_vanished_object_silently_is_a_lost_notification()
         "it at 50.533s never reached its watch handler (a lost notification)")
 
 
+def test_the_relist_bug_is_caught_with_every_fault_once_what_is_owed_outlives_convergence() -> None:
+    with planted(_mutation("relist-drops-vanished-silently")):
+        result = simulate(simulation_for("bundles"), 23)
+    assert result.violation == (
+        "replica-1.1 sources: deletion (history rewind) of Source.bundles.engine.dev/sim/s1 at 153.875s passed the "
+        "predicates of its watch handler but led to no trigger of Source.bundles.engine.dev/sim/s1 from that handler "
+        "within 60s (a lost notification)")
+    assert any(entry.what == "settle" and "still owed a trigger" in entry.text for entry in result.trace)
+
+
 def test_a_copy_written_from_a_stale_cache_breaks_a_plugin_invariant() -> None:
     result = caught_at("copy-written-from-the-cache", 0)
     assert result.violation == (
