@@ -17,8 +17,8 @@ import random
 from collections.abc import Mapping
 from typing import Any
 
-from engine.kube import get_condition, is_ready
 from engine.apiserver import RequestRecord
+from engine.kube import get_condition, is_ready
 from engine.testing import ClusterState, Simulation, Step
 
 from ._controller import OWNER_LABEL, STATUS_WRITE_TIMEOUT, plugin

@@ -13,10 +13,12 @@ already given (from the server's request log).
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from typing import Any
 
 import attrs
 
+from engine.apiserver import RequestRecord
 from engine.testing import ClusterState, Simulation, Step
 
 from ._controller import ENABLED_LABEL, FINALIZER, SELECTOR_ANNOTATION, SOURCE_LABEL, parse_selector, plugin
@@ -126,72 +128,101 @@ def every_copy_has_its_source(state: ClusterState) -> str | None:
     return f"copies whose source is gone: {', '.join(orphans)}" if orphans else None
 
 
-def no_copy_written_after_its_source_was_cleaned_up(state: ClusterState) -> str | None:
-    """No copy of a source is written after the source went away (its finalizer removed the
-    copies, then the source was deleted) and before it is created again, as the server's
-    request log has it: a copy written then would outlive its source's cleanup."""
-    log = state.requests
-    if log is None:
+Seen = dict[tuple[str | None, str | None], Any]
+"""What a scan of the request log remembers, by ``(namespace, name)``; forgotten at each restore."""
+
+
+class _LogScan:
+    """An invariant that reads the server's request log once, record by record, across the
+    steps it is checked at: ``step(seen, record)`` returns what is wrong, or ``None``. What it
+    remembers is forgotten at each restore of the server's storage, and when the log is
+    another one (the next seed's)."""
+
+    def __init__(self, step: Callable[[Seen, RequestRecord], str | None], doc: str | None) -> None:
+        self._step = step
+        self.__name__ = step.__name__.lstrip("_")
+        self.__doc__ = doc
+        self._log: object = None
+        self._at = 0
+        self._restores = 0
+        self._seen: Seen = {}
+
+    def __call__(self, state: ClusterState) -> str | None:
+        log = state.requests
+        if log is None:
+            return None
+        if log is not self._log:
+            self._log, self._at, self._restores, self._seen = log, 0, 0, {}
+        marks, records = log.restored_after, log.records
+        while self._at < len(records):
+            while self._restores < len(marks) and self._at >= marks[self._restores]:
+                self._seen.clear()
+                self._restores += 1
+            problem = self._step(self._seen, records[self._at])
+            if problem is not None:
+                return problem
+            self._at += 1
         return None
-    gone: dict[tuple[str | None, str | None], float] = {}
-    restores = iter(log.restored_after)
-    restore = next(restores, None)
-    for index, record in enumerate(log.records):
-        while restore is not None and index >= restore:
-            gone.clear()
-            restore = next(restores, None)
-        served = record.served
-        if served.kind != "ConfigMap" or not record.ok:
-            continue
-        body = record.body()
-        labels = ((body.get("metadata") or {}).get("labels") or {}) if isinstance(body, dict) else {}
-        source = labels.get(SOURCE_LABEL) if isinstance(labels, dict) else None
-        if source is not None and served.verb in ("create", "patch", "update") and record.actor != "engine-test-driver":
-            ns, _, name = str(source).partition(".")
-            at = gone.get((ns, name))
-            if at is not None:
-                return (f"copy {served.namespace}/{record.name} of {source} written by {record.actor} at "
-                        f"{record.answered_at:.3f}, after its source was cleaned up and deleted at {at:.3f}")
-        elif source is None:
-            if record.uid is None and served.verb in ("delete", "patch", "update"):
-                gone[(served.namespace, record.name)] = record.answered_at
-            elif record.uid is not None:
-                gone.pop((served.namespace, record.name), None)
+
+
+def _copy_source(record: RequestRecord) -> tuple[dict[str, Any] | None, str | None]:
+    """The body of a ConfigMap write, and the source it names when it is a copy."""
+    body = record.body()
+    if not isinstance(body, dict):
+        return None, None
+    labels = (body.get("metadata") or {}).get("labels") or {}
+    source = labels.get(SOURCE_LABEL) if isinstance(labels, dict) else None
+    return body, None if source is None else str(source)
+
+
+def _no_copy_written_after_its_source_was_cleaned_up(gone: Seen, record: RequestRecord) -> str | None:
+    served = record.served
+    if served.kind != "ConfigMap" or not record.ok:
+        return None
+    _, source = _copy_source(record)
+    if source is not None and served.verb in ("create", "patch", "update") and record.actor != "engine-test-driver":
+        ns, _, name = source.partition(".")
+        at = gone.get((ns, name))
+        if at is not None:
+            return (f"copy {served.namespace}/{record.name} of {source} written by {record.actor} at "
+                    f"{record.answered_at:.3f}, after its source was cleaned up and deleted at {at:.3f}")
+    elif source is None:
+        if record.uid is None and served.verb in ("delete", "patch", "update"):
+            gone[(served.namespace, record.name)] = record.answered_at
+        elif record.uid is not None:
+            gone.pop((served.namespace, record.name), None)
     return None
 
 
-def no_copy_goes_back_to_older_data(state: ClusterState) -> str | None:
-    """No copy is written with an older value than one already written to it (the workload's
-    values only grow), as the server's request log has it: a write of a run that was cut while
-    in flight must not land after the next run's write of newer data."""
-    log = state.requests
-    if log is None:
+no_copy_written_after_its_source_was_cleaned_up = _LogScan(_no_copy_written_after_its_source_was_cleaned_up, """No copy of a source is written after the source went away (its finalizer removed the copies,
+then the source was deleted) and before it is created again, as the server's request log has
+it: a copy written then would outlive its source's cleanup.""")
+
+
+def _no_copy_goes_back_to_older_data(newest: Seen, record: RequestRecord) -> str | None:
+    served = record.served
+    if served.kind != "ConfigMap" or not record.ok or served.verb not in ("create", "patch", "update"):
         return None
-    newest: dict[tuple[str | None, str | None], tuple[int, float]] = {}
-    restores = iter(log.restored_after)
-    restore = next(restores, None)
-    for index, record in enumerate(log.records):
-        while restore is not None and index >= restore:
-            newest.clear()
-            restore = next(restores, None)
-        served = record.served
-        if served.kind != "ConfigMap" or not record.ok or served.verb not in ("create", "patch", "update"):
-            continue
-        body = record.body()
-        if not isinstance(body, dict) or not ((body.get("metadata") or {}).get("labels") or {}).get(SOURCE_LABEL):
-            continue
-        try:
-            value = int((body.get("data") or {}).get("value", ""))
-        except ValueError:
-            continue
-        key = (served.namespace, record.name)
-        seen = newest.get(key)
-        if seen is not None and value < seen[0]:
-            return (f"copy {served.namespace}/{record.name} written with value {value} by {record.actor} at "
-                    f"{record.answered_at:.3f} (sent at {record.received_at:.3f}), after value {seen[0]} was written "
-                    f"at {seen[1]:.3f}")
-        newest[key] = (value, record.answered_at)
+    body, source = _copy_source(record)
+    if body is None or source is None:
+        return None
+    try:
+        value = int((body.get("data") or {}).get("value", ""))
+    except ValueError:
+        return None
+    key = (served.namespace, record.name)
+    seen = newest.get(key)
+    if seen is not None and value < seen[0]:
+        return (f"copy {served.namespace}/{record.name} written with value {value} by {record.actor} at "
+                f"{record.answered_at:.3f} (sent at {record.received_at:.3f}), after value {seen[0]} was written "
+                f"at {seen[1]:.3f}")
+    newest[key] = (value, record.answered_at)
     return None
+
+
+no_copy_goes_back_to_older_data = _LogScan(_no_copy_goes_back_to_older_data, """No copy is written with an older value than one already written to it (the workload's values
+only grow), as the server's request log has it: a write of a run that was cut while in flight
+must not land after the next run's write of newer data.""")
 
 
 simulation = Simulation(
