@@ -233,10 +233,10 @@ async def test_seed3_a_blackholed_event_sink_does_not_delay_a_dependent(kube_tar
 def _unchecked(crd: Mapping[str, Any]) -> dict[str, Any]:
     """``crd`` with a schema that accepts anything, as an old CRD or a server that does not
     validate would: what reaches the plugin is then only its own to check."""
-    crd = copy.deepcopy(dict(crd))
-    for version in crd["spec"]["versions"]:
+    out = copy.deepcopy(dict(crd))
+    for version in out["spec"]["versions"]:
         version["schema"] = {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}}
-    return crd
+    return out
 
 
 UNCHECKED = attrs.evolve(plugin, crds=tuple(_unchecked(crd) for crd in plugin.crds))
