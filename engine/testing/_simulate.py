@@ -1149,7 +1149,14 @@ class _Simulator:
         if not self.obligations:
             return
         self.trace.add("sim", "settle", f"{len(self.obligations)} watched change(s) still owed a trigger")
+        deadline = trio.current_time() + 2 * WATCH_BOUND
         while self.obligations and self.violation is None:
+            if trio.current_time() >= deadline:
+                (identity, controller, ref), owed = next(iter(self.obligations.items()))
+                self.fail(f"{identity} {controller}: {owed.change} of {ref} at {owed.at - self.trace.origin:.3f}s "
+                          f"still had no trigger from its watch handler {2 * WATCH_BOUND:g}s after everything "
+                          "converged, its replica being refused reads all along")
+                return
             await trio.sleep(_TICK)
             self.check_notifications()
 
