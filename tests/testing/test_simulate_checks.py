@@ -116,10 +116,10 @@ def test_a_failing_sink_whose_error_reaches_the_dispatcher_is_a_sink_violation_n
 
 
 def test_a_relist_that_drops_a_vanished_object_silently_is_a_lost_notification() -> None:
-    result = caught_at("relist-drops-vanished-silently", 11)
+    result = caught_at("relist-drops-vanished-silently", 1)
     assert result.violation == (
-        "replica-1.1 sources: Source.bundles.engine.dev/sim/s1 was added again, but the deletion (history rewind) of "
-        "it at 50.533s never reached its watch handler (a lost notification)")
+        "replica-1.1 bundles: Bundle.bundles.engine.dev/sim/b1 was added again, but the deletion (history rewind) of "
+        "it at 47.080s never reached its watch handler (a lost notification)")
 
 
 def test_the_relist_bug_is_caught_with_every_fault_once_what_is_owed_outlives_convergence() -> None:
