@@ -28,11 +28,13 @@ seed's workload and fault schedule, and checks the engine's guarantees at every 
   history rewind) leads to a trigger of its key from each directly watching controller's
   handler within ``WATCH_BOUND`` of when the replica could read its kind again, and a key
   added again while its deletion is owed fails at once; the replica's memory sink keeps
-  receiving within ``SINK_BOUND`` whatever another sink does; a run cancelled inside a shield
+  receiving within ``SINK_BOUND`` whatever another sink does, and a sink's failure never
+  escapes into the event dispatcher (a sink violation, not a crash); a run cancelled inside a shield
   gets a write to the server or reports the cut; no status write arrives with no run of its
   key in progress (one in flight may land up to ``LATE_WRITE_BOUND`` after its run ended); a
   trigger not followed by a run while its key is idle and a started worker free is reported
-  at the next quiet moment.
+  at the next quiet moment. Once converged, a seed waits for every change still owed a
+  trigger to get it, or for its bound to pass.
 
 The first violation ends the run; :class:`SimulationResult` then holds it, the one-line
 replay command and the trace.
