@@ -389,6 +389,10 @@ class _Simulator:
     replica has watched."""
     resyncing: set[tuple[str, str, str, str]] = attrs.field(factory=set)
     """After a history rewind: the watched collections not listed again yet."""
+    unsynced: set[tuple[str, str, str, str]] = attrs.field(factory=set)
+    """The watched collections a replica did not list again in time after a history rewind:
+    its cache may hold what the rewind undid, so what its handlers hear of is not what the
+    server's changes say until it lists them again; they owe nothing until then."""
     writable: trio.Event = attrs.field(factory=trio.Event)
     """Set while writes are accepted (cleared from a history rewind until the replicas resynced)."""
     rewinds_pending: int = 0
@@ -597,6 +601,7 @@ class _Simulator:
                 watcher.watches[(served.path, *served.selectors)] = served
         if served.verb == "list" and served.status < 300:
             self.resyncing.discard((actor, served.path, *served.selectors))
+            self.unsynced.discard((actor, served.path, *served.selectors))
         if served.verb in ("list", "watch") and served.status >= 300 and self.obligations:
             self._cannot_read(actor, served)
         if served.status == 403 and actor.startswith(REPLICA):
@@ -763,6 +768,7 @@ class _Simulator:
             if rep.harness is None or not rep.alive or not _leads(rep):
                 continue
             holding = {key for key, w in rep.watches.items() if w.kind == kind and w.group == group
+                       and (rep.identity, *key) not in self.unsynced
                        and any(self.log.matches_watch(w, shape) for shape in shapes)}
             for controller in sorted(c for c, watches in self.direct.items() if watches & holding):
                 key = (rep.identity, controller, ref)
@@ -1100,6 +1106,7 @@ class _Simulator:
         for who in sorted({w[0] for w in self.resyncing}):
             self.forget_obligations(who)
         left = ", ".join(f"{who} {path}" + (f"?{labels}" if labels else "") for who, path, labels, _ in sorted(self.resyncing))
+        self.unsynced |= self.resyncing
         self.resyncing.clear()
         faults.remove(writes)
         self.rewinds_pending -= 1

@@ -151,8 +151,10 @@ def status_is_the_last_written(state: ClusterState) -> str | None:
     """The status a Bundle or Source shows is the one the last status write to it (by a replica, since
     the last history rewind, to this very object) put there, as the server's request log has
     it: the last one sent, not merely the last one to land (a write of a run cut while in
-    flight must not overtake the next run's). Only a write that took longer than the shield
-    gives it (:data:`STATUS_WRITE_TIMEOUT`: its run reported it cut) may land last out of turn."""
+    flight must not overtake the next run's). May land last out of turn: a write that took
+    longer than the shield gives it (:data:`STATUS_WRITE_TIMEOUT`: its run reported it cut), or
+    that retried a refused attempt from within that time (its run may have timed out on it), or
+    one of another replica (in flight when it lost its lease: the fencing check bounds that)."""
     log = state.requests
     if log is None:
         return None
@@ -160,17 +162,24 @@ def status_is_the_last_written(state: ClusterState) -> str | None:
                for o in state.objects(kind, namespace=state.namespace, group=GROUP)}
     landed: dict[tuple[str, str], RequestRecord] = {}
     sent: dict[tuple[str, str], RequestRecord] = {}
+    refused: dict[tuple[str, str, str], list[float]] = {}
     for record in log.since_last_restore():
         served = record.served
         key = (served.kind, record.name or "")
-        if served.subresource != "status" or not record.ok or key not in objects:
+        if served.subresource != "status" or key not in objects:
+            continue
+        if not record.ok:
+            refused.setdefault((record.actor, *key), []).append(record.answered_at)
             continue
         landed[key] = record
         if key not in sent or record.received_at >= sent[key].received_at:
             sent[key] = record
     wrong: list[str] = []
     for (kind, name), last in sorted(landed.items()):
-        if sent[kind, name] is not last and last.answered_at - last.received_at > STATUS_WRITE_TIMEOUT:
+        retried = any(last.received_at - STATUS_WRITE_TIMEOUT <= t <= last.received_at
+                      for t in refused.get((last.actor, kind, name), ()))
+        if sent[kind, name] is not last and (last.actor != sent[kind, name].actor or retried
+                                             or last.answered_at - last.received_at > STATUS_WRITE_TIMEOUT):
             continue
         record, bundle = sent[kind, name], objects[kind, name]
         body = record.body()
