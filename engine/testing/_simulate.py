@@ -678,7 +678,7 @@ class _Simulator:
             else:
                 self.trace.add(rep.identity, "late", f"{what} was in flight when the lease was lost; landed {late:.3f}s later")
             return
-        if record.lease is None and self.restored_lease_window() is None:
+        if record.lease is None and self.restored_lease_window(record.received_at) is None:
             self.fail(f"{rep.identity} wrote ({what}) at {record.received_at - self.trace.origin:.3f}s without holding "
                       "the Lease, as the server saw it (no fencing)")
 
@@ -824,15 +824,15 @@ class _Simulator:
                 self.trace.add(rep.identity, "replica", f"stopped by itself: {lost or harness.report}")
         rep.done.set()
 
-    def restored_lease_window(self) -> float | None:
-        """Seconds since the last history rewind if fewer than the replicas' ``renew_deadline``,
-        else ``None``. A restore of the server's storage can bring back an older Lease record
+    def restored_lease_window(self, at: float | None = None) -> float | None:
+        """Seconds since the last history rewind (at ``at``, default now) if fewer than the
+        replicas' ``renew_deadline``, else ``None``. A restore of the server's storage can bring back an older Lease record
         (released, or held by an earlier leader) while the current leader still leads: a standby
         may take it over before that leader's renewals fail for ``renew_deadline``. No
         Lease-based election can fence that window (client-go's neither)."""
         if self.rewound_at is None:
             return None
-        since = trio.current_time() - self.rewound_at
+        since = (trio.current_time() if at is None else at) - self.rewound_at
         deadlines = [float(getattr(rep.harness.manager.leader_election, "renew_deadline", 0.0))
                      for rep in self.replicas if rep.harness is not None]
         return since if since <= max(deadlines, default=0.0) else None
