@@ -128,8 +128,8 @@ def every_copy_has_its_source(state: ClusterState) -> str | None:
     return f"copies whose source is gone: {', '.join(orphans)}" if orphans else None
 
 
-Seen = dict[tuple[str | None, str | None], Any]
-"""What a scan of the request log remembers, by ``(namespace, name)``; forgotten at each restore."""
+Seen = dict[tuple[Any, ...], Any]
+"""What a scan of the request log remembers, by copy; forgotten at each restore."""
 
 
 class _LogScan:
@@ -210,19 +210,21 @@ def _no_copy_goes_back_to_older_data(newest: Seen, record: RequestRecord) -> str
         value = int((body.get("data") or {}).get("value", ""))
     except ValueError:
         return None
-    key = (served.namespace, record.name)
+    key = (served.namespace, record.name, record.actor)
     seen = newest.get(key)
-    if seen is not None and value < seen[0]:
+    if seen is not None and seen[0] > record.received_at and value < seen[1]:
         return (f"copy {served.namespace}/{record.name} written with value {value} by {record.actor} at "
-                f"{record.answered_at:.3f} (sent at {record.received_at:.3f}), after value {seen[0]} was written "
-                f"at {seen[1]:.3f}")
-    newest[key] = (value, record.answered_at)
+                f"{record.answered_at:.3f} (sent at {record.received_at:.3f}), after value {seen[1]} sent later "
+                f"(at {seen[0]:.3f}) was written at {seen[2]:.3f}")
+    if seen is None or record.received_at >= seen[0]:
+        newest[key] = (record.received_at, value, record.answered_at)
     return None
 
 
-no_copy_goes_back_to_older_data = _LogScan(_no_copy_goes_back_to_older_data, """No copy is written with an older value than one already written to it (the workload's values
-only grow), as the server's request log has it: a write of a run that was cut while in flight
-must not land after the next run's write of newer data.""")
+no_copy_goes_back_to_older_data = _LogScan(_no_copy_goes_back_to_older_data, """No copy write of a replica lands after one of newer data (the workload's values grow) that
+the same replica sent later, as the server's request log has it: a write of a run that was cut
+while in flight must not overtake the next run's. (A copy may go back to older data otherwise:
+its source was restored, or the replica's cache lags.)""")
 
 
 simulation = Simulation(

@@ -144,7 +144,7 @@ def test_an_unshielded_copy_write_overtaken_by_the_next_runs_is_caught_going_bac
     result = caught_at("copy-write-unshielded", 21)
     assert result.violation == (
         "plugin invariant no_copy_goes_back_to_older_data: copy team-ns1/src0 written with value 33298 by "
-        "replica-1.2 at 34.860 (sent at 33.299), after value 33924 was written at 34.570")
+        "replica-1.2 at 34.860 (sent at 33.299), after value 33924 sent later (at 34.570) was written at 34.570")
     assert "reorder" in " ".join(result.faults)
 
 
