@@ -188,7 +188,10 @@ class Router:
             verb, target.rt.plural, target.rt.group, target.subresource or "", target.namespace or "", target.name or ""
         )
         self._authorize(user, attributes)
-        if verb in ("update", "patch") and target.name is not None and target.subresource is None:
+        # Only a request that would create the object needs ``create`` too: an update, or an
+        # apply; any other patch of a missing object is answered 404 (as kube-apiserver does).
+        creates = verb == "update" or "apply-patch" in request.headers.get("content-type", "")
+        if creates and target.name is not None and target.subresource is None:
             if self.store.lookup(target.rt, target.namespace, target.name) is None:
                 self._authorize(user, attrs.evolve(attributes, verb="create"))
 

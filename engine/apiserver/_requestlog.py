@@ -89,6 +89,9 @@ class RequestLog:
     records: list[RequestRecord] = attrs.field(factory=list)
     restores: list[float] = attrs.field(factory=list)
     """trio times at which the server's storage was restored (see :meth:`mark_restore`)."""
+    restored_after: list[int] = attrs.field(factory=list)
+    """For each restore: how many records came before it (records answered in the same
+    instant may fall on either side, which its time alone cannot tell)."""
     _holdings: dict[str, LeaseHolding] = attrs.field(factory=dict)
 
     def __call__(self, served: ServedRequest) -> None:
@@ -141,11 +144,16 @@ class RequestLog:
             return None
         return held
 
+    def since_last_restore(self) -> list[RequestRecord]:
+        """The records answered after the last restore (all of them without one)."""
+        return self.records[self.restored_after[-1]:] if self.restored_after else list(self.records)
+
     def mark_restore(self) -> None:
         """Note that the server's storage was restored now: Leases are as they were, so every
         holding recorded so far ends."""
         now = trio.current_time()
         self.restores.append(now)
+        self.restored_after.append(len(self.records))
         self._holdings = {who: attrs.evolve(h, until=min(h.until, now)) for who, h in self._holdings.items()}
 
     def writes(self, *, actor: str | None = None, kind: str | None = None, since: float = -1.0) -> Iterator[RequestRecord]:

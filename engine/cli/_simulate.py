@@ -44,6 +44,9 @@ def _parser() -> argparse.ArgumentParser:
                         help="stop starting new seeds after this many seconds of wall time")
     parser.add_argument("--jobs", type=int, default=1, metavar="J",
                         help="run seeds in J worker processes (same results as one; default 1)")
+    parser.add_argument("--no-rbac", dest="rbac", action="store_false",
+                        help="run the replicas as cluster admin instead of as the plugin's ServiceAccount under the "
+                             "Role `python -m engine manifests` generates (the default; a 403 is then a violation)")
     parser.add_argument("--keep-going", action="store_true", help="run every seed even after a violation")
     parser.add_argument("--trace", type=int, default=40, metavar="N", help="trace entries to print on a violation")
     parser.add_argument("--show-trace", action="store_true", help="print the whole trace of every seed")
@@ -93,7 +96,7 @@ def main(argv: list[str]) -> int:
         results = simulate_seeds(
             simulation, range(first, first + count), budget=args.budget, keep_going=args.keep_going,
             on_result=on_result, faults=kinds, duration=args.duration, bound=args.bound, plugin=args.plugin,
-            simulation_ref=args.simulation, jobs=args.jobs,
+            simulation_ref=args.simulation, jobs=args.jobs, rbac=args.rbac,
         )
     finally:
         progress.clear()

@@ -44,6 +44,10 @@ class FaultKind(enum.Enum):
     SINK_OUTAGE = "sink-outage"
     """The notification endpoint (an event sink) stops answering, and stays down to the end:
     no reconcile may wait for it."""
+    REORDER = "reorder"
+    """For a few seconds each replica write is held up for its own random time, so writes
+    land in another order than they were sent (a run cut while its write is in flight, and
+    the next run's write overtaking it)."""
 
 
 def parse_fault_kinds(text: str | None) -> frozenset[FaultKind]:
@@ -84,6 +88,10 @@ class ScheduledFault:
     """Which replica slot it aims at, where it aims at one."""
     rewind: float = 0.0
     """For ``history-rewind``: how many seconds before ``at`` the restored snapshot is taken."""
+    jitter: float = 0.0
+    """For ``reorder``: the longest a write is held up, in seconds."""
+    seed: int = 0
+    """For ``reorder``: the seed of the writes' delays."""
 
     @property
     def snapshot_at(self) -> float | None:
@@ -100,6 +108,7 @@ class ScheduledFault:
             FaultKind.HISTORY_REWIND: f"back to {self.at - self.rewind:.1f}s, down {self.seconds:.1f}s",
             FaultKind.RUNNER_RESTART: f"replica slot {self.target}, back after {self.seconds:.1f}s",
             FaultKind.LEASE_LOSS: f"lease requests fail for {self.seconds:.1f}s",
+            FaultKind.REORDER: f"writes held up 0 to {self.jitter:.2f}s each for {self.seconds:.1f}s",
         }.get(self.kind, "")
         return f"{self.kind.value}" + (f" ({detail})" if detail else "")
 
@@ -109,9 +118,11 @@ def plan_faults(rng: random.Random, kinds: Iterable[FaultKind], duration: float)
     one half and then happens one to three times (lease loss and sink outage once) at
     uniform moments of ``[1, 0.9 * duration)``; a history rewind restores a snapshot taken at a
     uniform moment between the previous rewind (or 0.5 s) and half a second before it. Rewinds
-    are drawn last, so the other kinds' faults of a seed are the same with or without them."""
+    are drawn after the others, and reorders after them, so the other kinds' faults of a seed
+    are the same with or without them."""
     plan: list[ScheduledFault] = []
-    for kind in sorted(kinds, key=lambda k: (k is FaultKind.HISTORY_REWIND, k.value)):
+    last = {FaultKind.HISTORY_REWIND: 1, FaultKind.REORDER: 2}
+    for kind in sorted(kinds, key=lambda k: (last.get(k, 0), k.value)):
         if rng.random() < 0.5:
             continue
         once = kind in (FaultKind.LEASE_LOSS, FaultKind.SINK_OUTAGE)
@@ -134,6 +145,9 @@ def plan_faults(rng: random.Random, kinds: Iterable[FaultKind], duration: float)
                 plan.append(ScheduledFault(at, kind, seconds=rng.uniform(0.0, 10.0), target=rng.randint(0, 1)))
             elif kind is FaultKind.LEASE_LOSS:
                 plan.append(ScheduledFault(at, kind, seconds=rng.uniform(12.0, 25.0)))
+            elif kind is FaultKind.REORDER:
+                plan.append(ScheduledFault(at, kind, seconds=rng.uniform(5.0, 20.0), jitter=rng.uniform(0.5, 3.0),
+                                           seed=rng.getrandbits(32)))
             else:
                 plan.append(ScheduledFault(at, kind))
     plan.sort(key=lambda f: (f.at, f.kind.value))

@@ -14,6 +14,9 @@ seed's workload and fault schedule, and checks the engine's guarantees at every 
   accepted trigger is followed by a run of its key; a dependent starts a run within
   ``Simulation.prompt`` seconds of its dependency becoming Ready;
 * the plugin's own invariants, at every step;
+* least privilege (unless ``rbac=False``): each replica runs as the plugin's ServiceAccount
+  bound to the Role ``python -m engine manifests`` derives for it, and any request the server
+  refuses with 403 is a violation naming the verb and resource (no fault answers 403);
 * at the end: no Warning event from a superseded, shutdown or fenced run, and, once the
   faults stopped, every object converges within ``bound`` seconds (counted from the end of
   the longest rate-limited backoff then pending).
@@ -25,11 +28,13 @@ seed's workload and fault schedule, and checks the engine's guarantees at every 
   history rewind) leads to a trigger of its key from each directly watching controller's
   handler within ``WATCH_BOUND`` of when the replica could read its kind again, and a key
   added again while its deletion is owed fails at once; the replica's memory sink keeps
-  receiving within ``SINK_BOUND`` whatever another sink does; a run cancelled inside a shield
+  receiving within ``SINK_BOUND`` whatever another sink does, and a sink's failure never
+  escapes into the event dispatcher (a sink violation, not a crash); a run cancelled inside a shield
   gets a write to the server or reports the cut; no status write arrives with no run of its
   key in progress (one in flight may land up to ``LATE_WRITE_BOUND`` after its run ended); a
   trigger not followed by a run while its key is idle and a started worker free is reported
-  at the next quiet moment.
+  at the next quiet moment. Once converged, a seed waits for every change still owed a
+  trigger to get it, or for its bound to pass.
 
 The first violation ends the run; :class:`SimulationResult` then holds it, the one-line
 replay command and the trace.
@@ -133,7 +138,8 @@ class SimulationResult:
 
 
 def _replay_command(
-    plugin: str | None, simulation: str | None, seed: int, kinds: frozenset[FaultKind], duration: float, bound: float
+    plugin: str | None, simulation: str | None, seed: int, kinds: frozenset[FaultKind], duration: float, bound: float,
+    rbac: bool = True,
 ) -> str:
     parts = ["python -m engine simulate"]
     if plugin is not None:
@@ -147,6 +153,8 @@ def _replay_command(
         parts.append(f"--duration {duration:g}")
     if bound != DEFAULT_BOUND:
         parts.append(f"--bound {bound:g}")
+    if not rbac:
+        parts.append("--no-rbac")
     return " ".join(parts)
 
 
@@ -359,6 +367,8 @@ class _Simulator:
     kinds: frozenset[FaultKind]
     duration: float
     bound: float
+    rbac: bool = True
+    """Whether the replicas run as the plugin's ServiceAccount under its generated Role."""
     grace_period: float = GRACE_PERIOD
     trace: Trace = attrs.field(factory=Trace)
     violation: str | None = None
@@ -381,6 +391,10 @@ class _Simulator:
     replica has watched."""
     resyncing: set[tuple[str, str, str, str]] = attrs.field(factory=set)
     """After a history rewind: the watched collections not listed again yet."""
+    unsynced: set[tuple[str, str, str, str]] = attrs.field(factory=set)
+    """The watched collections a replica did not list again in time after a history rewind:
+    its cache may hold what the rewind undid, so what its handlers hear of is not what the
+    server's changes say until it lists them again; they owe nothing until then."""
     writable: trio.Event = attrs.field(factory=trio.Event)
     """Set while writes are accepted (cleared from a history rewind until the replicas resynced)."""
     rewinds_pending: int = 0
@@ -589,8 +603,11 @@ class _Simulator:
                 watcher.watches[(served.path, *served.selectors)] = served
         if served.verb == "list" and served.status < 300:
             self.resyncing.discard((actor, served.path, *served.selectors))
+            self.unsynced.discard((actor, served.path, *served.selectors))
         if served.verb in ("list", "watch") and served.status >= 300 and self.obligations:
             self._cannot_read(actor, served)
+        if served.status == 403 and actor.startswith(REPLICA):
+            self._forbidden(actor, served)
         if served.verb in ("get", "list", "watch"):
             return
         name = served.name if served.kind != "Event" else None  # Event names carry a wall-clock suffix
@@ -623,6 +640,19 @@ class _Simulator:
             self.trace.add("api", "write", f"{actor} {served.verb} {served.kind} {where}{sub} -> {served.status}"
                            + (" (failure status)" if failure else ""))
 
+    def _forbidden(self, actor: str, served: ServedRequest) -> None:
+        """A replica was refused a request (no fault answers 403): its plugin's generated Role
+        lacks a rule the plugin needs."""
+        assert self._target is not None and self._target.api is not None
+        plural = next((rt.plural for rt in self._target.api.store.types()
+                       if rt.kind == served.kind and rt.group == served.group), served.kind.lower())
+        resource = f"{plural}.{served.group}" if served.group else plural
+        sub = f"/{served.subresource}" if served.subresource else ""
+        where = f' in namespace "{served.namespace}"' if served.namespace else ""
+        name = f" {served.name}" if served.name else ""
+        self.fail(f"{actor} was refused {served.verb} {resource}{sub}{name}{where} (403 Forbidden): the Role "
+                  f"`python -m engine manifests` generates for {self.simulation.plugin.name} does not grant it")
+
     def _replica_named(self, identity: str) -> _Replica | None:
         return next((r for r in self.replicas if r.identity == identity), None)
 
@@ -650,7 +680,7 @@ class _Simulator:
             else:
                 self.trace.add(rep.identity, "late", f"{what} was in flight when the lease was lost; landed {late:.3f}s later")
             return
-        if record.lease is None and self.restored_lease_window() is None:
+        if record.lease is None and self.restored_lease_window(record.received_at) is None:
             self.fail(f"{rep.identity} wrote ({what}) at {record.received_at - self.trace.origin:.3f}s without holding "
                       "the Lease, as the server saw it (no fencing)")
 
@@ -740,6 +770,7 @@ class _Simulator:
             if rep.harness is None or not rep.alive or not _leads(rep):
                 continue
             holding = {key for key, w in rep.watches.items() if w.kind == kind and w.group == group
+                       and (rep.identity, *key) not in self.unsynced
                        and any(self.log.matches_watch(w, shape) for shape in shapes)}
             for controller in sorted(c for c, watches in self.direct.items() if watches & holding):
                 key = (rep.identity, controller, ref)
@@ -773,7 +804,7 @@ class _Simulator:
         async with open_plugin_test(
             sim.plugin, self._target, identity=rep.identity, namespace=sim.namespace, config=sim.config,
             leader_election=self.leader_election, sinks=[self.notifier], observers=[rep],
-            grace_period=self.grace_period, start_timeout=math.inf,
+            grace_period=self.grace_period, start_timeout=math.inf, rbac=self.rbac,
         ) as harness:
             rep.harness = harness
             harness.manager.events.add_tap(rep.tap)
@@ -795,15 +826,15 @@ class _Simulator:
                 self.trace.add(rep.identity, "replica", f"stopped by itself: {lost or harness.report}")
         rep.done.set()
 
-    def restored_lease_window(self) -> float | None:
-        """Seconds since the last history rewind if fewer than the replicas' ``renew_deadline``,
-        else ``None``. A restore of the server's storage can bring back an older Lease record
+    def restored_lease_window(self, at: float | None = None) -> float | None:
+        """Seconds since the last history rewind (at ``at``, default now) if fewer than the
+        replicas' ``renew_deadline``, else ``None``. A restore of the server's storage can bring back an older Lease record
         (released, or held by an earlier leader) while the current leader still leads: a standby
         may take it over before that leader's renewals fail for ``renew_deadline``. No
         Lease-based election can fence that window (client-go's neither)."""
         if self.rewound_at is None:
             return None
-        since = trio.current_time() - self.rewound_at
+        since = (trio.current_time() if at is None else at) - self.rewound_at
         deadlines = [float(getattr(rep.harness.manager.leader_election, "renew_deadline", 0.0))
                      for rep in self.replicas if rep.harness is not None]
         return since if since <= max(deadlines, default=0.0) else None
@@ -841,6 +872,10 @@ class _Simulator:
             try:
                 await self._run()
             except Exception as group:
+                escaped = self._sink_failure(group)
+                if escaped is not None:
+                    self.fail(escaped)
+                    return
                 exc: BaseException = group
                 while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
                     exc = exc.exceptions[0]
@@ -848,6 +883,25 @@ class _Simulator:
                 where = traceback.extract_tb(exc.__traceback__)[-1:]
                 at = f" at {where[0].filename}:{where[0].lineno}" if where else ""
                 self.fail(f"the simulation crashed: {detail}{at}")
+
+    def _sink_failure(self, error: BaseException) -> str | None:
+        """What to report when ``error`` (the simulation's crash) is an event sink's failure
+        that escaped from a delivery made outside the sink's own worker (where the recorder
+        would have counted it): the dispatcher, and every sink with it, stopped."""
+        if isinstance(error, BaseExceptionGroup):
+            return next((m for e in error.exceptions if (m := self._sink_failure(e)) is not None), None)
+        sinks = {id(sink): (rep, sink) for rep in self.replicas if rep.harness is not None
+                 for sink in rep.harness.manager.events.sinks}
+        caller = None
+        for frame, _ in traceback.walk_tb(error.__traceback__):
+            owner = frame.f_locals.get("self")
+            if frame.f_code.co_name == "deliver" and id(owner) in sinks and caller != "_drain_sink":
+                rep, sink = sinks[id(owner)]
+                return (f"{rep.identity}: event sink {sink.name} failed ({summarize(error)}) in a delivery made by the "
+                        "event dispatcher itself, which stopped delivering to every sink (a failing sink holds up "
+                        "the others)")
+            caller = frame.f_code.co_name
+        return None
 
     async def _run(self) -> None:
         sim = self.simulation
@@ -1002,6 +1056,8 @@ class _Simulator:
                     note = f"leader {leader.identity}"
         elif kind is FaultKind.SINK_OUTAGE:
             self.notifier.down = True
+        elif kind is FaultKind.REORDER:
+            self._nursery.start_soon(self._reorder, fault)
         self.trace.add("sim", "fault", fault.describe() + (f": {note}" if note else ""))
 
     async def _lasting(self, fault: Fault, seconds: float, expire: int = 0) -> None:
@@ -1012,6 +1068,23 @@ class _Simulator:
         if expire:
             faults.expire_next_watch(count=expire, client=REPLICA)
         self.trace.add("sim", "fault", f"{fault.kind} ended" + (f"; the next {expire} watch(es) get 410" if expire else ""))
+
+    async def _reorder(self, fault: ScheduledFault) -> None:
+        """For ``fault.seconds``: hold up each replica write (one latency fault of one request at
+        a time) for its own time, drawn from ``fault.seed``, up to ``fault.jitter``; until the
+        faults stop. A write that arrives while the next delay is being set goes through."""
+        assert self._target is not None
+        faults = self._target.faults
+        rng = random.Random(fault.seed)
+        end = trio.current_time() + fault.seconds
+        held = None
+        while not self.settling and trio.current_time() < end:
+            if held is None or held not in faults.active:
+                held = faults.add_latency(rng.uniform(0.0, fault.jitter), count=1, client=REPLICA, verbs=_WRITES)
+            await trio.sleep(_TICK / 20)
+        if held is not None:
+            faults.remove(held)
+        self.trace.add("sim", "fault", "reorder ended")
 
     async def _rewound(self, down: Fault, writes: Fault, seconds: float) -> None:
         """After a history rewind: down for ``seconds``, then reads only until every replica
@@ -1035,6 +1108,7 @@ class _Simulator:
         for who in sorted({w[0] for w in self.resyncing}):
             self.forget_obligations(who)
         left = ", ".join(f"{who} {path}" + (f"?{labels}" if labels else "") for who, path, labels, _ in sorted(self.resyncing))
+        self.unsynced |= self.resyncing
         self.resyncing.clear()
         faults.remove(writes)
         self.rewinds_pending -= 1
@@ -1070,6 +1144,7 @@ class _Simulator:
             problems = self.simulation.convergence(self._state) if not self.restarting else ["a replica is restarting"]
             if not problems:
                 self.trace.add("sim", "settle", "converged")
+                await self._owed_paid()
                 return
             if trio.current_time() >= deadline:
                 shown = "; ".join(problems[:5]) + (f"; and {len(problems) - 5} more" if len(problems) > 5 else "")
@@ -1077,6 +1152,24 @@ class _Simulator:
                 self.fail(f"not converged {self.bound:g}s after the faults stopped{after}: {shown}")
                 await trio.sleep_forever()
             await trio.sleep(_TICK)
+
+    async def _owed_paid(self) -> None:
+        """Once converged: wait until every watched change still owed a trigger got it, or
+        its :data:`WATCH_BOUND` passed (the monitor then reports it): a change dropped late in
+        the faults is not let off because everything converged before its bound."""
+        if not self.obligations:
+            return
+        self.trace.add("sim", "settle", f"{len(self.obligations)} watched change(s) still owed a trigger")
+        deadline = trio.current_time() + 2 * WATCH_BOUND
+        while self.obligations and self.violation is None:
+            if trio.current_time() >= deadline:
+                (identity, controller, ref), owed = next(iter(self.obligations.items()))
+                self.fail(f"{identity} {controller}: {owed.change} of {ref} at {owed.at - self.trace.origin:.3f}s "
+                          f"still had no trigger from its watch handler {2 * WATCH_BOUND:g}s after everything "
+                          "converged, its replica being refused reads all along")
+                return
+            await trio.sleep(_TICK)
+            self.check_notifications()
 
     async def _finish(self) -> None:
         await trio.testing.wait_all_tasks_blocked()
@@ -1110,6 +1203,7 @@ def simulate(
     bound: float = DEFAULT_BOUND,
     plugin: str | None = None,
     simulation_ref: str | None = None,
+    rbac: bool = True,
 ) -> SimulationResult:
     """Simulate ``simulation`` for one ``seed``; return how it went (never raises for a
     violation: see :attr:`SimulationResult.violation`).
@@ -1118,19 +1212,21 @@ def simulate(
     ``duration`` seconds of virtual time, then the faults stop and everything must converge
     within ``bound`` seconds. ``plugin`` is how the replay command names the plugin (default:
     its name, or none when ``simulation_ref`` is given); ``simulation_ref`` (``module:attr``)
-    is how it names the simulation, as ``--simulation``. Runs its own ``trio.run`` under ``MockClock``: call it from synchronous code,
+    is how it names the simulation, as ``--simulation``. With ``rbac`` (the default) the
+    replicas run as the plugin's ServiceAccount under its generated Role (see
+    :func:`~engine.testing.open_plugin_test`), and a 403 answered to one is a violation. Runs its own ``trio.run`` under ``MockClock``: call it from synchronous code,
     not from inside trio. The same arguments give the same trace, entry for entry.
     """
     if duration <= 0 or bound <= 0:
         raise ValueError("duration and bound must be > 0")
     kinds = frozenset(FaultKind) if faults is None else frozenset(faults)
-    runner = _Simulator(simulation, seed, kinds, duration, bound)
+    runner = _Simulator(simulation, seed, kinds, duration, bound, rbac)
     clock = trio.testing.MockClock(autojump_threshold=0)
     wall = time.perf_counter()
     with deterministic_scheduling(seed):
         trio.run(runner.main, clock=clock)
     named = plugin if plugin is not None or simulation_ref is not None else simulation.plugin.name
-    replay = _replay_command(named, simulation_ref, seed, kinds, duration, bound)
+    replay = _replay_command(named, simulation_ref, seed, kinds, duration, bound, rbac)
     return runner.result(replay, time.perf_counter() - wall, clock.current_time())
 
 

@@ -17,10 +17,11 @@ import random
 from collections.abc import Mapping
 from typing import Any
 
+from engine.apiserver import RequestRecord
 from engine.kube import get_condition, is_ready
 from engine.testing import ClusterState, Simulation, Step
 
-from ._controller import OWNER_LABEL, plugin
+from ._controller import OWNER_LABEL, STATUS_WRITE_TIMEOUT, plugin
 from ._crds import API_VERSION, GROUP
 
 __all__ = ["simulation"]
@@ -147,29 +148,49 @@ def _shown(status: Mapping[str, Any]) -> tuple[Any, ...]:
 
 
 def status_is_the_last_written(state: ClusterState) -> str | None:
-    """The status a Bundle shows is the one the last status write to it (by a replica, since
-    the last history rewind, to this very object) put there, as the server's request log has it."""
+    """The status a Bundle or Source shows is the one the last status write to it (by a replica, since
+    the last history rewind, to this very object) put there, as the server's request log has
+    it: the last one sent, not merely the last one to land (a write of a run cut while in
+    flight must not overtake the next run's). May land last out of turn: a write that took
+    longer than the shield gives it (:data:`STATUS_WRITE_TIMEOUT`: its run reported it cut), or
+    that retried a refused attempt from within that time (its run may have timed out on it), or
+    one of another replica (in flight when it lost its lease: the fencing check bounds that)."""
     log = state.requests
     if log is None:
         return None
-    bundles = {b["metadata"]["name"]: b for b in state.objects("Bundle", namespace=state.namespace, group=GROUP)}
-    since = log.restores[-1] if log.restores else -1.0
-    wrong: list[str] = []
-    for record in reversed(log.records):
-        if not bundles or record.answered_at <= since:
-            break
+    objects = {(kind, o["metadata"]["name"]): o for kind in ("Bundle", "Source")
+               for o in state.objects(kind, namespace=state.namespace, group=GROUP)}
+    landed: dict[tuple[str, str], RequestRecord] = {}
+    sent: dict[tuple[str, str], RequestRecord] = {}
+    refused: dict[tuple[str, str, str], list[float]] = {}
+    for record in log.since_last_restore():
         served = record.served
-        if served.kind != "Bundle" or served.subresource != "status" or not record.ok or record.name not in bundles:
+        key = (served.kind, record.name or "")
+        if served.subresource != "status" or key not in objects:
             continue
-        bundle = bundles.pop(record.name)
+        if not record.ok:
+            refused.setdefault((record.actor, *key), []).append(record.answered_at)
+            continue
+        landed[key] = record
+        if key not in sent or record.received_at >= sent[key].received_at:
+            sent[key] = record
+    wrong: list[str] = []
+    for (kind, name), last in sorted(landed.items()):
+        retried = any(last.received_at - STATUS_WRITE_TIMEOUT <= t <= last.received_at
+                      for t in refused.get((last.actor, kind, name), ()))
+        if sent[kind, name] is not last and (last.actor != sent[kind, name].actor or retried
+                                             or last.answered_at - last.received_at > STATUS_WRITE_TIMEOUT):
+            continue
+        record, bundle = sent[kind, name], objects[kind, name]
         body = record.body()
         written = body.get("status") if isinstance(body, Mapping) else None
         if record.uid != bundle["metadata"].get("uid") or not isinstance(written, Mapping):
             continue
         shown = _shown(bundle.get("status") or {})
         if _shown(written)[1:] != shown[1:] or ("lastAppliedRevision" in written and _shown(written)[0] != shown[0]):
-            wrong.append(f"Bundle {record.name} shows {shown}, but the last status "
-                         f"written ({record.actor} at {record.answered_at:.3f}) was {_shown(written)}")
+            how = "" if record is last else f", sent at {record.received_at:.3f}; one sent earlier landed after it"
+            wrong.append(f"{kind} {name} shows {shown}, but the last status "
+                         f"written ({record.actor} at {record.answered_at:.3f}{how}) was {_shown(written)}")
     return "; ".join(wrong) if wrong else None
 
 

@@ -118,6 +118,24 @@ async def test_roles_grant_verbs_resources_names_and_subresources(client: httpx.
     assert r.status_code == 403 and " cannot patch " in r.json()["message"]
 
 
+async def test_only_a_request_that_would_create_needs_create(client: httpx.AsyncClient, sa: httpx.AsyncClient) -> None:
+    await grant(client, [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "patch", "update"]}])
+    path = "/api/v1/namespaces/default/configmaps/gone"
+    r = await sa.patch(path, json=[{"op": "remove", "path": "/metadata/finalizers/0"}],
+                       headers={"content-type": "application/json-patch+json"})
+    assert r.status_code == 404, r.text
+    r = await sa.patch(path, json={"data": {"a": "1"}}, headers={"content-type": "application/merge-patch+json"})
+    assert r.status_code == 404, r.text
+    apply = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "gone"}}
+    r = await sa.patch(path, params={"fieldManager": "t"}, json=apply, headers={"content-type": "application/apply-patch+yaml"})
+    assert r.status_code == 403 and " cannot create " in r.json()["message"]
+    r = await sa.put(path, json=apply)
+    assert r.status_code == 403 and " cannot create " in r.json()["message"]
+    await client.post("/api/v1/namespaces/default/configmaps", json={"metadata": {"name": "gone"}})
+    r = await sa.patch(path, params={"fieldManager": "t"}, json=apply, headers={"content-type": "application/apply-patch+yaml"})
+    assert r.status_code == 200, r.text
+
+
 async def test_cluster_roles_and_self_reviews(client: httpx.AsyncClient, sa: httpx.AsyncClient) -> None:
     async def allowed(verb: str, resource: str, namespace: str = "") -> bool:
         spec = {"resourceAttributes": {"verb": verb, "resource": resource, "namespace": namespace}}

@@ -21,7 +21,7 @@ import trio
 
 from engine import Event, EventType, OutcomeKind
 from engine.apiserver import ApiServer
-from engine.kube import InvalidError, Plugin, get_condition
+from engine.kube import InvalidError, Plugin, PolicyRule, get_condition
 from engine.testing import KubeTarget, PluginHarness, open_plugin_test
 from plugins.bundles import plugin
 from plugins.bundles._controller import OWNER_LABEL, _identity, parse_duration
@@ -42,6 +42,9 @@ GADGET_CRD = {
     },
 }
 
+GADGET_RULE = PolicyRule("test.dev", "gadgets", ("create", "delete", "get", "list", "patch"))
+"""What applying, health-checking and pruning Gadgets needs, beside the bundled plugin's rules."""
+
 
 def gadget(name: str, ready: bool) -> dict[str, Any]:
     return {"apiVersion": "test.dev/v1", "kind": "Gadget", "metadata": {"name": name},
@@ -49,7 +52,9 @@ def gadget(name: str, ready: bool) -> dict[str, Any]:
 
 
 def open_bundles(subject: Plugin, target: KubeTarget, **kwargs: Any) -> AbstractAsyncContextManager[PluginHarness]:
-    """:func:`open_plugin_test` with the plugin watching the test's namespace only."""
+    """:func:`open_plugin_test` with the plugin watching the test's namespace only, as its own
+    ServiceAccount under the Role ``manifests`` generates (unless ``rbac=False``)."""
+    kwargs.setdefault("rbac", True)
     return open_plugin_test(subject, target, watch_namespace=target.namespace, **kwargs)
 
 
@@ -78,7 +83,8 @@ def test_inventory_identity_ignores_the_version() -> None:
 async def test_superseded_health_check_still_prunes_what_the_revision_applied(kube_target: KubeTarget) -> None:
     """r2 adds b and an unhealthy gadget; r3 (pushed during r2's health check) drops them:
     both are pruned, though r2 never finished."""
-    async with open_bundles(plugin, kube_target, config={"healthPollInterval": 0.05},
+    with_gadgets = attrs.evolve(plugin, rules=(*plugin.rules, GADGET_RULE))
+    async with open_bundles(with_gadgets, kube_target, config={"healthPollInterval": 0.05},
                                 manifests=[GADGET_CRD, source("repo", "r1", [configmap("a")]),
                                            bundle("app", "repo", timeout="1h")]) as h:
         await h.wait_for(API + "/Bundle", "app", condition=lambda o: ready_at(o, "r1"), timeout=20)
@@ -227,10 +233,10 @@ async def test_seed3_a_blackholed_event_sink_does_not_delay_a_dependent(kube_tar
 def _unchecked(crd: Mapping[str, Any]) -> dict[str, Any]:
     """``crd`` with a schema that accepts anything, as an old CRD or a server that does not
     validate would: what reaches the plugin is then only its own to check."""
-    crd = copy.deepcopy(dict(crd))
-    for version in crd["spec"]["versions"]:
+    out = copy.deepcopy(dict(crd))
+    for version in out["spec"]["versions"]:
         version["schema"] = {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}}
-    return crd
+    return out
 
 
 UNCHECKED = attrs.evolve(plugin, crds=tuple(_unchecked(crd) for crd in plugin.crds))

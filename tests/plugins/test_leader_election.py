@@ -25,7 +25,7 @@ def replica(target: KubeTarget, **kwargs: Any) -> Any:
                              lease_duration=LEASE_DURATION, renew_deadline=RENEW_DEADLINE, retry_period=RETRY)
 
     return open_plugin_test(plugin, target, watch_namespace=target.namespace, leader_election=elector,
-                            cluster_events=False, **kwargs)
+                            cluster_events=False, rbac=True, **kwargs)
 
 
 def reconciles(h: PluginHarness) -> list[tuple[float, float]]:

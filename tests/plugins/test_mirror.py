@@ -34,7 +34,7 @@ async def copy_namespaces(h: Any) -> set[str]:
 
 async def test_mirror_copies_follows_namespaces_and_cleans_up_with_its_finalizer(kube_target: KubeTarget) -> None:
     namespaces = [namespace("src"), namespace("a1", team="a"), namespace("a2", team="a"), namespace("b1", team="b")]
-    async with open_plugin_test(mirror_plugin, kube_target, namespace="src", manifests=namespaces) as h:
+    async with open_plugin_test(mirror_plugin, kube_target, namespace="src", rbac=True, manifests=namespaces) as h:
         await h.apply(SOURCE)
         for ns in ("a1", "a2"):
             await h.wait_for("ConfigMap", "settings", namespace=ns, condition=lambda o: o is not None)
@@ -65,7 +65,7 @@ async def test_mirror_copies_follows_namespaces_and_cleans_up_with_its_finalizer
 async def test_unlabelled_source_releases_its_finalizer_and_user_configmaps_are_left_alone(kube_target: KubeTarget) -> None:
     user_cm = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "settings", "namespace": "a2"},
                "data": {"mine": "yes"}}
-    async with open_plugin_test(mirror_plugin, kube_target, namespace="src", manifests=[
+    async with open_plugin_test(mirror_plugin, kube_target, namespace="src", rbac=True, manifests=[
             namespace("src"), namespace("a1", team="a"), namespace("a2", team="a"), user_cm]) as h:
         await h.apply(SOURCE)
         await h.wait_for("ConfigMap", "settings", namespace="a1", condition=lambda o: o is not None)
@@ -84,7 +84,7 @@ async def test_a_source_seen_late_after_it_was_deleted_is_never_copied(kube_targ
     """A stale cache shows a source that is already gone: adding the finalizer finds nothing,
     and no copy is made (a copy without a source, until the deletion reached the cache, was
     found by the simulation, mirror seed 204)."""
-    async with open_plugin_test(mirror_plugin, kube_target, namespace="src",
+    async with open_plugin_test(mirror_plugin, kube_target, namespace="src", rbac=True,
                                 manifests=[namespace("src"), namespace("a1", team="a")]) as h:
         kube_api.faults.delay_watch(5, resource="configmaps")
         await h.apply(SOURCE)
@@ -102,7 +102,7 @@ async def test_a_copy_written_by_a_superseded_run_lands_before_the_next_run(
     """A copy write the server answers slowly, its run superseded by the source's deletion
     meanwhile: the write is shielded, so it lands before the cleanup run, never after it (an
     orphaned copy, found by the simulation, mirror seed 585)."""
-    async with open_plugin_test(mirror_plugin, kube_target, namespace="src",
+    async with open_plugin_test(mirror_plugin, kube_target, namespace="src", rbac=True,
                                 manifests=[namespace("src"), namespace("a1", team="a")]) as h:
         await h.apply(SOURCE.replace("  labels:", f"  finalizers: [{FINALIZER}]\n  labels:"))
         kube_api.faults.add_latency(3, count=1, resource="configmaps", verbs={"patch"})
@@ -123,7 +123,7 @@ async def test_a_cached_finalizer_on_a_source_since_deleted_is_not_trusted(
     """The cache shows a source holding the finalizer; on the server the finalizer was removed
     and the source deleted. No copy is made: the finalizer is checked on the server (a copy
     without a source, found by the simulation, mirror seed 721)."""
-    async with open_plugin_test(mirror_plugin, kube_target, namespace="src",
+    async with open_plugin_test(mirror_plugin, kube_target, namespace="src", rbac=True,
                                 manifests=[namespace("src"), namespace("a1", team="a")]) as h:
         kube_api.faults.delay_watch(5, resource="configmaps")
         await h.apply(SOURCE.replace("  labels:", f"  finalizers: [{FINALIZER}]\n  labels:"))

@@ -10,8 +10,7 @@ the block ends. :func:`hunt` simulates seeds from 0 until one reports a violatio
 named) and prints, per mutation, the seed that caught it and the violation; it exits 1 if
 one of them was not caught within ``--seeds`` (default 40). It takes minutes; the test suite
 (``tests/testing/test_simulate_checks.py``) runs each caught mutation at the one seed that
-catches it (:func:`caught_at`). ``copy-write-unshielded`` is not caught within 40 seeds
-(all faults; nor within 21 with latency only): a known gap.
+catches it (:func:`caught_at`).
 """
 
 from __future__ import annotations
@@ -72,6 +71,8 @@ MUTATIONS: tuple[Mutation, ...] = (
              "live = source", plugin="mirror"),
     Mutation("copy-write-unshielded", "cut final write (plugin)", "plugins.mirror._controller",
              "MirrorReconciler.reconcile", "with ctx.shield(10):", "if True:", plugin="mirror"),
+    Mutation("status-write-unshielded", "cut final write (plugin)", "plugins.bundles._controller", "write_status",
+             "with ctx.shield(STATUS_WRITE_TIMEOUT) as scope:", "with trio.CancelScope() as scope:"),
 )
 """The bugs :func:`main` plants: one per class of the issue, plus the older classes."""
 

@@ -55,6 +55,7 @@ def _widgets(*, warn_when_cancelled: bool) -> Plugin:
                 await patch_status(ctx.client, widgets.resource, obj, {
                     "observedGeneration": obj["metadata"]["generation"]})
 
+        ctx.uses(widgets.resource, "patch_status")
         ctx.cluster.watches(ctx.manager.add_controller(Controller("widgets", reconcile)), widgets)
 
     return Plugin(name="widgets", setup=setup, crds=(WIDGET_CRD,), examples=(WIDGET,))
@@ -162,12 +163,14 @@ def test_bundled_plugins_hold_their_guarantees_over_seeds(name: str, record_prop
     print(f"{name}: {len(results)} seeds held")
 
 
-def test_history_rewinds_leave_the_other_kinds_schedule_of_a_seed_as_it_was() -> None:
-    others = frozenset(FaultKind) - {FaultKind.HISTORY_REWIND}
+def test_history_rewinds_and_reorders_leave_the_other_kinds_schedule_of_a_seed_as_it_was() -> None:
+    last = (FaultKind.HISTORY_REWIND, FaultKind.REORDER)
     for seed in range(20):
-        with_rewinds = plan_faults(random.Random(seed), FaultKind, 60)
-        assert [f for f in with_rewinds if f.kind is not FaultKind.HISTORY_REWIND] == plan_faults(
-            random.Random(seed), others, 60)
+        everything = plan_faults(random.Random(seed), FaultKind, 60)
+        assert [f for f in everything if f.kind not in last] == plan_faults(
+            random.Random(seed), frozenset(FaultKind) - set(last), 60)
+        assert [f for f in everything if f.kind is not FaultKind.REORDER] == plan_faults(
+            random.Random(seed), frozenset(FaultKind) - {FaultKind.REORDER}, 60)
 
 
 @pytest.mark.parametrize("name", ["bundles", "mirror"])

@@ -4,10 +4,11 @@ seed, and the mutation mechanism of :mod:`tests.testing.mutations`; plus the req
 
 from __future__ import annotations
 
+import attrs
 import pytest
 
 from engine.apiserver import RequestLog
-from engine.testing import FaultKind, simulate_seeds, simulation_for
+from engine.testing import FaultKind, simulate, simulate_seeds, simulation_for
 
 from .mutations import MUTATIONS, Mutation, caught_at, hunt, planted
 
@@ -105,11 +106,30 @@ def test_a_sink_that_holds_up_the_others_is_caught_by_the_sink_check() -> None:
         "endpoint is down (a stuck sink holds up the others)")
 
 
-def test_a_relist_that_drops_a_vanished_object_silently_is_a_lost_notification() -> None:
-    result = caught_at("relist-drops-vanished-silently", 11)
+def test_a_failing_sink_whose_error_reaches_the_dispatcher_is_a_sink_violation_not_a_crash() -> None:
+    with planted(_mutation("sink-delivered-inline")):
+        result = simulate(simulation_for("bundles"), 2)
     assert result.violation == (
-        "replica-1.1 sources: Source.bundles.engine.dev/sim/s1 was added again, but the deletion (history rewind) of "
-        "it at 50.533s never reached its watch handler (a lost notification)")
+        "replica-1.1: event sink kubernetes failed (ServerError: 503 ServiceUnavailable: injected fault: answering 503 "
+        "ServiceUnavailable) in a delivery made by the event dispatcher itself, which stopped delivering to every "
+        "sink (a failing sink holds up the others)")
+
+
+def test_a_relist_that_drops_a_vanished_object_silently_is_a_lost_notification() -> None:
+    result = caught_at("relist-drops-vanished-silently", 1)
+    assert result.violation == (
+        "replica-1.1 bundles: Bundle.bundles.engine.dev/sim/b1 was added again, but the deletion (history rewind) of "
+        "it at 47.080s never reached its watch handler (a lost notification)")
+
+
+def test_the_relist_bug_is_caught_with_every_fault_once_what_is_owed_outlives_convergence() -> None:
+    with planted(_mutation("relist-drops-vanished-silently")):
+        result = simulate(simulation_for("bundles"), 23)
+    assert result.violation == (
+        "replica-1.1 sources: deletion (history rewind) of Source.bundles.engine.dev/sim/s1 at 153.875s passed the "
+        "predicates of its watch handler but led to no trigger of Source.bundles.engine.dev/sim/s1 from that handler "
+        "within 60s (a lost notification)")
+    assert any(entry.what == "settle" and "still owed a trigger" in entry.text for entry in result.trace)
 
 
 def test_a_copy_written_from_a_stale_cache_breaks_a_plugin_invariant() -> None:
@@ -117,3 +137,35 @@ def test_a_copy_written_from_a_stale_cache_breaks_a_plugin_invariant() -> None:
     assert result.violation == (
         "plugin invariant every_copy_has_its_source: copies whose source is gone: team-ns0/src1, team-ns1/src1, "
         "team-ns2/src1")
+
+
+
+def test_an_unshielded_copy_write_overtaken_by_the_next_runs_is_caught_going_back() -> None:
+    result = caught_at("copy-write-unshielded", 21)
+    assert result.violation == (
+        "plugin invariant no_copy_goes_back_to_older_data: copy team-ns1/src0 written with value 33298 by "
+        "replica-1.2 at 34.860 (sent at 33.299), after value 33924 sent later (at 34.570) was written at 34.570")
+    assert "reorder" in " ".join(result.faults)
+
+
+
+def test_an_unshielded_status_write_overtaken_by_the_next_runs_breaks_status_is_the_last_written() -> None:
+    result = caught_at("status-write-unshielded", 5)
+    assert result.violation == (
+        "plugin invariant status_is_the_last_written: Source s1 shows (None, 'True', 'ArtifactReady', 'revision r9 "
+        "with 3 objects'), but the last status written (replica-1.3 at 58.896, sent at 56.928; one sent earlier "
+        "landed after it) was (None, 'True', 'ArtifactReady', 'revision r8 with 2 objects')")
+
+
+def test_a_rule_missing_from_the_generated_role_is_a_violation_naming_verb_and_resource() -> None:
+    simulation = simulation_for("bundles")
+    assert simulation.plugin.rules, "bundles declares what applying its Sources' ConfigMaps needs"
+    undeclared = attrs.evolve(simulation, plugin=attrs.evolve(simulation.plugin, rules=()))
+    result = simulate(undeclared, 0, duration=20)
+    assert result.violation == (
+        'replica-1.1 was refused patch configmaps s0-cm1 in namespace "sim" (403 Forbidden): the Role '
+        "`python -m engine manifests` generates for bundles does not grant it")
+    assert result.replay == "python -m engine simulate --plugin bundles --seed 0 --duration 20"
+    as_admin = simulate(undeclared, 0, duration=20, rbac=False)
+    assert as_admin.ok, as_admin.report()
+    assert as_admin.replay == "python -m engine simulate --plugin bundles --seed 0 --duration 20 --no-rbac"

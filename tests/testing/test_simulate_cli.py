@@ -9,6 +9,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import attrs
 import pytest
 
 from engine.cli._simulate import main
@@ -20,6 +21,9 @@ from .test_simulate import _resizes, _widgets
 plugin = _widgets(warn_when_cancelled=True)
 simulation = Simulation(plugin=plugin, workload=_resizes)
 SPEC = "tests.testing.test_simulate_cli:plugin"
+_bundles = simulation_for("bundles")
+undeclared = attrs.evolve(_bundles, plugin=attrs.evolve(_bundles.plugin, rules=()))
+"""The bundles simulation with a plugin that does not declare the ConfigMap rules it needs."""
 
 
 def test_a_violation_exits_1_with_the_seed_and_a_replay_command(capsys: pytest.CaptureFixture[str]) -> None:
@@ -146,3 +150,13 @@ def test_on_a_terminal_progress_is_one_line_rewritten_then_erased(monkeypatch: p
     shown, _, summary = rest.rpartition("\r\x1b[K")
     assert re.fullmatch(r"(\r[012]/2 seeds, 0 violations, [^\r\n]*\x1b\[K)+", shown), shown
     assert summary.startswith("bundles: 2 seed(s) from 0, 0 violation(s), ") and summary.count("\n") == 1
+
+
+def test_replicas_run_under_the_generated_role_unless_no_rbac(capsys: pytest.CaptureFixture[str]) -> None:
+    ref = "tests.testing.test_simulate_cli:undeclared"
+    assert main(["--simulation", ref, "--seeds", "1", "--duration", "10", "--faults", "none"]) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert out[1] == ('seed 0: VIOLATION: replica-1.1 was refused patch configmaps s0-cm1 in namespace "sim" (403 '
+                      "Forbidden): the Role `python -m engine manifests` generates for bundles does not grant it")
+    assert main(["--simulation", ref, "--seeds", "1", "--duration", "10", "--faults", "none", "--no-rbac"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1].startswith("bundles: 1 seed(s) from 0, 0 violation(s), ")
