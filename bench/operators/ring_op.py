@@ -22,7 +22,7 @@ async def _setup(ctx: PluginContext) -> None:
     seconds = float(os.environ.get("BENCH_RUN_SECONDS", "0.05"))
     workers = int(os.environ.get("BENCH_WORKERS", "2"))
     pid = os.getpid()
-    informer = await ctx.cluster.informer("v1", "ConfigMap")
+    informer = await ctx.cluster.informer("v1", "ConfigMap", sharded=True)
 
     async def reconcile(run: RunContext) -> None:
         await trio.sleep(seconds)

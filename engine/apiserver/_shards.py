@@ -22,7 +22,7 @@ from typing import Any
 
 import attrs
 
-from .._keyspace import KEY_SPACE, NAMESPACE_FIELD, UID_FIELD, KeyRange, fnv1a64
+from .._keyspace import KEY_SPACE, NAMESPACE_FIELD, UID_FIELD, KeyRange, KeyRanges, fnv1a64
 from ._errors import RequestRejected
 
 __all__ = [
@@ -70,6 +70,9 @@ class ShardSelector:
     """``object.metadata.uid`` or ``object.metadata.namespace``."""
     ranges: tuple[KeyRange, ...]
     """The ranges as requested (duplicates and overlaps kept; an object matches once)."""
+    _union: KeyRanges = attrs.field(
+        init=False, eq=False, repr=False, default=attrs.Factory(lambda self: KeyRanges(self.ranges), takes_self=True)
+    )
 
     @property
     def canonical(self) -> str:
@@ -84,8 +87,7 @@ class ShardSelector:
 
     def matches(self, obj: Mapping[str, Any]) -> bool:
         """Whether ``obj``'s hash falls in one of the ranges."""
-        key = self.key(obj)
-        return any(key in r for r in self.ranges)
+        return self.key(obj) in self._union
 
 
 def shard_selector_of(query_values: Mapping[str, Sequence[str]], enabled: bool) -> ShardSelector | None:

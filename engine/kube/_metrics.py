@@ -10,6 +10,7 @@ informer restricted to key ranges dropped on its side, and
 ``engine_informer_server_shard_filter{resource}`` (1 or 0, for such informers once they asked)
 says whether the API server filters them by ``shardSelector`` (KEP-5866) or the informer alone
 does (the server then sends every object, and the replica's memory and CPU do not shrink).
+``engine_informer_cached_objects{resource}`` is how many objects the informers hold.
 ``engine_forbidden_requests_total{verb,resource}`` counts the 403 answers a client received
 (see :class:`ForbiddenLog`). The ``engine_ring_*`` series of a scale-out member are
 :class:`RingCollector`'s.
@@ -32,7 +33,8 @@ __all__ = ["ForbiddenCollector", "InformerCollector", "RingCollector"]
 
 
 class ForbiddenCollector(Collector):
-    """Collects ``engine_forbidden_requests_total{verb,resource}`` from ``client.forbidden``
+    """Collects ``engine_informer_cached_objects{resource}`` is how many objects the informers hold.
+``engine_forbidden_requests_total{verb,resource}`` from ``client.forbidden``
     at scrape time (``resource`` as ``plural.group``, ``plural.group/subresource``).
     Register it once; cheap and never blocks."""
 
@@ -86,6 +88,10 @@ class InformerCollector(Collector):
             "1 if the API server filters the informer's key ranges by shardSelector, 0 if only the client does",
             labels=["resource"],
         )
+        cached_objects = GaugeMetricFamily(
+            "engine_informer_cached_objects", "Objects held in the informers' caches", labels=["resource"],
+        )
+        cached: dict[str, int] = {}
         filtering: dict[str, bool] = {}
         totals: dict[str, dict[str, int]] = {name: {} for name in families}
         for informer in self._cluster.informers:
@@ -94,6 +100,7 @@ class InformerCollector(Collector):
             for name in families:
                 per = totals[name]
                 per[resource] = per.get(resource, 0) + int(getattr(stats, name))
+            cached[resource] = cached.get(resource, 0) + len(informer.store)
             server = informer.server_filters_shards
             if informer.key_ranges is not None and server is not None:
                 filtering[resource] = filtering.get(resource, True) and server
@@ -104,6 +111,9 @@ class InformerCollector(Collector):
         for resource, server in sorted(filtering.items()):
             server_filter.add_metric([resource], 1 if server else 0)
         yield server_filter
+        for resource, count in sorted(cached.items()):
+            cached_objects.add_metric([resource], count)
+        yield cached_objects
 
 
 _HANDOVER_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1.0, 2.5, 5.0, 10.0, 15.0, 30.0, 60.0)

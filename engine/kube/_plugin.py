@@ -18,6 +18,7 @@ import attrs
 import trio
 
 from .._errors import EngineError
+from .._keyspace import KeyRanges
 from .._manager import Manager, ShutdownReport
 from .._text import summarize
 from ._access import MissingPermissionsError, check_permissions, whoami
@@ -326,6 +327,18 @@ class PluginHost:
     :class:`LeaderElector` Lease and :class:`KubernetesEventSink` Events when it has them."""
 
 
+def _restrict_to_ring(cluster: Cluster, ring: HashRing) -> None:
+    """Keep the cluster's sharded informers to the keys ``ring`` has an interest in: nothing
+    until the first assignment, then :attr:`HashRing.interest` as it changes."""
+    cluster.set_key_ranges(KeyRanges.nothing())
+
+    def follow() -> None:
+        if cluster.key_ranges != ring.interest:
+            cluster.set_key_ranges(ring.interest)
+
+    ring.on_change.append(follow)
+
+
 async def run_plugins(
     client: Client,
     plugins: Iterable[Plugin | str],
@@ -414,6 +427,7 @@ async def run_plugins(
     if scale_out is not None:
         scale_out.gate.key_of = cluster.key_of
         scale_out.attach(manager)
+        _restrict_to_ring(cluster, scale_out)
     host = PluginHost(client=client, manager=manager, cluster=cluster, plugins=[], errors=errors)
     needed: list[PolicyRule] = []
     checked: tuple[PolicyRule, ...] = ()

@@ -251,7 +251,7 @@ class HashRing:
         self._wall_offset: float | None = None
         self._last_written: dt.datetime | None = None
         self.on_change: list[Callable[[], None]] = []
-        """Callbacks called (synchronously) after the owned ranges changed."""
+        """Callbacks called (synchronously) after the owned, assigned or released ranges changed."""
 
     def __repr__(self) -> str:
         return f"<HashRing {self.namespace}/{self.name} member={self._member!r} owned={self.gate.owned.share:.3f}>"
@@ -283,6 +283,15 @@ class HashRing:
         self._manager = manager
         manager.add_service(self.run)
         manager.add_shutdown_hook(self.leave)
+
+    @property
+    def interest(self) -> KeyRanges:
+        """The keys whose objects this member needs cached: those assigned to it (owned, or
+        waiting for the previous owner to let go) and those it is still handing over. Informers
+        restricted to it (``Cluster.informer(..., sharded=True)``) hold the objects of a range
+        before it is gained and until its last run ended. Changes are announced by
+        :attr:`on_change`."""
+        return self._assigned | self.gate.owned | self._releasing
 
     def statistics(self) -> RingStatistics:
         """A snapshot of the member's view. Not a checkpoint."""
@@ -435,7 +444,10 @@ class HashRing:
         await self._read(started)
         await self._collect_garbage()
         stopping = self._leaving or (self._manager is not None and self._manager.stopping)
-        self._assigned = KeyRanges.nothing() if stopping else self._assignment().get(self._member, KeyRanges.nothing())
+        assigned = KeyRanges.nothing() if stopping else self._assignment().get(self._member, KeyRanges.nothing())
+        if assigned != self._assigned:
+            self._assigned = assigned
+            self._changed()
         lost = self.gate.owned - self._assigned
         if lost:
             self._start_release(lost)

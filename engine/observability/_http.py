@@ -43,7 +43,9 @@ logger = logging.getLogger("engine.http")
 
 BindAddress = tuple[str, int]
 
-_MAX_HEADER_BYTES = 16 * 1024
+_MAX_HEADER_BYTES = 1024 * 1024
+"""A request head may be this long: Go's ``http.Server`` default, which kube-apiserver keeps
+(a scale-out replica's ``shardSelector`` can run to tens of kilobytes)."""
 _MAX_BODY = 64 * 1024 * 1024
 
 

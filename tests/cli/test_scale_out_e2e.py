@@ -36,10 +36,11 @@ pytestmark = pytest.mark.timeout(150)
 
 
 @asynccontextmanager
-async def apiserver(tmp_path: Path) -> AsyncIterator[Path]:
+async def apiserver(tmp_path: Path, *, sharded_watch: bool = False) -> AsyncIterator[Path]:
     kubeconfig = tmp_path / "kc.yaml"
+    gates = ["--feature-gates", "ShardedListAndWatch=true"] if sharded_watch else []
     proc = await trio.lowlevel.open_process(
-        [sys.executable, "-m", "engine", "apiserver", "--port", "0", "--write-kubeconfig", str(kubeconfig)],
+        [sys.executable, "-m", "engine", "apiserver", "--port", "0", "--write-kubeconfig", str(kubeconfig), *gates],
         cwd=ROOT, stdout=subprocess.PIPE, env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
     try:
@@ -134,7 +135,10 @@ def fair(per: dict[int, set[str]], pids: list[int]) -> bool:
     return all(OBJECTS / len(pids) * 0.5 <= c <= OBJECTS / len(pids) * 1.5 for c in counts)
 
 
-async def test_replicas_share_objects_take_over_on_crash_and_hand_over_on_sigterm(tmp_path: Path) -> None:
+@pytest.mark.parametrize("sharded_watch", [False, True], ids=["server-ignores-shardSelector", "server-filters"])
+async def test_replicas_share_objects_take_over_on_crash_and_hand_over_on_sigterm(
+    tmp_path: Path, sharded_watch: bool
+) -> None:
     record = tmp_path / "runs.log"
     records = Records(record)
     os.environ["RING_RECORD"] = str(record)
@@ -148,7 +152,7 @@ async def test_replicas_share_objects_take_over_on_crash_and_hand_over_on_sigter
         "--progress", "never",
     ]
     killed: dict[int, float] = {}
-    async with apiserver(tmp_path) as kubeconfig, Client(Config.from_kubeconfig(kubeconfig)) as client:
+    async with apiserver(tmp_path, sharded_watch=sharded_watch) as kubeconfig, Client(Config.from_kubeconfig(kubeconfig)) as client:
         ns = await client.resource("v1", "Namespace")
         await client.create(ns, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
         cm = await client.resource("v1", "ConfigMap")
@@ -195,6 +199,10 @@ async def test_replicas_share_objects_take_over_on_crash_and_hand_over_on_sigter
                         await trio.sleep(0.2)
             share = float(metrics.split('engine_ring_owned_share{ring="engine-ring-recorder"} ')[1].split()[0])
             assert 0.1 < share < 0.6, "the new replica owns a share of the key space"
+            filtered = 'engine_informer_server_shard_filter{resource="configmaps/v1"} 1.0' in metrics
+            assert filtered == sharded_watch, "the informer sends shardSelector exactly when the server honours it"
+            cached = float(metrics.split('engine_informer_cached_objects{resource="configmaps/v1"} ')[1].split()[0])
+            assert cached < OBJECTS * 0.8, "the replica caches only the objects of its ranges"
 
             # SIGTERM one: it hands over, exits 0, with no failure and no Warning event.
             await wait_until(lambda: settled(records, live), within=30, what="a settled ring")

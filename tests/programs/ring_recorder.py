@@ -35,7 +35,7 @@ async def _setup(ctx: PluginContext) -> None:
         return Result(requeue_after=requeue)
 
     controller = ctx.manager.add_controller(Controller("ring-recorder", reconcile, max_concurrent=workers))
-    informer = await ctx.cluster.informer("v1", "ConfigMap")
+    informer = await ctx.cluster.informer("v1", "ConfigMap", sharded=True)
     ctx.cluster.watches(controller, informer)
 
 
