@@ -59,6 +59,11 @@ def _rv(obj: Mapping[str, Any]) -> str | None:
     return rv if isinstance(rv, str) else None
 
 
+def _uid(obj: Mapping[str, Any]) -> str | None:
+    uid = obj.get("metadata", {}).get("uid")
+    return uid if isinstance(uid, str) else None
+
+
 class _ObjectFaults:
     """Contains exceptions raised by user code for one object: logs each once, counts them all.
 
@@ -258,7 +263,10 @@ class Store:
         """Apply a watcher event and return the changes it made, in order.
 
         ``Added``/``Modified`` store the object (no change when the cached one has the same
-        ``resourceVersion``); ``Deleted`` removes it (reported even when it was not cached);
+        ``resourceVersion``; an object that replaced a cached one of the same name but another
+        ``uid``, deleted and re-created while the watch was away, is reported as ``DELETED``
+        of the old and ``ADDED`` of the new, so predicates comparing the two never mistake a
+        new object for an unchanged one); ``Deleted`` removes it (reported even when it was not cached);
         ``Restarted`` replaces the contents with the list, reporting additions and
         modifications in list order, then deletions (with ``reset``, every listed object that
         was cached is reported as modified, whatever its ``resourceVersion``); ``Bookmark``
@@ -269,7 +277,7 @@ class Store:
             current = self._get(object_key(event.obj))
             if current is not None and _rv(current) == _rv(event.obj):
                 return []
-            return [self._change(event.obj, self._put(event.obj))]
+            return self._changes(event.obj, self._put(event.obj))
         if isinstance(event, Deleted):
             old = self._remove(object_key(event.obj))
             return [InformerEvent(WatchEventType.DELETED, event.obj, old)]
@@ -289,9 +297,12 @@ class Store:
         return len(gone)
 
     @staticmethod
-    def _change(obj: dict[str, Any], old: dict[str, Any] | None) -> InformerEvent:
-        kind = WatchEventType.ADDED if old is None else WatchEventType.MODIFIED
-        return InformerEvent(kind, obj, old)
+    def _changes(obj: dict[str, Any], old: dict[str, Any] | None) -> builtins.list[InformerEvent]:
+        if old is None:
+            return [InformerEvent(WatchEventType.ADDED, obj, None)]
+        if _uid(old) != _uid(obj):
+            return [InformerEvent(WatchEventType.DELETED, old, old), InformerEvent(WatchEventType.ADDED, obj, None)]
+        return [InformerEvent(WatchEventType.MODIFIED, obj, old)]
 
     def _replace(self, objects: Iterable[dict[str, Any]], *, reset: bool) -> builtins.list[InformerEvent]:
         # Names seen, by namespace: the listed objects' own name strings, no key tuple each.
@@ -310,7 +321,7 @@ class Store:
             if not reset and current is not None and _rv(current) == _rv(obj):
                 continue
             planned.append((obj, self._index_values(obj)))
-        changes = [self._change(obj, self._insert(obj, values)) for obj, values in planned]
+        changes = [change for obj, values in planned for change in self._changes(obj, self._insert(obj, values))]
         gone = [
             (namespace, name)
             for namespace, names in cached.items()

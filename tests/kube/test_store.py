@@ -220,6 +220,32 @@ def test_apply_restarted_emits_the_difference_after_the_whole_list_is_stored() -
     assert names(store.list()) == ["added", "change", "keep"]
 
 
+def with_uid(name: str, rv: str, uid: str) -> dict[str, Any]:
+    o = versioned(name, rv)
+    o["metadata"]["uid"] = uid
+    return o
+
+
+def test_a_relist_reports_an_object_recreated_under_its_name_as_deleted_then_added() -> None:
+    # bundles simulation seed 269: a Source deleted and re-created while the watch was away came
+    # back from the relist as MODIFIED with the same generation, and generation_changed dropped it.
+    store = Store()
+    store.apply(Restarted([with_uid("src", "1", "uid-old"), with_uid("same", "1", "uid-same")], "1"))
+    events = store.apply(Restarted([with_uid("src", "7", "uid-new"), with_uid("same", "8", "uid-same")], "8"))
+    assert [(e.type.value, e.obj["metadata"]["uid"], e.old["metadata"]["uid"] if e.old else None) for e in events] == [
+        ("DELETED", "uid-old", "uid-old"),
+        ("ADDED", "uid-new", None),
+        ("MODIFIED", "uid-same", "uid-same"),
+    ]
+    assert store.get("default", "src")["metadata"]["uid"] == "uid-new"  # type: ignore[index]
+
+
+def test_a_watch_event_for_a_new_object_under_a_cached_name_is_deleted_then_added() -> None:
+    store = Store()
+    store.apply(Added(with_uid("a", "1", "uid-1")))
+    assert changes(store, Added(with_uid("a", "5", "uid-2"))) == [("DELETED", "a", "1"), ("ADDED", "a", None)]
+
+
 def test_apply_restarted_files_every_object_when_an_index_function_raises_for_one() -> None:
     store = Store()
     store.apply(Restarted([versioned("a", "1", app="web")], "1"))
