@@ -62,7 +62,8 @@ def install_counter() -> None:
 async def serve(args: argparse.Namespace) -> None:
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async with ApiServer(
-            host=args.host, port=args.port, history_size=args.history_size, watch_buffer=args.watch_buffer
+            host=args.host, port=args.port, history_size=args.history_size, watch_buffer=args.watch_buffer,
+            feature_gates={"ShardedListAndWatch": args.sharded_watch},
         ) as api:
             api.write_kubeconfig(args.write_kubeconfig)
             print(f"listening on {api.url}", flush=True)
@@ -77,6 +78,7 @@ def main() -> None:
     parser.add_argument("--write-kubeconfig", required=True, metavar="PATH")
     parser.add_argument("--history-size", type=int, default=200_000)
     parser.add_argument("--watch-buffer", type=int, default=100_000)
+    parser.add_argument("--sharded-watch", action="store_true", help="turn the ShardedListAndWatch gate on")
     args = parser.parse_args()
     install_counter()
     trio.run(serve, args)
