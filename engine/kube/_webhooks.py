@@ -26,7 +26,7 @@ import logging
 import math
 import re
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import attrs
 import trio
@@ -57,6 +57,7 @@ __all__ = [
 ]
 
 logger = logging.getLogger("engine.kube.webhooks")
+_T = TypeVar("_T")
 
 ADMISSION_API_VERSION = "admission.k8s.io/v1"
 CONVERSION_API_VERSION = "apiextensions.k8s.io/v1"
@@ -467,30 +468,49 @@ class WebhookDispatcher:
         except MalformedReview as exc:
             return Response.text(400, f"malformed review: {exc}\n".encode())
 
+    async def _call(self, limit: float, call: Callable[[WebhookContext], Awaitable[_T]]) -> tuple[bool, _T | None,
+                                                                                               Exception | None]:
+        """Run ``call`` in a nursery of its own under ``limit`` seconds: whether it ran out of
+        time, what it returned, what it raised. Tasks it started are cancelled when it returns."""
+        result: list[_T] = []
+        error: Exception | None = None
+        with trio.move_on_after(limit) as scope:
+            try:
+                async with trio.open_nursery() as nursery:
+                    result.append(await call(WebhookContext(self.cluster, self.client, nursery, scope.deadline)))
+                    nursery.cancel_scope.cancel()
+            except BaseExceptionGroup as group:
+                raised, _ = group.split(Exception)
+                if raised is None:
+                    raise
+                error = _single(raised)
+        if error is not None:
+            return False, None, error
+        return scope.cancelled_caught, (result[0] if result else None), None
+
     async def _admit(self, webhook: AdmissionWebhook, request: AdmissionRequest,
                      stats: WebhookStatistics) -> AdmissionResponse:
         limit = handler_deadline(webhook.timeout_seconds)
-        answer: list[AdmissionResponse | None] = []
-        try:
-            with trio.move_on_after(limit) as scope:
-                async with trio.open_nursery() as nursery:
-                    ctx = WebhookContext(self.cluster, self.client, nursery, scope.deadline)
-                    answer.append(await webhook.handler(request, ctx))
-                    nursery.cancel_scope.cancel()
-        except AdmissionDenied as exc:
+
+        async def call(ctx: WebhookContext) -> AdmissionResponse | None:
+            return await webhook.handler(request, ctx)
+
+        timed_out, response, error = await self._call(limit, call)
+        if isinstance(error, AdmissionDenied):
             stats.denied += 1
-            return AdmissionResponse.deny(exc.message, code=exc.code).with_uid(request.uid)
-        except Exception as exc:
+            return AdmissionResponse.deny(error.message, code=error.code).with_uid(request.uid)
+        if error is not None:
             stats.errors += 1
-            logger.warning("webhook %s failed", webhook.name, exc_info=exc)
-            return AdmissionResponse.deny(f"webhook handler failed: {summarize(exc)}", code=500).with_uid(request.uid)
-        if scope.cancelled_caught:
+            logger.warning("webhook %s failed", webhook.name, exc_info=error)
+            return AdmissionResponse.deny(f"webhook handler failed: {summarize(error)}", code=500).with_uid(request.uid)
+        if timed_out:
             stats.timeouts += 1
             return AdmissionResponse.deny(
                 f"webhook handler did not answer within {_seconds(limit)} (timeoutSeconds {webhook.timeout_seconds})",
                 code=504,
             ).with_uid(request.uid)
-        response = answer[0] if answer and answer[0] is not None else AdmissionResponse.allow()
+        if response is None:
+            response = AdmissionResponse.allow()
         if not isinstance(response, AdmissionResponse):
             stats.errors += 1
             return AdmissionResponse.deny(
@@ -503,34 +523,41 @@ class WebhookDispatcher:
     async def _convert(self, webhook: ConversionWebhook, request: ConversionRequest,
                        stats: WebhookStatistics) -> dict[str, Any]:
         limit = handler_deadline(webhook.timeout_seconds)
-        converted: list[Mapping[str, Any]] = []
+
+        async def call(ctx: WebhookContext) -> list[Mapping[str, Any]]:
+            converted = []
+            for obj in request.objects:
+                result = await webhook.handler(obj, request.desired_api_version, ctx)
+                if not isinstance(result, Mapping) or result.get("apiVersion") != request.desired_api_version:
+                    raise ValueError(f"converted object is not {request.desired_api_version}")
+                converted.append(result)
+            return converted
+
+        timed_out, converted, error = await self._call(limit, call)
         failure = ""
-        try:
-            with trio.move_on_after(limit) as scope:
-                async with trio.open_nursery() as nursery:
-                    ctx = WebhookContext(self.cluster, self.client, nursery, scope.deadline)
-                    for obj in request.objects:
-                        result = await webhook.handler(obj, request.desired_api_version, ctx)
-                        if not isinstance(result, Mapping) or result.get("apiVersion") != request.desired_api_version:
-                            raise ValueError(f"converted object is not {request.desired_api_version}")
-                        converted.append(result)
-                    nursery.cancel_scope.cancel()
-            if scope.cancelled_caught:
-                stats.timeouts += 1
-                failure = (f"conversion did not finish within {_seconds(limit)} "
-                           f"(timeoutSeconds {webhook.timeout_seconds})")
-        except Exception as exc:
+        if error is not None:
             stats.errors += 1
-            logger.warning("conversion webhook %s failed", webhook.crd, exc_info=exc)
-            failure = f"conversion failed: {summarize(exc)}"
+            logger.warning("conversion webhook %s failed", webhook.crd, exc_info=error)
+            failure = f"conversion failed: {summarize(error)}"
+        elif timed_out:
+            stats.timeouts += 1
+            failure = f"conversion did not finish within {_seconds(limit)} (timeoutSeconds {webhook.timeout_seconds})"
         response: dict[str, Any] = {"uid": request.uid}
-        if failure:
+        if failure or converted is None:
             response["convertedObjects"] = []
             response["result"] = {"status": "Failure", "message": failure}
         else:
             response["convertedObjects"] = [dict(o) for o in converted]
             response["result"] = {"status": "Success"}
         return {"apiVersion": CONVERSION_API_VERSION, "kind": "ConversionReview", "response": response}
+
+
+def _single(group: BaseExceptionGroup[Exception]) -> Exception:
+    """The exception a handler raised, out of its request nursery's group."""
+    found: BaseException = group
+    while isinstance(found, BaseExceptionGroup):
+        found = found.exceptions[0]
+    return found if isinstance(found, Exception) else RuntimeError(str(group))
 
 
 def _seconds(value: float) -> str:
