@@ -501,7 +501,7 @@ async def run_plugins(
                 name = "engine-" + "-".join(sorted(p.name for p in host.plugins))
                 host.webhooks_registered = await register_webhooks(
                     client, declared, name=name,
-                    client_config=url_client_config(server.url, server.certificates.ca_bundle),
+                    client_config=url_client_config(server.url, server.certificates.ca_bundle), namespace=namespace,
                 )
             if observability is not None:
                 observability.metrics.registry.register(WebhookCollector(server))

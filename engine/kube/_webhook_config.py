@@ -42,6 +42,7 @@ ClientConfig = Callable[[str], dict[str, Any]]
 """The ``clientConfig`` of a webhook for its URL path."""
 
 _FIELD_MANAGER = "engine-webhooks"
+NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
 
 
 def service_client_config(name: str, namespace: str, port: int) -> ClientConfig:
@@ -68,9 +69,12 @@ def webhook_configurations(
     client_config: ClientConfig,
     labels: Mapping[str, str] | None = None,
     annotations: Mapping[str, str] | None = None,
+    namespace: str | None = None,
 ) -> list[dict[str, Any]]:
     """The MutatingWebhookConfiguration then the ValidatingWebhookConfiguration (each only if
-    it has webhooks) named ``name``, their webhooks in the order given."""
+    it has webhooks) named ``name``, their webhooks in the order given. With ``namespace`` (the
+    one namespace the plugins watch) a webhook without a namespace selector of its own is
+    called only for that namespace (``kubernetes.io/metadata.name``)."""
     meta: dict[str, Any] = {"name": name}
     if labels:
         meta["labels"] = dict(labels)
@@ -80,6 +84,9 @@ def webhook_configurations(
     for mutating, kind in ((True, "MutatingWebhookConfiguration"), (False, "ValidatingWebhookConfiguration")):
         entries = [w.configuration_entry(client_config(w.path)) for w in webhooks
                    if isinstance(w, AdmissionWebhook) and w.mutating is mutating]
+        for entry in entries:
+            if namespace is not None and not entry["namespaceSelector"]:
+                entry["namespaceSelector"] = {"matchLabels": {NAMESPACE_NAME_LABEL: namespace}}
         if entries:
             found.append({"apiVersion": "admissionregistration.k8s.io/v1", "kind": kind,
                           "metadata": copy.deepcopy(meta), "webhooks": entries})
@@ -113,9 +120,10 @@ def with_conversion(
 
 async def register_webhooks(
     client: Client, webhooks: Sequence[Webhook], *, name: str, client_config: ClientConfig,
+    namespace: str | None = None,
 ) -> bool:
     """Apply the configurations of ``webhooks`` (server-side apply, field manager
-    ``engine-webhooks``) and set the conversion stanza of each CRD with a conversion webhook
+    ``engine-webhooks``; ``namespace`` as :func:`webhook_configurations`) and set the conversion stanza of each CRD with a conversion webhook
     (a merge patch). Returns ``False``, writing nothing, when the server does not serve
     ``admissionregistration.k8s.io/v1``.
 
@@ -128,7 +136,7 @@ async def register_webhooks(
         except ResourceNotFoundError:
             logger.warning("the API server does not serve admissionregistration.k8s.io/v1: webhooks not registered")
             return False
-    for obj in webhook_configurations(webhooks, name=name, client_config=client_config):
+    for obj in webhook_configurations(webhooks, name=name, client_config=client_config, namespace=namespace):
         resource = await client.resource(obj["apiVersion"], obj["kind"])
         await client.apply(resource, obj, field_manager=_FIELD_MANAGER, force=True)
     conversions = [w for w in webhooks if isinstance(w, ConversionWebhook)]

@@ -599,13 +599,14 @@ server sends them through its ``webhook_transport``)."""
 
 async def _register_webhooks(
     stack: contextlib.AsyncExitStack, target: KubeTarget, driver: Client, plugin: Plugin, cluster: Cluster | None,
-    client: Client,
+    client: Client, namespace: str | None,
 ) -> WebhookServer | None:
     name = f"engine-test-{plugin.name}"
     if target.api is not None:
         server = WebhookServer(plugin.webhooks, cluster=cluster, client=client)
         config = url_client_config(WEBHOOK_URL, server.certificates.ca_bundle)
-        if not await register_webhooks(driver, plugin.webhooks, name=name, client_config=config):
+        if not await register_webhooks(driver, plugin.webhooks, name=name, client_config=config,
+                                     namespace=namespace):
             return None
         # ApiServer.webhook_transport arrives with the server's admission chain (wt-admission).
         setattr(target.api, "webhook_transport", server.transport())  # noqa: B010
@@ -616,7 +617,8 @@ async def _register_webhooks(
     await nursery.start(server.serve)
     stack.push_async_callback(_unregister_webhooks, driver, name)
     config = url_client_config(server.url, server.certificates.ca_bundle)
-    if not await register_webhooks(driver, plugin.webhooks, name=name, client_config=config):
+    if not await register_webhooks(driver, plugin.webhooks, name=name, client_config=config,
+                                     namespace=namespace):
         return None
     return server
 
@@ -747,7 +749,8 @@ async def open_plugin_test(
         manager.add_sink(sink)
         harness = PluginHarness(target, driver, client, manager, cluster, identity, namespace, recorder, sink)
         if webhooks and isinstance(subject, Plugin) and subject.webhooks:
-            harness.webhook_server = await _register_webhooks(stack, target, driver, subject, cluster, client)
+            harness.webhook_server = await _register_webhooks(stack, target, driver, subject, cluster, client,
+                                                            watch_namespace)
         await harness.apply(manifests)
         if isinstance(subject, Plugin):
             assert cluster is not None

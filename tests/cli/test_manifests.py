@@ -67,6 +67,44 @@ def _role(kind: str, rules: list[dict[str, Any]], namespace: str | None = None) 
     return {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": kind, "metadata": meta, "rules": rules}
 
 
+WEBHOOK_ARGS = ["--webhook-bind-address=0.0.0.0:9443", "--webhook-cert-dir=/etc/engine/webhook-certs"]
+INJECT = {"cert-manager.io/inject-ca-from": "engine-system/engine-bundles-webhook"}
+
+
+def _webhook_entry(name: str, path: str, namespace: str | None) -> dict[str, Any]:
+    return {
+        "name": name, "admissionReviewVersions": ["v1"],
+        "clientConfig": {"service": {"name": "engine-bundles-webhook", "namespace": "engine-system", "path": path,
+                                     "port": 9443}},
+        "rules": [{"apiGroups": ["bundles.engine.dev"], "apiVersions": ["v1alpha1"], "operations": ["CREATE", "UPDATE"],
+                   "resources": ["bundles"], "scope": "Namespaced"}],
+        "failurePolicy": "Fail", "sideEffects": "None", "timeoutSeconds": 5, "matchPolicy": "Equivalent",
+        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}} if namespace else {},
+        "objectSelector": {},
+    }
+
+
+def _configurations(namespace: str | None) -> list[dict[str, Any]]:
+    meta = {"name": "engine-bundles", "labels": LABELS, "annotations": INJECT}
+    mutating = {**_webhook_entry("default.bundles.engine.dev", "/mutate/default.bundles.engine.dev", namespace),
+                "reinvocationPolicy": "Never"}
+    return [
+        {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration", "metadata": meta,
+         "webhooks": [mutating]},
+        {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration", "metadata": meta,
+         "webhooks": [_webhook_entry("validate.bundles.engine.dev", "/validate/validate.bundles.engine.dev",
+                                     namespace)]},
+    ]
+
+
+WEBHOOK_SERVICE = {
+    "apiVersion": "v1", "kind": "Service",
+    "metadata": {"name": "engine-bundles-webhook", "namespace": "engine-system", "labels": LABELS},
+    "spec": {"selector": LABELS, "ports": [{"name": "webhook", "port": 9443, "targetPort": "webhook",
+                                            "protocol": "TCP"}]},
+}
+
+
 def _deployment(args: list[str], *, replicas: int, grace: int, strategy: dict[str, Any]) -> dict[str, Any]:
     return {
         "apiVersion": "apps/v1", "kind": "Deployment",
@@ -86,7 +124,8 @@ def _deployment(args: list[str], *, replicas: int, grace: int, strategy: dict[st
                         "image": "registry.example/engine:1",
                         "args": args,
                         "ports": [{"name": "metrics", "containerPort": 8080, "protocol": "TCP"},
-                                  {"name": "probes", "containerPort": 8081, "protocol": "TCP"}],
+                                  {"name": "probes", "containerPort": 8081, "protocol": "TCP"},
+                                  {"name": "webhook", "containerPort": 9443, "protocol": "TCP"}],
                         "livenessProbe": {"httpGet": {"path": "/healthz", "port": "probes"}, "periodSeconds": 10,
                                           "failureThreshold": 3},
                         "readinessProbe": {"httpGet": {"path": "/readyz", "port": "probes"}, "periodSeconds": 5,
@@ -98,9 +137,12 @@ def _deployment(args: list[str], *, replicas: int, grace: int, strategy: dict[st
                             "readOnlyRootFilesystem": True, "allowPrivilegeEscalation": False,
                             "capabilities": {"drop": ["ALL"]}, "seccompProfile": {"type": "RuntimeDefault"},
                         },
-                        "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
+                        "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"},
+                                         {"name": "webhook-certs", "mountPath": "/etc/engine/webhook-certs",
+                                          "readOnly": True}],
                     }],
-                    "volumes": [{"name": "tmp", "emptyDir": {}}],
+                    "volumes": [{"name": "tmp", "emptyDir": {}},
+                                {"name": "webhook-certs", "secret": {"secretName": "engine-bundles-webhook-cert"}}],
                 },
             },
         },
@@ -119,7 +161,7 @@ SERVICE = {
                                             "protocol": "TCP"}]},
 }
 PROBES = ["--metrics-bind-address=0.0.0.0:8080", "--health-probe-bind-address=0.0.0.0:8081", "--progress=never",
-          "--log-format=json"]
+          "--log-format=json", *WEBHOOK_ARGS]
 
 
 def test_one_replica_for_a_namespace_gets_a_role_there_and_no_leader_election(
@@ -136,8 +178,10 @@ def test_one_replica_for_a_namespace_gets_a_role_there_and_no_leader_election(
         _role("Role", BUNDLES_RULES, "demo"),
         _binding("Role", "demo"),
         SERVICE,
+        WEBHOOK_SERVICE,
         _deployment(["--plugin=bundles", "--namespace=demo", "--skip-crd-install", "--grace-period=15", *PROBES],
                     replicas=1, grace=30, strategy={"type": "Recreate"}),
+        *_configurations("demo"),
     ]
     assert "&id" not in out and "*id" not in out
 
@@ -155,6 +199,7 @@ def test_replicas_elect_a_leader_with_a_lease_in_the_engine_namespace_and_get_a_
         _role("Role", [_rule("coordination.k8s.io", "leases", "create get update")], "engine-system"),
         _binding("Role", "engine-system"),
         SERVICE,
+        WEBHOOK_SERVICE,
         _deployment(["--plugin=bundles", "--skip-crd-install", "--leader-elect", "--leader-election-id=engine-bundles",
                      "--leader-election-namespace=engine-system", "--grace-period=20.5", *PROBES],
                     replicas=2, grace=36,
@@ -162,6 +207,7 @@ def test_replicas_elect_a_leader_with_a_lease_in_the_engine_namespace_and_get_a_
         {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
          "metadata": {"name": "engine-bundles", "namespace": "engine-system", "labels": LABELS},
          "spec": {"minAvailable": 1, "selector": {"matchLabels": LABELS}}},
+        *_configurations(None),
     ]
 
 
@@ -182,9 +228,12 @@ def test_the_same_input_gives_the_same_bytes_and_plugins_are_named_in_order(
         ("Role", "engine-bundles-mirror", "demo"),
         ("RoleBinding", "engine-bundles-mirror", "demo"),
         ("Service", "engine-bundles-mirror-metrics", "engine-system"),
+        ("Service", "engine-bundles-mirror-webhook", "engine-system"),
         ("Deployment", "engine-bundles-mirror", "engine-system"),
+        ("MutatingWebhookConfiguration", "engine-bundles-mirror", None),
+        ("ValidatingWebhookConfiguration", "engine-bundles-mirror", None),
     ]
-    assert docs[9]["spec"]["template"]["spec"]["containers"][0]["args"][:2] == ["--plugin=mirror", "--plugin=bundles"]
+    assert docs[10]["spec"]["template"]["spec"]["containers"][0]["args"][:2] == ["--plugin=mirror", "--plugin=bundles"]
 
 
 def test_output_dir_gets_one_file_per_kind_and_a_kustomization(
@@ -195,7 +244,7 @@ def test_output_dir_gets_one_file_per_kind_and_a_kustomization(
     code, out, err = _run(capsys, "--plugin", "bundles", "--replicas", "3", "-o", str(target))
     files = ["customresourcedefinition.yaml", "namespace.yaml", "serviceaccount.yaml", "clusterrole.yaml",
              "clusterrolebinding.yaml", "role.yaml", "rolebinding.yaml", "service.yaml", "deployment.yaml",
-             "poddisruptionbudget.yaml"]
+             "poddisruptionbudget.yaml", "mutatingwebhookconfiguration.yaml", "validatingwebhookconfiguration.yaml"]
     assert (code, out, err) == (0, "".join(f"wrote {target / f}\n" for f in [*files, "kustomization.yaml"]), "")
     assert sorted(p.name for p in target.iterdir()) == sorted([*files, "kustomization.yaml"])
     assert yaml.safe_load((target / "kustomization.yaml").read_text()) == {
