@@ -14,6 +14,7 @@ import trio
 
 from ..observability._http import Request, Response
 from ._access import Attributes, authorize, forbidden
+from ._admission import Admission
 from ._authn import ADMIN, Authenticator, UserInfo
 from ._discovery import discovery_response
 from ._errors import RequestRejected
@@ -23,6 +24,7 @@ from ._responses import json_response, status_response
 from ._routing import Target, flag, request_info, resolve
 from ._storage import ObjectStorage
 from ._watch import Watches
+from ._webhooks import WebhookClient
 
 __all__ = ["Router", "ServedRequest", "RequestObserver"]
 
@@ -96,9 +98,12 @@ class Router:
     observers: list[RequestObserver] = attrs.field(factory=list)
     """Called synchronously with every answered resource request (not discovery, not
     ``/_faults``); an observer must not raise."""
+    admission: Admission = attrs.field(init=False, repr=False)
+    """Calls the admission webhooks of the stored configurations on writes."""
     _watches: Watches = attrs.field(init=False, repr=False)
 
     def __attrs_post_init__(self) -> None:
+        self.admission = Admission(self.store, WebhookClient(self.store))
         self._watches = Watches(self.store, self.faults, self.bookmark_interval)
         self.faults.connect_watches(self._watches.drop)
 
@@ -157,7 +162,9 @@ class Router:
             await self.store.wait_for_resource_version(request.query.get("resourceVersion"))
         if info.verb == "watch":
             return self._watches.open(request, target, info)
-        return handle_resource(self.store, request, target, info, caller=user, tokens=self.tokens)
+        return await handle_resource(
+            self.store, request, target, info, caller=user, tokens=self.tokens, admission=self.admission
+        )
 
     def _authorize(self, user: UserInfo, attributes: Attributes) -> None:
         if not authorize(self.store, user, attributes)[0]:

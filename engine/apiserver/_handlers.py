@@ -7,28 +7,34 @@ Request bodies are decoded here (JSON, YAML, the protobuf envelope); the semanti
 from __future__ import annotations
 
 import copy
+import functools
 import json
+from collections.abc import Callable
 from typing import Any
 
+import attrs
 import yaml
 
 from ..observability._http import Request, Response
 from ._access import review, token_request
+from ._admission import Admission, AdmissionRequest
 from ._authn import ADMIN, Authenticator, UserInfo
 from ._deletion import POLICIES
 from ._errors import RequestRejected
 from ._events import field_selector, from_storage
 from ._faults import RequestInfo
 from ._fields import FieldCheck, field_validation, loads_with_duplicates, unknown_fields
+from ._objects import Obj, meta
 from ._patch import MERGE_KEYS, json_patch, merge_patch, strategic_merge_patch
 from ._protobuf import decode_protobuf
 from ._resources import BUILTIN_TYPES, REVIEW_TYPES, ResourceType
-from ._responses import json_response, list_item, typed
+from ._responses import json_response, list_item, status_response, typed
 from ._routing import Target, flag
 from ._selectors import parse_field_selector, parse_label_selector
 from ._status import CauseSpec, details, invalid_causes
 from ._storage import ObjectStorage
 from ._tables import Conversion, as_partial, as_partial_list, as_table, negotiate
+from ._webhookconfigs import MUTATING, VALIDATING
 from ._workloads import selector_string
 
 __all__ = ["handle_resource", "decode_body"]
@@ -95,7 +101,190 @@ def _manager(request: Request) -> str:
     return agent or "unknown"
 
 
-def handle_resource(
+_RETRIES = 5
+"""How often a write whose object changed while webhooks were called is tried again (the
+real server's ``GuaranteedUpdate`` retries such conflicts likewise)."""
+
+_SERVER_SET = ("uid", "creationTimestamp", "resourceVersion", "generation")
+
+
+@attrs.define(eq=False)
+class _Writes:
+    """The writes of one request, through admission when webhooks are configured: mutating
+    webhooks, the storage's validation (a dry run), validating webhooks, then the write."""
+
+    storage: ObjectStorage
+    admission: Admission | None
+    user: UserInfo
+    request: Request
+    warnings: list[str] = attrs.field(factory=list)
+
+    def _active(self) -> Admission | None:
+        admission = self.admission
+        if admission is None or not (admission.configured(MUTATING) or admission.configured(VALIDATING)):
+            return None
+        return admission
+
+    def _options(self, kind: str, dry_run: bool) -> dict[str, Any]:
+        q = self.request.query
+        out: dict[str, Any] = {"kind": kind}
+        if dry_run:
+            out["dryRun"] = ["All"]
+        if kind == "PatchOptions" and "force" in q:
+            out["force"] = flag(q, "force")
+        if q.get("fieldManager"):
+            out["fieldManager"] = q["fieldManager"]
+        if q.get("fieldValidation"):
+            out["fieldValidation"] = q["fieldValidation"]
+        return out
+
+    async def create(self, rt: ResourceType, ns: str | None, body: Any, *, dry_run: bool, fields: FieldCheck) -> Obj:
+        manager, large = _manager(self.request), _large(self.request)
+        admission = self._active()
+        if admission is None:
+            return self.storage.create(rt, ns, body, dry_run=dry_run, manager=manager, check_size=large, fields=fields)
+        obj = self.storage.prepare_body(rt, ns, body, None)
+        request = AdmissionRequest(
+            rt, "CREATE", ns, str(meta(obj).get("name") or ""), None, obj, None, self.user, dry_run,
+            self._options("CreateOptions", dry_run),
+        )
+        mutated = await admission.mutate(request, self.warnings)
+        candidate = self.storage.create(rt, ns, mutated, dry_run=True, manager=manager, check_size=large, fields=fields)
+        await admission.validate(attrs.evolve(request, obj=candidate), self.warnings)
+        if dry_run:
+            return candidate
+        final = copy.deepcopy(mutated)
+        assert final is not None
+        final["metadata"]["name"] = meta(candidate)["name"]
+        return self.storage.create(rt, ns, final, manager=manager, check_size=large, _uid=meta(candidate).get("uid"))
+
+    async def update(
+        self,
+        rt: ResourceType,
+        ns: str | None,
+        name: str,
+        body_for: Callable[[Obj], tuple[Any, FieldCheck]],
+        sub: str | None,
+        *,
+        dry_run: bool,
+        retry: bool,
+        options: str,
+    ) -> tuple[Obj, FieldCheck]:
+        """An update (or patch: ``body_for`` makes the new object from the current one)."""
+        manager, large = _manager(self.request), _large(self.request)
+        admission = self._active()
+        if admission is None:
+            body, check = body_for(from_storage(rt, self.storage.get(rt, ns, name)))
+            obj = self.storage.update(
+                rt, ns, name, body, subresource=sub, dry_run=dry_run, manager=manager, check_size=large, fields=check
+            )
+            return obj, check
+        mark = len(self.warnings)
+        for attempt in range(_RETRIES):
+            del self.warnings[mark:]
+            current = from_storage(rt, self.storage.get(rt, ns, name))
+            body, check = body_for(current)
+            obj = self.storage.prepare_body(rt, ns, body, name)
+            request = AdmissionRequest(
+                rt, "UPDATE", ns, name, sub, obj, current, self.user, dry_run, self._options(options, dry_run)
+            )
+            mutated = await admission.mutate(request, self.warnings)
+            candidate = self.storage.update(
+                rt, ns, name, mutated, subresource=sub, dry_run=True, manager=manager, check_size=large, fields=check
+            )
+            await admission.validate(attrs.evolve(request, obj=candidate), self.warnings)
+            if dry_run:
+                return candidate, check
+            final = copy.deepcopy(mutated)
+            assert final is not None
+            final["metadata"]["resourceVersion"] = meta(current)["resourceVersion"]
+            try:
+                return self.storage.update(rt, ns, name, final, subresource=sub, manager=manager, check_size=large), check
+            except RequestRejected as exc:
+                if exc.code != 409 or not retry or attempt == _RETRIES - 1:
+                    raise
+        raise AssertionError("unreachable")
+
+    async def apply(
+        self, rt: ResourceType, ns: str | None, name: str, config: Any, sub: str | None, *, dry_run: bool
+    ) -> tuple[Obj, bool]:
+        manager, force = self.request.query["fieldManager"], flag(self.request.query, "force")
+        admission = self._active()
+        if admission is None:
+            return self.storage.apply(rt, ns, name, config, manager=manager, force=force, subresource=sub, dry_run=dry_run)
+        mark = len(self.warnings)
+        for attempt in range(_RETRIES):
+            del self.warnings[mark:]
+            stored = self.storage.lookup(rt, ns, name)
+            current = from_storage(rt, stored) if stored is not None else None
+            result, created = self.storage.apply(
+                rt, ns, name, config, manager=manager, force=force, subresource=sub, dry_run=True
+            )
+            managed = meta(result).get("managedFields") or []
+            sent = copy.deepcopy(result)
+            if created:
+                for field in _SERVER_SET:
+                    sent["metadata"].pop(field, None)
+            request = AdmissionRequest(
+                rt, "CREATE" if created else "UPDATE", ns, name, sub, sent, current, self.user, dry_run,
+                self._options("PatchOptions", dry_run),
+            )
+            mutated = await admission.mutate(request, self.warnings)
+            assert mutated is not None
+            changed = mutated != sent
+            candidate = result
+            if changed:
+                candidate = self._store_mutated(rt, ns, name, mutated, sub, current, managed, dry_run=True, uid=None)
+            await admission.validate(attrs.evolve(request, obj=candidate), self.warnings)
+            if dry_run:
+                return candidate, created
+            latest = self.storage.lookup(rt, ns, name)
+            if (latest and meta(latest).get("resourceVersion")) != (stored and meta(stored).get("resourceVersion")):
+                if attempt < _RETRIES - 1:
+                    continue
+            if changed:
+                uid = meta(candidate).get("uid")
+                return self._store_mutated(rt, ns, name, mutated, sub, current, managed, dry_run=False, uid=uid), created
+            return self.storage.apply(rt, ns, name, config, manager=manager, force=force, subresource=sub)
+        raise AssertionError("unreachable")
+
+    def _store_mutated(
+        self,
+        rt: ResourceType,
+        ns: str | None,
+        name: str,
+        obj: Obj,
+        sub: str | None,
+        current: Obj | None,
+        managed: list[dict[str, Any]],
+        *,
+        dry_run: bool,
+        uid: str | None,
+    ) -> Obj:
+        """An applied object a mutating webhook changed: stored with the apply's field
+        ownership (the webhook's changes are owned by no manager)."""
+        if current is None:
+            return self.storage.create(rt, ns, obj, dry_run=dry_run, _managed_fields=managed, _uid=uid)
+        body = copy.deepcopy(obj)
+        body["metadata"]["resourceVersion"] = meta(current)["resourceVersion"]
+        return self.storage.update(rt, ns, name, body, subresource=sub, dry_run=dry_run, _managed_fields=managed)
+
+    async def delete(
+        self, rt: ResourceType, ns: str | None, name: str, options: dict[str, Any], *, dry_run: bool
+    ) -> tuple[Obj, bool]:
+        admission = self._active()
+        if admission is not None:
+            old = from_storage(rt, self.storage.get(rt, ns, name))
+            shown = {k: v for k, v in options.items() if k not in ("kind", "apiVersion")}
+            request = AdmissionRequest(
+                rt, "DELETE", ns, name, None, None, old, self.user, dry_run, {"kind": "DeleteOptions", **shown}
+            )
+            await admission.mutate(request, self.warnings)
+            await admission.validate(request, self.warnings)
+        return self.storage.delete(rt, ns, name, options, dry_run=dry_run)
+
+
+async def handle_resource(
     storage: ObjectStorage,
     request: Request,
     target: Target,
@@ -103,9 +292,37 @@ def handle_resource(
     *,
     caller: UserInfo = ADMIN,
     tokens: Authenticator | None = None,
+    admission: Admission | None = None,
 ) -> Response:
     """Answer a resource request whose verb is not ``watch`` made by ``caller`` (reviews
-    answer for it; ``tokens`` signs TokenRequests); raises :class:`RequestRejected`."""
+    answer for it; ``tokens`` signs TokenRequests; writes pass ``admission``'s webhooks);
+    raises :class:`RequestRejected`. The warnings webhooks gave are ``Warning`` headers of the
+    answer, a refusal's too. Cancellation propagates (a write cancelled while webhooks are
+    called stores nothing)."""
+    writes = _Writes(storage, admission, caller, request)
+    try:
+        response = await _handle(storage, request, target, info, caller, tokens, writes)
+    except RequestRejected as exc:
+        if writes.warnings:
+            return status_response(exc, _warning_headers(writes.warnings))
+        raise
+    response.headers.extend(_warning_headers(writes.warnings))
+    return response
+
+
+def _warning_headers(warnings: list[str]) -> list[tuple[str, str]]:
+    return [("warning", f"299 - {json.dumps(w)}") for w in warnings]
+
+
+async def _handle(
+    storage: ObjectStorage,
+    request: Request,
+    target: Target,
+    info: RequestInfo,
+    caller: UserInfo,
+    tokens: Authenticator | None,
+    writes: _Writes,
+) -> Response:
     rt, ns, name, sub = target.rt, target.namespace, target.name, target.subresource
     q = request.query
     dry_run = q.get("dryRun") == "All"
@@ -188,35 +405,26 @@ def handle_resource(
         _check_write_options(request, "CreateOptions")
         body, duplicates = decode_checked(request)
         check = _field_check(rt, request, body, duplicates)
-        obj = storage.create(
-            rt, ns, body, dry_run=dry_run, manager=_manager(request), check_size=_large(request), fields=check
-        )
+        obj = await writes.create(rt, ns, body, dry_run=dry_run, fields=check)
         return json_response(201, typed(rt, obj), _warnings(check))
     if info.verb == "update":
         assert name is not None
         _check_write_options(request, "UpdateOptions")
         body, duplicates = decode_checked(request)
         check = _field_check(rt, request, body, duplicates)
-        obj = storage.update(
-            rt,
-            ns,
-            name,
-            body,
-            subresource=sub,
-            dry_run=dry_run,
-            manager=_manager(request),
-            check_size=_large(request),
-            fields=check,
+        explicit = isinstance(body, dict) and bool((body.get("metadata") or {}).get("resourceVersion"))
+        obj, check = await writes.update(
+            rt, ns, name, lambda current: (body, check), sub, dry_run=dry_run, retry=not explicit, options="UpdateOptions"
         )
         return json_response(200, typed(rt, obj), _warnings(check))
     if info.verb == "patch":
         assert name is not None
-        return _patch(storage, request, target, dry_run)
+        return await _patch(storage, request, target, dry_run, writes)
     if info.verb == "delete":
         assert name is not None
         options = _delete_options(request)
         dry_run = dry_run or options.get("dryRun") == ["All"]
-        obj, gone = storage.delete(rt, ns, name, options, dry_run=dry_run)
+        obj, gone = await writes.delete(rt, ns, name, options, dry_run=dry_run)
         if not gone:
             # The real server answers 202 to a cascading delete asked for the deprecated way.
             return json_response(202 if options.get("orphanDependents") is False else 200, typed(rt, obj))
@@ -230,7 +438,7 @@ def handle_resource(
         for obj in items:
             meta_ = obj["metadata"]
             try:
-                answer, gone = storage.delete(rt, meta_.get("namespace"), meta_["name"], options, dry_run=dry_run)
+                answer, gone = await writes.delete(rt, meta_.get("namespace"), meta_["name"], options, dry_run=dry_run)
             except RequestRejected as exc:
                 if exc.code != 404:
                     raise
@@ -469,7 +677,7 @@ def _check_write_options(request: Request, kind: str, *, apply: bool = False) ->
         )
 
 
-def _patch(storage: ObjectStorage, request: Request, target: Target, dry_run: bool) -> Response:
+async def _patch(storage: ObjectStorage, request: Request, target: Target, dry_run: bool, writes: _Writes) -> Response:
     rt, ns, name, sub = target.rt, target.namespace, target.name, target.subresource
     assert name is not None
     content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
@@ -477,19 +685,16 @@ def _patch(storage: ObjectStorage, request: Request, target: Target, dry_run: bo
     patch, duplicates = decode_checked(request)
     custom = rt not in BUILTIN_TYPES
     if content_type == "application/apply-patch+yaml":
-        manager = request.query["fieldManager"]
         check = _field_check(rt, request, patch, duplicates)
-        obj, created = storage.apply(
-            rt, ns, name, patch, manager=manager, force=flag(request.query, "force"), subresource=sub, dry_run=dry_run
-        )
+        obj, created = await writes.apply(rt, ns, name, patch, sub, dry_run=dry_run)
         return json_response(201 if created else 200, typed(rt, obj), _warnings(check))
-    current = from_storage(rt, storage.get(rt, ns, name))
     if content_type == "application/merge-patch+json":
-        new = merge_patch(current, patch)
+        patched = functools.partial(merge_patch, patch=patch)
     elif content_type == "application/json-patch+json":
-        new = json_patch(current, patch)
+        patched = functools.partial(json_patch, operations=patch)
     elif content_type == "application/strategic-merge-patch+json" and not custom:
-        new = strategic_merge_patch(current, patch, SERVICE_MERGE_KEYS if rt.storage_key == ("", "services") else None)
+        keys = SERVICE_MERGE_KEYS if rt.storage_key == ("", "services") else None
+        patched = functools.partial(strategic_merge_patch, patch=patch, merge_keys=keys)
     else:
         accepted = "application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml"
         if not custom:
@@ -500,16 +705,10 @@ def _patch(storage: ObjectStorage, request: Request, target: Target, dry_run: bo
             f"the body of the request was in an unknown format - accepted media types include: {accepted}",
             details={},
         )
-    check = _field_check(rt, request, new, duplicates)
-    obj = storage.update(
-        rt,
-        ns,
-        name,
-        new,
-        subresource=sub,
-        dry_run=dry_run,
-        manager=_manager(request),
-        check_size=_large(request),
-        fields=check,
-    )
+
+    def patch_current(current: Obj) -> tuple[Any, FieldCheck]:
+        new = patched(current)
+        return new, _field_check(rt, request, new, duplicates)
+
+    obj, check = await writes.update(rt, ns, name, patch_current, sub, dry_run=dry_run, retry=True, options="PatchOptions")
     return json_response(200, typed(rt, obj), _warnings(check))

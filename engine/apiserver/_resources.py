@@ -172,6 +172,14 @@ BUILTIN_TYPES: tuple[ResourceType, ...] = (
     ),
     ResourceType("authentication.k8s.io", "v1", "selfsubjectreviews", "selfsubjectreview", "SelfSubjectReview", False, verbs=_CREATE_ONLY),
     ResourceType("coordination.k8s.io", "v1", "leases", "lease", "Lease", True),
+    ResourceType(
+        "admissionregistration.k8s.io", "v1", "mutatingwebhookconfigurations", "mutatingwebhookconfiguration",
+        "MutatingWebhookConfiguration", False, has_generation=True,
+    ),
+    ResourceType(
+        "admissionregistration.k8s.io", "v1", "validatingwebhookconfigurations", "validatingwebhookconfiguration",
+        "ValidatingWebhookConfiguration", False, has_generation=True,
+    ),
     ResourceType("events.k8s.io", "v1", "events", "event", "Event", True, ("ev",), storage=_CORE_EVENTS),
     ResourceType(
         "apiextensions.k8s.io",

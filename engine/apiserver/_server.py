@@ -15,6 +15,7 @@ from types import TracebackType
 from typing import Any
 
 import attrs
+import httpx
 import trio
 import yaml
 
@@ -96,6 +97,11 @@ class ApiServer:
     wall_clock: Callable[[], float] = time.time
     controllers: bool = True
     authorization: bool = True
+    webhook_transport: httpx.AsyncBaseTransport | None = attrs.field(
+        default=None, on_setattr=lambda self, _, value: self._set_webhook_transport(value)
+    )
+    """Where admission and conversion webhook calls go (``None``: over HTTPS, see
+    :mod:`._webhooks`); may be assigned at any time."""
     faults: Faults = attrs.field(factory=Faults, init=False, repr=False)
     """Fault injection; see :class:`~engine.apiserver.Faults`."""
     store: ObjectStorage = attrs.field(init=False, repr=False)
@@ -121,6 +127,11 @@ class ApiServer:
             tokens=Authenticator(self.seed),
         )
         self._controllers = Controllers(self.store, kube_controller_manager=self.controllers)
+        self._router.admission.client.transport = self.webhook_transport
+
+    def _set_webhook_transport(self, transport: httpx.AsyncBaseTransport | None) -> httpx.AsyncBaseTransport | None:
+        self._router.admission.client.transport = transport
+        return transport
 
     # ----- lifecycle -----
 

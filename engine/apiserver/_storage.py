@@ -641,6 +641,12 @@ class ObjectStorage:
     def _new_uid(self) -> str:
         return str(uuid.UUID(int=self._rng.getrandbits(128), version=4))
 
+    def prepare_body(self, rt: ResourceType, namespace: str | None, body: Any, name: str | None) -> Obj:
+        """A copy of a write's ``body`` with the URL's namespace (and ``name``) filled in, as
+        admission sees it; raises :class:`RequestRejected` (400, 422) for a body of another kind,
+        version, namespace or name."""
+        return self._prepare_body(rt, namespace, body, name)
+
     def _prepare_body(self, rt: ResourceType, namespace: str | None, body: Any, name: str | None) -> Obj:
         if not isinstance(body, dict):
             raise RequestRejected(400, "BadRequest", "the request body must be a JSON object")
@@ -693,6 +699,7 @@ class ObjectStorage:
         check_size: bool = False,
         fields: FieldCheck | None = None,
         _managed_fields: list[dict[str, Any]] | None = None,
+        _uid: str | None = None,
     ) -> Obj:
         """Create an object. Raises :class:`RequestRejected`: 400, 404 (namespace), 409
         AlreadyExists, 403 (namespace terminating), 422 Invalid; with ``check_size``, 400 (custom)
@@ -726,7 +733,7 @@ class ObjectStorage:
         strategy.check(rt, obj, None)
         if _managed_fields is None and manager:
             _managed_fields = _apply.record_update(rt, None, obj, manager, self.timestamp, base=base)
-        metadata["uid"] = self._new_uid()
+        metadata["uid"] = _uid or self._new_uid()
         metadata["creationTimestamp"] = self.timestamp()
         if rt.has_generation:
             metadata["generation"] = 1

@@ -17,7 +17,7 @@ from typing import Any
 
 import attrs
 
-from . import _access, _services, _workloads
+from . import _access, _services, _webhookconfigs, _workloads
 from ._objects import Obj, meta
 from ._resources import ResourceType, openapi_schema, resource_types_from_crd
 from ._schema import FieldError, check_object, structural_errors
@@ -327,6 +327,10 @@ _STRATEGIES: dict[tuple[str, str], Strategy] = {
     ("", "secrets"): Strategy(canonicalize=_canonicalize_secret, check=_check_data_size),
     ("", "configmaps"): Strategy(check=_check_data_size),
     ("coordination.k8s.io", "leases"): Strategy(check=_check_lease),
+    **{
+        key: Strategy(validate_type=_webhookconfigs.validate_configuration, canonicalize=_webhookconfigs.default_configuration)
+        for key in (_webhookconfigs.MUTATING, _webhookconfigs.VALIDATING)
+    },
     ("", "services"): Strategy(canonicalize=_service_defaults, prepare_create=_load_balancer_status, check=_services.check),
     ("networking.k8s.io", "ingresses"): Strategy(prepare_create=_load_balancer_status, check=_check_ingress),
     **{key: _WORKLOAD for key in _workloads.WORKLOADS},

@@ -1,0 +1,186 @@
+"""Calls to admission and conversion webhooks, made as kube-apiserver's webhook client makes
+them: a ``POST`` of a JSON review to the configured endpoint with ``?timeout=Ns`` appended,
+cancelled after the configuration's ``timeoutSeconds``.
+
+A ``clientConfig`` names its endpoint by ``url`` or by ``service`` (``https://NAME.NAMESPACE.svc:PORT/PATH``).
+With a ``transport`` (an ``httpx.AsyncBaseTransport``) every call goes through it, addressed to
+that URL, with no sockets and no certificate check. Without one, calls go over HTTPS and the
+server's certificate is verified with the configuration's ``caBundle`` (the system roots when
+it is empty). An embedded server has no cluster network, so a ``service`` reference is resolved
+as kube-apiserver does with ``--enable-aggregator-routing``: through the stored ``Endpoints``
+of that service (the first ready address, the port whose Service port matches), while the
+certificate is checked against ``NAME.NAMESPACE.svc``; a missing Service or Endpoints, or none
+ready, fails the call with the real resolver's message.
+
+Failures are :class:`WebhookCallError` worded as the Go client words them (``Post "URL":
+context deadline exceeded``, ``dial tcp HOST:PORT: connect: connection refused``); the
+admission and conversion code turns them into the real server's answers.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import ssl
+from typing import Any
+from urllib.parse import urlsplit
+
+import attrs
+import httpx
+import trio
+
+from ._errors import RequestRejected
+from ._storage import ObjectStorage
+
+__all__ = ["WebhookClient", "WebhookCallError", "endpoint_url"]
+
+_ENDPOINTS = ("", "endpoints")
+_SERVICES = ("", "services")
+MAX_RESPONSE_BYTES = 3 * 1024 * 1024
+
+
+class WebhookCallError(Exception):
+    """A webhook could not be called, or did not answer a review. ``status`` is the ``Status``
+    a failed HTTP answer carried (the real server passes it on under ``failurePolicy: Fail``)."""
+
+    def __init__(self, message: str, status: RequestRejected | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def endpoint_url(client_config: dict[str, Any]) -> str:
+    """The URL a ``clientConfig`` names: its ``url``, or ``https://NAME.NAMESPACE.svc:PORT/PATH``."""
+    url = client_config.get("url")
+    if isinstance(url, str) and url:
+        return url
+    service = client_config.get("service") or {}
+    path = str(service.get("path") or "")
+    port = int(service.get("port") or 443)
+    return f"https://{service.get('name')}.{service.get('namespace')}.svc:{port}{path}"
+
+
+def _duration(seconds: float) -> str:
+    whole = int(seconds)
+    return f"{whole}s" if whole == seconds else f"{seconds}s"
+
+
+def _with_timeout(url: str, seconds: float) -> str:
+    return f"{url}{'&' if '?' in url else '?'}timeout={_duration(seconds)}"
+
+
+def _ssl_context(ca_bundle: str) -> ssl.SSLContext:
+    context = ssl.create_default_context()
+    if ca_bundle:
+        try:
+            pem = base64.b64decode(ca_bundle, validate=True).decode()
+            context.load_verify_locations(cadata=pem)
+        except (ValueError, ssl.SSLError) as exc:
+            raise WebhookCallError(f"could not get REST client: unable to load root certificates: {exc}") from None
+    return context
+
+
+def _connect_error(exc: httpx.TransportError, host: str) -> str:
+    text = str(exc)
+    if "CERTIFICATE_VERIFY_FAILED" in text:
+        if "Hostname mismatch" in text or "IP address mismatch" in text:
+            return f"tls: failed to verify certificate: x509: certificate is valid for other names, not {host}"
+        return "tls: failed to verify certificate: x509: certificate signed by unknown authority"
+    cause: BaseException | None = exc
+    while cause is not None:
+        if isinstance(cause, ConnectionRefusedError) or "refused" in str(cause).lower():
+            return f"dial tcp {host}: connect: connection refused"
+        cause = cause.__cause__ or cause.__context__
+    return f"dial tcp {host}: {text or type(exc).__name__}"
+
+
+@attrs.define(eq=False)
+class WebhookClient:
+    """Posts reviews to webhooks for one server (``store`` resolves ``service`` references)."""
+
+    store: ObjectStorage
+    transport: httpx.AsyncBaseTransport | None = None
+
+    async def post(self, client_config: dict[str, Any], timeout: float, review: dict[str, Any]) -> dict[str, Any]:
+        """POST ``review`` and return the decoded JSON answer; raises :class:`WebhookCallError`.
+        Gives up after ``timeout`` seconds of trio time; outer cancellation propagates."""
+        url = _with_timeout(endpoint_url(client_config), timeout)
+        body = json.dumps(review, separators=(",", ":")).encode()
+        with trio.move_on_after(timeout) as scope:
+            status, content = await self._send(client_config, url, body)
+        if scope.cancelled_caught:
+            raise WebhookCallError(f'failed to call webhook: Post "{url}": context deadline exceeded')
+        return _decode(status, content)
+
+    async def _send(self, client_config: dict[str, Any], url: str, body: bytes) -> tuple[int, bytes]:
+        headers = {"content-type": "application/json", "accept": "application/json, */*"}
+        if self.transport is not None:
+            async with httpx.AsyncClient(transport=self.transport) as client:
+                response = await client.post(url, content=body, headers=headers)
+                return response.status_code, response.content
+        target, extensions = url, {}
+        parts = urlsplit(url)
+        if not client_config.get("url"):
+            target = self._resolve(client_config["service"], url)
+            extensions["sni_hostname"] = parts.hostname or ""
+            headers["host"] = parts.netloc
+        host = urlsplit(target).netloc
+        if urlsplit(target).port is None:
+            host += ":443"
+        try:
+            async with httpx.AsyncClient(verify=_ssl_context(str(client_config.get("caBundle") or ""))) as client:
+                response = await client.post(target, content=body, headers=headers, extensions=extensions)
+        except httpx.TransportError as exc:
+            raise WebhookCallError(f'failed to call webhook: Post "{url}": {_connect_error(exc, host)}') from None
+        return response.status_code, response.content[:MAX_RESPONSE_BYTES]
+
+    def _resolve(self, service: dict[str, Any], url: str) -> str:
+        """``https://IP:PORT/PATH?...`` of a ready endpoint of ``service``."""
+        name, namespace = str(service.get("name") or ""), str(service.get("namespace") or "")
+        port = int(service.get("port") or 443)
+
+        def fail(message: str) -> WebhookCallError:
+            return WebhookCallError(f'failed to call webhook: Post "{url}": {message}')
+
+        svc = self.store.stored(_SERVICES, (namespace, name))
+        if svc is None:
+            raise fail(f'service "{name}" not found')
+        ports = [p for p in (svc.get("spec") or {}).get("ports") or [] if p.get("port") == port]
+        if not ports:
+            raise fail(f'no service port {port} found for service "{name}"')
+        svc_port = ports[0]
+        endpoints = self.store.stored(_ENDPOINTS, (namespace, name))
+        if endpoints is None:
+            raise fail(f'endpoints "{name}" not found')
+        for subset in endpoints.get("subsets") or []:
+            addresses = subset.get("addresses") or []
+            for ep_port in subset.get("ports") or []:
+                if ep_port.get("name", "") == svc_port.get("name", "") and addresses:
+                    split = urlsplit(url)
+                    query = f"?{split.query}" if split.query else ""
+                    return f"https://{addresses[0]['ip']}:{ep_port['port']}{split.path}{query}"
+        raise fail(f'no endpoints available for service "{name}"')
+
+
+def _decode(status: int, content: bytes) -> dict[str, Any]:
+    """A webhook's HTTP answer as the Go REST client reads it."""
+    text = content.decode("utf-8", "replace")
+    if not 200 <= status <= 206:
+        answer = None
+        try:
+            answer = json.loads(content)
+        except ValueError:
+            pass
+        if isinstance(answer, dict) and answer.get("kind") == "Status":
+            message = str(answer.get("message") or "")
+            rejected = RequestRejected(int(answer.get("code") or status), str(answer.get("reason") or ""), message,
+                                       details=answer.get("details"))
+            raise WebhookCallError(f"failed to call webhook: {message}", rejected)
+        shown = text.strip() or f"the server responded with the status code {status} but did not return more information"
+        raise WebhookCallError(f'failed to call webhook: an error on the server ("{shown}") has prevented the request from succeeding')
+    try:
+        answer = json.loads(content)
+    except ValueError as exc:
+        raise WebhookCallError(f"failed to call webhook: couldn't get version/kind; json parse error: {exc}") from None
+    if not isinstance(answer, dict):
+        raise WebhookCallError("failed to call webhook: couldn't get version/kind; json parse error: not a JSON object")
+    return answer
