@@ -608,8 +608,7 @@ async def _register_webhooks(
         if not await register_webhooks(driver, plugin.webhooks, name=name, client_config=config,
                                      namespace=namespace):
             return None
-        # ApiServer.webhook_transport arrives with the server's admission chain (wt-admission).
-        setattr(target.api, "webhook_transport", server.transport())  # noqa: B010
+        target.api.webhook_transport = server.transport()
         return server
     server = WebhookServer(plugin.webhooks, cluster=cluster, client=client, port=0)
     nursery = await stack.enter_async_context(trio.open_nursery())

@@ -4,8 +4,11 @@ A CEL rule in the CRD sees one object; a cycle runs through several Bundles. The
 webhook follows ``dependsOn`` from the Bundle being written through the other Bundles of its
 namespace (the informer's cache once synced, when the plugin watches every Bundle; otherwise
 a list from the API server) and refuses a Bundle that closes a cycle, naming it:
-``dependency cycle: a -> b -> a``. Two Bundles written at the same moment can still close a
-cycle the other did not see yet; the reconciler reports such a cycle (``DependencyCycle``).
+``dependency cycle: a -> b -> a``. A Bundle that depends on itself is always refused; when the
+other Bundles cannot be read (the API server failing), the Bundle is allowed with a warning
+saying the cycle was not checked, rather than refusing every Bundle while the server is
+unwell. Two Bundles written at the same moment can still close a cycle the other did not see
+yet. The reconciler reports such cycles (``DependencyCycle``) either way.
 
 The mutating webhook writes ``spec.interval: 10m`` into a Bundle that has none, so what is
 stored says what the reconciler uses (:data:`DEFAULT_INTERVAL`, which the spec parser also
@@ -18,12 +21,14 @@ import copy
 from collections.abc import Mapping
 from typing import Any
 
+from engine._text import summarize
 from engine.kube import (
     AdmissionDenied,
     AdmissionRequest,
     AdmissionResponse,
     AdmissionRule,
     AdmissionWebhook,
+    KubeError,
     WebhookContext,
 )
 
@@ -64,7 +69,11 @@ async def validate_bundle(request: AdmissionRequest, ctx: WebhookContext) -> Adm
         return None
     if name in own:
         raise AdmissionDenied(f"dependency cycle: {name} -> {name} (a Bundle cannot depend on itself)")
-    others = await _dependencies_in(request.namespace, ctx)
+    try:
+        others = await _dependencies_in(request.namespace, ctx)
+    except KubeError as exc:
+        return AdmissionResponse.allow(warnings=[
+            f"dependency cycles through other Bundles were not checked: {summarize(exc)}"])
 
     def depends_on(other: str) -> list[str]:
         return own if other == name else others.get(other, [])

@@ -323,7 +323,12 @@ async def test_kubectl_applies_the_manifests_to_the_embedded_server(tmp_path: Pa
                                    "-o", "name")
         assert (code, sorted(out.split())) == (0, [
             "deployment.apps/engine-bundles-mirror", "service/engine-bundles-mirror-metrics",
-            "serviceaccount/engine-bundles-mirror"])
+            "service/engine-bundles-mirror-webhook", "serviceaccount/engine-bundles-mirror"])
+        code, out = await _kubectl(kubeconfig, "get", "mutatingwebhookconfiguration,validatingwebhookconfiguration",
+                                   "-o", "name")
+        assert (code, sorted(out.split())) == (0, [
+            "mutatingwebhookconfiguration.admissionregistration.k8s.io/engine-bundles-mirror",
+            "validatingwebhookconfiguration.admissionregistration.k8s.io/engine-bundles-mirror"])
         code, out = await _kubectl(kubeconfig, "get", "role,rolebinding", "-n", "demo", "-o", "name")
         assert (code, sorted(out.split())) == (0, [
             "role.rbac.authorization.k8s.io/engine-bundles-mirror",
