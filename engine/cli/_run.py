@@ -55,7 +55,8 @@ _DESCRIPTION = """\
 Run plugins against a cluster (--kubeconfig, as controller-runtime managers do) or against
 the embedded API server (--embedded), until SIGTERM or Ctrl-C; a second signal forces the
 stop. --embedded installs the plugins' CRDs, applies their example objects and writes a
-kubeconfig for kubectl.
+kubeconfig for kubectl. Plugins' admission and conversion webhooks are served over HTTPS
+(--webhook-bind-address, --webhook-cert-dir); --embedded registers them with the server.
 
 Exit codes: 0 after a graceful stop, 1 when start-up or the run fails (one "error:" line
 says why), 2 for a bad flag, 130 when a second signal forced the stop.
@@ -131,7 +132,8 @@ def _parser() -> argparse.ArgumentParser:
     hooks = p.add_argument_group("webhooks")
     hooks.add_argument("--webhook-bind-address", default=None, metavar="ADDRESS",
                        help="serve the plugins' admission and conversion webhooks over HTTPS here "
-                            "(default :9443, loopback, when a plugin declares webhooks; 0 disables)")
+                            "(default when a plugin declares webhooks: :9443, loopback; with --embedded a free "
+                            "loopback port, registered with the embedded server; 0 disables)")
     hooks.add_argument("--webhook-cert-dir", metavar="DIR", default=None,
                        help="directory with tls.crt and tls.key (re-read when they change, as cert-manager "
                             "rotates them); default: a CA and certificate made at start")
@@ -228,7 +230,7 @@ async def _webhook_serving(args: argparse.Namespace, plugins: list[Plugin]) -> W
 
     if not any(plugin.webhooks for plugin in plugins):
         return None
-    address = args.webhook_bind_address or f":{DEFAULT_WEBHOOK_PORT}"
+    address = args.webhook_bind_address or ("127.0.0.1:0" if args.embedded else f":{DEFAULT_WEBHOOK_PORT}")
     bind = parse_bind_address(address)
     if bind is None:
         return None

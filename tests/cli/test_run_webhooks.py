@@ -1,0 +1,59 @@
+"""``python -m engine run --embedded --plugin bundles`` serves the bundles webhooks over HTTPS on
+loopback and registers them with the embedded server, which calls them as kube-apiserver does:
+kubectl sees a cyclic Bundle refused with the webhook's message and a Bundle without an
+interval stored with the default. Real processes and real time."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import signal
+from pathlib import Path
+
+import pytest
+import trio
+
+from .test_run import _embedded
+
+KUBECTL = shutil.which("kubectl")
+
+
+async def _kubectl(kubeconfig: Path, *args: str, stdin: bytes | None = None) -> tuple[int, str]:
+    assert KUBECTL is not None
+    with trio.fail_after(60):
+        result = await trio.run_process([KUBECTL, "--kubeconfig", str(kubeconfig), "--request-timeout=20s", *args],
+                                        stdin=stdin, capture_stdout=True, capture_stderr=True, check=False)
+    return result.returncode, (result.stdout + result.stderr).decode()
+
+
+def _bundle(name: str, *depends_on: str, interval: str | None = None) -> bytes:
+    spec: dict[str, object] = {"sourceRef": {"name": "podinfo"}, "dependsOn": [{"name": d} for d in depends_on]}
+    if interval is not None:
+        spec["interval"] = interval
+    return json.dumps({"apiVersion": "bundles.engine.dev/v1alpha1", "kind": "Bundle",
+                       "metadata": {"name": name, "namespace": "default"}, "spec": spec}).encode()
+
+
+@pytest.mark.kubectl
+@pytest.mark.skipif(KUBECTL is None, reason="kubectl is not installed")
+async def test_kubectl_sees_a_cycle_refused_and_the_interval_defaulted(tmp_path: Path) -> None:
+    async with _embedded(tmp_path, "--plugin", "bundles", "--progress", "never", "--no-examples") as run:
+        kubeconfig = tmp_path / "cache" / "engine" / "embedded.kubeconfig"
+        [line] = [line for line in run.lines if line.startswith("webhooks on ")]
+        assert line.startswith("webhooks on https://127.0.0.1:") and line.endswith(" (registered with the API server)")
+        code, out = await _kubectl(kubeconfig, "apply", "-f", "-", stdin=_bundle("self", "self"))
+        assert code == 1
+        assert ('admission webhook "validate.bundles.engine.dev" denied the request: dependency cycle: '
+                'self -> self (a Bundle cannot depend on itself)') in out
+        for name, deps in (("a", ("b",)), ("b", ())):
+            code, out = await _kubectl(kubeconfig, "apply", "-f", "-", stdin=_bundle(name, *deps, interval="1h"))
+            assert code == 0, out
+        code, out = await _kubectl(kubeconfig, "apply", "-f", "-", stdin=_bundle("b", "a", interval="1h"))
+        assert code == 1
+        assert 'denied the request: dependency cycle: b -> a -> b' in out
+        code, out = await _kubectl(kubeconfig, "apply", "-f", "-", stdin=_bundle("plain"))
+        assert code == 0, out
+        code, out = await _kubectl(kubeconfig, "get", "bundle", "plain", "-o", "jsonpath={.spec.interval}")
+        assert (code, out) == (0, "10m")
+        run.proc.send_signal(signal.SIGTERM)
+    assert run.proc.returncode == 0, (run.out + run.err).decode()[-4000:]
