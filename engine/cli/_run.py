@@ -478,6 +478,8 @@ async def _host(
                 print(hint, flush=True)
         _print_addresses(obs)
         if host.webhook_server is not None:
+            if obs is not None and obs.live is not None:
+                obs.live.add_notices(host.webhook_server.summary)
             registered = " (registered with the API server)" if host.webhooks_registered else ""
             print(f"webhooks on {host.webhook_server.url}{registered}", flush=True)
         print("running; press Ctrl-C to stop", flush=True)

@@ -1,17 +1,20 @@
 """``python -m engine run --embedded --plugin bundles`` serves the bundles webhooks over HTTPS on
 loopback and registers them with the embedded server, which calls them as kube-apiserver does:
 kubectl sees a cyclic Bundle refused with the webhook's message and a Bundle without an
-interval stored with the default. Real processes and real time."""
+interval stored with the default; the dashboard's notices count the requests. Real processes
+and real time."""
 
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import signal
 from pathlib import Path
 
 import pytest
 import trio
+from trio_websocket import open_websocket_url
 
 from .test_run import _embedded
 
@@ -37,7 +40,8 @@ def _bundle(name: str, *depends_on: str, interval: str | None = None) -> bytes:
 @pytest.mark.kubectl
 @pytest.mark.skipif(KUBECTL is None, reason="kubectl is not installed")
 async def test_kubectl_sees_a_cycle_refused_and_the_interval_defaulted(tmp_path: Path) -> None:
-    async with _embedded(tmp_path, "--plugin", "bundles", "--progress", "never", "--no-examples") as run:
+    async with _embedded(tmp_path, "--plugin", "bundles", "--progress", "never", "--no-examples",
+                         "--live-bind-address", "127.0.0.1:0") as run:
         kubeconfig = tmp_path / "cache" / "engine" / "embedded.kubeconfig"
         [line] = [line for line in run.lines if line.startswith("webhooks on ")]
         assert line.startswith("webhooks on https://127.0.0.1:") and line.endswith(" (registered with the API server)")
@@ -55,5 +59,13 @@ async def test_kubectl_sees_a_cycle_refused_and_the_interval_defaulted(tmp_path:
         assert code == 0, out
         code, out = await _kubectl(kubeconfig, "get", "bundle", "plain", "-o", "jsonpath={.spec.interval}")
         assert (code, out) == (0, "10m")
+        url = next(line.split()[3] for line in run.lines if line.startswith("live stream on "))
+        async with open_websocket_url(url) as ws:
+            hello = json.loads(await ws.get_message())
+        mutate, validate = hello["notices"]
+        assert re.fullmatch(r"webhook /mutate/default.bundles.engine.dev: \d+ requests, 0 denied, 0 errors, "
+                            r"0 timeouts", mutate)
+        assert re.fullmatch(r"webhook /validate/validate.bundles.engine.dev: \d+ requests, 2 denied, 0 errors, "
+                            r"0 timeouts", validate)
         run.proc.send_signal(signal.SIGTERM)
     assert run.proc.returncode == 0, (run.out + run.err).decode()[-4000:]
