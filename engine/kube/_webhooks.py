@@ -202,6 +202,12 @@ def json_patch(old: Any, new: Any, path: str = "") -> list[dict[str, Any]]:
     return [{"op": "replace", "path": path, "value": new}]
 
 
+_REASONS = {400: "BadRequest", 403: "Forbidden", 409: "Conflict", 422: "Invalid", 429: "TooManyRequests",
+            500: "InternalError", 503: "ServiceUnavailable", 504: "Timeout"}
+"""The Status ``reason`` of a denial's code, as controller-runtime's helpers set it (kubectl
+prints it: ``Error from server (Forbidden): ...``)."""
+
+
 @attrs.frozen
 class AdmissionResponse:
     """The ``response`` of an AdmissionReview: allowed or denied (``code``, ``message``), a
@@ -240,7 +246,10 @@ class AdmissionResponse:
         """The AdmissionReview that carries this response."""
         response: dict[str, Any] = {"uid": self.uid, "allowed": self.allowed}
         if not self.allowed or self.code is not None:
-            response["status"] = {"code": self.code or 403, "message": self.message}
+            code = self.code or 403
+            response["status"] = {"code": code, "reason": _REASONS.get(code, ""), "message": self.message}
+            if not response["status"]["reason"]:
+                del response["status"]["reason"]
         if self.patch:
             response["patchType"] = "JSONPatch"
             response["patch"] = base64.b64encode(json.dumps(list(self.patch)).encode()).decode()

@@ -1,7 +1,8 @@
 """``python -m engine run --embedded --plugin bundles`` serves the bundles webhooks over HTTPS on
 loopback and registers them with the embedded server, which calls them as kube-apiserver does:
 kubectl sees a cyclic Bundle refused with the webhook's message and a Bundle without an
-interval stored with the default; the dashboard's notices count the requests. Real processes
+interval stored with the default (the README's demo among them); the dashboard's notices
+count the requests. Real processes
 and real time."""
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import shlex
 import signal
 from pathlib import Path
 
@@ -16,6 +18,7 @@ import pytest
 import trio
 from trio_websocket import open_websocket_url
 
+from .._e2e import ROOT
 from .test_run import _embedded
 
 KUBECTL = shutil.which("kubectl")
@@ -40,11 +43,19 @@ def _bundle(name: str, *depends_on: str, interval: str | None = None) -> bytes:
 @pytest.mark.kubectl
 @pytest.mark.skipif(KUBECTL is None, reason="kubectl is not installed")
 async def test_kubectl_sees_a_cycle_refused_and_the_interval_defaulted(tmp_path: Path) -> None:
-    async with _embedded(tmp_path, "--plugin", "bundles", "--progress", "never", "--no-examples",
+    async with _embedded(tmp_path, "--plugin", "bundles", "--progress", "never",
                          "--live-bind-address", "127.0.0.1:0") as run:
         kubeconfig = tmp_path / "cache" / "engine" / "embedded.kubeconfig"
         [line] = [line for line in run.lines if line.startswith("webhooks on ")]
         assert line.startswith("webhooks on https://127.0.0.1:") and line.endswith(" (registered with the API server)")
+        readme = (ROOT / "README.md").read_text().splitlines()
+        command = next(line for line in readme if line.startswith("kubectl patch bundle infra -n demo "))
+        said = readme[readme.index(command) + 1].removeprefix("# ")
+        code, out = await _kubectl(kubeconfig, "wait", "--for=condition=Ready", "bundle/infra", "bundle/apps", "-n",
+                                   "demo", "--timeout=50s")
+        assert code == 0, out
+        code, out = await _kubectl(kubeconfig, *shlex.split(command)[1:])
+        assert (code, out) == (1, said + "\n")
         code, out = await _kubectl(kubeconfig, "apply", "-f", "-", stdin=_bundle("self", "self"))
         assert code == 1
         assert ('admission webhook "validate.bundles.engine.dev" denied the request: dependency cycle: '
@@ -65,7 +76,7 @@ async def test_kubectl_sees_a_cycle_refused_and_the_interval_defaulted(tmp_path:
         mutate, validate = hello["notices"]
         assert re.fullmatch(r"webhook /mutate/default.bundles.engine.dev: \d+ requests, 0 denied, 0 errors, "
                             r"0 timeouts", mutate)
-        assert re.fullmatch(r"webhook /validate/validate.bundles.engine.dev: \d+ requests, 2 denied, 0 errors, "
+        assert re.fullmatch(r"webhook /validate/validate.bundles.engine.dev: \d+ requests, 3 denied, 0 errors, "
                             r"0 timeouts", validate)
         run.proc.send_signal(signal.SIGTERM)
     assert run.proc.returncode == 0, (run.out + run.err).decode()[-4000:]

@@ -136,7 +136,7 @@ async def test_a_denial_names_its_reason_and_echoes_the_uid(autojump_clock: trio
         allowed = await post(client, "/validate/deny-big.widgets.test.dev", review(uid="u-2"))
     assert answer.status_code == 200
     assert answer.json() == {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": {
-        "uid": "u-1", "allowed": False, "status": {"code": 403, "message": "size 5 is over 3"}}}
+        "uid": "u-1", "allowed": False, "status": {"code": 403, "reason": "Forbidden", "message": "size 5 is over 3"}}}
     assert allowed.json()["response"] == {"uid": "u-2", "allowed": True, "warnings": ["size is small"]}
 
 
@@ -145,7 +145,8 @@ async def test_a_handler_that_raises_denies_in_one_line_never_a_500(autojump_clo
         answer = await post(client, "/validate/crash.widgets.test.dev", review())
     assert answer.status_code == 200
     assert answer.json()["response"] == {"uid": "u-1", "allowed": False, "status": {
-        "code": 500, "message": "webhook handler failed: RuntimeError: the cache said no second line"}}
+        "code": 500, "reason": "InternalError",
+        "message": "webhook handler failed: RuntimeError: the cache said no second line"}}
 
 
 async def test_a_slow_handler_is_cancelled_before_the_api_servers_timeout(
@@ -158,7 +159,7 @@ async def test_a_slow_handler_is_cancelled_before_the_api_servers_timeout(
         took = trio.current_time() - started
     assert took == pytest.approx(8.0)
     assert answer.json()["response"] == {"uid": "u-1", "allowed": False, "status": {
-        "code": 504, "message": "webhook handler did not answer within 8s (timeoutSeconds 10)"}}
+        "code": 504, "reason": "Timeout", "message": "webhook handler did not answer within 8s (timeoutSeconds 10)"}}
     assert s.statistics()["/validate/slow.widgets.test.dev"]["timeouts"] == 1
 
 
