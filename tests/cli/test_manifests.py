@@ -340,3 +340,47 @@ def test_the_containerfile_runs_the_runner_as_the_user_the_deployment_expects() 
     assert f"USER {_manifests.RUN_AS}:{_manifests.RUN_AS}" in lines
     assert 'ENTRYPOINT ["python", "-m", "engine", "run"]' in lines
     assert f"EXPOSE {_manifests.METRICS_PORT} {_manifests.PROBE_PORT}" in lines
+
+
+async def _no_setup(ctx: Any) -> None:
+    pass
+
+
+async def _convert(obj: Any, api_version: str, ctx: Any) -> Any:
+    return {**obj, "apiVersion": api_version}
+
+
+def test_a_conversion_webhook_gets_its_crd_stanza_and_cert_manager_its_issuer_and_certificate() -> None:
+    from engine.kube import ConversionWebhook, Plugin
+
+    crd = {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+           "metadata": {"name": "widgets.test.dev"},
+           "spec": {"group": "test.dev", "names": {"kind": "Widget", "plural": "widgets"}, "scope": "Namespaced",
+                    "versions": [{"name": "v1", "served": True, "storage": True}]}}
+    widgets = Plugin("widgets", _no_setup, crds=[crd], webhooks=[ConversionWebhook("widgets.test.dev", _convert)])
+    objects = _manifests.manifests([widgets], [], namespace=None, install_namespace="ops", name="engine-widgets",
+                                   image="i", replicas=1, grace_period=15, cert_manager=True)
+    assert [(o["kind"], o["metadata"]["name"]) for o in objects] == [
+        ("CustomResourceDefinition", "widgets.test.dev"), ("Namespace", "ops"), ("ServiceAccount", "engine-widgets"),
+        ("ClusterRole", "engine-widgets"), ("ClusterRoleBinding", "engine-widgets"),
+        ("Service", "engine-widgets-metrics"), ("Service", "engine-widgets-webhook"),
+        ("Issuer", "engine-widgets-selfsigned"), ("Certificate", "engine-widgets-webhook"),
+        ("Deployment", "engine-widgets")]
+    assert objects[0]["metadata"]["annotations"] == {"cert-manager.io/inject-ca-from": "ops/engine-widgets-webhook"}
+    assert objects[0]["spec"]["conversion"] == {"strategy": "Webhook", "webhook": {
+        "clientConfig": {"service": {"name": "engine-widgets-webhook", "namespace": "ops",
+                                     "path": "/convert/widgets.test.dev", "port": 9443}},
+        "conversionReviewVersions": ["v1"]}}
+    assert "conversion" not in crd["spec"]
+    assert objects[8]["spec"] == {
+        "secretName": "engine-widgets-webhook-cert",
+        "dnsNames": ["engine-widgets-webhook.ops.svc", "engine-widgets-webhook.ops.svc.cluster.local"],
+        "issuerRef": {"kind": "Issuer", "name": "engine-widgets-selfsigned"}}
+    volumes = objects[9]["spec"]["template"]["spec"]["volumes"]
+    assert {"name": "webhook-certs", "secret": {"secretName": "engine-widgets-webhook-cert"}} in volumes
+
+
+def test_plugins_without_webhooks_get_no_webhook_objects(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = _run(capsys, "--plugin", "mirror")
+    assert code == 0
+    assert "webhook" not in out
