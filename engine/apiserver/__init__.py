@@ -9,8 +9,8 @@ Start with :class:`ApiServer`::
 It serves the core, ``apps``, ``coordination.k8s.io``, ``events.k8s.io`` and
 ``apiextensions.k8s.io`` groups and every CRD created on it, with the real server's request
 path: discovery, validation (OpenAPI schemas and CEL rules of CRDs), server-side apply and
-managed fields, finalizers and deletion propagation, Tables for kubectl, watches with
-bookmarks, paging, and the real server's ``Status`` answers. It is the default world of
+managed fields, finalizers and deletion propagation, admission and conversion webhooks, Tables
+for kubectl, watches with bookmarks, paging, and the real server's ``Status`` answers. It is the default world of
 ``python -m engine run --embedded`` and a command of its own (``python -m engine apiserver``).
 
 ``ApiServer(listen=False)`` with :meth:`ApiServer.memory_transport` runs without sockets, so a

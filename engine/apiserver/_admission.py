@@ -34,6 +34,7 @@ import functools
 import json
 import logging
 import uuid
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import attrs
@@ -89,6 +90,7 @@ class AdmissionRequest:
 class _Hook:
     configuration: str
     spec: dict[str, Any]
+    mutating: bool
 
     @property
     def name(self) -> str:
@@ -105,6 +107,18 @@ class Admission:
 
     store: ObjectStorage
     client: WebhookClient
+    convert: Callable[[ResourceType, list[Obj]], Awaitable[list[Obj]]] | None = None
+    """Converts custom resources to another version (the CRD's conversion webhook), for
+    webhooks matched through ``matchPolicy: Equivalent``; ``None``: only ``apiVersion`` changes."""
+
+    async def _in_version(self, rt: ResourceType, obj: Obj | None) -> Obj | None:
+        if obj is None:
+            return None
+        if self.convert is not None:
+            [converted] = await self.convert(rt, [obj])
+            if converted is not obj:
+                return converted
+        return {**copy.deepcopy(obj), "apiVersion": rt.api_version}
 
     def configured(self, key: tuple[str, str]) -> bool:
         """Whether any configuration of the ``key`` kind (:data:`MUTATING`, :data:`VALIDATING`) is stored."""
@@ -113,7 +127,7 @@ class Admission:
     def _hooks(self, key: tuple[str, str]) -> list[_Hook]:
         configurations = sorted(self.store.objects_of(key), key=lambda item: str(meta(item[1]).get("name", "")))
         return [
-            _Hook(str(meta(obj).get("name", "")), hook)
+            _Hook(str(meta(obj).get("name", "")), hook, key == MUTATING)
             for _, obj in configurations
             for hook in obj.get("webhooks") or []
             if isinstance(hook, dict)
@@ -144,7 +158,7 @@ class Admission:
     async def _mutate_once(self, hook: _Hook, request: AdmissionRequest, warnings: list[str]) -> tuple[bool | None, Obj | None]:
         """``(changed, object)``; ``changed`` is ``None`` when the webhook was not called."""
         try:
-            review = self._review_for(hook, request)
+            review = await self._review_for(hook, request)
             if review is None:
                 return None, request.obj
             response = await self._call(hook, review)
@@ -161,7 +175,7 @@ class Admission:
             operations = json.loads(base64.b64decode(str(patch), validate=True))
         except ValueError as exc:
             raise internal_error(f"failed to decode the patch of webhook {hook.name!r}: {exc}") from None
-        sent = _sent_object(request)
+        sent = review["request"]["object"]
         try:
             patched = json_patch(sent, operations)
         except RequestRejected as exc:
@@ -170,8 +184,11 @@ class Admission:
             raise internal_error(f"the patch of webhook {hook.name!r} did not leave an object")
         if request.rt in BUILTIN_TYPES:
             unknown_fields(f"{request.rt.api_version}/{request.rt.kind}", patched)
-        changed = patched != sent
-        return changed, patched if changed else request.obj
+        if patched == sent:
+            return False, request.obj
+        if patched.get("apiVersion") != request.rt.api_version:
+            patched = await self._in_version(request.rt, patched)
+        return True, patched
 
     async def validate(self, request: AdmissionRequest, warnings: list[str]) -> None:
         """Call the matching validating webhooks, all at once, appending their warnings to
@@ -182,7 +199,7 @@ class Admission:
         calls: list[tuple[_Hook, dict[str, Any]]] = []
         for hook in self._hooks(VALIDATING):
             try:
-                review = self._review_for(hook, request)
+                review = await self._review_for(hook, request)
             except WebhookCallError as exc:
                 self._call_failed(hook, exc)
                 continue
@@ -226,15 +243,18 @@ class Admission:
     async def _call(self, hook: _Hook, review: dict[str, Any]) -> dict[str, Any]:
         timeout = float(hook.spec.get("timeoutSeconds") or 10)
         answer = await self.client.post(hook.spec.get("clientConfig") or {}, timeout, review)
-        return _verify(review["request"]["uid"], answer, mutating="reinvocationPolicy" in hook.spec)
+        return _verify(review["request"]["uid"], answer, mutating=hook.mutating)
 
-    def _review_for(self, hook: _Hook, request: AdmissionRequest) -> dict[str, Any] | None:
+    async def _review_for(self, hook: _Hook, request: AdmissionRequest) -> dict[str, Any] | None:
         """The AdmissionReview to send ``hook``, ``None`` when it does not match; raises
         :class:`WebhookCallError` when a match condition cannot be evaluated."""
-        matched = _match_rules(hook.spec, request, self.store)
-        if matched is None:
+        rt = _match_rules(hook.spec, request, self.store)
+        if rt is None:
             return None
-        rt, obj, old = matched
+        obj, old = request.obj, request.old
+        if rt is not request.rt:
+            obj = await self._in_version(rt, typed(request.rt, obj) if obj is not None else None)
+            old = await self._in_version(rt, typed(request.rt, old) if old is not None else None)
         if not self._selectors_match(hook.spec, request):
             return None
         if request.dry_run and hook.spec.get("sideEffects") not in ("None", "NoneOnDryRun"):
@@ -300,33 +320,20 @@ def _rule_matches(rule: dict[str, Any], request: AdmissionRequest, rt: ResourceT
     return False
 
 
-def _match_rules(
-    spec: dict[str, Any], request: AdmissionRequest, store: ObjectStorage
-) -> tuple[ResourceType, Obj | None, Obj | None] | None:
-    """The resource type the hook is called for, with the objects in its version: the request's
-    own, or under ``matchPolicy: Equivalent`` another served version of the same custom resource."""
+def _match_rules(spec: dict[str, Any], request: AdmissionRequest, store: ObjectStorage) -> ResourceType | None:
+    """The resource type the hook is called for: the request's own, or under ``matchPolicy:
+    Equivalent`` another served version of the same custom resource."""
     rules = [r for r in spec.get("rules") or [] if isinstance(r, dict)]
     if any(_rule_matches(r, request, request.rt) for r in rules):
-        return request.rt, request.obj, request.old
+        return request.rt
     if spec.get("matchPolicy", "Equivalent") != "Equivalent" or request.rt in BUILTIN_TYPES:
         return None
     for other in store.types():
         if other.storage_key != request.rt.storage_key or other.version == request.rt.version:
             continue
         if any(_rule_matches(r, request, other) for r in rules):
-            return other, _in_version(other, request.obj), _in_version(other, request.old)
+            return other
     return None
-
-
-def _in_version(rt: ResourceType, obj: Obj | None) -> Obj | None:
-    if obj is None:
-        return None
-    return {**copy.deepcopy(obj), "apiVersion": rt.api_version}
-
-
-def _sent_object(request: AdmissionRequest) -> Obj:
-    assert request.obj is not None
-    return typed(request.rt, request.obj)
 
 
 def _group_version_kind(rt: ResourceType) -> dict[str, str]:

@@ -16,6 +16,7 @@ from ..observability._http import Request, Response
 from ._access import Attributes, authorize, forbidden
 from ._admission import Admission
 from ._authn import ADMIN, Authenticator, UserInfo
+from ._conversion import Conversions
 from ._discovery import discovery_response
 from ._errors import RequestRejected
 from ._faults import Fault, Faults
@@ -100,11 +101,16 @@ class Router:
     ``/_faults``); an observer must not raise."""
     admission: Admission = attrs.field(init=False, repr=False)
     """Calls the admission webhooks of the stored configurations on writes."""
+    conversions: Conversions = attrs.field(init=False, repr=False)
+    """Converts the objects of custom resources whose CRD names a conversion webhook."""
     _watches: Watches = attrs.field(init=False, repr=False)
 
     def __attrs_post_init__(self) -> None:
         self.admission = Admission(self.store, WebhookClient(self.store))
+        self.conversions = Conversions(self.store, self.admission.client)
+        self.admission.convert = self.conversions.convert
         self._watches = Watches(self.store, self.faults, self.bookmark_interval)
+        self._watches.conversions = self.conversions
         self.faults.connect_watches(self._watches.drop)
 
     async def handle(self, request: Request, connection: UserInfo | None = ADMIN) -> Response:
@@ -163,7 +169,8 @@ class Router:
         if info.verb == "watch":
             return self._watches.open(request, target, info)
         return await handle_resource(
-            self.store, request, target, info, caller=user, tokens=self.tokens, admission=self.admission
+            self.store, request, target, info, caller=user, tokens=self.tokens, admission=self.admission,
+            conversions=self.conversions,
         )
 
     def _authorize(self, user: UserInfo, attributes: Attributes) -> None:

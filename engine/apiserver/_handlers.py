@@ -19,6 +19,7 @@ from ..observability._http import Request, Response
 from ._access import review, token_request
 from ._admission import Admission, AdmissionRequest
 from ._authn import ADMIN, Authenticator, UserInfo
+from ._conversion import Conversions
 from ._deletion import POLICIES
 from ._errors import RequestRejected
 from ._events import field_selector, from_storage
@@ -117,7 +118,15 @@ class _Writes:
     admission: Admission | None
     user: UserInfo
     request: Request
+    conversions: Conversions | None = None
     warnings: list[str] = attrs.field(factory=list)
+
+    def _storage_type(self, rt: ResourceType) -> ResourceType | None:
+        return self.conversions.storage_type(rt) if self.conversions is not None else None
+
+    async def converted(self, rt: ResourceType, objects: list[Obj]) -> list[Obj]:
+        """``objects`` in ``rt``'s version (through the CRD's conversion webhook)."""
+        return await self.conversions.convert(rt, objects) if self.conversions is not None else objects
 
     def _active(self) -> Admission | None:
         admission = self.admission
@@ -140,19 +149,27 @@ class _Writes:
 
     async def create(self, rt: ResourceType, ns: str | None, body: Any, *, dry_run: bool, fields: FieldCheck) -> Obj:
         manager, large = _manager(self.request), _large(self.request)
-        admission = self._active()
-        if admission is None:
+        admission, storage_rt = self._active(), self._storage_type(rt)
+        if admission is None and storage_rt is None:
             return self.storage.create(rt, ns, body, dry_run=dry_run, manager=manager, check_size=large, fields=fields)
         obj = self.storage.prepare_body(rt, ns, body, None)
         request = AdmissionRequest(
             rt, "CREATE", ns, str(meta(obj).get("name") or ""), None, obj, None, self.user, dry_run,
             self._options("CreateOptions", dry_run),
         )
-        mutated = await admission.mutate(request, self.warnings)
+        mutated = await admission.mutate(request, self.warnings) if admission is not None else obj
         candidate = self.storage.create(rt, ns, mutated, dry_run=True, manager=manager, check_size=large, fields=fields)
-        await admission.validate(attrs.evolve(request, obj=candidate), self.warnings)
+        if admission is not None:
+            await admission.validate(attrs.evolve(request, obj=candidate), self.warnings)
         if dry_run:
             return candidate
+        if storage_rt is not None:
+            [converted] = await self.converted(storage_rt, [candidate])
+            stored = self.storage.create(
+                storage_rt, ns, converted, check_size=large, _uid=meta(candidate).get("uid"),
+                _managed_fields=meta(candidate).get("managedFields") or [],
+            )
+            return (await self.converted(rt, [stored]))[0]
         final = copy.deepcopy(mutated)
         assert final is not None
         final["metadata"]["name"] = meta(candidate)["name"]
@@ -172,8 +189,8 @@ class _Writes:
     ) -> tuple[Obj, FieldCheck]:
         """An update (or patch: ``body_for`` makes the new object from the current one)."""
         manager, large = _manager(self.request), _large(self.request)
-        admission = self._active()
-        if admission is None:
+        admission, storage_rt = self._active(), self._storage_type(rt)
+        if admission is None and storage_rt is None:
             body, check = body_for(from_storage(rt, self.storage.get(rt, ns, name)))
             obj = self.storage.update(
                 rt, ns, name, body, subresource=sub, dry_run=dry_run, manager=manager, check_size=large, fields=check
@@ -182,23 +199,31 @@ class _Writes:
         mark = len(self.warnings)
         for attempt in range(_RETRIES):
             del self.warnings[mark:]
-            current = from_storage(rt, self.storage.get(rt, ns, name))
+            [current] = await self.converted(rt, [from_storage(rt, self.storage.get(rt, ns, name))])
             body, check = body_for(current)
             obj = self.storage.prepare_body(rt, ns, body, name)
             request = AdmissionRequest(
                 rt, "UPDATE", ns, name, sub, obj, current, self.user, dry_run, self._options(options, dry_run)
             )
-            mutated = await admission.mutate(request, self.warnings)
+            mutated = await admission.mutate(request, self.warnings) if admission is not None else obj
             candidate = self.storage.update(
                 rt, ns, name, mutated, subresource=sub, dry_run=True, manager=manager, check_size=large, fields=check
             )
-            await admission.validate(attrs.evolve(request, obj=candidate), self.warnings)
+            if admission is not None:
+                await admission.validate(attrs.evolve(request, obj=candidate), self.warnings)
             if dry_run:
                 return candidate, check
             final = copy.deepcopy(mutated)
             assert final is not None
             final["metadata"]["resourceVersion"] = meta(current)["resourceVersion"]
             try:
+                if storage_rt is not None:
+                    [converted] = await self.converted(storage_rt, [candidate])
+                    stored = self.storage.update(
+                        storage_rt, ns, name, converted, subresource=sub, check_size=large,
+                        _managed_fields=meta(candidate).get("managedFields") or [],
+                    )
+                    return (await self.converted(rt, [stored]))[0], check
                 return self.storage.update(rt, ns, name, final, subresource=sub, manager=manager, check_size=large), check
             except RequestRejected as exc:
                 if exc.code != 409 or not retry or attempt == _RETRIES - 1:
@@ -293,13 +318,15 @@ async def handle_resource(
     caller: UserInfo = ADMIN,
     tokens: Authenticator | None = None,
     admission: Admission | None = None,
+    conversions: Conversions | None = None,
 ) -> Response:
     """Answer a resource request whose verb is not ``watch`` made by ``caller`` (reviews
-    answer for it; ``tokens`` signs TokenRequests; writes pass ``admission``'s webhooks);
+    answer for it; ``tokens`` signs TokenRequests; writes pass ``admission``'s webhooks;
+    ``conversions`` converts the objects of webhook-converted custom resources);
     raises :class:`RequestRejected`. The warnings webhooks gave are ``Warning`` headers of the
     answer, a refusal's too. Cancellation propagates (a write cancelled while webhooks are
     called stores nothing)."""
-    writes = _Writes(storage, admission, caller, request)
+    writes = _Writes(storage, admission, caller, request, conversions)
     try:
         response = await _handle(storage, request, target, info, caller, tokens, writes)
     except RequestRejected as exc:
@@ -374,6 +401,7 @@ async def _handle(
         items, rv, token, remaining = storage.list_objects(
             rt, ns, labels, fields, limit=limit, continue_token=q.get("continue") or None, exact=exact
         )
+        items = await writes.converted(rt, items)
         meta: dict[str, Any] = {"resourceVersion": str(rv)}
         if token:
             meta["continue"] = token
@@ -394,7 +422,7 @@ async def _handle(
         assert name is not None
         storage.check_not_newer(q.get("resourceVersion"))
         conversion = negotiate(request.headers.get("accept"))
-        obj = storage.get(rt, ns, name)
+        [obj] = await writes.converted(rt, [storage.get(rt, ns, name)])
         if conversion is not None:
             version = {"resourceVersion": obj["metadata"].get("resourceVersion", "")}
             return json_response(200, _converted(storage, request, rt, [obj], version, conversion, single=True))

@@ -84,6 +84,13 @@ class ApiServer:
     authenticated user); a denial is a 403 ``Forbidden`` Status, a token the server did not
     issue (or expired, or whose service account is gone) a 401. ``authorization=False``
     lets every authenticated user do everything (for tests that ask for it).
+
+    Stored ``MutatingWebhookConfiguration`` and ``ValidatingWebhookConfiguration`` objects are
+    honoured as kube-apiserver 1.32 honours them (see :mod:`._admission`), and custom resources
+    whose CRD names a conversion webhook are converted through it (see :mod:`._conversion`).
+    Webhook calls go over HTTPS, checked with the configuration's ``caBundle``, unless
+    ``webhook_transport`` (an ``httpx.AsyncBaseTransport``, assignable at any time) is set:
+    then every call goes through it, addressed to the configured URL, with no sockets.
     """
 
     host: str = "127.0.0.1"

@@ -172,6 +172,9 @@ def _validate_crd(rt: ResourceType, obj: Obj) -> None:
         errors.extend(structural_errors(openapi_schema(version), f"spec.versions[{i}].schema.openAPIV3Schema"))
     if errors:
         raise invalid(rt, str(meta(obj).get("name", "")), errors)
+    causes = _webhookconfigs.conversion_causes(obj["spec"])
+    if causes:
+        raise invalid_causes(rt, str(meta(obj).get("name", "")), causes)
 
 
 def _default_crd(rt: ResourceType, obj: Obj) -> None:

@@ -11,6 +11,7 @@ import attrs
 import trio
 
 from ..observability._http import AbortStream, Request, Response
+from ._conversion import Conversions
 from ._errors import RequestRejected
 from ._events import field_selector
 from ._faults import Faults, FaultScope, RequestInfo
@@ -89,6 +90,8 @@ class Watches:
     store: ObjectStorage
     faults: Faults
     bookmark_interval: float = 60.0
+    conversions: Conversions | None = None
+    """Converts the events of custom resources whose CRD names a conversion webhook."""
     _active: set[_ActiveWatch] = attrs.field(factory=set, init=False, repr=False)
 
     def drop(self, scope: FaultScope, abrupt: bool) -> int:
@@ -179,6 +182,16 @@ class Watches:
         )
         return Response(200, headers, stream=stream)
 
+    async def _versioned(self, rt: ResourceType, obj: dict[str, Any]) -> dict[str, Any] | RequestRejected:
+        """``obj`` in ``rt``'s version, or why its conversion failed (the stream then ends with
+        an ``ERROR`` event carrying that ``Status``)."""
+        if self.conversions is None:
+            return obj
+        try:
+            return (await self.conversions.convert(rt, [obj]))[0]
+        except RequestRejected as exc:
+            return exc
+
     def _next_bookmark(self, now: float, deadline: float) -> float:
         """When the next BOOKMARK is due: after ``bookmark_interval``, or 2 s before the watch's
         deadline if that comes first and is still ahead, as the real server's watch cache
@@ -221,7 +234,11 @@ class Watches:
                 event = _translate(replayed, labels, fields)
                 last_rv = max(last_rv, replayed.rv)
                 if event is not None:
-                    yield _event_line(event[0], convert(event[1]))
+                    converted = await self._versioned(rt, event[1])
+                    if isinstance(converted, RequestRejected):
+                        yield _event_line("ERROR", converted.status)
+                        return
+                    yield _event_line(event[0], convert(converted))
             if initial_end:
                 last_rv = max(last_rv, store.resource_version)
                 yield bookmark({"k8s.io/initial-events-end": "true"})
@@ -252,7 +269,11 @@ class Watches:
                 last_rv = max(last_rv, change.rv)
                 event = _translate(change, labels, fields)
                 if event is not None:
-                    yield _event_line(event[0], convert(event[1]))
+                    converted = await self._versioned(rt, event[1])
+                    if isinstance(converted, RequestRejected):
+                        yield _event_line("ERROR", converted.status)
+                        return
+                    yield _event_line(event[0], convert(converted))
             if sub.dropped and sub.abrupt:
                 raise AbortStream("watch dropped by fault injection")
         finally:

@@ -1,8 +1,9 @@
-"""``admissionregistration.k8s.io/v1`` ``MutatingWebhookConfiguration`` and
+"""Webhook configurations: ``admissionregistration.k8s.io/v1`` ``MutatingWebhookConfiguration`` and
 ``ValidatingWebhookConfiguration``: their defaults and validation, as the real server applies
 them (``SetDefaults_*`` and ``ValidateValidatingWebhookConfiguration``; the common rules: names,
 duplicates, ``clientConfig``, ``rules``, ``sideEffects``, ``admissionReviewVersions``,
-``timeoutSeconds``, the policies and ``matchConditions``)."""
+``timeoutSeconds``, the policies and ``matchConditions``), and a CustomResourceDefinition's
+``spec.conversion``."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from ._objects import Obj, meta
 from ._resources import ResourceType
 from ._status import CauseSpec, invalid_causes
 
-__all__ = ["MUTATING", "VALIDATING", "default_configuration", "validate_configuration"]
+__all__ = ["MUTATING", "VALIDATING", "default_configuration", "validate_configuration", "client_config_causes", "conversion_causes"]
 
 MUTATING = ("admissionregistration.k8s.io", "mutatingwebhookconfigurations")
 VALIDATING = ("admissionregistration.k8s.io", "validatingwebhookconfigurations")
@@ -122,7 +123,7 @@ def _check_hook(rt: ResourceType, hook: dict[str, Any], path: str, seen: set[str
         reinvocation = hook.get("reinvocationPolicy")
         if reinvocation is not None and reinvocation not in ("IfNeeded", "Never"):
             causes.append(_unsupported(f"{path}.reinvocationPolicy", reinvocation, ("IfNeeded", "Never")))
-    _check_client_config(hook.get("clientConfig"), f"{path}.clientConfig", causes)
+    causes.extend(client_config_causes(hook.get("clientConfig"), f"{path}.clientConfig"))
     _check_match_conditions(hook.get("matchConditions"), f"{path}.matchConditions", causes)
 
 
@@ -153,6 +154,13 @@ def _check_rule(rule: Any, path: str, causes: list[CauseSpec]) -> None:
     scope = rule.get("scope")
     if scope is not None and scope not in ("*", "Cluster", "Namespaced"):
         causes.append(_unsupported(f"{path}.scope", scope, ("*", "Cluster", "Namespaced")))
+
+
+def client_config_causes(config: Any, path: str) -> list[CauseSpec]:
+    """What is wrong with a webhook's ``clientConfig`` at ``path``."""
+    causes: list[CauseSpec] = []
+    _check_client_config(config, path, causes)
+    return causes
 
 
 def _check_client_config(config: Any, path: str, causes: list[CauseSpec]) -> None:
@@ -228,3 +236,32 @@ def _check_match_conditions(conditions: Any, path: str, causes: list[CauseSpec])
         error = Rule(rule=str(expression)).compile_error()
         if error is not None:
             causes.append(_bad(f"{where}.expression", expression, error))
+
+
+def conversion_causes(spec: dict[str, Any]) -> list[CauseSpec]:
+    """What is wrong with a CRD's ``spec.conversion`` (validated as the real server does)."""
+    conversion = spec.get("conversion")
+    if not isinstance(conversion, dict):
+        return []
+    causes: list[CauseSpec] = []
+    strategy = conversion.get("strategy")
+    webhook = conversion.get("webhook")
+    if strategy not in ("None", "Webhook"):
+        causes.append(("FieldValueNotSupported", "spec.conversion.strategy",
+                       f'Unsupported value: "{strategy}": supported values: "None", "Webhook"'))
+    elif strategy == "None" and webhook is not None:
+        causes.append(("FieldValueForbidden", "spec.conversion.webhook", "Forbidden: should not be set when strategy is not set to Webhook"))
+    elif strategy == "Webhook":
+        if not isinstance(webhook, dict) or not webhook.get("clientConfig"):
+            causes.append(("FieldValueRequired", "spec.conversion.webhook.clientConfig", "Required value: required when strategy is set to Webhook"))
+        else:
+            versions = webhook.get("conversionReviewVersions")
+            if not versions:
+                causes.append(("FieldValueRequired", "spec.conversion.webhook.conversionReviewVersions",
+                               "Required value: must specify one of v1, v1beta1"))
+            elif not {"v1", "v1beta1"} & set(map(str, versions)):
+                shown = "[]string{" + ", ".join(f'"{v}"' for v in versions) + "}"
+                causes.append(("FieldValueInvalid", "spec.conversion.webhook.conversionReviewVersions",
+                               f"Invalid value: {shown}: must include at least one of v1, v1beta1"))
+            causes.extend(client_config_causes(webhook["clientConfig"], "spec.conversion.webhook.clientConfig"))
+    return causes

@@ -79,18 +79,35 @@ def _ssl_context(ca_bundle: str) -> ssl.SSLContext:
     return context
 
 
+def _causes(exc: BaseException) -> list[BaseException]:
+    """``exc``, its causes and contexts, and the members of exception groups among them."""
+    out: list[BaseException] = []
+    pending = [exc]
+    while pending:
+        current = pending.pop()
+        if current in out:
+            continue
+        out.append(current)
+        pending.extend(e for e in (current.__cause__, current.__context__) if e is not None)
+        if isinstance(current, BaseExceptionGroup):
+            pending.extend(current.exceptions)
+    return out
+
+
 def _connect_error(exc: httpx.TransportError, host: str) -> str:
-    text = str(exc)
-    if "CERTIFICATE_VERIFY_FAILED" in text:
-        if "Hostname mismatch" in text or "IP address mismatch" in text:
-            return f"tls: failed to verify certificate: x509: certificate is valid for other names, not {host}"
-        return "tls: failed to verify certificate: x509: certificate signed by unknown authority"
-    cause: BaseException | None = exc
-    while cause is not None:
-        if isinstance(cause, ConnectionRefusedError) or "refused" in str(cause).lower():
-            return f"dial tcp {host}: connect: connection refused"
-        cause = cause.__cause__ or cause.__context__
-    return f"dial tcp {host}: {text or type(exc).__name__}"
+    """A connection failure in the words of Go's dialer and TLS stack."""
+    causes = _causes(exc)
+    for cause in causes:
+        if isinstance(cause, ssl.SSLCertVerificationError):
+            why = str(cause.verify_message or cause)
+            if "mismatch" in why:
+                return f"tls: failed to verify certificate: x509: certificate is not valid for {host.rsplit(':', 1)[0]}"
+            if "expired" in why:
+                return "tls: failed to verify certificate: x509: certificate has expired or is not yet valid"
+            return "tls: failed to verify certificate: x509: certificate signed by unknown authority"
+    if any(isinstance(cause, ConnectionRefusedError) for cause in causes):
+        return f"dial tcp {host}: connect: connection refused"
+    return f"dial tcp {host}: {exc or type(exc).__name__}"
 
 
 @attrs.define(eq=False)
@@ -114,9 +131,12 @@ class WebhookClient:
     async def _send(self, client_config: dict[str, Any], url: str, body: bytes) -> tuple[int, bytes]:
         headers = {"content-type": "application/json", "accept": "application/json, */*"}
         if self.transport is not None:
-            async with httpx.AsyncClient(transport=self.transport) as client:
-                response = await client.post(url, content=body, headers=headers)
-                return response.status_code, response.content
+            response = await self.transport.handle_async_request(httpx.Request("POST", url, content=body, headers=headers))
+            try:
+                content = await response.aread()
+            finally:
+                await response.aclose()
+            return response.status_code, content[:MAX_RESPONSE_BYTES]
         target, extensions = url, {}
         parts = urlsplit(url)
         if not client_config.get("url"):

@@ -697,12 +697,103 @@ recorder dropped empty ``details`` and ``retryAfterSeconds``; a watch with
 object is refused with 400 ``BadRequest``."""
 
 
+HOOKS_NS = "diffapi-{run}-hooks"
+_VWC = "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations"
+_REFUSED = "https://127.0.0.1:1/refused"
+"""A webhook endpoint nothing listens on, on the real server's host as on the embedded one."""
+
+
+def _guard(name: str, policy: str, **change: Any) -> dict[str, Any]:
+    """A ValidatingWebhookConfiguration whose one webhook calls :data:`_REFUSED` for the
+    ConfigMaps labelled ``diffapi-webhook: <name>`` only (no other step's objects match)."""
+    hook: dict[str, Any] = {
+        "name": f"{name}.diffapi.test",
+        "clientConfig": {"url": _REFUSED},
+        "rules": [{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"], "resources": ["configmaps"]}],
+        "objectSelector": {"matchLabels": {"diffapi-webhook": name}},
+        "sideEffects": "None",
+        "admissionReviewVersions": ["v1"],
+        "failurePolicy": policy,
+        "timeoutSeconds": 5,
+    }
+    hook.update(change)
+    hook = {k: v for k, v in hook.items() if v is not None}
+    return {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingWebhookConfiguration",
+        "metadata": {"name": name},
+        "webhooks": [hook],
+    }
+
+
+def _labelled(name: str, label: str) -> dict[str, Any]:
+    return _cm(name, {"k": "v"}, labels={"diffapi-webhook": label})
+
+
+_HOOKS_CM = f"/api/v1/namespaces/{HOOKS_NS}/configmaps"
+
+WEBHOOK_STEPS: list[Step] = [
+    _setup("webhook.ns_create", _req("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": HOOKS_NS}}), 201),
+    # 422 Invalid, "webhooks[0].sideEffects: Required value: must specify one of None, NoneOnDryRun"
+    _setup("webhook.config_without_side_effects", _req("POST", _VWC, _guard("diffapi-{run}-x", "Fail", sideEffects=None)), 422),
+    # 422 Invalid, "webhooks[0].clientConfig.url: Invalid value: ...: 'https' is the only allowed URL scheme"
+    _setup("webhook.config_http_url", _req("POST", _VWC, _guard("diffapi-{run}-x", "Fail", clientConfig={"url": "http://127.0.0.1:1/x"})), 422),
+    # 422 Invalid, "webhooks[0].timeoutSeconds: Invalid value: 31: the timeout value must be between 1 and 30 seconds"
+    _setup("webhook.config_timeout_too_long", _req("POST", _VWC, _guard("diffapi-{run}-x", "Fail", timeoutSeconds=31)), 422),
+    _setup("webhook.config_fail", _req("POST", _VWC, _guard("diffapi-{run}-fail", "Fail")), 201),
+    _setup("webhook.config_ignore", _req("POST", _VWC, _guard("diffapi-{run}-ignore", "Ignore")), 201),
+    # 500 InternalError, 'Internal error occurred: failed calling webhook "diffapi-{run}-fail.diffapi.test":
+    # failed to call webhook: Post "https://127.0.0.1:1/refused?timeout=5s": dial tcp 127.0.0.1:1: connect: connection refused'
+    _setup("webhook.refused_fail", _req("POST", _HOOKS_CM, _labelled("c-fail", "diffapi-{run}-fail")), 500),
+    # the same on a dry run: sideEffects None webhooks are called for dry-run requests
+    _setup("webhook.refused_fail_dry_run", _req("POST", _HOOKS_CM, _labelled("c-fail", "diffapi-{run}-fail"), query={"dryRun": "All"}), 500),
+    _setup("webhook.refused_ignore", _req("POST", _HOOKS_CM, _labelled("c-ignore", "diffapi-{run}-ignore")), 201),
+    _setup("webhook.not_selected", _req("POST", _HOOKS_CM, _labelled("c-other", "other")), 201),
+    _setup("webhook.not_stored", _req("GET", f"{_HOOKS_CM}/c-fail"), 404),
+    # 422 Invalid, "spec.conversion.webhook.clientConfig: Required value: required when strategy is set to Webhook"
+    _setup(
+        "webhook.crd_conversion_without_client_config",
+        _req(
+            "POST",
+            "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+            {
+                "apiVersion": "apiextensions.k8s.io/v1",
+                "kind": "CustomResourceDefinition",
+                "metadata": {"name": f"hooks.{GROUP}"},
+                "spec": {
+                    "group": GROUP,
+                    "names": {"plural": "hooks", "singular": "hook", "kind": "Hook"},
+                    "scope": "Namespaced",
+                    "versions": [
+                        {"name": "v1", "served": True, "storage": True, "schema": {"openAPIV3Schema": {"type": "object"}}},
+                        {"name": "v2", "served": True, "storage": False, "schema": {"openAPIV3Schema": {"type": "object"}}},
+                    ],
+                    "conversion": {"strategy": "Webhook"},
+                },
+            },
+        ),
+        422,
+    ),
+    _setup("webhook.config_fail_delete", _req("DELETE", f"{_VWC}/diffapi-{{run}}-fail"), 200),
+    _setup("webhook.config_ignore_delete", _req("DELETE", f"{_VWC}/diffapi-{{run}}-ignore"), 200),
+    _setup("webhook.after_delete", _req("POST", _HOOKS_CM, _labelled("c-fail", "diffapi-{run}-fail")), 201),
+]
+"""Admission and conversion webhook steps. No recording of a real server holds them: each
+expects only its HTTP status, and the answers in the comments (status, reason, message) are
+taken from the Kubernetes documentation and kube-apiserver 1.32's source
+(``admission/plugin/webhook``, ``ValidateValidatingWebhookConfiguration``,
+``ValidateCustomResourceDefinition``), not from a real server's answers. The webhook endpoint
+is one nothing listens on, so the steps need no webhook reachable from the cluster."""
+
+
 TEARDOWN: list[dict[str, Any]] = [
     _req("DELETE", f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{plural}.{GROUP}")
     for plural in ("widgets", "gizmos", "shapes", "sprockets")
 ] + [
+    _req("DELETE", f"{_VWC}/diffapi-{{run}}-{name}") for name in ("fail", "ignore")
+] + [
     request
-    for ns in ("diffapi-{run}", "diffapi-{run}-x", "diffapi-{run}-life")
+    for ns in ("diffapi-{run}", "diffapi-{run}-x", "diffapi-{run}-life", HOOKS_NS)
     for request in (
         _req("DELETE", f"/api/v1/namespaces/{ns}"),
         _req(
@@ -739,4 +830,5 @@ def steps() -> tuple[Step, ...]:
             CORRECTIONS[entry["name"]](response)
         out.append(Step(name=entry["name"], request=request, response=response))
         out.extend(after.get(entry["name"], []))
+    out.extend(WEBHOOK_STEPS)
     return tuple(out)
