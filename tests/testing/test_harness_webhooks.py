@@ -110,3 +110,29 @@ async def test_without_webhooks_nothing_is_registered(autojump_clock: trio.testi
                                                                 webhooks=False) as h:
         await h.apply(widget("big", size=5))
         assert h.webhook_server is None
+
+
+async def test_against_a_server_reached_over_the_network_the_webhooks_listen_on_loopback_and_are_removed_after(
+) -> None:
+    """The path a real cluster (envtest) takes: HTTPS on loopback with a generated CA, called by
+    the server as a remote one would (the embedded server listening, treated as not embedded)."""
+    from engine.kube import Config
+
+    async with ApiServer() as api:
+        target = KubeTarget.real(Config.from_dict(api.kubeconfig), namespace="default")
+        async with open_plugin_test(WIDGETS, target) as h:
+            assert h.webhook_server is not None and h.webhook_server.url.startswith("https://127.0.0.1:")
+            with pytest.raises(ApiError, match="denied the request: size 5 is over 3$"):
+                await h.apply(widget("big", size=5))
+            await h.apply(widget("small", size=1))
+            converted = await h.get("test.dev/v2/Widget", "small")
+            assert converted is not None and converted["spec"] == {"dimensions": {"size": 1}}
+            configs = await h.resource("admissionregistration.k8s.io/v1/ValidatingWebhookConfiguration")
+            [config] = (await h.client.list(configs)).items
+            assert config["webhooks"][0]["clientConfig"]["url"] == (
+                f"{h.webhook_server.url}/validate/size.widgets.test.dev")
+        async with open_plugin_test(WIDGETS, target, webhooks=False) as h:
+            assert (await h.client.list(configs)).items == []
+            await h.apply(widget("big", size=5))
+            unconverted = await h.get("test.dev/v2/Widget", "small")
+            assert unconverted is not None and unconverted["spec"] == {"size": 1}
