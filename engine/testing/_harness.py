@@ -50,6 +50,7 @@ from engine.kube import (
     SHARD_LABEL,
     Client,
     Cluster,
+    ConversionWebhook,
     GoneError,
     KubeError,
     KubernetesEventSink,
@@ -614,7 +615,7 @@ async def _register_webhooks(
     nursery = await stack.enter_async_context(trio.open_nursery())
     stack.callback(nursery.cancel_scope.cancel)
     await nursery.start(server.serve)
-    stack.push_async_callback(_unregister_webhooks, driver, name)
+    stack.push_async_callback(_unregister_webhooks, driver, name, plugin)
     config = url_client_config(server.url, server.certificates.ca_bundle)
     if not await register_webhooks(driver, plugin.webhooks, name=name, client_config=config,
                                      namespace=namespace):
@@ -622,12 +623,18 @@ async def _register_webhooks(
     return server
 
 
-async def _unregister_webhooks(driver: Client, name: str) -> None:
+async def _unregister_webhooks(driver: Client, name: str, plugin: Plugin) -> None:
     with trio.CancelScope(shield=True), trio.move_on_after(10):
         for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
             resource = await driver.resource("admissionregistration.k8s.io/v1", kind)
             with contextlib.suppress(NotFoundError):
                 await driver.delete(resource, name)
+        crds = await driver.resource(*_CRD)
+        for webhook in plugin.webhooks:
+            if isinstance(webhook, ConversionWebhook):
+                with contextlib.suppress(NotFoundError):
+                    await driver.patch(crds, webhook.crd, {"spec": {"conversion": {"strategy": "None",
+                                                                                   "webhook": None}}})
 
 
 @contextlib.asynccontextmanager
@@ -684,7 +691,8 @@ async def open_plugin_test(
     them as on a cluster (``h.apply(bad)`` raises the denial as an
     :class:`~engine.kube.ApiError`): on the embedded server in-process, through its
     ``webhook_transport`` (no sockets; trio's clock), on a real server over HTTPS on
-    loopback with a generated CA (the configurations are deleted when leaving). A server
+    loopback with a generated CA (the configurations are deleted and the CRDs' conversion
+    set back to ``None`` when leaving). A server
     that does not serve ``admissionregistration.k8s.io/v1`` gets none (logged).
     :attr:`PluginHarness.webhook_server` is the server then.
 

@@ -76,6 +76,7 @@ async def test_a_denial_is_raised_by_apply_and_nothing_is_stored(autojump_clock:
                                            r'size 5 is over 3$'):
             await h.apply(widget("big", size=5))
         assert await h.get("test.dev/v1/Widget", "big") is None
+        assert h.client.forbidden.counts() == {}, "a denial is not a missing permission"
         assert h.webhook_server is not None
         assert h.webhook_server.statistics()["/validate/size.widgets.test.dev"]["denied"] == 1
 
