@@ -47,9 +47,16 @@ class WebhookError(KubeError):
     """The webhook server cannot start: its certificate cannot be read, its address not bound."""
 
 
-def _load_context(cert: Path, key: Path) -> ssl.SSLContext:
+def _server_context() -> ssl.SSLContext:
+    """TLS 1.2 or later, HTTP/1.1 offered by ALPN (the API server speaks HTTP/2 only when asked)."""
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
+    context.set_alpn_protocols(["http/1.1"])
+    return context
+
+
+def _load_context(cert: Path, key: Path) -> ssl.SSLContext:
+    context = _server_context()
     context.load_cert_chain(cert, key)
     return context
 
@@ -98,8 +105,7 @@ class WebhookCertificates:
 
         ca = trustme.CA(organization_name="engine webhooks")
         server = ca.issue_cert(*hosts)
-        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        context.minimum_version = ssl.TLSVersion.TLSv1_2
+        context = _server_context()
         server.configure_cert(context)
         return cls(context, ca.cert_pem.bytes())
 
