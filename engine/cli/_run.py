@@ -136,7 +136,8 @@ def _parser() -> argparse.ArgumentParser:
                             "loopback port, registered with the embedded server; 0 disables)")
     hooks.add_argument("--webhook-cert-dir", metavar="DIR", default=None,
                        help="directory with tls.crt and tls.key (re-read when they change, as cert-manager "
-                            "rotates them); default: a CA and certificate made at start")
+                            "rotates them) and, for --embedded to register, ca.crt; default: a CA and certificate "
+                            "made at start")
     ops.add_argument("--progress", choices=["auto", "always", "never"], default="auto",
                      help=f"print each object's progress (ready, failed, rollouts, shutdown) on stdout: "
                           f"auto does so when stdout is a terminal (default auto; ${PROGRESS_ENV} overrides auto)")

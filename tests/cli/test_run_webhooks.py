@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import shlex
+import shutil
 import signal
 from pathlib import Path
 
+import httpx
 import pytest
 import trio
 from trio_websocket import open_websocket_url
@@ -44,7 +45,7 @@ def _bundle(name: str, *depends_on: str, interval: str | None = None) -> bytes:
 @pytest.mark.skipif(KUBECTL is None, reason="kubectl is not installed")
 async def test_kubectl_sees_a_cycle_refused_and_the_interval_defaulted(tmp_path: Path) -> None:
     async with _embedded(tmp_path, "--plugin", "bundles", "--progress", "never",
-                         "--live-bind-address", "127.0.0.1:0") as run:
+                         "--live-bind-address", "127.0.0.1:0", "--metrics-bind-address", "127.0.0.1:0") as run:
         kubeconfig = tmp_path / "cache" / "engine" / "embedded.kubeconfig"
         [line] = [line for line in run.lines if line.startswith("webhooks on ")]
         assert line.startswith("webhooks on https://127.0.0.1:") and line.endswith(" (registered with the API server)")
@@ -78,5 +79,13 @@ async def test_kubectl_sees_a_cycle_refused_and_the_interval_defaulted(tmp_path:
                             r"0 timeouts", mutate)
         assert re.fullmatch(r"webhook /validate/validate.bundles.engine.dev: \d+ requests, 3 denied, 0 errors, "
                             r"0 timeouts", validate)
+        metrics_url = next(line.split()[2] for line in run.lines if line.startswith("metrics on "))
+        async with httpx.AsyncClient() as client:
+            scraped = (await client.get(f"{metrics_url}/metrics")).text
+        assert re.search(r'^controller_runtime_webhook_requests_total\{code="200",'
+                         r'webhook="/validate/validate.bundles.engine.dev"\} [1-9]', scraped, re.M)
+        assert 'controller_runtime_webhook_latency_seconds_bucket{le="+Inf",webhook="/mutate/default.bundles' in scraped
+        assert 'controller_runtime_webhook_requests_in_flight{webhook="/validate/validate.bundles.engine.dev"} 0.0' in (
+            scraped)
         run.proc.send_signal(signal.SIGTERM)
     assert run.proc.returncode == 0, (run.out + run.err).decode()[-4000:]
