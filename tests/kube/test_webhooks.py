@@ -395,3 +395,21 @@ def test_an_unreadable_certificate_is_one_error_line(tmp_path: Path) -> None:
                                            r"\[SSL\][^\n]*$"):
         WebhookCertificates.from_dir(tmp_path)
     shutil.rmtree(tmp_path)
+
+
+async def test_the_watcher_reloads_changed_files_every_interval(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock,
+) -> None:
+    _write_cert(tmp_path, trustme.CA())
+    certificates = WebhookCertificates.from_dir(tmp_path)
+    first = certificates.context
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(certificates.watch, 10.0)
+        await trio.sleep(25)
+        assert (certificates.reloads, certificates.context) == (0, first)
+        _write_cert(tmp_path, trustme.CA())
+        await trio.sleep(9)
+        assert certificates.reloads == 0
+        await trio.sleep(2)
+        assert certificates.reloads == 1 and certificates.context is not first
+        nursery.cancel_scope.cancel()
