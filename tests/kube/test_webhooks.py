@@ -408,7 +408,7 @@ async def test_the_watcher_reloads_changed_files_every_interval(
         await trio.sleep(25)
         assert (certificates.reloads, certificates.context) == (0, first)
         _write_cert(tmp_path, trustme.CA())
-        await trio.sleep(9)
+        await trio.sleep(4)
         assert certificates.reloads == 0
         await trio.sleep(2)
         assert certificates.reloads == 1 and certificates.context is not first
