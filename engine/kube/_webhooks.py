@@ -422,8 +422,11 @@ class WebhookDispatcher:
     """Answers webhook HTTP requests (``POST`` to a webhook's :attr:`~AdmissionWebhook.path`)
     with the plugins' handlers; keeps :class:`WebhookStatistics` per path.
 
-    ``context`` gives handlers the cluster and client. Bad input: an unknown path is 404, a
-    method other than POST 405, a body that is not JSON or not a review 400 with the reason.
+    ``cluster`` and ``client`` are given to handlers (:class:`WebhookContext`). Bad input: an
+    unknown path is 404, a method other than POST 405, a body that is not JSON or not a review
+    400 with the reason. The handler's deadline is :func:`handler_deadline` of the webhook's
+    ``timeout_seconds``, or of the API server's ``?timeout=`` when that is shorter (a
+    configuration edited by hand).
     """
 
     def __init__(self, webhooks: Sequence[Webhook], *, cluster: Cluster | None = None,
@@ -469,11 +472,16 @@ class WebhookDispatcher:
             review = json.loads(request.body)
         except ValueError as exc:
             return Response.text(400, f"request body is not JSON: {exc}\n".encode())
+        timeout = float(webhook.timeout_seconds)
+        asked = _go_duration(request.query.get("timeout", ""))
+        if asked is not None and 0 < asked < timeout:
+            timeout = asked
         try:
             if isinstance(webhook, AdmissionWebhook):
-                return _json_response(200, (await self._admit(webhook, AdmissionRequest.from_review(review),
-                                                                stats)).to_review())
-            return _json_response(200, await self._convert(webhook, ConversionRequest.from_review(review), stats))
+                admission = AdmissionRequest.from_review(review)
+                return _json_response(200, (await self._admit(webhook, admission, stats, timeout)).to_review())
+            conversion = ConversionRequest.from_review(review)
+            return _json_response(200, await self._convert(webhook, conversion, stats, timeout))
         except MalformedReview as exc:
             return Response.text(400, f"malformed review: {exc}\n".encode())
 
@@ -498,8 +506,8 @@ class WebhookDispatcher:
         return scope.cancelled_caught, (result[0] if result else None), None
 
     async def _admit(self, webhook: AdmissionWebhook, request: AdmissionRequest,
-                     stats: WebhookStatistics) -> AdmissionResponse:
-        limit = handler_deadline(webhook.timeout_seconds)
+                     stats: WebhookStatistics, timeout: float) -> AdmissionResponse:
+        limit = handler_deadline(timeout)
 
         async def call(ctx: WebhookContext) -> AdmissionResponse | None:
             return await webhook.handler(request, ctx)
@@ -515,7 +523,7 @@ class WebhookDispatcher:
         if timed_out:
             stats.timeouts += 1
             return AdmissionResponse.deny(
-                f"webhook handler did not answer within {_seconds(limit)} (timeoutSeconds {webhook.timeout_seconds})",
+                f"webhook handler did not answer within {_seconds(limit)} (timeoutSeconds {_seconds(timeout)})",
                 code=504,
             ).with_uid(request.uid)
         if response is None:
@@ -530,8 +538,8 @@ class WebhookDispatcher:
         return response.with_uid(request.uid)
 
     async def _convert(self, webhook: ConversionWebhook, request: ConversionRequest,
-                       stats: WebhookStatistics) -> dict[str, Any]:
-        limit = handler_deadline(webhook.timeout_seconds)
+                       stats: WebhookStatistics, timeout: float) -> dict[str, Any]:
+        limit = handler_deadline(timeout)
 
         async def call(ctx: WebhookContext) -> list[Mapping[str, Any]]:
             converted = []
@@ -550,7 +558,7 @@ class WebhookDispatcher:
             failure = f"conversion failed: {summarize(error)}"
         elif timed_out:
             stats.timeouts += 1
-            failure = f"conversion did not finish within {_seconds(limit)} (timeoutSeconds {webhook.timeout_seconds})"
+            failure = f"conversion did not finish within {_seconds(limit)} (timeoutSeconds {_seconds(timeout)})"
         response: dict[str, Any] = {"uid": request.uid}
         if failure or converted is None:
             response["convertedObjects"] = []
@@ -571,3 +579,15 @@ def _single(group: BaseExceptionGroup[Exception]) -> Exception:
 
 def _seconds(value: float) -> str:
     return f"{value:g}s" if math.isfinite(value) else "inf"
+
+
+_GO_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
+_GO_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def _go_duration(text: str) -> float | None:
+    """Seconds of a Go duration (``5s``, ``1m30s``, ``500ms``), as the API server's
+    ``?timeout=`` gives it; ``None`` when it is not one."""
+    if not text or _GO_DURATION.sub("", text):
+        return None
+    return sum(float(n) * _GO_UNITS[unit] for n, unit in _GO_DURATION.findall(text))

@@ -159,7 +159,7 @@ async def test_a_slow_handler_is_cancelled_before_the_api_servers_timeout(
         took = trio.current_time() - started
     assert took == pytest.approx(8.0)
     assert answer.json()["response"] == {"uid": "u-1", "allowed": False, "status": {
-        "code": 504, "reason": "Timeout", "message": "webhook handler did not answer within 8s (timeoutSeconds 10)"}}
+        "code": 504, "reason": "Timeout", "message": "webhook handler did not answer within 8s (timeoutSeconds 10s)"}}
     assert s.statistics()["/validate/slow.widgets.test.dev"]["timeouts"] == 1
 
 
@@ -413,3 +413,18 @@ async def test_the_watcher_reloads_changed_files_every_interval(
         await trio.sleep(2)
         assert certificates.reloads == 1 and certificates.context is not first
         nursery.cancel_scope.cancel()
+
+
+async def test_a_shorter_timeout_the_api_server_sends_shortens_the_deadline(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    async with in_process(server()) as client:
+        started = trio.current_time()
+        answer = await post(client, "/validate/slow.widgets.test.dev?timeout=2500ms", review())
+        took = trio.current_time() - started
+        longer = await post(client, "/validate/slow.widgets.test.dev?timeout=1m", review())
+    assert took == pytest.approx(2.0)
+    assert answer.json()["response"]["status"]["message"] == (
+        "webhook handler did not answer within 2s (timeoutSeconds 2.5s)")
+    assert longer.json()["response"]["status"]["message"] == (
+        "webhook handler did not answer within 8s (timeoutSeconds 10s)")

@@ -87,7 +87,7 @@ async def test_a_slow_handler_is_denied_before_the_servers_timeout_in_virtual_ti
     async with ApiServer(listen=False) as api, open_plugin_test(WIDGETS, KubeTarget.embedded(api)) as h:
         started = trio.current_time()
         with pytest.raises(ApiError, match=r"denied the request: webhook handler did not answer within 1.6s "
-                                           r"\(timeoutSeconds 2\)$"):
+                                           r"\(timeoutSeconds 2s\)$"):
             await h.apply(widget("slow", slow=True))
         assert trio.current_time() - started == pytest.approx(1.6)
 
