@@ -18,9 +18,10 @@ webhooks, as on the real server.
 
 Answers follow the real server's words: a denial is the webhook's ``Status`` (code at least
 400) with the message ``admission webhook "NAME" denied the request: MESSAGE``; a call that
-failed (timeout after ``timeoutSeconds``, refused connection, malformed or mismatched answer, a
-match condition that cannot be evaluated) is a 500 ``Internal error occurred: failed calling
-webhook "NAME": ...`` under ``failurePolicy: Fail`` and is skipped under ``Ignore``. A dry-run
+failed (timeout after ``timeoutSeconds``, refused connection, an HTTP error, a malformed or
+mismatched answer, an undecodable patch) is a 500 ``Internal error occurred: failed calling
+webhook "NAME": ...`` under ``failurePolicy: Fail`` and is skipped under ``Ignore``; match
+conditions that cannot be evaluated refuse the request (403) under ``Fail``. A dry-run
 request calls only webhooks whose ``sideEffects`` is ``None`` or ``NoneOnDryRun`` (others get
 400 ``admission webhook "NAME" does not support dry run``). Warnings are returned for the
 response's ``Warning`` headers.
@@ -41,13 +42,14 @@ import attrs
 import trio
 
 from ._authn import UserInfo
-from ._cel import _eval_error, _parse_error, _program, _to_cel, _types
+from ._cel import _error_text, _eval_error, _parse_error, _program, _to_cel, _types
 from ._errors import RequestRejected
 from ._fields import unknown_fields
 from ._objects import Obj, meta
 from ._patch import json_patch
 from ._resources import BUILTIN_TYPES, ResourceType
 from ._responses import typed
+from ._status import details
 from ._storage import ObjectStorage
 from ._webhookconfigs import MUTATING, VALIDATING
 from ._webhooks import WebhookCallError, WebhookClient
@@ -84,6 +86,9 @@ class AdmissionRequest:
     options: dict[str, Any]
     """The write's options (``kind`` ``CreateOptions``, ``UpdateOptions``, ``PatchOptions`` or
     ``DeleteOptions``)."""
+    kind: dict[str, str] | None = None
+    """The objects' group, version and kind when they are not the resource's (``autoscaling/v1``
+    ``Scale`` for ``scale``); the objects are then sent as they are."""
 
 
 @attrs.frozen
@@ -169,12 +174,21 @@ class Admission:
         if not response.get("allowed"):
             raise _denial(hook.name, response.get("status"))
         patch = response.get("patch")
-        if not patch or request.obj is None:
+        if not patch:
             return False, request.obj
         try:
             operations = json.loads(base64.b64decode(str(patch), validate=True))
+            if not isinstance(operations, list):
+                raise ValueError("a JSON patch is a list of operations")
         except ValueError as exc:
-            raise internal_error(f"failed to decode the patch of webhook {hook.name!r}: {exc}") from None
+            self._call_failed(hook, WebhookCallError(f"received undecodable patch in webhook response: {exc}"))
+            return None, request.obj
+        if not operations:
+            return False, request.obj
+        if request.obj is None:
+            raise internal_error(
+                f'admission webhook "{hook.name}" attempted to modify the object, which is not supported for this operation'
+            )
         sent = review["request"]["object"]
         try:
             patched = json_patch(sent, operations)
@@ -182,11 +196,11 @@ class Admission:
             raise internal_error(str(exc)) from None
         if not isinstance(patched, dict):
             raise internal_error(f"the patch of webhook {hook.name!r} did not leave an object")
-        if request.rt in BUILTIN_TYPES:
+        if request.rt in BUILTIN_TYPES and request.kind is None:
             unknown_fields(f"{request.rt.api_version}/{request.rt.kind}", patched)
         if patched == sent:
             return False, request.obj
-        if patched.get("apiVersion") != request.rt.api_version:
+        if request.kind is None and patched.get("apiVersion") != request.rt.api_version:
             patched = await self._in_version(request.rt, patched)
         return True, patched
 
@@ -236,8 +250,6 @@ class Admission:
             logger.warning("failed calling webhook, failing open %s: %s", hook.name, exc)
             return
         logger.warning("failed calling webhook, failing closed %s: %s", hook.name, exc)
-        if exc.status is not None:
-            raise exc.status
         raise internal_error(f'failed calling webhook "{hook.name}": {exc}')
 
     async def _call(self, hook: _Hook, review: dict[str, Any]) -> dict[str, Any]:
@@ -247,7 +259,8 @@ class Admission:
 
     async def _review_for(self, hook: _Hook, request: AdmissionRequest) -> dict[str, Any] | None:
         """The AdmissionReview to send ``hook``, ``None`` when it does not match; raises
-        :class:`WebhookCallError` when a match condition cannot be evaluated."""
+        :class:`RequestRejected` for a dry run the hook does not support and for match
+        conditions that cannot be evaluated under ``failurePolicy: Fail``."""
         rt = _match_rules(hook.spec, request, self.store)
         if rt is None:
             return None
@@ -260,7 +273,7 @@ class Admission:
         if request.dry_run and hook.spec.get("sideEffects") not in ("None", "NoneOnDryRun"):
             raise RequestRejected(400, "BadRequest", f'admission webhook "{hook.name}" does not support dry run')
         review = _review(request, rt, obj, old)
-        if not _conditions_hold(hook.spec, review["request"]):
+        if not _conditions_hold(hook, request, review["request"]):
             return None
         return review
 
@@ -347,12 +360,12 @@ def _group_version_resource(rt: ResourceType) -> dict[str, str]:
 def _review(request: AdmissionRequest, rt: ResourceType, obj: Obj | None, old: Obj | None) -> dict[str, Any]:
     body: dict[str, Any] = {
         "uid": str(uuid.uuid4()),
-        "kind": _group_version_kind(rt),
+        "kind": request.kind or _group_version_kind(rt),
         "resource": _group_version_resource(rt),
     }
     if request.subresource:
         body["subResource"] = request.subresource
-    body["requestKind"] = _group_version_kind(request.rt)
+    body["requestKind"] = request.kind or _group_version_kind(request.rt)
     body["requestResource"] = _group_version_resource(request.rt)
     if request.subresource:
         body["requestSubResource"] = request.subresource
@@ -362,11 +375,17 @@ def _review(request: AdmissionRequest, rt: ResourceType, obj: Obj | None, old: O
         body["namespace"] = request.namespace
     body["operation"] = request.operation
     body["userInfo"] = request.user.to_json()
-    body["object"] = typed(rt, obj) if obj is not None else None
-    body["oldObject"] = typed(rt, old) if old is not None else None
+    body["object"] = _sent(request, rt, obj)
+    body["oldObject"] = _sent(request, rt, old)
     body["dryRun"] = request.dry_run
     body["options"] = {**request.options, "apiVersion": "meta.k8s.io/v1"}
     return {"kind": "AdmissionReview", "apiVersion": _REVIEW_VERSION, "request": body}
+
+
+def _sent(request: AdmissionRequest, rt: ResourceType, obj: Obj | None) -> Obj | None:
+    if obj is None or request.kind is not None:
+        return obj
+    return typed(rt, obj)
 
 
 @functools.lru_cache(maxsize=1024)
@@ -374,10 +393,11 @@ def _condition_program(expression: str) -> Any:
     return _program(expression)
 
 
-def _conditions_hold(spec: dict[str, Any], review_request: dict[str, Any]) -> bool:
-    """Whether every ``matchConditions`` entry is true (a false one skips the webhook); raises
-    :class:`WebhookCallError` when one cannot be evaluated."""
-    conditions = spec.get("matchConditions") or []
+def _conditions_hold(hook: _Hook, request: AdmissionRequest, review_request: dict[str, Any]) -> bool:
+    """Whether the hook's ``matchConditions`` let it be called: a false one skips it; one that
+    cannot be evaluated (when none is false) skips it under ``failurePolicy: Ignore`` and
+    refuses the request (403) under ``Fail``, as the real server's matcher does."""
+    conditions = hook.spec.get("matchConditions") or []
     if not conditions:
         return True
     activation = {
@@ -391,16 +411,22 @@ def _conditions_hold(spec: dict[str, Any], review_request: dict[str, Any]) -> bo
         try:
             result = _condition_program(expression).evaluate(activation)
         except (_parse_error(), _eval_error()) as exc:
-            errors.append(f"expression '{condition.get('name')}' resulted in error: {exc}")
+            errors.append(f"expression '{expression}' resulted in error: {_error_text(exc)}")
             continue
         if not isinstance(result, _types().BoolType):
-            errors.append(f"expression '{condition.get('name')}' resulted in error: no such overload")
-            continue
-        if not bool(result):
+            errors.append(f"expression '{expression}' resulted in error: no such overload")
+        elif not bool(result):
             return False
-    if errors:
-        raise WebhookCallError("; ".join(errors))
-    return True
+    if not errors:
+        return True
+    if hook.ignore_failures:
+        logger.warning("failed evaluating match conditions of %s, skipping it: %s", hook.name, "; ".join(errors))
+        return False
+    rt = request.rt
+    resource = f"{rt.plural}.{rt.group}" if rt.group else rt.plural
+    text = errors[0] if len(errors) == 1 else "[" + ", ".join(errors) + "]"
+    message = f'{resource} "{request.name}" is forbidden: {text}' if request.name else f"{resource} is forbidden: {text}"
+    raise RequestRejected(403, "Forbidden", message, details=details(rt.group, rt.plural, request.name or None))
 
 
 def _verify(uid: str, answer: dict[str, Any], *, mutating: bool) -> dict[str, Any]:

@@ -5,9 +5,11 @@ Objects of such a CRD are stored in the storage version: a write through another
 converted before it is stored, and a get, list or watch event is converted to the version asked
 for, one ``apiextensions.k8s.io/v1`` ``ConversionReview`` per request (a list's objects in one
 review), sent with a 30 second timeout. The webhook may change only ``labels`` and
-``annotations`` of an object's metadata; the rest is restored. A failed call or a bad answer is
-a 500 ``Internal error occurred: conversion webhook for GROUP/VERSION, Kind=KIND failed: ...``
-(or ``returned invalid response: ...``). CRDs with ``strategy: None`` are not touched here.
+``annotations`` of an object's metadata (the rest is restored; a changed name, namespace or
+uid is an error). A failed call or a bad answer is a 500 ``Status`` without a reason, worded as
+the real converter words it (``conversion webhook for GROUP/VERSION, Kind=KIND failed: ...``);
+a watch whose event cannot be converted ends, as the real server's does. CRDs with
+``strategy: None`` are not touched here.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from typing import Any
 
 import attrs
 
-from ._admission import internal_error
+from ._errors import RequestRejected
 from ._objects import Obj, meta
 from ._resources import BUILTIN_TYPES, ResourceType
 from ._storage import ObjectStorage
@@ -31,6 +33,7 @@ CONVERSION_TIMEOUT = 30.0
 
 _CRDS = ("apiextensions.k8s.io", "customresourcedefinitions")
 _REVIEW_VERSION = "apiextensions.k8s.io/v1"
+_BUILTIN_KEYS = frozenset(rt.storage_key for rt in BUILTIN_TYPES)
 
 
 @attrs.define(eq=False)
@@ -41,7 +44,7 @@ class Conversions:
     client: WebhookClient
 
     def _webhook(self, rt: ResourceType) -> dict[str, Any] | None:
-        if rt in BUILTIN_TYPES:
+        if rt.storage_key in _BUILTIN_KEYS:
             return None
         crd = self.store.stored(_CRDS, ("", f"{rt.plural}.{rt.group}"))
         conversion = ((crd or {}).get("spec") or {}).get("conversion") or {}
@@ -58,10 +61,11 @@ class Conversions:
         stored = self.store.storage_type(rt.storage_key)
         return stored if stored is not None and stored.version != rt.version else None
 
-    async def convert(self, rt: ResourceType, objects: list[Obj]) -> list[Obj]:
+    async def convert(self, rt: ResourceType, objects: list[Obj], *, listed: bool = False) -> list[Obj]:
         """``objects`` in ``rt``'s version (those already in it, or of a CRD without a
-        conversion webhook, as they are). Raises :class:`RequestRejected` (500) when the webhook
-        fails. Cancellation propagates."""
+        conversion webhook, as they are); ``listed``: they are a list's items (one review,
+        errors worded for a list). Raises :class:`RequestRejected` (500) when the webhook fails.
+        Cancellation propagates."""
         webhook = self._webhook(rt)
         if webhook is None:
             return objects
@@ -69,9 +73,9 @@ class Conversions:
         if not todo:
             return objects
         first = objects[todo[0]]
-        source = str(first.get("apiVersion") or "")
-        group, _, version = source.rpartition("/")
-        gvk = f"{group}/{version}, Kind={first.get('kind', rt.kind)}"
+        group, _, version = str(first.get("apiVersion") or "").rpartition("/")
+        kind = str(first.get("kind") or rt.kind)
+        gvk = f"{group}/{version}, Kind={kind}{'List' if listed else ''}"
         uid = str(uuid.uuid4())
         review = {
             "kind": "ConversionReview",
@@ -81,51 +85,63 @@ class Conversions:
         try:
             answer = await self.client.post(webhook.get("clientConfig") or {}, CONVERSION_TIMEOUT, review)
         except WebhookCallError as exc:
-            raise internal_error(f"conversion webhook for {gvk} failed: {str(exc).removeprefix('failed to call webhook: ')}") from None
+            raise _failure(f"conversion webhook for {gvk} failed: {str(exc).removeprefix('failed to call webhook: ')}") from None
         converted = _converted(answer, uid, gvk)
         if len(converted) != len(todo):
-            raise internal_error(f"conversion webhook for {gvk} returned {len(converted)} objects, expected {len(todo)}")
+            raise _failure(f"conversion webhook for {gvk} returned {len(converted)} objects, expected {len(todo)}")
         out = list(objects)
         for index, (i, obj) in enumerate(zip(todo, converted, strict=True)):
-            out[i] = _checked(objects[i], obj, rt, gvk, index)
+            # The real converter counts a list's items from 1 in these messages, a single object's from 0.
+            where = f"invalid converted object at index {index + 1}" if listed else "invalid object at index 0"
+            out[i] = _checked(objects[i], obj, rt, f"conversion webhook for {gvk} returned", where, listed)
         return out
 
 
+def _failure(message: str) -> RequestRejected:
+    """A conversion failure as the real server answers it: a 500 ``Status`` without a reason
+    (the converter's error is not an API status)."""
+    return RequestRejected(500, "", message)
+
+
 def _converted(answer: dict[str, Any], uid: str, gvk: str) -> list[Any]:
-    def invalid(why: str) -> Exception:
-        return internal_error(f"conversion webhook for {gvk} returned invalid response: {why}")
+    def failed(why: str) -> RequestRejected:
+        return _failure(f"conversion webhook for {gvk} failed: {why}")
 
     if (answer.get("apiVersion"), answer.get("kind")) != (_REVIEW_VERSION, "ConversionReview"):
-        raise invalid(f"expected webhook response of apiextensions.k8s.io/v1, Kind=ConversionReview, got {answer.get('apiVersion')}, Kind={answer.get('kind')}")
+        group, _, version = str(answer.get("apiVersion") or "").rpartition("/")
+        raise failed(f"expected webhook response of apiextensions.k8s.io/v1, Kind=ConversionReview, got {group}/{version}, Kind={answer.get('kind') or ''}")
     response = answer.get("response")
     if not isinstance(response, dict):
-        raise invalid("no response provided")
+        raise failed("no response provided")
     if response.get("uid") != uid:
-        raise invalid(f'expected response.uid="{uid}", got "{response.get("uid") or ""}"')
+        raise failed(f'expected response.uid="{uid}", got "{response.get("uid") or ""}"')
     result = response.get("result")
     if not isinstance(result, dict):
         result = {}
     if result.get("status") != "Success":
-        if result.get("message"):
-            raise internal_error(f"conversion webhook for {gvk} failed: {result['message']}")
-        raise invalid(f"response.result.status was '{result.get('status') or ''}', not 'Success'")
+        raise failed(str(result.get("message") or f"response.result.status was '{result.get('status') or ''}', not 'Success'"))
     objects = response.get("convertedObjects")
     return objects if isinstance(objects, list) else []
 
 
-def _checked(original: Obj, converted: Any, rt: ResourceType, gvk: str, index: int) -> Obj:
-    """A converted object, checked and with the metadata the webhook may not change restored."""
-    where = f"conversion webhook for {gvk} returned invalid converted object at index {index}"
+def _checked(original: Obj, converted: Any, rt: ResourceType, returned: str, where: str, listed: bool) -> Obj:
+    """A converted object, checked as the real converter checks it (same kind, name, namespace
+    and uid), with every field of its metadata but ``labels`` and ``annotations`` restored."""
     if not isinstance(converted, dict):
-        raise internal_error(f"{where}: not an object")
+        raise _failure(f"{returned} {where}: not an object")
     if converted.get("apiVersion") != rt.api_version:
-        raise internal_error(f"{where}: invalid groupVersion (expected {rt.api_version}, received {converted.get('apiVersion')})")
-    if converted.get("kind") != original.get("kind", rt.kind):
-        raise internal_error(f"{where}: invalid kind (expected {original.get('kind')}, received {converted.get('kind')})")
+        raise _failure(f"{returned} {where}: invalid groupVersion (expected {rt.api_version}, received {converted.get('apiVersion')})")
+    if converted.get("kind") != original.get("kind"):
+        raise _failure(f"{returned} {where}: invalid kind (expected {original.get('kind')}, received {converted.get('kind')})")
+    got: dict[str, Any] = converted["metadata"] if isinstance(converted.get("metadata"), dict) else {}
+    for field, label in (("name", "name"), ("namespace", "namespace"), ("uid", "UID")):
+        if (meta(original).get(field) or "") != (got.get(field) or ""):
+            invalid = where if listed else "invalid object"
+            raise _failure(f"{returned} {invalid}: must have the same {label}: {meta(original).get(field) or ''} != {got.get(field) or ''}")
     out = copy.deepcopy(converted)
     restored = copy.deepcopy(meta(original))
     for field in ("labels", "annotations"):
-        value = (converted.get("metadata") or {}).get(field)
+        value = got.get(field)
         if value:
             restored[field] = value
         else:

@@ -124,17 +124,21 @@ class _Writes:
     def _storage_type(self, rt: ResourceType) -> ResourceType | None:
         return self.conversions.storage_type(rt) if self.conversions is not None else None
 
-    async def converted(self, rt: ResourceType, objects: list[Obj]) -> list[Obj]:
+    async def converted(self, rt: ResourceType, objects: list[Obj], *, listed: bool = False) -> list[Obj]:
         """``objects`` in ``rt``'s version (through the CRD's conversion webhook)."""
-        return await self.conversions.convert(rt, objects) if self.conversions is not None else objects
+        if self.conversions is None:
+            return objects
+        return await self.conversions.convert(rt, objects, listed=listed)
 
-    def _active(self) -> Admission | None:
+    def active(self) -> Admission | None:
+        """The admission to run, ``None`` when no webhook is configured."""
         admission = self.admission
         if admission is None or not (admission.configured(MUTATING) or admission.configured(VALIDATING)):
             return None
         return admission
 
-    def _options(self, kind: str, dry_run: bool) -> dict[str, Any]:
+    def options(self, kind: str, dry_run: bool) -> dict[str, Any]:
+        """The ``options`` of a review of this request's write."""
         q = self.request.query
         out: dict[str, Any] = {"kind": kind}
         if dry_run:
@@ -149,13 +153,14 @@ class _Writes:
 
     async def create(self, rt: ResourceType, ns: str | None, body: Any, *, dry_run: bool, fields: FieldCheck) -> Obj:
         manager, large = _manager(self.request), _large(self.request)
-        admission, storage_rt = self._active(), self._storage_type(rt)
+        admission, storage_rt = self.active(), self._storage_type(rt)
         if admission is None and storage_rt is None:
             return self.storage.create(rt, ns, body, dry_run=dry_run, manager=manager, check_size=large, fields=fields)
+        self.storage.check_namespace(rt, ns)
         obj = self.storage.prepare_body(rt, ns, body, None)
         request = AdmissionRequest(
             rt, "CREATE", ns, str(meta(obj).get("name") or ""), None, obj, None, self.user, dry_run,
-            self._options("CreateOptions", dry_run),
+            self.options("CreateOptions", dry_run),
         )
         mutated = await admission.mutate(request, self.warnings) if admission is not None else obj
         candidate = self.storage.create(rt, ns, mutated, dry_run=True, manager=manager, check_size=large, fields=fields)
@@ -189,7 +194,7 @@ class _Writes:
     ) -> tuple[Obj, FieldCheck]:
         """An update (or patch: ``body_for`` makes the new object from the current one)."""
         manager, large = _manager(self.request), _large(self.request)
-        admission, storage_rt = self._active(), self._storage_type(rt)
+        admission, storage_rt = self.active(), self._storage_type(rt)
         if admission is None and storage_rt is None:
             body, check = body_for(from_storage(rt, self.storage.get(rt, ns, name)))
             obj = self.storage.update(
@@ -203,7 +208,7 @@ class _Writes:
             body, check = body_for(current)
             obj = self.storage.prepare_body(rt, ns, body, name)
             request = AdmissionRequest(
-                rt, "UPDATE", ns, name, sub, obj, current, self.user, dry_run, self._options(options, dry_run)
+                rt, "UPDATE", ns, name, sub, obj, current, self.user, dry_run, self.options(options, dry_run)
             )
             mutated = await admission.mutate(request, self.warnings) if admission is not None else obj
             candidate = self.storage.update(
@@ -234,16 +239,18 @@ class _Writes:
         self, rt: ResourceType, ns: str | None, name: str, config: Any, sub: str | None, *, dry_run: bool
     ) -> tuple[Obj, bool]:
         manager, force = self.request.query["fieldManager"], flag(self.request.query, "force")
-        admission = self._active()
-        if admission is None:
+        admission, storage_rt = self.active(), self._storage_type(rt)
+        if admission is None and storage_rt is None:
             return self.storage.apply(rt, ns, name, config, manager=manager, force=force, subresource=sub, dry_run=dry_run)
         mark = len(self.warnings)
         for attempt in range(_RETRIES):
             del self.warnings[mark:]
             stored = self.storage.lookup(rt, ns, name)
             current = from_storage(rt, stored) if stored is not None else None
+            if current is not None and storage_rt is not None:
+                [current] = await self.converted(rt, [current])
             result, created = self.storage.apply(
-                rt, ns, name, config, manager=manager, force=force, subresource=sub, dry_run=True
+                rt, ns, name, config, manager=manager, force=force, subresource=sub, dry_run=True, _current=current
             )
             managed = meta(result).get("managedFields") or []
             sent = copy.deepcopy(result)
@@ -252,23 +259,28 @@ class _Writes:
                     sent["metadata"].pop(field, None)
             request = AdmissionRequest(
                 rt, "CREATE" if created else "UPDATE", ns, name, sub, sent, current, self.user, dry_run,
-                self._options("PatchOptions", dry_run),
+                self.options("PatchOptions", dry_run),
             )
-            mutated = await admission.mutate(request, self.warnings)
+            mutated = await admission.mutate(request, self.warnings) if admission is not None else sent
             assert mutated is not None
             changed = mutated != sent
             candidate = result
             if changed:
                 candidate = self._store_mutated(rt, ns, name, mutated, sub, current, managed, dry_run=True, uid=None)
-            await admission.validate(attrs.evolve(request, obj=candidate), self.warnings)
+            if admission is not None:
+                await admission.validate(attrs.evolve(request, obj=candidate), self.warnings)
             if dry_run:
                 return candidate, created
             latest = self.storage.lookup(rt, ns, name)
             if (latest and meta(latest).get("resourceVersion")) != (stored and meta(stored).get("resourceVersion")):
                 if attempt < _RETRIES - 1:
                     continue
+            uid = meta(candidate).get("uid")
+            if storage_rt is not None:
+                [converted] = await self.converted(storage_rt, [candidate])
+                written = self._store_mutated(storage_rt, ns, name, converted, sub, stored, managed, dry_run=False, uid=uid)
+                return (await self.converted(rt, [written]))[0], created
             if changed:
-                uid = meta(candidate).get("uid")
                 return self._store_mutated(rt, ns, name, mutated, sub, current, managed, dry_run=False, uid=uid), created
             return self.storage.apply(rt, ns, name, config, manager=manager, force=force, subresource=sub)
         raise AssertionError("unreachable")
@@ -297,16 +309,19 @@ class _Writes:
     async def delete(
         self, rt: ResourceType, ns: str | None, name: str, options: dict[str, Any], *, dry_run: bool
     ) -> tuple[Obj, bool]:
-        admission = self._active()
+        admission, storage_rt = self.active(), self._storage_type(rt)
         if admission is not None:
-            old = from_storage(rt, self.storage.get(rt, ns, name))
+            [old] = await self.converted(rt, [from_storage(rt, self.storage.get(rt, ns, name))])
             shown = {k: v for k, v in options.items() if k not in ("kind", "apiVersion")}
             request = AdmissionRequest(
                 rt, "DELETE", ns, name, None, None, old, self.user, dry_run, {"kind": "DeleteOptions", **shown}
             )
             await admission.mutate(request, self.warnings)
             await admission.validate(request, self.warnings)
-        return self.storage.delete(rt, ns, name, options, dry_run=dry_run)
+        obj, gone = self.storage.delete(rt, ns, name, options, dry_run=dry_run)
+        if storage_rt is not None and not gone:
+            [obj] = await self.converted(rt, [obj])
+        return obj, gone
 
 
 async def handle_resource(
@@ -338,7 +353,8 @@ async def handle_resource(
 
 
 def _warning_headers(warnings: list[str]) -> list[tuple[str, str]]:
-    return [("warning", f"299 - {json.dumps(w)}") for w in warnings]
+    """``Warning`` headers, each text once (the real server's warning recorder drops repeats)."""
+    return [("warning", f"299 - {json.dumps(w)}") for w in dict.fromkeys(warnings)]
 
 
 async def _handle(
@@ -381,7 +397,7 @@ async def _handle(
         ]
         return json_response(201, answer)
     if sub == "scale":
-        return _scale(storage, request, target, info, dry_run)
+        return await _scale(storage, request, target, info, dry_run, writes)
     if info.verb == "list":
         conversion = negotiate(request.headers.get("accept"))
         labels = parse_label_selector(q.get("labelSelector"))
@@ -401,7 +417,7 @@ async def _handle(
         items, rv, token, remaining = storage.list_objects(
             rt, ns, labels, fields, limit=limit, continue_token=q.get("continue") or None, exact=exact
         )
-        items = await writes.converted(rt, items)
+        items = await writes.converted(rt, items, listed=True)
         meta: dict[str, Any] = {"resourceVersion": str(rv)}
         if token:
             meta["continue"] = token
@@ -540,9 +556,12 @@ def _scale_selector(rt: ResourceType, selector: Any) -> str:
 
 
 _SCALE_RT = ResourceType("autoscaling", "v1", "scales", "scale", "Scale", True)
+_SCALE_KIND = {"group": "autoscaling", "version": "v1", "kind": "Scale"}
 
 
-def _scale(storage: ObjectStorage, request: Request, target: Target, info: RequestInfo, dry_run: bool) -> Response:
+async def _scale(
+    storage: ObjectStorage, request: Request, target: Target, info: RequestInfo, dry_run: bool, writes: _Writes
+) -> Response:
     rt, ns, name = target.rt, target.namespace, target.name
     assert name is not None
     obj = storage.get(rt, ns, name)
@@ -568,6 +587,16 @@ def _scale(storage: ObjectStorage, request: Request, target: Target, info: Reque
         raise RequestRejected(405, "MethodNotAllowed", "the server does not allow this method on the requested resource")
     if not isinstance(new, dict):
         raise RequestRejected(400, "BadRequest", "the request body must be a JSON object")
+    admission = writes.active()
+    scale_request = None
+    if admission is not None:
+        sent = {**new, "apiVersion": "autoscaling/v1", "kind": "Scale"}
+        sent["metadata"] = {**current["metadata"], **(new.get("metadata") or {})}
+        scale_request = AdmissionRequest(
+            rt, "UPDATE", ns, name, "scale", sent, current, writes.user, dry_run,
+            writes.options("UpdateOptions" if info.verb == "update" else "PatchOptions", dry_run), kind=_SCALE_KIND,
+        )
+        new = await admission.mutate(scale_request, writes.warnings) or new
     replicas = (new.get("spec") or {}).get("replicas", 0)
     if not isinstance(replicas, int) or isinstance(replicas, bool) or replicas < 0:
         raise invalid_causes(
@@ -580,6 +609,12 @@ def _scale(storage: ObjectStorage, request: Request, target: Target, info: Reque
         body["metadata"]["resourceVersion"] = sent_rv
     else:
         body["metadata"].pop("resourceVersion", None)
+    if admission is not None and scale_request is not None:
+        candidate = storage.update(rt, ns, name, body, subresource="scale", dry_run=True, manager=_manager(request))
+        await admission.validate(attrs.evolve(scale_request, obj=_scale_of(rt, candidate)), writes.warnings)
+        if dry_run:
+            return json_response(200, _scale_of(rt, candidate))
+        body["metadata"]["resourceVersion"] = obj["metadata"]["resourceVersion"]
     stored = storage.update(rt, ns, name, body, subresource="scale", dry_run=dry_run, manager=_manager(request))
     return json_response(200, _scale_of(rt, stored))
 

@@ -916,9 +916,11 @@ class ObjectStorage:
         force: bool,
         subresource: str | None = None,
         dry_run: bool = False,
+        _current: Obj | None = None,
     ) -> tuple[Obj, bool]:
         """Server-side apply of ``config``; returns ``(object, created)``. Ownership is kept as
-        :mod:`._apply` describes.
+        :mod:`._apply` describes. ``_current``: the live object as the request's version shows it
+        (converted by a conversion webhook), instead of the stored one.
 
         Raises :class:`RequestRejected`: 400 for a malformed configuration, 404 (namespace, or
         the object for a status apply), 500 when the configuration or the live custom object
@@ -933,7 +935,7 @@ class ObjectStorage:
         applied = self._prepare_body(rt, namespace, config, name)
         if applied["metadata"].get("managedFields") is not None:
             raise RequestRejected(400, "BadRequest", "metadata.managedFields must be nil")
-        current = self.lookup(rt, namespace, name)
+        current = _current if _current is not None else self.lookup(rt, namespace, name)
         _apply.check_typed(rt, config, current)
         if current is None:
             if subresource == "status":

@@ -189,6 +189,10 @@ def _lease(obj: Obj, now: float) -> list[Any]:
     return [str(_d(obj.get("spec")).get("holderIdentity") or ""), _age(obj, now)]
 
 
+def _webhook_configuration(obj: Obj, now: float) -> list[Any]:
+    return [len(_l(obj.get("webhooks"))), _age(obj, now)]
+
+
 def _service_account(obj: Obj, now: float) -> list[Any]:
     return [len(_l(obj.get("secrets"))), _age(obj, now)]
 
@@ -405,6 +409,10 @@ _PRINTERS: dict[tuple[str, str], Printer] = {
     ("", "secrets"): ([_NAME, ("Type", "string", "", 0), ("Data", "string", "", 0), _AGE], _secret),
     ("", "namespaces"): ([_NAME, ("Status", "string", "", 0), _AGE], _namespace),
     ("coordination.k8s.io", "leases"): ([_NAME, ("Holder", "string", "", 0), _AGE], _lease),
+    **{
+        ("admissionregistration.k8s.io", plural): ([_NAME, ("Webhooks", "integer", "", 0), _AGE], _webhook_configuration)
+        for plural in ("mutatingwebhookconfigurations", "validatingwebhookconfigurations")
+    },
     ("", "serviceaccounts"): ([_NAME, ("Secrets", "string", "", 0), _AGE], _service_account),
     ("", "events"): (
         [

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import math
 from collections.abc import AsyncIterator
 from typing import Any
@@ -23,6 +24,8 @@ from ._storage import Change, ObjectStorage, Subscription
 from ._tables import Conversion, as_partial, as_table, include_option, negotiate
 
 __all__ = ["Watches"]
+
+logger = logging.getLogger("engine.apiserver.watch")
 
 
 @attrs.define(eq=False)
@@ -182,15 +185,16 @@ class Watches:
         )
         return Response(200, headers, stream=stream)
 
-    async def _versioned(self, rt: ResourceType, obj: dict[str, Any]) -> dict[str, Any] | RequestRejected:
-        """``obj`` in ``rt``'s version, or why its conversion failed (the stream then ends with
-        an ``ERROR`` event carrying that ``Status``)."""
+    async def _versioned(self, rt: ResourceType, obj: dict[str, Any]) -> dict[str, Any] | None:
+        """``obj`` in ``rt``'s version; ``None`` when its conversion failed: the real server
+        then ends the watch (it cannot encode the event) and logs why."""
         if self.conversions is None:
             return obj
         try:
             return (await self.conversions.convert(rt, [obj]))[0]
         except RequestRejected as exc:
-            return exc
+            logger.warning("ending a watch of %s: %s", rt.plural, exc)
+            return None
 
     def _next_bookmark(self, now: float, deadline: float) -> float:
         """When the next BOOKMARK is due: after ``bookmark_interval``, or 2 s before the watch's
@@ -235,8 +239,7 @@ class Watches:
                 last_rv = max(last_rv, replayed.rv)
                 if event is not None:
                     converted = await self._versioned(rt, event[1])
-                    if isinstance(converted, RequestRejected):
-                        yield _event_line("ERROR", converted.status)
+                    if converted is None:
                         return
                     yield _event_line(event[0], convert(converted))
             if initial_end:
@@ -270,8 +273,7 @@ class Watches:
                 event = _translate(change, labels, fields)
                 if event is not None:
                     converted = await self._versioned(rt, event[1])
-                    if isinstance(converted, RequestRejected):
-                        yield _event_line("ERROR", converted.status)
+                    if converted is None:
                         return
                     yield _event_line(event[0], convert(converted))
             if sub.dropped and sub.abrupt:

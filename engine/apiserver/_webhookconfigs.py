@@ -124,7 +124,30 @@ def _check_hook(rt: ResourceType, hook: dict[str, Any], path: str, seen: set[str
         if reinvocation is not None and reinvocation not in ("IfNeeded", "Never"):
             causes.append(_unsupported(f"{path}.reinvocationPolicy", reinvocation, ("IfNeeded", "Never")))
     causes.extend(client_config_causes(hook.get("clientConfig"), f"{path}.clientConfig"))
+    for selector in ("namespaceSelector", "objectSelector"):
+        _check_selector(hook.get(selector), f"{path}.{selector}", causes)
     _check_match_conditions(hook.get("matchConditions"), f"{path}.matchConditions", causes)
+
+
+def _check_selector(selector: Any, path: str, causes: list[CauseSpec]) -> None:
+    """A label selector's expressions, as ``ValidateLabelSelector`` checks them."""
+    if not isinstance(selector, dict):
+        return
+    for k, expression in enumerate(selector.get("matchExpressions") or []):
+        where = f"{path}.matchExpressions[{k}]"
+        if not isinstance(expression, dict):
+            causes.append(_required(where))
+            continue
+        operator, values = expression.get("operator"), expression.get("values") or []
+        if operator in ("In", "NotIn"):
+            if not values:
+                causes.append(_required(f"{where}.values", "must be specified when `operator` is 'In' or 'NotIn'"))
+        elif operator in ("Exists", "DoesNotExist"):
+            if values:
+                causes.append(("FieldValueForbidden", f"{where}.values",
+                               "Forbidden: may not be specified when `operator` is 'Exists' or 'DoesNotExist'"))
+        else:
+            causes.append(_bad(f"{where}.operator", operator, "not a valid selector operator"))
 
 
 def _check_rule(rule: Any, path: str, causes: list[CauseSpec]) -> None:

@@ -29,7 +29,6 @@ import attrs
 import httpx
 import trio
 
-from ._errors import RequestRejected
 from ._storage import ObjectStorage
 
 __all__ = ["WebhookClient", "WebhookCallError", "endpoint_url"]
@@ -40,12 +39,8 @@ MAX_RESPONSE_BYTES = 3 * 1024 * 1024
 
 
 class WebhookCallError(Exception):
-    """A webhook could not be called, or did not answer a review. ``status`` is the ``Status``
-    a failed HTTP answer carried (the real server passes it on under ``failurePolicy: Fail``)."""
-
-    def __init__(self, message: str, status: RequestRejected | None = None) -> None:
-        super().__init__(message)
-        self.status = status
+    """A webhook could not be called, or did not answer a review (the message says why, as
+    the real server's webhook client says it)."""
 
 
 def endpoint_url(client_config: dict[str, Any]) -> str:
@@ -95,7 +90,8 @@ def _causes(exc: BaseException) -> list[BaseException]:
 
 
 def _connect_error(exc: httpx.TransportError, host: str) -> str:
-    """A connection failure in the words of Go's dialer and TLS stack."""
+    """A transport failure in the words of Go's dialer, TLS stack and HTTP client (a
+    connection closed before the answer is ``EOF``)."""
     causes = _causes(exc)
     for cause in causes:
         if isinstance(cause, ssl.SSLCertVerificationError):
@@ -107,7 +103,11 @@ def _connect_error(exc: httpx.TransportError, host: str) -> str:
             return "tls: failed to verify certificate: x509: certificate signed by unknown authority"
     if any(isinstance(cause, ConnectionRefusedError) for cause in causes):
         return f"dial tcp {host}: connect: connection refused"
-    return f"dial tcp {host}: {exc or type(exc).__name__}"
+    if isinstance(exc, httpx.ConnectError):
+        return f"dial tcp {host}: {exc or type(exc).__name__}"
+    if isinstance(exc, (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError)):
+        return "EOF"
+    return str(exc) or type(exc).__name__
 
 
 @attrs.define(eq=False)
@@ -147,7 +147,8 @@ class WebhookClient:
         if urlsplit(target).port is None:
             host += ":443"
         try:
-            async with httpx.AsyncClient(verify=_ssl_context(str(client_config.get("caBundle") or ""))) as client:
+            context = _ssl_context(str(client_config.get("caBundle") or ""))
+            async with httpx.AsyncClient(verify=context, timeout=None) as client:
                 response = await client.post(target, content=body, headers=headers, extensions=extensions)
         except httpx.TransportError as exc:
             raise WebhookCallError(f'failed to call webhook: Post "{url}": {_connect_error(exc, host)}') from None
@@ -181,6 +182,32 @@ class WebhookClient:
         raise fail(f'no endpoints available for service "{name}"')
 
 
+_GENERIC = {
+    400: "the server rejected our request for an unknown reason",
+    401: "the server has asked for the client to provide credentials",
+    404: "the server could not find the requested resource",
+    405: "the server does not allow this method on the requested resource",
+    409: "the server reported a conflict",
+    415: "the server responded with the status code 415 but did not return more information",
+    422: "the server rejected our request due to an error in our request",
+    429: "the server has received too many requests and has asked us to try again later",
+    503: "the server is currently unable to handle the request",
+    504: "the server was unable to return a response in the time allotted, but may still be processing the request",
+}
+
+
+def _generic_error(status: int, body: str) -> str:
+    """The Go REST client's words for an HTTP error answer that is not a ``Status``
+    (``NewGenericServerResponse``)."""
+    if status == 403:
+        return body or "forbidden"
+    if status in _GENERIC:
+        return _GENERIC[status]
+    if status >= 500:
+        return f"an error on the server ({json.dumps(body)}) has prevented the request from succeeding"
+    return f"the server responded with the status code {status} but did not return more information"
+
+
 def _decode(status: int, content: bytes) -> dict[str, Any]:
     """A webhook's HTTP answer as the Go REST client reads it."""
     text = content.decode("utf-8", "replace")
@@ -190,13 +217,9 @@ def _decode(status: int, content: bytes) -> dict[str, Any]:
             answer = json.loads(content)
         except ValueError:
             pass
-        if isinstance(answer, dict) and answer.get("kind") == "Status":
-            message = str(answer.get("message") or "")
-            rejected = RequestRejected(int(answer.get("code") or status), str(answer.get("reason") or ""), message,
-                                       details=answer.get("details"))
-            raise WebhookCallError(f"failed to call webhook: {message}", rejected)
-        shown = text.strip() or f"the server responded with the status code {status} but did not return more information"
-        raise WebhookCallError(f'failed to call webhook: an error on the server ("{shown}") has prevented the request from succeeding')
+        if isinstance(answer, dict) and answer.get("kind") == "Status" and answer.get("message"):
+            raise WebhookCallError(f"failed to call webhook: {answer['message']}")
+        raise WebhookCallError(f"failed to call webhook: {_generic_error(status, text.strip())}")
     try:
         answer = json.loads(content)
     except ValueError as exc:

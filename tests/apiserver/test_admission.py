@@ -137,6 +137,10 @@ async def test_configuration_defaults(client: httpx.AsyncClient) -> None:
         ({"admissionReviewVersions": ["v2"]}, 'webhooks[0].admissionReviewVersions: Invalid value: []string{"v2"}: must include at least one of v1, v1beta1'),
         ({"failurePolicy": "Maybe"}, 'webhooks[0].failurePolicy: Unsupported value: "Maybe": supported values: "Fail", "Ignore"'),
         ({"matchConditions": [{"name": "c", "expression": "object.("}]}, "webhooks[0].matchConditions[0].expression: Invalid value"),
+        ({"objectSelector": {"matchExpressions": [{"key": "a", "operator": "Near"}]}},
+         'webhooks[0].objectSelector.matchExpressions[0].operator: Invalid value: "Near": not a valid selector operator'),
+        ({"namespaceSelector": {"matchExpressions": [{"key": "a", "operator": "In"}]}},
+         "webhooks[0].namespaceSelector.matchExpressions[0].values: Required value: must be specified when `operator` is 'In' or 'NotIn'"),
     ],
 )
 async def test_configuration_validation(client: httpx.AsyncClient, change: dict[str, Any], message: str) -> None:
@@ -423,10 +427,23 @@ async def test_match_condition_error(client: httpx.AsyncClient, hooks: Hooks, po
     if policy == "Ignore":
         assert response.status_code == 201
     else:
-        assert response.status_code == 500
-        assert response.json()["message"].startswith(
-            "Internal error occurred: failed calling webhook \"v.example.com\": expression 'broken' resulted in error"
-        )
+        assert response.status_code == 403
+        assert response.json() == {
+            "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+            "message": 'configmaps "a" is forbidden: expression \'object.spec.missing == \'x\'\' resulted in error: no such key: spec',
+            "reason": "Forbidden", "details": {"name": "a", "kind": "configmaps"}, "code": 403,
+        }
+    assert hooks.received == []
+
+
+async def test_a_false_match_condition_wins_over_an_error(client: httpx.AsyncClient, hooks: Hooks) -> None:
+    hooks.handlers["/v"] = deny(message="called")
+    conditions = [
+        {"name": "broken", "expression": "object.spec.missing == 'x'"},
+        {"name": "never", "expression": "false"},
+    ]
+    await register(client, "ValidatingWebhookConfiguration", "v", hook("v.example.com", "/v", matchConditions=conditions))
+    assert (await client.post(CM, json=cm("a"))).status_code == 201
     assert hooks.received == []
 
 
@@ -493,7 +510,7 @@ async def test_failure_policy(
     assert (await client.get(f"{CM}/a")).status_code == 404
 
 
-async def test_a_webhook_status_answer_is_passed_on(client: httpx.AsyncClient, hooks: Hooks) -> None:
+async def test_an_http_error_status_is_an_internal_error(client: httpx.AsyncClient, hooks: Hooks) -> None:
     async def status(request: dict[str, Any]) -> Any:
         body = {"kind": "Status", "apiVersion": "v1", "status": "Failure", "message": "quota exhausted", "reason": "TooManyRequests", "code": 429}
         return httpx.Response(429, json=body)
@@ -501,8 +518,38 @@ async def test_a_webhook_status_answer_is_passed_on(client: httpx.AsyncClient, h
     hooks.handlers["/v"] = status
     await register(client, "ValidatingWebhookConfiguration", "v", hook("v.example.com", "/v"))
     response = await client.post(CM, json=cm("a"))
-    assert response.status_code == 429
-    assert response.json()["message"] == "quota exhausted"
+    assert response.status_code == 500
+    assert response.json()["message"] == (
+        'Internal error occurred: failed calling webhook "v.example.com": failed to call webhook: quota exhausted'
+    )
+
+
+@pytest.mark.parametrize("policy", ["Fail", "Ignore"])
+async def test_undecodable_patch(client: httpx.AsyncClient, hooks: Hooks, policy: str) -> None:
+    hooks.handlers["/m"] = allow(patchType="JSONPatch", patch=base64.b64encode(b"{not json").decode())
+    await register(client, "MutatingWebhookConfiguration", "m", hook("m.example.com", "/m", failurePolicy=policy))
+    response = await client.post(CM, json=cm("a", data={"k": "v"}))
+    if policy == "Ignore":
+        assert response.status_code == 201 and response.json()["data"] == {"k": "v"}
+        return
+    assert response.status_code == 500
+    assert response.json()["message"].startswith(
+        'Internal error occurred: failed calling webhook "m.example.com": received undecodable patch in webhook response: '
+    )
+
+
+async def test_a_patch_on_delete_is_an_internal_error(client: httpx.AsyncClient, hooks: Hooks) -> None:
+    await client.post(CM, json=cm("a"))
+    hooks.handlers["/m"] = allow(**patch_of({"op": "add", "path": "/data", "value": {}}))
+    rule = [{"operations": ["DELETE"], "apiGroups": [""], "apiVersions": ["v1"], "resources": ["configmaps"]}]
+    await register(client, "MutatingWebhookConfiguration", "m", hook("m.example.com", "/m", rules=rule, failurePolicy="Ignore"))
+    response = await client.delete(f"{CM}/a")
+    assert response.status_code == 500
+    assert response.json()["message"] == (
+        'Internal error occurred: admission webhook "m.example.com" attempted to modify the object, '
+        "which is not supported for this operation"
+    )
+    assert (await client.get(f"{CM}/a")).status_code == 200
 
 
 async def test_validating_webhooks_are_called_at_once(client: httpx.AsyncClient, hooks: Hooks) -> None:
@@ -536,7 +583,7 @@ async def test_first_denial_in_order_wins_and_warnings_are_headers(client: httpx
     assert response.json()["message"] == 'admission webhook "b.example.com" denied the request: second'
     assert response.headers.get_list("warning") == ['299 - "field x is deprecated"']
     await client.delete(f"{VWC}/v")
-    hooks.handlers["/m"] = allow(warnings=["defaulted y", 'quote "z"'])
+    hooks.handlers["/m"] = allow(warnings=["defaulted y", 'quote "z"', "defaulted y"])
     await register(client, "MutatingWebhookConfiguration", "m", hook("m.example.com", "/m"))
     response = await client.post(CM, json=cm("b"))
     assert response.status_code == 201
@@ -560,3 +607,61 @@ async def test_dry_run(client: httpx.AsyncClient, hooks: Hooks) -> None:
 async def test_no_webhooks_means_no_calls(client: httpx.AsyncClient, hooks: Hooks) -> None:
     assert (await client.post(CM, json=cm("a"))).status_code == 201
     assert hooks.received == []
+
+
+async def test_scale_subresource(client: httpx.AsyncClient, hooks: Hooks) -> None:
+    async def at_most_five(request: dict[str, Any]) -> Any:
+        if request["object"]["spec"]["replicas"] > 5:
+            return {"allowed": False, "status": {"message": "at most 5 replicas"}}
+        return {"allowed": True}
+
+    hooks.handlers["/scale"] = at_most_five
+    hooks.handlers["/plain"] = allow()
+    update = {"operations": ["UPDATE"], "apiGroups": ["apps"], "apiVersions": ["v1"]}
+    await register(
+        client, "ValidatingWebhookConfiguration", "v",
+        hook("scale.example.com", "/scale", rules=[{**update, "resources": ["deployments/scale"]}]),
+        hook("plain.example.com", "/plain", rules=[{**update, "resources": ["deployments"]}]),
+    )
+    deployment = {
+        "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d"},
+        "spec": {"replicas": 1, "selector": {"matchLabels": {"a": "b"}}, "template": {"metadata": {"labels": {"a": "b"}}, "spec": {"containers": [{"name": "c", "image": "i"}]}}},
+    }
+    assert (await client.post("/apis/apps/v1/namespaces/default/deployments", json=deployment)).status_code == 201
+    scale = "/apis/apps/v1/namespaces/default/deployments/d/scale"
+    merge = {"content-type": "application/merge-patch+json"}
+    assert (await client.patch(scale, json={"spec": {"replicas": 3}}, headers=merge)).status_code == 200
+    denied = await client.patch(scale, json={"spec": {"replicas": 9}}, headers=merge)
+    assert denied.status_code == 400
+    assert denied.json()["message"] == 'admission webhook "scale.example.com" denied the request: at most 5 replicas'
+    assert (await client.get("/apis/apps/v1/namespaces/default/deployments/d")).json()["spec"]["replicas"] == 3
+    first = hooks.reviews("/scale")[0]
+    assert first["kind"] == first["requestKind"] == {"group": "autoscaling", "version": "v1", "kind": "Scale"}
+    assert first["resource"] == {"group": "apps", "version": "v1", "resource": "deployments"}
+    assert first["subResource"] == "scale" and first["options"]["kind"] == "PatchOptions"
+    assert (first["oldObject"]["spec"]["replicas"], first["object"]["spec"]["replicas"]) == (1, 3)
+    assert first["object"]["kind"] == "Scale"
+    assert hooks.reviews("/plain") == []
+
+
+async def test_missing_namespace_is_refused_before_webhooks(client: httpx.AsyncClient, hooks: Hooks) -> None:
+    hooks.handlers["/m"] = allow()
+    await register(client, "MutatingWebhookConfiguration", "m", hook("m.example.com", "/m"))
+    response = await client.post("/api/v1/namespaces/nowhere/configmaps", json=cm("a"))
+    assert response.status_code == 404
+    assert response.json()["message"] == 'namespaces "nowhere" not found'
+    assert hooks.received == []
+
+
+async def test_object_selector_on_delete_uses_the_old_labels(client: httpx.AsyncClient, hooks: Hooks) -> None:
+    await client.post(CM, json=cm("kept", metadata={"labels": {"protected": "yes"}}))
+    await client.post(CM, json=cm("free"))
+    hooks.handlers["/v"] = deny(message="protected")
+    rule = [{"operations": ["DELETE"], "apiGroups": [""], "apiVersions": ["v1"], "resources": ["configmaps"]}]
+    await register(
+        client, "ValidatingWebhookConfiguration", "v",
+        hook("v.example.com", "/v", rules=rule, objectSelector={"matchLabels": {"protected": "yes"}}),
+    )
+    assert (await client.delete(f"{CM}/free")).status_code == 200
+    assert (await client.delete(f"{CM}/kept")).status_code == 400
+    assert len(hooks.received) == 1

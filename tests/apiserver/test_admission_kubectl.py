@@ -97,3 +97,8 @@ async def test_kubectl_apply_shows_denials_and_warnings(kubectl: Any, tmp_path: 
         f'Error from server: error when creating "{bad}": '
         'admission webhook "guard.example.com" denied the request: data.forbidden is not allowed'
     ) in err
+
+    code, out, err = await kubectl("get", "validatingwebhookconfigurations")
+    assert code == 0, err
+    assert out.split("\n")[0].split() == ["NAME", "WEBHOOKS", "AGE"]
+    assert out.split("\n")[1].split()[:2] == ["guard", "1"]

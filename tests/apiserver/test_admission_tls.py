@@ -13,6 +13,7 @@ import h11
 import httpx
 import pytest
 import trio
+import trio.testing
 import trustme
 
 from engine.apiserver import ApiServer
@@ -29,6 +30,9 @@ class TlsHook:
         ca.issue_cert("127.0.0.1", "hook.default.svc").configure_cert(self.context)
         self.port = 0
         self.hosts: list[str] = []
+        self.delay = 0.0
+        self.received = trio.Event()
+        self.hang_up = False
 
     async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
@@ -59,6 +63,10 @@ class TlsHook:
             elif isinstance(event, h11.Data):
                 body += event.data
             elif isinstance(event, h11.EndOfMessage):
+                self.received.set()
+                if self.hang_up:
+                    return
+                await trio.sleep(self.delay)
                 uid = json.loads(body)["request"]["uid"]
                 answer = json.dumps({
                     "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
@@ -88,7 +96,7 @@ async def tls_hook(ca: trustme.CA, nursery: trio.Nursery) -> TlsHook:
 @pytest.fixture
 async def client() -> AsyncIterator[httpx.AsyncClient]:
     async with ApiServer(listen=False) as api:
-        async with httpx.AsyncClient(transport=api.direct_transport(), base_url=api.url) as c:
+        async with httpx.AsyncClient(transport=api.direct_transport(), base_url=api.url, timeout=30) as c:
             yield c
 
 
@@ -96,7 +104,7 @@ def bundle(ca: trustme.CA) -> str:
     return base64.b64encode(ca.cert_pem.bytes()).decode()
 
 
-async def register(client: httpx.AsyncClient, client_config: dict[str, Any], policy: str = "Fail") -> None:
+async def register(client: httpx.AsyncClient, client_config: dict[str, Any], policy: str = "Fail", timeout: int = 5) -> None:
     body = {
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "ValidatingWebhookConfiguration",
@@ -108,7 +116,7 @@ async def register(client: httpx.AsyncClient, client_config: dict[str, Any], pol
             "sideEffects": "None",
             "admissionReviewVersions": ["v1"],
             "failurePolicy": policy,
-            "timeoutSeconds": 5,
+            "timeoutSeconds": timeout,
         }],
     }
     response = await client.post(VWC, json=body)
@@ -170,3 +178,43 @@ async def test_service_reference_through_endpoints(client: httpx.AsyncClient, tl
     response = await client.post(CM, json=cm("a"))
     assert response.json()["message"] == 'admission webhook "v.example.com" denied the request: called on /svc?timeout=5s'
     assert tls_hook.hosts == ["hook.default.svc:443"]
+
+
+async def test_a_slow_answer_within_timeout_seconds(
+    client: httpx.AsyncClient, ca: trustme.CA, nursery: trio.Nursery, mock_clock: trio.testing.MockClock
+) -> None:
+    # Virtual time moves only when the test says: the answer comes 6 s after the request, past
+    # httpx's default 5 s read timeout, within the configuration's 10 s.
+    hook = TlsHook(ca)
+    hook.delay = 6
+    await nursery.start(hook.serve)
+    await register(client, {"url": f"https://127.0.0.1:{hook.port}/slow", "caBundle": bundle(ca)}, timeout=10)
+    answers: list[httpx.Response] = []
+    done = trio.Event()
+
+    async def create() -> None:
+        answers.append(await client.post(CM, json=cm("a")))
+        done.set()
+
+    nursery.start_soon(create)
+    await hook.received.wait()
+    await trio.testing.wait_all_tasks_blocked()
+    mock_clock.jump(5.5)
+    await trio.testing.wait_all_tasks_blocked()
+    mock_clock.jump(1)
+    await done.wait()
+    assert answers[0].json()["message"] == 'admission webhook "v.example.com" denied the request: called on /slow?timeout=10s'
+
+
+@pytest.mark.parametrize("policy", ["Fail", "Ignore"])
+async def test_a_connection_closed_before_the_answer(client: httpx.AsyncClient, tls_hook: TlsHook, ca: trustme.CA, policy: str) -> None:
+    tls_hook.hang_up = True
+    await register(client, {"url": f"https://127.0.0.1:{tls_hook.port}/x", "caBundle": bundle(ca)}, policy)
+    response = await client.post(CM, json=cm("a"))
+    if policy == "Ignore":
+        assert response.status_code == 201
+        return
+    assert response.json()["message"] == (
+        'Internal error occurred: failed calling webhook "v.example.com": failed to call webhook: '
+        f'Post "https://127.0.0.1:{tls_hook.port}/x?timeout=5s": EOF'
+    )
