@@ -14,7 +14,9 @@ A plugin lists its webhooks in :attr:`Plugin.webhooks`:
 ``apiextensions.k8s.io/v1`` ConversionReview): each handler runs in its own nursery under a
 deadline below the configuration's ``timeoutSeconds`` (:func:`handler_deadline`); a handler that
 raises or runs out of time answers a denial (or a failed conversion) with a one-line reason,
-never an HTTP 500. Malformed reviews get 400 with the reason.
+never an HTTP 500; under ``failure_policy="Ignore"`` it answers allowed, with that reason as a
+warning, as the API server lets a request through when it cannot call such a webhook.
+Malformed reviews get 400 with the reason.
 """
 
 from __future__ import annotations
@@ -516,23 +518,26 @@ class WebhookDispatcher:
         if isinstance(error, AdmissionDenied):
             stats.denied += 1
             return AdmissionResponse.deny(error.message, code=error.code).with_uid(request.uid)
+        failure: tuple[str, int] | None = None
         if error is not None:
             stats.errors += 1
             logger.warning("webhook %s failed", webhook.name, exc_info=error)
-            return AdmissionResponse.deny(f"webhook handler failed: {summarize(error)}", code=500).with_uid(request.uid)
-        if timed_out:
+            failure = f"webhook handler failed: {summarize(error)}", 500
+        elif timed_out:
             stats.timeouts += 1
-            return AdmissionResponse.deny(
-                f"webhook handler did not answer within {_seconds(limit)} (timeoutSeconds {_seconds(timeout)})",
-                code=504,
-            ).with_uid(request.uid)
+            failure = (f"webhook handler did not answer within {_seconds(limit)} "
+                       f"(timeoutSeconds {_seconds(timeout)})", 504)
+        elif response is not None and not isinstance(response, AdmissionResponse):
+            stats.errors += 1
+            failure = f"webhook handler answered {type(response).__name__}, not an AdmissionResponse or None", 500
+        if failure is not None:
+            message, code = failure
+            if webhook.failure_policy == "Ignore":
+                return AdmissionResponse.allow(warnings=[f"{message}; allowed by failurePolicy Ignore"]).with_uid(
+                    request.uid)
+            return AdmissionResponse.deny(message, code=code).with_uid(request.uid)
         if response is None:
             response = AdmissionResponse.allow()
-        if not isinstance(response, AdmissionResponse):
-            stats.errors += 1
-            return AdmissionResponse.deny(
-                f"webhook handler answered {type(response).__name__}, not an AdmissionResponse or None", code=500,
-            ).with_uid(request.uid)
         if not response.allowed:
             stats.denied += 1
         return response.with_uid(request.uid)

@@ -102,7 +102,8 @@ async def to_v2(obj: Mapping[str, Any], api_version: str, ctx: WebhookContext) -
 
 WEBHOOKS: list[AdmissionWebhook | ConversionWebhook] = [
     AdmissionWebhook("deny-big.widgets.test.dev", deny_big, RULES),
-    AdmissionWebhook("crash.widgets.test.dev", crash, RULES, failure_policy="Ignore"),
+    AdmissionWebhook("crash.widgets.test.dev", crash, RULES),
+    AdmissionWebhook("crash-ignored.widgets.test.dev", crash, RULES, failure_policy="Ignore"),
     AdmissionWebhook("slow.widgets.test.dev", slow, RULES, timeout_seconds=10),
     AdmissionWebhook("background.widgets.test.dev", with_background, RULES),
     AdmissionWebhook("label.widgets.test.dev", add_label, RULES, mutating=True, timeout_seconds=3,
@@ -147,6 +148,15 @@ async def test_a_handler_that_raises_denies_in_one_line_never_a_500(autojump_clo
     assert answer.json()["response"] == {"uid": "u-1", "allowed": False, "status": {
         "code": 500, "reason": "InternalError",
         "message": "webhook handler failed: RuntimeError: the cache said no second line"}}
+
+
+async def test_under_failure_policy_ignore_a_failing_handler_allows_with_a_warning(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    async with in_process(server()) as client:
+        answer = await post(client, "/validate/crash-ignored.widgets.test.dev", review())
+    assert answer.json()["response"] == {"uid": "u-1", "allowed": True, "warnings": [
+        "webhook handler failed: RuntimeError: the cache said no second line; allowed by failurePolicy Ignore"]}
 
 
 async def test_a_slow_handler_is_cancelled_before_the_api_servers_timeout(
@@ -297,7 +307,8 @@ def test_configurations_list_rules_selectors_and_the_service() -> None:
         }],
     }
     assert [(w["name"], w["failurePolicy"]) for w in configs[1]["webhooks"]] == [
-        ("deny-big.widgets.test.dev", "Fail"), ("crash.widgets.test.dev", "Ignore"),
+        ("deny-big.widgets.test.dev", "Fail"), ("crash.widgets.test.dev", "Fail"),
+        ("crash-ignored.widgets.test.dev", "Ignore"),
         ("slow.widgets.test.dev", "Fail"), ("background.widgets.test.dev", "Fail")]
 
 
