@@ -5,8 +5,8 @@ webhook follows ``dependsOn`` from the Bundle being written through the other Bu
 namespace (the informer's cache once synced, when the plugin watches every Bundle; otherwise
 a list from the API server) and refuses a Bundle that closes a cycle, naming it:
 ``dependency cycle: a -> b -> a``. A Bundle that depends on itself is always refused; when the
-other Bundles cannot be read (the API server failing), the Bundle is allowed with a warning
-saying the cycle was not checked, rather than refusing every Bundle while the server is
+other Bundles cannot be read (the API server failing, or too slow to answer within the
+handler's deadline), the Bundle is allowed with a warning saying the cycle was not checked, rather than refusing every Bundle while the server is
 unwell. Two Bundles written at the same moment can still close a cycle the other did not see
 yet. The reconciler reports such cycles (``DependencyCycle``) either way.
 
@@ -20,6 +20,8 @@ from __future__ import annotations
 import copy
 from collections.abc import Mapping
 from typing import Any
+
+import trio
 
 from engine._text import summarize
 from engine.kube import (
@@ -36,6 +38,10 @@ from ._crds import API_VERSION, DEFAULT_INTERVAL, GROUP
 from ._spec import dependency_names, find_cycle, mapping
 
 __all__ = ["WEBHOOKS", "validate_bundle", "default_bundle"]
+
+READ_MARGIN = 1.0
+"""Seconds before the handler's deadline by which reading the other Bundles must be done;
+past it the Bundle is allowed with a warning rather than refused for the time it took."""
 
 _RULES = [AdmissionRule(API_VERSION, "bundles", ("CREATE", "UPDATE"), scope="Namespaced")]
 
@@ -69,11 +75,16 @@ async def validate_bundle(request: AdmissionRequest, ctx: WebhookContext) -> Adm
         return None
     if name in own:
         raise AdmissionDenied(f"dependency cycle: {name} -> {name} (a Bundle cannot depend on itself)")
+    others: dict[str, list[str]] | None = None
     try:
-        others = await _dependencies_in(request.namespace, ctx)
+        with trio.move_on_at(ctx.deadline - READ_MARGIN):
+            others = await _dependencies_in(request.namespace, ctx)
     except KubeError as exc:
         return AdmissionResponse.allow(warnings=[
             f"dependency cycles through other Bundles were not checked: {summarize(exc)}"])
+    if others is None:
+        return AdmissionResponse.allow(warnings=[
+            "dependency cycles through other Bundles were not checked: they could not be read in time"])
 
     def depends_on(other: str) -> list[str]:
         return own if other == name else others.get(other, [])

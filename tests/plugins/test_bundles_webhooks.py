@@ -80,7 +80,7 @@ def _request(obj: dict[str, Any]) -> AdmissionRequest:
         "name": obj["metadata"]["name"], "namespace": "ns", "operation": "CREATE", "object": obj}})
 
 
-async def test_other_bundles_are_read_from_the_api_without_a_cache_and_a_failure_only_warns(
+async def test_other_bundles_are_read_from_the_api_without_a_cache_and_a_failure_or_delay_only_warns(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
     async with ApiServer(listen=False) as api:
@@ -100,8 +100,16 @@ async def test_other_bundles_are_read_from_the_api_without_a_cache_and_a_failure
                 ctx = WebhookContext(None, client, nursery, float("inf"))
                 with pytest.raises(Exception, match=r"^dependency cycle: b -> a -> b$"):
                     await validate_bundle(_request(b), ctx)
+                slow = api.faults.add_latency(60, resource="bundles")
+                started = trio.current_time()
+                late = await validate_bundle(_request(b), WebhookContext(None, client, nursery, started + 4))
+                assert trio.current_time() - started == pytest.approx(3.0)
+                api.faults.remove(slow)
                 api.faults.fail(503, count=None, resource="bundles")
                 answer = await validate_bundle(_request(b), ctx)
+            assert late is not None and late.allowed
+            assert late.warnings == (
+                "dependency cycles through other Bundles were not checked: they could not be read in time",)
             assert answer is not None and answer.allowed
             assert answer.warnings[0].startswith("dependency cycles through other Bundles were not checked: ")
 
