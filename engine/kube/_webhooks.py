@@ -459,7 +459,11 @@ class WebhookDispatcher:
         started = trio.current_time()
         status = 500
         try:
-            response = await self._answer(webhook, request, stats)
+            try:
+                response = await self._answer(webhook, request, stats)
+            except Exception:
+                logger.exception("webhook %s could not answer", request.path)
+                response = Response.text(500, b"internal error\n")
             status = response.status
             return response
         finally:
@@ -472,8 +476,8 @@ class WebhookDispatcher:
             return Response.text(405, b"webhooks answer POST\n")
         try:
             review = json.loads(request.body)
-        except ValueError as exc:
-            return Response.text(400, f"request body is not JSON: {exc}\n".encode())
+        except (ValueError, RecursionError) as exc:
+            return Response.text(400, f"request body is not JSON: {summarize(exc)}\n".encode())
         timeout = float(webhook.timeout_seconds)
         asked = _go_duration(request.query.get("timeout", ""))
         if asked is not None and 0 < asked < timeout:

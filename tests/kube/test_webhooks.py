@@ -207,6 +207,8 @@ def test_json_patch_escapes_keys_and_replaces_lists_and_changed_types() -> None:
 
 @pytest.mark.parametrize(("body", "reason"), [
     (b"{not json", "request body is not JSON: "),
+    (b"[" * 100_000, "request body is not JSON: RecursionError: "),
+    (b"\xff\xfe{}", "request body is not JSON: "),
     ({"apiVersion": "admission.k8s.io/v1beta1", "kind": "AdmissionReview"},
      "malformed review: expected apiVersion admission.k8s.io/v1 kind AdmissionReview, got "
      "'admission.k8s.io/v1beta1' 'AdmissionReview'"),
