@@ -370,6 +370,13 @@ async def test_https_with_a_generated_ca_answers_reviews_and_refuses_oversized_b
         async with _client(trustme.CA().cert_pem.bytes()) as stranger:
             with pytest.raises(httpx.ConnectError):
                 await stranger.post(f"{s.url}/validate/deny-big.widgets.test.dev", json=review())
+        async with httpx.AsyncClient(timeout=10) as plain:
+            with pytest.raises(httpx.RemoteProtocolError):
+                await plain.post(f"{s.url.replace('https', 'http')}/validate/deny-big.widgets.test.dev",
+                                 json=review())
+        async with _client(s.certificates.ca_bundle) as client:
+            after = await client.post(f"{s.url}/validate/deny-big.widgets.test.dev", json=review())
+        assert after.status_code == 200, "failed handshakes do not take the server down"
         nursery.cancel_scope.cancel()
     assert answer.json()["response"]["allowed"] is True
     assert huge.status_code == 413
