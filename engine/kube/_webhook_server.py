@@ -170,7 +170,8 @@ class WebhookTransport(httpx.AsyncBaseTransport):
 
 class WebhookServer:
     """Serves ``webhooks`` on ``host:port`` over HTTPS with ``certificates`` (generated for
-    loopback when not given). Handlers get ``cluster`` and ``client`` in their context."""
+    loopback when first needed, if not given). Handlers get ``cluster`` and ``client`` in their
+    context."""
 
     idle_timeout = 90.0
 
@@ -187,12 +188,20 @@ class WebhookServer:
         reload_interval: float = 10.0,
     ) -> None:
         self.dispatcher = WebhookDispatcher(webhooks, cluster=cluster, client=client)
-        self.certificates = certificates if certificates is not None else WebhookCertificates.generate()
+        self._certificates = certificates
         self.host, self.port = host, port
         self.max_body = max_body
         self.reload_interval = reload_interval
         self.address: BindAddress | None = None
         """The bound ``(host, port)`` once serving."""
+
+    @property
+    def certificates(self) -> WebhookCertificates:
+        """The server's certificates: those given, or a CA and certificate for loopback made
+        the first time they are needed (never, when only :meth:`transport` is used)."""
+        if self._certificates is None:
+            self._certificates = WebhookCertificates.generate()
+        return self._certificates
 
     @property
     def webhooks(self) -> list[Webhook]:

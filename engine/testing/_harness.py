@@ -594,8 +594,8 @@ def _leader(
 
 
 WEBHOOK_URL = "https://webhooks.engine-test.invalid"
-"""The base URL the harness registers in-process webhooks under (never resolved: the embedded
-server sends them through its ``webhook_transport``)."""
+"""The base URL the harness registers in-process webhooks under (never resolved, and no
+``caBundle``: the embedded server sends them through its ``webhook_transport``)."""
 
 
 async def _register_webhooks(
@@ -605,7 +605,7 @@ async def _register_webhooks(
     name = f"engine-test-{plugin.name}"
     if target.api is not None:
         server = WebhookServer(plugin.webhooks, cluster=cluster, client=client)
-        config = url_client_config(WEBHOOK_URL, server.certificates.ca_bundle)
+        config = url_client_config(WEBHOOK_URL, None)
         if not await register_webhooks(driver, plugin.webhooks, name=name, client_config=config,
                                      namespace=namespace):
             return None

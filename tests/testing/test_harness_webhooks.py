@@ -20,6 +20,7 @@ from engine.kube import (
     ConversionWebhook,
     Plugin,
     PluginContext,
+    WebhookCertificates,
     WebhookContext,
 )
 from engine.testing import KubeTarget, open_plugin_test
@@ -70,7 +71,13 @@ def widget(name: str, api_version: str = "test.dev/v1", **spec: Any) -> dict[str
     return {"apiVersion": api_version, "kind": "Widget", "metadata": {"name": name}, "spec": spec}
 
 
-async def test_a_denial_is_raised_by_apply_and_nothing_is_stored(autojump_clock: trio.testing.MockClock) -> None:
+async def test_a_denial_is_raised_by_apply_and_nothing_is_stored(
+    autojump_clock: trio.testing.MockClock, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def no_certificates(*args: Any) -> None:
+        raise AssertionError("in-process webhooks need no certificate")
+
+    monkeypatch.setattr(WebhookCertificates, "generate", no_certificates)
     async with ApiServer(listen=False) as api, open_plugin_test(WIDGETS, KubeTarget.embedded(api)) as h:
         with pytest.raises(ApiError, match=r'admission webhook "size.widgets.test.dev" denied the request: '
                                            r'size 5 is over 3$'):
