@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import base64
 import copy
-import functools
 import json
 import logging
 import uuid
@@ -42,7 +41,7 @@ import attrs
 import trio
 
 from ._authn import UserInfo
-from ._cel import _error_text, _eval_error, _parse_error, _program, _to_cel, _types
+from ._cel import evaluate_condition
 from ._errors import RequestRejected
 from ._fields import unknown_fields
 from ._objects import Obj, meta
@@ -388,11 +387,6 @@ def _sent(request: AdmissionRequest, rt: ResourceType, obj: Obj | None) -> Obj |
     return typed(rt, obj)
 
 
-@functools.lru_cache(maxsize=1024)
-def _condition_program(expression: str) -> Any:
-    return _program(expression)
-
-
 def _conditions_hold(hook: _Hook, request: AdmissionRequest, review_request: dict[str, Any]) -> bool:
     """Whether the hook's ``matchConditions`` let it be called: a false one skips it; one that
     cannot be evaluated (when none is false) skips it under ``failurePolicy: Ignore`` and
@@ -400,22 +394,18 @@ def _conditions_hold(hook: _Hook, request: AdmissionRequest, review_request: dic
     conditions = hook.spec.get("matchConditions") or []
     if not conditions:
         return True
-    activation = {
-        "object": _to_cel(review_request.get("object")),
-        "oldObject": _to_cel(review_request.get("oldObject")),
-        "request": _to_cel({k: v for k, v in review_request.items() if k not in ("object", "oldObject")}),
+    variables = {
+        "object": review_request.get("object"),
+        "oldObject": review_request.get("oldObject"),
+        "request": {k: v for k, v in review_request.items() if k not in ("object", "oldObject")},
     }
     errors: list[str] = []
     for condition in conditions:
         expression = str(condition.get("expression") or "")
-        try:
-            result = _condition_program(expression).evaluate(activation)
-        except (_parse_error(), _eval_error()) as exc:
-            errors.append(f"expression '{expression}' resulted in error: {_error_text(exc)}")
-            continue
-        if not isinstance(result, _types().BoolType):
-            errors.append(f"expression '{expression}' resulted in error: no such overload")
-        elif not bool(result):
+        result = evaluate_condition(expression, variables)
+        if isinstance(result, str):
+            errors.append(f"expression '{expression}' resulted in error: {result}")
+        elif not result:
             return False
     if not errors:
         return True

@@ -27,7 +27,7 @@ from typing import Any
 
 import attrs
 
-__all__ = ["Rule", "Failure"]
+__all__ = ["Rule", "Failure", "evaluate_condition"]
 
 logger = logging.getLogger("engine.apiserver.cel")
 
@@ -183,6 +183,23 @@ def _error_text(exc: Exception) -> str:
     if kind is TypeError or "no matching overload" in message:
         return "no such overload"
     return message.split("(in activation")[0].strip()
+
+
+def evaluate_condition(expression: str, variables: dict[str, Any]) -> bool | str:
+    """Evaluate a boolean ``expression`` (a webhook's ``matchConditions`` entry) with
+    ``variables`` (JSON values) bound: its value, or why it has none, in cel-go's words."""
+    try:
+        program = _program(expression)
+    except _parse_error() as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else "syntax error"
+        return f"compilation failed: ERROR: <input>: Syntax error: {first}"
+    try:
+        result = program.evaluate({name: _to_cel(value) for name, value in variables.items()})
+    except _eval_error() as exc:
+        return _error_text(exc)
+    if not isinstance(result, _types().BoolType):
+        return "no such overload"
+    return bool(result)
 
 
 @attrs.frozen

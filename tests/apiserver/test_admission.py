@@ -665,3 +665,29 @@ async def test_object_selector_on_delete_uses_the_old_labels(client: httpx.Async
     assert (await client.delete(f"{CM}/free")).status_code == 200
     assert (await client.delete(f"{CM}/kept")).status_code == 400
     assert len(hooks.received) == 1
+
+
+async def test_a_service_reference_through_the_transport(client: httpx.AsyncClient, hooks: Hooks) -> None:
+    hooks.handlers["/validate"] = allow()
+    spec = hook("v.example.com", "/validate")
+    spec["clientConfig"] = {"service": {"name": "hook", "namespace": "system", "path": "/validate", "port": 8443}}
+    await register(client, "ValidatingWebhookConfiguration", "v", spec)
+    assert (await client.post(CM, json=cm("a"))).status_code == 201
+    assert hooks.urls == ["https://hook.system.svc:8443/validate?timeout=10s"]
+
+
+async def test_dry_run_refused_by_a_webhook_with_side_effects(api: ApiServer, client: httpx.AsyncClient, hooks: Hooks) -> None:
+    # v1 accepts only None and NoneOnDryRun; a configuration stored before (v1beta1's Some) is
+    # still honoured, so it is put into storage directly here.
+    hooks.handlers["/v"] = allow()
+    vwc = api.store.find_type("admissionregistration.k8s.io", "v1", "validatingwebhookconfigurations")
+    assert vwc is not None
+    body = configuration("ValidatingWebhookConfiguration", "v", hook("v.example.com", "/v", sideEffects="Some"))
+    body["metadata"]["uid"] = "u"
+    api.store.commit(vwc, "ADDED", body, None)
+    response = await client.post(CM, json=cm("a"), params={"dryRun": "All"})
+    assert response.status_code == 400
+    assert response.json()["message"] == 'admission webhook "v.example.com" does not support dry run'
+    assert hooks.received == []
+    assert (await client.post(CM, json=cm("a"))).status_code == 201
+    assert len(hooks.received) == 1
