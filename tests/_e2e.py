@@ -61,7 +61,10 @@ class Runner:
 @asynccontextmanager
 async def runner(kubeconfig: Path, *args: str, ready: str = "running") -> AsyncIterator[Runner]:
     proc = await trio.lowlevel.open_process(
-        [sys.executable, "-m", "engine", "run", "--kubeconfig", str(kubeconfig), "--log-format", "json", *args],
+        [sys.executable, "-m", "engine", "run", "--kubeconfig", str(kubeconfig), "--log-format", "json",
+         # several replicas run side by side: each its own webhook port, not the default 9443
+         *([] if any(a.startswith("--webhook-bind-address") for a in args) else ["--webhook-bind-address=127.0.0.1:0"]),
+         *args],
         cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

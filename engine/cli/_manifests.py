@@ -7,6 +7,15 @@ embedded API server that never leaves the process, see :func:`engine.kube.plugin
 Events, and the leader election Lease when there is more than one replica), a Service for
 metrics, the Deployment, and a PodDisruptionBudget when there is more than one replica.
 
+When a plugin declares webhooks (:attr:`engine.kube.Plugin.webhooks`): a Service
+``<name>-webhook`` on port 9443, the Deployment serves them there with the certificate of the
+Secret ``<name>-webhook-cert`` (mounted at ``/etc/engine/webhook-certs``), the
+``MutatingWebhookConfiguration`` and ``ValidatingWebhookConfiguration`` (printed last) call that
+Service, and CRDs with a conversion webhook get their ``conversion`` stanza. No ``caBundle`` is
+written: each of these objects carries ``cert-manager.io/inject-ca-from: <namespace>/<name>-webhook``
+for cert-manager's CA injector; ``--cert-manager`` adds the self-signed Issuer and the
+Certificate of that name that writes the Secret (without it, provide both).
+
 The same command line always gives the same bytes. With ``-o DIR`` each kind goes to its own
 file there, with a ``kustomization.yaml`` listing them.
 
@@ -39,6 +48,10 @@ __all__ = ["main", "manifests"]
 
 METRICS_PORT = 8080
 PROBE_PORT = 8081
+WEBHOOK_PORT = 9443
+"""The webhook server's port: the container's, the webhook Service's and the configurations'."""
+WEBHOOK_CERT_DIR = "/etc/engine/webhook-certs"
+"""Where the Deployment mounts the Secret holding the webhook server's ``tls.crt`` and ``tls.key``."""
 RUN_AS = 65532
 """The uid and gid the runner image's user has (the Containerfile's ``engine`` user)."""
 SHUTDOWN_MARGIN = 15
@@ -53,6 +66,10 @@ Namespace, a ServiceAccount, the least-privilege ClusterRole/Role and bindings t
 declare (with Events, and the leader election Lease when --replicas > 1), a Service for
 metrics, the Deployment running `python -m engine run` and, when --replicas > 1, a
 PodDisruptionBudget. With -o DIR, one file per kind and a kustomization.yaml.
+
+Plugins with webhooks also get a webhook Service, the Mutating/ValidatingWebhookConfiguration
+and CRD conversion stanzas; their caBundle is left to cert-manager's CA injector (the
+cert-manager.io/inject-ca-from annotation; --cert-manager adds the Issuer and Certificate).
 
 Exit codes: 0 when written, 1 when a plugin cannot be loaded or set up, 2 for a bad flag.
 """
@@ -83,6 +100,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--grace-period", type=float, default=DEFAULT_GRACE_PERIOD, metavar="SECONDS",
                    help=f"the runner's --grace-period; the pod's terminationGracePeriodSeconds is "
                         f"{SHUTDOWN_MARGIN} s more (default {DEFAULT_GRACE_PERIOD:g})")
+    p.add_argument("--cert-manager", action="store_true",
+                   help="plugins with webhooks: also emit a self-signed cert-manager Issuer and the Certificate "
+                        "whose CA the CA injector writes into the webhook configurations")
     p.add_argument("-o", "--output-dir", metavar="DIR",
                    help="write one file per kind and a kustomization.yaml into DIR instead of printing")
     return p
@@ -125,12 +145,22 @@ def manifests(
     replicas: int,
     grace_period: float,
     scale_out: bool = False,
+    cert_manager: bool = False,
 ) -> list[dict[str, Any]]:
     """The objects that install ``plugins`` (whose own rules are ``rules``, as
     :func:`engine.kube.plugin_rules` derives them), in the order they must be applied.
     With ``scale_out`` several replicas divide the objects (a ring of member Leases) instead
     of electing a leader."""
-    from ..kube import EVENT_RULES, Permissions, PolicyRule, leader_election_rules
+    from ..kube import (
+        EVENT_RULES,
+        INJECT_CA_ANNOTATION,
+        Permissions,
+        PolicyRule,
+        leader_election_rules,
+        service_client_config,
+        webhook_configurations,
+        with_conversion,
+    )
 
     labels = {"app.kubernetes.io/name": name, "app.kubernetes.io/component": "controller"}
     leader = replicas > 1
@@ -141,7 +171,12 @@ def manifests(
     )
     all_rules = [*rules, *EVENT_RULES, *(lease_rules if leader else ())]
     permissions = Permissions.resolve(all_rules, namespace=namespace)
-    crds = sorted((dict(crd) for plugin in plugins for crd in plugin.crds), key=lambda c: c["metadata"]["name"])
+    webhooks = [webhook for plugin in plugins for webhook in plugin.webhooks]
+    inject = {INJECT_CA_ANNOTATION: f"{install_namespace}/{name}-webhook"}
+    client_config = service_client_config(f"{name}-webhook", install_namespace, WEBHOOK_PORT)
+    crds = sorted(with_conversion([crd for plugin in plugins for crd in plugin.crds], webhooks,
+                                  client_config=client_config, annotations=inject),
+                  key=lambda c: c["metadata"]["name"])
     objects: list[dict[str, Any]] = [*crds]
     objects.append({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": install_namespace}})
     objects.append({"apiVersion": "v1", "kind": "ServiceAccount",
@@ -153,16 +188,43 @@ def manifests(
         "spec": {"selector": labels,
                  "ports": [{"name": "metrics", "port": METRICS_PORT, "targetPort": "metrics", "protocol": "TCP"}]},
     })
+    if webhooks:
+        objects.append({
+            "apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": f"{name}-webhook", "namespace": install_namespace, "labels": labels},
+            "spec": {"selector": labels, "ports": [{"name": "webhook", "port": WEBHOOK_PORT, "targetPort": "webhook",
+                                                    "protocol": "TCP"}]},
+        })
+        if cert_manager:
+            objects.extend(_cert_manager(name=name, install_namespace=install_namespace, labels=labels))
     objects.append(_deployment(plugins, namespace=namespace, install_namespace=install_namespace, name=name,
                                image=image, replicas=replicas, grace_period=grace_period, labels=labels,
-                               scale_out=scale_out))
+                               scale_out=scale_out, webhooks=bool(webhooks)))
     if leader:
         objects.append({
             "apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
             "metadata": {"name": name, "namespace": install_namespace, "labels": labels},
             "spec": {"minAvailable": 1, "selector": {"matchLabels": labels}},
         })
+    objects.extend(webhook_configurations(webhooks, name=name, client_config=client_config, labels=labels,
+                                          annotations=inject, namespace=namespace))
     return objects
+
+
+def _cert_manager(*, name: str, install_namespace: str, labels: Mapping[str, str]) -> list[dict[str, Any]]:
+    """A self-signed Issuer and the serving Certificate of the webhook Service, written to the
+    Secret the Deployment mounts."""
+    service = f"{name}-webhook"
+    return [
+        {"apiVersion": "cert-manager.io/v1", "kind": "Issuer",
+         "metadata": {"name": f"{name}-selfsigned", "namespace": install_namespace, "labels": dict(labels)},
+         "spec": {"selfSigned": {}}},
+        {"apiVersion": "cert-manager.io/v1", "kind": "Certificate",
+         "metadata": {"name": service, "namespace": install_namespace, "labels": dict(labels)},
+         "spec": {"secretName": f"{service}-cert",
+                  "dnsNames": [f"{service}.{install_namespace}.svc", f"{service}.{install_namespace}.svc.cluster.local"],
+                  "issuerRef": {"kind": "Issuer", "name": f"{name}-selfsigned"}}},
+    ]
 
 
 def _rbac(
@@ -185,6 +247,7 @@ def _deployment(
     grace_period: float,
     labels: Mapping[str, str],
     scale_out: bool = False,
+    webhooks: bool = False,
 ) -> dict[str, Any]:
     args = [f"--plugin={plugin.name}" for plugin in plugins]
     if namespace is not None:
@@ -200,12 +263,20 @@ def _deployment(
         "--progress=never",
         "--log-format=json",
     ]
+    ports = [{"name": "metrics", "containerPort": METRICS_PORT, "protocol": "TCP"},
+             {"name": "probes", "containerPort": PROBE_PORT, "protocol": "TCP"}]
+    mounts: list[dict[str, Any]] = [{"name": "tmp", "mountPath": "/tmp"}]
+    volumes: list[dict[str, Any]] = [{"name": "tmp", "emptyDir": {}}]
+    if webhooks:
+        args += [f"--webhook-bind-address=0.0.0.0:{WEBHOOK_PORT}", f"--webhook-cert-dir={WEBHOOK_CERT_DIR}"]
+        ports.append({"name": "webhook", "containerPort": WEBHOOK_PORT, "protocol": "TCP"})
+        mounts.append({"name": "webhook-certs", "mountPath": WEBHOOK_CERT_DIR, "readOnly": True})
+        volumes.append({"name": "webhook-certs", "secret": {"secretName": f"{name}-webhook-cert"}})
     container = {
         "name": "engine",
         "image": image,
         "args": args,
-        "ports": [{"name": "metrics", "containerPort": METRICS_PORT, "protocol": "TCP"},
-                  {"name": "probes", "containerPort": PROBE_PORT, "protocol": "TCP"}],
+        "ports": ports,
         "livenessProbe": {"httpGet": {"path": "/healthz", "port": "probes"}, "periodSeconds": 10,
                           "failureThreshold": 3},
         "readinessProbe": {"httpGet": {"path": "/readyz", "port": "probes"}, "periodSeconds": 5,
@@ -217,7 +288,7 @@ def _deployment(
             "readOnlyRootFilesystem": True, "allowPrivilegeEscalation": False,
             "capabilities": {"drop": ["ALL"]}, "seccompProfile": {"type": "RuntimeDefault"},
         },
-        "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
+        "volumeMounts": mounts,
     }
     return {
         "apiVersion": "apps/v1", "kind": "Deployment",
@@ -234,7 +305,7 @@ def _deployment(
                     "terminationGracePeriodSeconds": math.ceil(grace_period) + SHUTDOWN_MARGIN,
                     "securityContext": {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
                     "containers": [container],
-                    "volumes": [{"name": "tmp", "emptyDir": {}}],
+                    "volumes": volumes,
                 },
             },
         },
@@ -295,6 +366,7 @@ def main(argv: list[str]) -> int:
     objects = manifests(
         plugins, rules, namespace=args.namespace, install_namespace=args.install_namespace, name=name,
         image=args.image, replicas=args.replicas, grace_period=args.grace_period, scale_out=args.scale_out,
+        cert_manager=args.cert_manager,
     )
     if args.output_dir is None:
         sys.stdout.write(_dump(objects))

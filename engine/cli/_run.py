@@ -43,7 +43,7 @@ from ._live import TOKEN_ENV
 from ._progress import TerminalProgress, counted
 
 if TYPE_CHECKING:
-    from ..kube import Plugin, PluginHost
+    from ..kube import Plugin, PluginHost, WebhookServing
     from ..observability import Observability
 
 __all__ = ["main", "first_cause", "describe"]
@@ -57,7 +57,8 @@ _DESCRIPTION = """\
 Run plugins against a cluster (--kubeconfig, as controller-runtime managers do) or against
 the embedded API server (--embedded), until SIGTERM or Ctrl-C; a second signal forces the
 stop. --embedded installs the plugins' CRDs, applies their example objects and writes a
-kubeconfig for kubectl.
+kubeconfig for kubectl. Plugins' admission and conversion webhooks are served over HTTPS
+(--webhook-bind-address, --webhook-cert-dir); --embedded registers them with the server.
 
 Exit codes: 0 after a graceful stop, 1 when start-up or the run fails (one "error:" line
 says why), 2 for a bad flag, 130 when a second signal forced the stop.
@@ -139,6 +140,15 @@ def _parser() -> argparse.ArgumentParser:
     ops.add_argument("--live-token", metavar="TOKEN", default=None,
                      help=f"bearer token the live stream and dashboard require (default: ${TOKEN_ENV}; "
                           "none when unset)")
+    hooks = p.add_argument_group("webhooks")
+    hooks.add_argument("--webhook-bind-address", default=None, metavar="ADDRESS",
+                       help="serve the plugins' admission and conversion webhooks over HTTPS here "
+                            "(default when a plugin declares webhooks: :9443, loopback; with --embedded a free "
+                            "loopback port, registered with the embedded server; 0 disables)")
+    hooks.add_argument("--webhook-cert-dir", metavar="DIR", default=None,
+                       help="directory with tls.crt and tls.key (re-read when they change, as cert-manager "
+                            "rotates them) and, for --embedded to register, ca.crt; default: a CA and certificate "
+                            "made at start")
     ops.add_argument("--progress", choices=["auto", "always", "never"], default="auto",
                      help=f"print each object's progress (ready, failed, rollouts, shutdown) on stdout: "
                           f"auto does so when stdout is a terminal (default auto; ${PROGRESS_ENV} overrides auto)")
@@ -182,6 +192,11 @@ def _check(args: argparse.Namespace) -> None:
     if not lease > renew:
         raise _UsageError(f"--leader-elect-lease-duration ({lease:g}) must be greater than "
                           f"--leader-elect-renew-deadline ({renew:g})")
+    if args.webhook_bind_address is not None:
+        try:
+            parse_bind_address(args.webhook_bind_address)
+        except ValueError as exc:
+            raise _UsageError(f"--webhook-bind-address: {exc}") from None
     seen: dict[tuple[str, int], str] = {}
     for flag, address in _addresses(args):
         try:
@@ -223,6 +238,38 @@ async def _check_listeners(args: argparse.Namespace) -> None:
             raise _StartupError(f"{flag} {address}: cannot listen on {host}:{port}: {_os_reason(exc)}") from exc
         for listener in listeners:
             await listener.aclose()
+
+
+async def _webhook_serving(args: argparse.Namespace, plugins: list[Plugin]) -> WebhookServing | None:
+    """How to serve the plugins' webhooks (``None``: not at all), the address bound once and
+    the certificate read, so that neither fails once the cluster is touched."""
+    from ..kube import DEFAULT_WEBHOOK_PORT, WebhookCertificates, WebhookError, WebhookServing
+    from ..observability import parse_bind_address
+
+    if not any(plugin.webhooks for plugin in plugins):
+        return None
+    address = args.webhook_bind_address or ("127.0.0.1:0" if args.embedded else f":{DEFAULT_WEBHOOK_PORT}")
+    bind = parse_bind_address(address)
+    if bind is None:
+        return None
+    host, port = bind
+    try:
+        listeners = await trio.open_tcp_listeners(port, host=host)
+    except OSError as exc:
+        raise _StartupError(f"--webhook-bind-address {address}: cannot listen on {host}:{port}: "
+                            f"{_os_reason(exc)}") from exc
+    for listener in listeners:
+        await listener.aclose()
+    try:
+        if args.webhook_cert_dir:
+            certificates = WebhookCertificates.from_dir(args.webhook_cert_dir)
+        else:
+            names = dict.fromkeys([host, "127.0.0.1", "localhost"]) if host not in ("0.0.0.0", "::") else {
+                "127.0.0.1": None, "localhost": None, socket.gethostname(): None}
+            certificates = WebhookCertificates.generate(list(names))
+    except WebhookError as exc:
+        raise _StartupError(f"--webhook-cert-dir: {exc}") from exc
+    return WebhookServing((host, port), certificates, register=args.embedded)
 
 
 def _os_reason(exc: OSError) -> str:
@@ -339,6 +386,7 @@ async def _start_and_run(args: argparse.Namespace, box: list[_Running], progress
         raise _StartupError("no plugin could be loaded")
     plugin_config = _plugin_config(args.plugin_config)
     await _check_listeners(args)
+    webhooks = await _webhook_serving(args, plugins)
 
     async with contextlib.AsyncExitStack() as stack:
         kubeconfig: Path | None = None
@@ -422,7 +470,8 @@ async def _start_and_run(args: argparse.Namespace, box: list[_Running], progress
 
             manager.add_service(starting)
             try:
-                report = await _host(args, client, plugins, manager, plugin_config, obs, kubeconfig, run_plugins, ring)
+                report = await _host(args, client, plugins, manager, plugin_config, obs, kubeconfig, run_plugins,
+                                     webhooks, ring)
             finally:
                 running.report_scope.cancel()
                 if printer is not None:
@@ -446,6 +495,7 @@ async def _host(
     obs: Observability | None,
     kubeconfig: Path | None,
     run_plugins: Any,
+    webhooks: WebhookServing | None,
     ring: Any = None,
 ) -> ShutdownReport:
     reports: list[ShutdownReport] = []
@@ -455,7 +505,8 @@ async def _host(
                 client, plugins, manager=manager, config=plugin_config, namespace=args.namespace,
                 shard=args.shard, label_selector=args.watch_label_selector, install=not args.skip_crd_install,
                 strict=args.strict_plugins, apply_examples=args.embedded and not args.no_examples,
-                observability=obs, check_access=not args.embedded, scale_out=ring, task_status=task_status,
+                observability=obs, check_access=not args.embedded, scale_out=ring, webhooks=webhooks,
+                task_status=task_status,
             ))
 
         host: PluginHost = await nursery.start(host_plugins)
@@ -468,6 +519,11 @@ async def _host(
             if hint:
                 print(hint, flush=True)
         _print_addresses(obs)
+        if host.webhook_server is not None:
+            if obs is not None and obs.live is not None:
+                obs.live.add_notices(host.webhook_server.summary)
+            registered = " (registered with the API server)" if host.webhooks_registered else ""
+            print(f"webhooks on {host.webhook_server.url}{registered}", flush=True)
         print("running; press Ctrl-C to stop", flush=True)
     return reports[0]
 

@@ -97,6 +97,7 @@ from ._plugin import Plugin as Plugin
 from ._plugin import PluginContext as PluginContext
 from ._plugin import PluginError as PluginError
 from ._plugin import PluginHost as PluginHost
+from ._plugin import WebhookServing as WebhookServing
 from ._plugin import install_crds as install_crds
 from ._plugin import load_plugin as load_plugin
 from ._plugin import load_plugins as load_plugins
@@ -108,6 +109,35 @@ from ._access import MissingPermissionsError as MissingPermissionsError
 from ._access import check_permissions as check_permissions
 from ._access import whoami as whoami
 from ._metrics import ForbiddenCollector as ForbiddenCollector
+
+# --- admission and conversion webhooks (engine.kube._webhooks, _webhook_server, _webhook_config) ---
+from ._webhooks import AdmissionDenied as AdmissionDenied
+from ._webhooks import AdmissionOperation as AdmissionOperation
+from ._webhooks import AdmissionRequest as AdmissionRequest
+from ._webhooks import AdmissionResponse as AdmissionResponse
+from ._webhooks import AdmissionRule as AdmissionRule
+from ._webhooks import AdmissionWebhook as AdmissionWebhook
+from ._webhooks import ConversionRequest as ConversionRequest
+from ._webhooks import ConversionWebhook as ConversionWebhook
+from ._webhooks import MalformedReview as MalformedReview
+from ._webhooks import WebhookContext as WebhookContext
+from ._webhooks import WebhookDispatcher as WebhookDispatcher
+from ._webhooks import WebhookStatistics as WebhookStatistics
+from ._webhooks import handler_deadline as handler_deadline
+from ._webhooks import json_patch as json_patch
+from ._webhook_server import DEFAULT_WEBHOOK_PORT as DEFAULT_WEBHOOK_PORT
+from ._webhook_server import MAX_REVIEW_BYTES as MAX_REVIEW_BYTES
+from ._webhook_server import WebhookCertificates as WebhookCertificates
+from ._webhook_server import WebhookError as WebhookError
+from ._webhook_server import WebhookServer as WebhookServer
+from ._webhook_server import WebhookTransport as WebhookTransport
+from ._webhook_config import INJECT_CA_ANNOTATION as INJECT_CA_ANNOTATION
+from ._webhook_config import register_webhooks as register_webhooks
+from ._webhook_config import service_client_config as service_client_config
+from ._webhook_config import url_client_config as url_client_config
+from ._webhook_config import webhook_configurations as webhook_configurations
+from ._webhook_config import with_conversion as with_conversion
+from ._metrics import WebhookCollector as WebhookCollector
 from ._rbac import EVENT_RULES as EVENT_RULES
 from ._rbac import OPERATION_VERBS as OPERATION_VERBS
 from ._rbac import Permissions as Permissions
@@ -237,6 +267,34 @@ __all__ = [
     "set_condition",
     "set_finalizer",
     "strip_managed_fields",
+    "AdmissionDenied",
+    "AdmissionOperation",
+    "AdmissionRequest",
+    "AdmissionResponse",
+    "AdmissionRule",
+    "AdmissionWebhook",
+    "ConversionRequest",
+    "ConversionWebhook",
+    "MalformedReview",
+    "WebhookContext",
+    "WebhookDispatcher",
+    "WebhookStatistics",
+    "handler_deadline",
+    "json_patch",
+    "DEFAULT_WEBHOOK_PORT",
+    "MAX_REVIEW_BYTES",
+    "WebhookCertificates",
+    "WebhookError",
+    "WebhookServer",
+    "WebhookTransport",
+    "INJECT_CA_ANNOTATION",
+    "register_webhooks",
+    "service_client_config",
+    "url_client_config",
+    "webhook_configurations",
+    "with_conversion",
+    "WebhookCollector",
+    "WebhookServing",
     "whoami",
 ]
 

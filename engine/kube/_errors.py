@@ -14,6 +14,7 @@
         ├── ResourceNotFoundError  discovery does not know a group/version and kind
         ├── WatchStalledError      a watch stream went silent past its idle timeout
         ├── MissingPermissionsError  the credentials lack permissions a run needs (_access)
+        ├── WebhookError           the webhook server cannot start (_webhook_server)
         └── ClientStateError       a client used before opening or after closing
 
 Messages state the rule that was broken and name the file and field concerned; they never

@@ -3,7 +3,8 @@
 :class:`ForbiddenLog` (a :class:`Client`'s ``forbidden``) sees every 403 the client receives:
 it counts them per verb and resource and logs an error naming the missing permission the
 first time each (verb, resource) is refused, so a reconcile retried with backoff does not
-repeat it.
+repeat it. A 403 that an admission webhook's denial carries (``admission webhook "NAME" denied
+the request: ...``) is not about permissions and is left out.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ import attrs
 from ._errors import ApiError
 
 __all__ = ["ForbiddenLog", "MissingPermission"]
+
+_ADMISSION_DENIAL = 'admission webhook "'
 
 logger = logging.getLogger("engine.kube.forbidden")
 
@@ -69,6 +72,8 @@ class ForbiddenLog:
 
     def record(self, error: ApiError) -> None:
         """Count ``error`` (a 403) and log it if it is the first for its verb and resource."""
+        if error.message.startswith(_ADMISSION_DENIAL):
+            return
         missing = MissingPermission.from_error(error)
         verb, resource = ("", "") if missing is None else (missing.verb, _qualified(missing))
         key = (verb, resource)

@@ -13,7 +13,7 @@ does (the server then sends every object, and the replica's memory and CPU do no
 ``engine_informer_cached_objects{resource}`` is how many objects the informers hold.
 ``engine_forbidden_requests_total{verb,resource}`` counts the 403 answers a client received
 (see :class:`ForbiddenLog`). The ``engine_ring_*`` series of a scale-out member are
-:class:`RingCollector`'s.
+:class:`RingCollector`'s; :class:`WebhookCollector` gives controller-runtime's webhook metrics.
 """
 
 from __future__ import annotations
@@ -28,8 +28,10 @@ from .._keyspace import fnv1a64
 from ._client import Client
 from ._cluster import Cluster
 from ._ring import HashRing
+from ._webhook_server import WebhookServer
+from ._webhooks import LATENCY_BUCKETS
 
-__all__ = ["ForbiddenCollector", "InformerCollector", "RingCollector"]
+__all__ = ["ForbiddenCollector", "InformerCollector", "RingCollector", "WebhookCollector"]
 
 
 class ForbiddenCollector(Collector):
@@ -190,3 +192,37 @@ class RingCollector(Collector):
             buckets.append(("+Inf" if math.isinf(bound) else repr(bound), cumulative))
         histogram.add_metric(labels, buckets, self._sum)
         yield histogram
+
+
+class WebhookCollector(Collector):
+    """Collects controller-runtime's webhook metrics from ``server`` at scrape time:
+    ``controller_runtime_webhook_requests_total{code,webhook}`` (``code`` the HTTP status,
+    ``webhook`` the path), ``controller_runtime_webhook_latency_seconds{webhook}`` (histogram)
+    and ``controller_runtime_webhook_requests_in_flight{webhook}``. Register it once; cheap
+    and never blocks."""
+
+    def __init__(self, server: WebhookServer) -> None:
+        self._server = server
+
+    def collect(self) -> Iterator[Metric]:
+        total = CounterMetricFamily(
+            "controller_runtime_webhook_requests", "Total number of admission requests by HTTP status code.",
+            labels=["code", "webhook"],
+        )
+        latency = HistogramMetricFamily(
+            "controller_runtime_webhook_latency_seconds", "Histogram of the latency of processing admission requests",
+            labels=["webhook"],
+        )
+        in_flight = GaugeMetricFamily(
+            "controller_runtime_webhook_requests_in_flight", "Current number of admission requests being served.",
+            labels=["webhook"],
+        )
+        for path, stats in self._server.dispatcher.items():
+            for code, count in sorted(stats.requests.items()):
+                total.add_metric([str(code), path], count)
+            buckets = [(f"{bound:g}", count) for bound, count in zip(LATENCY_BUCKETS, stats.buckets, strict=True)]
+            latency.add_metric([path], [*buckets, ("+Inf", stats.latency_count)], stats.latency_sum)
+            in_flight.add_metric([path], stats.in_flight)
+        yield total
+        yield latency
+        yield in_flight

@@ -27,9 +27,13 @@ from ._cluster import SHARD_LABEL, Cluster
 from ._errors import ConfigError, NotFoundError, ResourceNotFoundError, TransportError, UnauthorizedError
 from ._event_sink import KubernetesEventSink
 from ._leader import LeaderElector
+from ._metrics import WebhookCollector
 from ._rbac import PolicyRule, crd_rules, merge_rules, rules_for
 from ._resource import Resource
 from ._ring import HashRing
+from ._webhook_config import register_webhooks, url_client_config
+from ._webhook_server import DEFAULT_WEBHOOK_PORT, WebhookCertificates, WebhookServer
+from ._webhooks import AdmissionWebhook, ConversionWebhook, Webhook
 
 if TYPE_CHECKING:
     from ..observability import Observability
@@ -39,6 +43,7 @@ __all__ = [
     "PluginContext",
     "PluginError",
     "PluginHost",
+    "WebhookServing",
     "load_plugin",
     "load_plugins",
     "install_crds",
@@ -108,6 +113,10 @@ def _rules(items: Iterable[PolicyRule]) -> tuple[PolicyRule, ...]:
     return tuple(items)
 
 
+def _webhooks(items: Iterable[Webhook]) -> tuple[Webhook, ...]:
+    return tuple(items)
+
+
 @attrs.frozen
 class Plugin:
     """A plugin: ``setup(ctx)`` registers its controllers and watches on ``ctx.manager`` and
@@ -125,6 +134,10 @@ class Plugin:
     rules: tuple[PolicyRule, ...] = attrs.field(default=(), converter=_rules)
     """RBAC rules the plugin needs whatever its setup does (a rule without a namespace is for
     the namespace it runs for)."""
+    webhooks: tuple[Webhook, ...] = attrs.field(default=(), converter=_webhooks)
+    """Admission (:class:`AdmissionWebhook`) and conversion (:class:`ConversionWebhook`)
+    webhooks: the runner serves them (:class:`WebhookServer`) and ``manifests`` emits their
+    configurations. A conversion webhook must name one of :attr:`crds`."""
 
     def __attrs_post_init__(self) -> None:
         if not self.name or not self.name.replace("-", "").replace("_", "").isalnum():
@@ -136,6 +149,18 @@ class Plugin:
         for rule in self.rules:
             if not isinstance(rule, PolicyRule):
                 raise PluginError(f"plugin {self.name!r}: rules must be PolicyRule values, got {type(rule).__name__}")
+        crds = {crd["metadata"]["name"] for crd in self.crds}
+        paths: set[str] = set()
+        for webhook in self.webhooks:
+            if not isinstance(webhook, (AdmissionWebhook, ConversionWebhook)):
+                raise PluginError(f"plugin {self.name!r}: webhooks must be AdmissionWebhook or ConversionWebhook "
+                                  f"values, got {type(webhook).__name__}")
+            if isinstance(webhook, ConversionWebhook) and webhook.crd not in crds:
+                raise PluginError(f"plugin {self.name!r}: conversion webhook for {webhook.crd!r}, "
+                                  f"which is not one of its CRDs")
+            if webhook.path in paths:
+                raise PluginError(f"plugin {self.name!r}: two webhooks answer on {webhook.path}")
+            paths.add(webhook.path)
 
 
 def load_plugin(spec: str) -> Plugin:
@@ -325,6 +350,23 @@ class PluginHost:
     """Every RBAC rule the run needs, merged and sorted (:func:`merge_rules`): what the
     set-up plugins recorded and declared, the CRD check or installation, and the manager's
     :class:`LeaderElector` Lease and :class:`KubernetesEventSink` Events when it has them."""
+    webhook_server: WebhookServer | None = None
+    """The server of the plugins' webhooks, when :func:`run_plugins` serves them."""
+    webhooks_registered: bool = False
+    """Whether their configurations were registered with the API server."""
+
+
+@attrs.frozen
+class WebhookServing:
+    """How :func:`run_plugins` serves the plugins' webhooks."""
+
+    address: tuple[str, int] = ("127.0.0.1", DEFAULT_WEBHOOK_PORT)
+    """Where to listen (port 0: any free port)."""
+    certificates: WebhookCertificates | None = None
+    """The server's certificates; ``None``: a CA and certificate for loopback made at start."""
+    register: bool = False
+    """Register the configurations with a ``url`` clientConfig and the CA bundle (the embedded
+    server, development); in a cluster ``manifests`` installs them."""
 
 
 def _restrict_to_ring(cluster: Cluster, ring: HashRing) -> None:
@@ -354,6 +396,7 @@ async def run_plugins(
     observability: Observability | None = None,
     check_access: bool = False,
     scale_out: HashRing | None = None,
+    webhooks: WebhookServing | None = None,
     task_status: trio.TaskStatus[PluginHost] = trio.TASK_STATUS_IGNORED,
 ) -> ShutdownReport:
     """Host ``plugins`` on one manager and cluster, run the manager, return its shutdown report.
@@ -395,6 +438,13 @@ async def run_plugins(
     runs. If any is missing, :class:`MissingPermissionsError` is raised, naming the identity
     (:func:`whoami`), what is missing and the ``python -m engine manifests`` command that
     generates the Role the run needs.
+
+    With ``webhooks`` and set-up plugins that declare webhooks (:attr:`Plugin.webhooks`), a
+    :class:`WebhookServer` serves them (:attr:`PluginHost.webhook_server`) from before the
+    examples are applied until the manager stopped; with :attr:`WebhookServing.register`
+    their configurations are registered with the server's URL and CA bundle
+    (:func:`register_webhooks`), and with ``observability`` controller-runtime's webhook
+    metrics are collected (:class:`WebhookCollector`).
 
     Cancellation: during set-up, CRDs already applied stay applied and the manager never
     runs; once the manager runs, cancelling cancels its runs at once, without the grace
@@ -464,12 +514,40 @@ async def run_plugins(
     host.rules = merge_rules([*needed, *_manager_rules(manager), *(scale_out.rules if scale_out else ())])
     if check_access:
         await _require_access(client, [r for r in host.rules if r not in checked], host.plugins, namespace)
-    if apply_examples:
-        for plugin in host.plugins:
-            for manifest in plugin.examples:
-                resource = await client.resource(manifest["apiVersion"], manifest["kind"])
-                await client.apply(resource, dict(manifest), field_manager="engine-examples", force=True)
-                host.examples_applied += 1
+    declared = [webhook for plugin in host.plugins for webhook in plugin.webhooks]
+    async with trio.open_nursery() as services:
+        if webhooks is not None and declared:
+            server = host.webhook_server = WebhookServer(
+                declared, certificates=webhooks.certificates, host=webhooks.address[0], port=webhooks.address[1],
+                cluster=cluster, client=client,
+            )
+            await services.start(server.serve)
+            if webhooks.register:
+                name = "engine-" + "-".join(sorted(p.name for p in host.plugins))
+                host.webhooks_registered = await register_webhooks(
+                    client, declared, name=name,
+                    client_config=url_client_config(server.url, server.certificates.ca_bundle), namespace=namespace,
+                )
+            if observability is not None:
+                observability.metrics.registry.register(WebhookCollector(server))
+        if apply_examples:
+            for plugin in host.plugins:
+                for manifest in plugin.examples:
+                    resource = await client.resource(manifest["apiVersion"], manifest["kind"])
+                    await client.apply(resource, dict(manifest), field_manager="engine-examples", force=True)
+                    host.examples_applied += 1
+        report = await _run_manager(host, observability, task_status, scale_out)
+        services.cancel_scope.cancel(reason="the manager stopped")
+    return report
+
+
+async def _run_manager(
+    host: PluginHost,
+    observability: Observability | None,
+    task_status: trio.TaskStatus[PluginHost],
+    scale_out: HashRing | None = None,
+) -> ShutdownReport:
+    cluster, client, manager = host.cluster, host.client, host.manager
     if observability is not None:
         from ._metrics import ForbiddenCollector, InformerCollector
 

@@ -50,6 +50,7 @@ from engine.kube import (
     SHARD_LABEL,
     Client,
     Cluster,
+    ConversionWebhook,
     GoneError,
     KubeError,
     KubernetesEventSink,
@@ -61,11 +62,14 @@ from engine.kube import (
     PolicyRule,
     Resource,
     WatchEventType,
+    WebhookServer,
     crd_rules,
     get_condition,
     install_crds,
     merge_rules,
+    register_webhooks,
     role_objects,
+    url_client_config,
 )
 
 from .._text import truncate
@@ -201,6 +205,9 @@ class PluginHarness:
     _discovered: list[Resource] | None = None
     permissions: Permissions | None = None
     """With ``rbac=True``: what the plugin's ServiceAccount was granted."""
+    webhook_server: WebhookServer | None = None
+    """The server of the plugin's webhooks, when they are registered (see
+    :func:`open_plugin_test`'s ``webhooks``)."""
 
     # ----- what happened -----
 
@@ -586,6 +593,50 @@ def _leader(
     return leader_election(client, identity)
 
 
+WEBHOOK_URL = "https://webhooks.engine-test.invalid"
+"""The base URL the harness registers in-process webhooks under (never resolved, and no
+``caBundle``: the embedded server sends them through its ``webhook_transport``)."""
+
+
+async def _register_webhooks(
+    stack: contextlib.AsyncExitStack, target: KubeTarget, driver: Client, plugin: Plugin, cluster: Cluster | None,
+    client: Client, namespace: str | None,
+) -> WebhookServer | None:
+    name = f"engine-test-{plugin.name}"
+    if target.api is not None:
+        server = WebhookServer(plugin.webhooks, cluster=cluster, client=client)
+        config = url_client_config(WEBHOOK_URL, None)
+        if not await register_webhooks(driver, plugin.webhooks, name=name, client_config=config,
+                                     namespace=namespace):
+            return None
+        target.api.webhook_transport = server.transport()
+        return server
+    server = WebhookServer(plugin.webhooks, cluster=cluster, client=client, port=0)
+    nursery = await stack.enter_async_context(trio.open_nursery())
+    stack.callback(nursery.cancel_scope.cancel)
+    await nursery.start(server.serve)
+    stack.push_async_callback(_unregister_webhooks, driver, name, plugin)
+    config = url_client_config(server.url, server.certificates.ca_bundle)
+    if not await register_webhooks(driver, plugin.webhooks, name=name, client_config=config,
+                                     namespace=namespace):
+        return None
+    return server
+
+
+async def _unregister_webhooks(driver: Client, name: str, plugin: Plugin) -> None:
+    with trio.CancelScope(shield=True), trio.move_on_after(10):
+        for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
+            resource = await driver.resource("admissionregistration.k8s.io/v1", kind)
+            with contextlib.suppress(NotFoundError):
+                await driver.delete(resource, name)
+        crds = await driver.resource(*_CRD)
+        for webhook in plugin.webhooks:
+            if isinstance(webhook, ConversionWebhook):
+                with contextlib.suppress(NotFoundError):
+                    await driver.patch(crds, webhook.crd, {"spec": {"conversion": {"strategy": "None",
+                                                                                   "webhook": None}}})
+
+
 @contextlib.asynccontextmanager
 async def open_plugin_test(
     subject: Plugin | Manager,
@@ -606,6 +657,7 @@ async def open_plugin_test(
     informer_options: Mapping[str, Any] | None = None,
     start_timeout: float = 60.0,
     rbac: bool = False,
+    webhooks: bool = True,
 ) -> AsyncIterator[PluginHarness]:
     """Run a plugin (or a manager you built) against ``target`` and yield a :class:`PluginHarness`.
 
@@ -633,6 +685,16 @@ async def open_plugin_test(
     plugin's runs as it would in a cluster, and leaving the harness raises
     :class:`~engine.testing.HarnessError` naming each missing permission and the rule to
     declare for it.
+
+    With ``webhooks`` (the default) a Plugin's :attr:`~engine.kube.Plugin.webhooks` are
+    served and registered before ``manifests`` are applied, so what the test writes passes
+    them as on a cluster (``h.apply(bad)`` raises the denial as an
+    :class:`~engine.kube.ApiError`): on the embedded server in-process, through its
+    ``webhook_transport`` (no sockets; trio's clock), on a real server over HTTPS on
+    loopback with a generated CA (the configurations are deleted and the CRDs' conversion
+    set back to ``None`` when leaving). A server
+    that does not serve ``admissionregistration.k8s.io/v1`` gets none (logged).
+    :attr:`PluginHarness.webhook_server` is the server then.
 
     Either way a run recorder and a memory sink are added, and the manager is started; unless
     it waits for leadership, entering returns once its controllers run (informers synced).
@@ -693,6 +755,9 @@ async def open_plugin_test(
             manager.add_observer(observer)
         manager.add_sink(sink)
         harness = PluginHarness(target, driver, client, manager, cluster, identity, namespace, recorder, sink)
+        if webhooks and isinstance(subject, Plugin) and subject.webhooks:
+            harness.webhook_server = await _register_webhooks(stack, target, driver, subject, cluster, client,
+                                                            watch_namespace)
         await harness.apply(manifests)
         if isinstance(subject, Plugin):
             assert cluster is not None

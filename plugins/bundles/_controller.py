@@ -46,6 +46,7 @@ from ._spec import (
     parse_source_spec,
     source_name,
 )
+from ._webhooks import WEBHOOKS
 
 __all__ = ["plugin", "parse_duration", "BundleReconciler", "SourceReconciler"]
 
@@ -507,5 +508,6 @@ plugin = Plugin(
     config={"concurrency": 4, "healthPollInterval": 0.2, "dependencyRetry": 30.0},
     examples=_examples(),
     rules=APPLIED_RULES,
+    webhooks=WEBHOOKS,
     description="A small GitOps controller: Sources with inline artifacts, Bundles that apply them.",
 )

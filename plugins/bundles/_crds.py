@@ -8,6 +8,10 @@ GROUP = "bundles.engine.dev"
 _DURATION = r"^(0|([0-9]+(\.[0-9]+)?(ms|s|m|h))+)$"
 _DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 VERSION = "v1alpha1"
+DEFAULT_INTERVAL = "10m"
+"""The interval of a Bundle that gives none: the mutating webhook writes it into the object
+(the schema has no default for it, so that what is stored comes from one place), and the
+reconciler takes it for a Bundle stored without (written while the webhook was not registered)."""
 API_VERSION = f"{GROUP}/{VERSION}"
 
 
@@ -84,8 +88,10 @@ _NAME = {
 """An object name (a DNS subdomain), as in a reference to another object."""
 
 
-def _duration(default: str, description: str, *, positive: bool) -> dict[str, Any]:
-    schema: dict[str, Any] = {"type": "string", "pattern": _DURATION, "default": default, "description": description}
+def _duration(default: str | None, description: str, *, positive: bool) -> dict[str, Any]:
+    schema: dict[str, Any] = {"type": "string", "pattern": _DURATION, "description": description}
+    if default is not None:
+        schema["default"] = default
     if positive:
         schema["x-kubernetes-validations"] = [{"rule": "self.matches('[1-9]')", "message": "must be greater than 0"}]
     return schema
@@ -164,7 +170,10 @@ BUNDLE_CRD = _crd(
                 "x-kubernetes-list-type": "map",
                 "x-kubernetes-list-map-keys": ["name"],
             },
-            "interval": _duration("10m", "Periodic resync, e.g. 10m.", positive=True),
+            "interval": _duration(
+                None, f"Periodic resync, e.g. 10m; the plugin's mutating webhook defaults it to {DEFAULT_INTERVAL}.",
+                positive=True,
+            ),
             "timeout": _duration("5m", "Bound of the health check.", positive=True),
             "healthCheckWait": _duration(
                 "0s", "How long applied objects must stay healthy before the bundle is Ready.", positive=False

@@ -14,6 +14,8 @@ from typing import Any
 
 import attrs
 
+from ._crds import DEFAULT_INTERVAL
+
 __all__ = [
     "BundleSpec",
     "InvalidSpec",
@@ -164,7 +166,7 @@ def parse_bundle_spec(bundle: Mapping[str, Any]) -> BundleSpec:
         elif name not in depends_on:
             depends_on.append(name)
 
-    interval = _duration(spec, "interval", 600.0, errors, positive=True)
+    interval = _duration(spec, "interval", parse_duration(DEFAULT_INTERVAL, 600.0), errors, positive=True)
     timeout = _duration(spec, "timeout", 300.0, errors, positive=True)
     wait = _duration(spec, "healthCheckWait", 0.0, errors, positive=False)
 

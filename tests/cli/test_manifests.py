@@ -67,6 +67,44 @@ def _role(kind: str, rules: list[dict[str, Any]], namespace: str | None = None) 
     return {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": kind, "metadata": meta, "rules": rules}
 
 
+WEBHOOK_ARGS = ["--webhook-bind-address=0.0.0.0:9443", "--webhook-cert-dir=/etc/engine/webhook-certs"]
+INJECT = {"cert-manager.io/inject-ca-from": "engine-system/engine-bundles-webhook"}
+
+
+def _webhook_entry(name: str, path: str, namespace: str | None) -> dict[str, Any]:
+    return {
+        "name": name, "admissionReviewVersions": ["v1"],
+        "clientConfig": {"service": {"name": "engine-bundles-webhook", "namespace": "engine-system", "path": path,
+                                     "port": 9443}},
+        "rules": [{"apiGroups": ["bundles.engine.dev"], "apiVersions": ["v1alpha1"], "operations": ["CREATE", "UPDATE"],
+                   "resources": ["bundles"], "scope": "Namespaced"}],
+        "failurePolicy": "Fail", "sideEffects": "None", "timeoutSeconds": 5, "matchPolicy": "Equivalent",
+        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}} if namespace else {},
+        "objectSelector": {},
+    }
+
+
+def _configurations(namespace: str | None) -> list[dict[str, Any]]:
+    meta = {"name": "engine-bundles", "labels": LABELS, "annotations": INJECT}
+    mutating = {**_webhook_entry("default.bundles.engine.dev", "/mutate/default.bundles.engine.dev", namespace),
+                "reinvocationPolicy": "Never"}
+    return [
+        {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration", "metadata": meta,
+         "webhooks": [mutating]},
+        {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration", "metadata": meta,
+         "webhooks": [_webhook_entry("validate.bundles.engine.dev", "/validate/validate.bundles.engine.dev",
+                                     namespace)]},
+    ]
+
+
+WEBHOOK_SERVICE = {
+    "apiVersion": "v1", "kind": "Service",
+    "metadata": {"name": "engine-bundles-webhook", "namespace": "engine-system", "labels": LABELS},
+    "spec": {"selector": LABELS, "ports": [{"name": "webhook", "port": 9443, "targetPort": "webhook",
+                                            "protocol": "TCP"}]},
+}
+
+
 def _deployment(args: list[str], *, replicas: int, grace: int, strategy: dict[str, Any]) -> dict[str, Any]:
     return {
         "apiVersion": "apps/v1", "kind": "Deployment",
@@ -86,7 +124,8 @@ def _deployment(args: list[str], *, replicas: int, grace: int, strategy: dict[st
                         "image": "registry.example/engine:1",
                         "args": args,
                         "ports": [{"name": "metrics", "containerPort": 8080, "protocol": "TCP"},
-                                  {"name": "probes", "containerPort": 8081, "protocol": "TCP"}],
+                                  {"name": "probes", "containerPort": 8081, "protocol": "TCP"},
+                                  {"name": "webhook", "containerPort": 9443, "protocol": "TCP"}],
                         "livenessProbe": {"httpGet": {"path": "/healthz", "port": "probes"}, "periodSeconds": 10,
                                           "failureThreshold": 3},
                         "readinessProbe": {"httpGet": {"path": "/readyz", "port": "probes"}, "periodSeconds": 5,
@@ -98,9 +137,12 @@ def _deployment(args: list[str], *, replicas: int, grace: int, strategy: dict[st
                             "readOnlyRootFilesystem": True, "allowPrivilegeEscalation": False,
                             "capabilities": {"drop": ["ALL"]}, "seccompProfile": {"type": "RuntimeDefault"},
                         },
-                        "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
+                        "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"},
+                                         {"name": "webhook-certs", "mountPath": "/etc/engine/webhook-certs",
+                                          "readOnly": True}],
                     }],
-                    "volumes": [{"name": "tmp", "emptyDir": {}}],
+                    "volumes": [{"name": "tmp", "emptyDir": {}},
+                                {"name": "webhook-certs", "secret": {"secretName": "engine-bundles-webhook-cert"}}],
                 },
             },
         },
@@ -119,7 +161,7 @@ SERVICE = {
                                             "protocol": "TCP"}]},
 }
 PROBES = ["--metrics-bind-address=0.0.0.0:8080", "--health-probe-bind-address=0.0.0.0:8081", "--progress=never",
-          "--log-format=json"]
+          "--log-format=json", *WEBHOOK_ARGS]
 
 
 def test_one_replica_for_a_namespace_gets_a_role_there_and_no_leader_election(
@@ -136,8 +178,10 @@ def test_one_replica_for_a_namespace_gets_a_role_there_and_no_leader_election(
         _role("Role", BUNDLES_RULES, "demo"),
         _binding("Role", "demo"),
         SERVICE,
+        WEBHOOK_SERVICE,
         _deployment(["--plugin=bundles", "--namespace=demo", "--skip-crd-install", "--grace-period=15", *PROBES],
                     replicas=1, grace=30, strategy={"type": "Recreate"}),
+        *_configurations("demo"),
     ]
     assert "&id" not in out and "*id" not in out
 
@@ -155,6 +199,7 @@ def test_replicas_elect_a_leader_with_a_lease_in_the_engine_namespace_and_get_a_
         _role("Role", [_rule("coordination.k8s.io", "leases", "create get update")], "engine-system"),
         _binding("Role", "engine-system"),
         SERVICE,
+        WEBHOOK_SERVICE,
         _deployment(["--plugin=bundles", "--skip-crd-install", "--leader-elect", "--leader-election-id=engine-bundles",
                      "--leader-election-namespace=engine-system", "--grace-period=20.5", *PROBES],
                     replicas=2, grace=36,
@@ -162,6 +207,7 @@ def test_replicas_elect_a_leader_with_a_lease_in_the_engine_namespace_and_get_a_
         {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
          "metadata": {"name": "engine-bundles", "namespace": "engine-system", "labels": LABELS},
          "spec": {"minAvailable": 1, "selector": {"matchLabels": LABELS}}},
+        *_configurations(None),
     ]
 
 
@@ -195,9 +241,12 @@ def test_the_same_input_gives_the_same_bytes_and_plugins_are_named_in_order(
         ("Role", "engine-bundles-mirror", "demo"),
         ("RoleBinding", "engine-bundles-mirror", "demo"),
         ("Service", "engine-bundles-mirror-metrics", "engine-system"),
+        ("Service", "engine-bundles-mirror-webhook", "engine-system"),
         ("Deployment", "engine-bundles-mirror", "engine-system"),
+        ("MutatingWebhookConfiguration", "engine-bundles-mirror", None),
+        ("ValidatingWebhookConfiguration", "engine-bundles-mirror", None),
     ]
-    assert docs[9]["spec"]["template"]["spec"]["containers"][0]["args"][:2] == ["--plugin=mirror", "--plugin=bundles"]
+    assert docs[10]["spec"]["template"]["spec"]["containers"][0]["args"][:2] == ["--plugin=mirror", "--plugin=bundles"]
 
 
 def test_output_dir_gets_one_file_per_kind_and_a_kustomization(
@@ -208,7 +257,7 @@ def test_output_dir_gets_one_file_per_kind_and_a_kustomization(
     code, out, err = _run(capsys, "--plugin", "bundles", "--replicas", "3", "-o", str(target))
     files = ["customresourcedefinition.yaml", "namespace.yaml", "serviceaccount.yaml", "clusterrole.yaml",
              "clusterrolebinding.yaml", "role.yaml", "rolebinding.yaml", "service.yaml", "deployment.yaml",
-             "poddisruptionbudget.yaml"]
+             "poddisruptionbudget.yaml", "mutatingwebhookconfiguration.yaml", "validatingwebhookconfiguration.yaml"]
     assert (code, out, err) == (0, "".join(f"wrote {target / f}\n" for f in [*files, "kustomization.yaml"]), "")
     assert sorted(p.name for p in target.iterdir()) == sorted([*files, "kustomization.yaml"])
     assert yaml.safe_load((target / "kustomization.yaml").read_text()) == {
@@ -287,7 +336,12 @@ async def test_kubectl_applies_the_manifests_to_the_embedded_server(tmp_path: Pa
                                    "-o", "name")
         assert (code, sorted(out.split())) == (0, [
             "deployment.apps/engine-bundles-mirror", "service/engine-bundles-mirror-metrics",
-            "serviceaccount/engine-bundles-mirror"])
+            "service/engine-bundles-mirror-webhook", "serviceaccount/engine-bundles-mirror"])
+        code, out = await _kubectl(kubeconfig, "get", "mutatingwebhookconfiguration,validatingwebhookconfiguration",
+                                   "-o", "name")
+        assert (code, sorted(out.split())) == (0, [
+            "mutatingwebhookconfiguration.admissionregistration.k8s.io/engine-bundles-mirror",
+            "validatingwebhookconfiguration.admissionregistration.k8s.io/engine-bundles-mirror"])
         code, out = await _kubectl(kubeconfig, "get", "role,rolebinding", "-n", "demo", "-o", "name")
         assert (code, sorted(out.split())) == (0, [
             "role.rbac.authorization.k8s.io/engine-bundles-mirror",
@@ -299,3 +353,47 @@ def test_the_containerfile_runs_the_runner_as_the_user_the_deployment_expects() 
     assert f"USER {_manifests.RUN_AS}:{_manifests.RUN_AS}" in lines
     assert 'ENTRYPOINT ["python", "-m", "engine", "run"]' in lines
     assert f"EXPOSE {_manifests.METRICS_PORT} {_manifests.PROBE_PORT}" in lines
+
+
+async def _no_setup(ctx: Any) -> None:
+    pass
+
+
+async def _convert(obj: Any, api_version: str, ctx: Any) -> Any:
+    return {**obj, "apiVersion": api_version}
+
+
+def test_a_conversion_webhook_gets_its_crd_stanza_and_cert_manager_its_issuer_and_certificate() -> None:
+    from engine.kube import ConversionWebhook, Plugin
+
+    crd = {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+           "metadata": {"name": "widgets.test.dev"},
+           "spec": {"group": "test.dev", "names": {"kind": "Widget", "plural": "widgets"}, "scope": "Namespaced",
+                    "versions": [{"name": "v1", "served": True, "storage": True}]}}
+    widgets = Plugin("widgets", _no_setup, crds=[crd], webhooks=[ConversionWebhook("widgets.test.dev", _convert)])
+    objects = _manifests.manifests([widgets], [], namespace=None, install_namespace="ops", name="engine-widgets",
+                                   image="i", replicas=1, grace_period=15, cert_manager=True)
+    assert [(o["kind"], o["metadata"]["name"]) for o in objects] == [
+        ("CustomResourceDefinition", "widgets.test.dev"), ("Namespace", "ops"), ("ServiceAccount", "engine-widgets"),
+        ("ClusterRole", "engine-widgets"), ("ClusterRoleBinding", "engine-widgets"),
+        ("Service", "engine-widgets-metrics"), ("Service", "engine-widgets-webhook"),
+        ("Issuer", "engine-widgets-selfsigned"), ("Certificate", "engine-widgets-webhook"),
+        ("Deployment", "engine-widgets")]
+    assert objects[0]["metadata"]["annotations"] == {"cert-manager.io/inject-ca-from": "ops/engine-widgets-webhook"}
+    assert objects[0]["spec"]["conversion"] == {"strategy": "Webhook", "webhook": {
+        "clientConfig": {"service": {"name": "engine-widgets-webhook", "namespace": "ops",
+                                     "path": "/convert/widgets.test.dev", "port": 9443}},
+        "conversionReviewVersions": ["v1"]}}
+    assert "conversion" not in crd["spec"]
+    assert objects[8]["spec"] == {
+        "secretName": "engine-widgets-webhook-cert",
+        "dnsNames": ["engine-widgets-webhook.ops.svc", "engine-widgets-webhook.ops.svc.cluster.local"],
+        "issuerRef": {"kind": "Issuer", "name": "engine-widgets-selfsigned"}}
+    volumes = objects[9]["spec"]["template"]["spec"]["volumes"]
+    assert {"name": "webhook-certs", "secret": {"secretName": "engine-widgets-webhook-cert"}} in volumes
+
+
+def test_plugins_without_webhooks_get_no_webhook_objects(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = _run(capsys, "--plugin", "mirror")
+    assert code == 0
+    assert "webhook" not in out

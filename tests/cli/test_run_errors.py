@@ -71,6 +71,8 @@ def _kubeconfig(tmp_path: Path, *, server: str = "http://127.0.0.1:1", user: dic
      "error: --scale-out and --leader-elect are exclusive: the replicas of a ring all run"),
     (("--scale-out", "--scale-out-handover-grace", "-1"),
      "error: --scale-out-handover-grace must be a number of seconds >= 0, got -1"),
+    (("--webhook-bind-address", "9443:x"),
+     "error: --webhook-bind-address: bind address must be 'host:port', ':port' or '0' to disable, got '9443:x'"),
 ])
 def test_a_bad_flag_is_one_error_line_and_exit_code_2(tmp_path: Path, flags: tuple[str, ...], message: str) -> None:
     out = _run("--kubeconfig", str(_kubeconfig(tmp_path)), "--plugin", "bundles", *flags)
@@ -137,6 +139,7 @@ async def test_a_port_in_use_or_an_unknown_host_stops_the_start_up_before_the_cl
                 ("--metrics-bind-address", f"127.0.0.1:{port}", "Address already in use"),
                 ("--health-probe-bind-address", f"127.0.0.1:{port}", "Address already in use"),
                 ("--live-bind-address", "no-such-host.invalid:8080", ""),
+                ("--webhook-bind-address", f"127.0.0.1:{port}", "Address already in use"),
             ):
                 out = await _arun("--kubeconfig", str(kubeconfig), "--plugin", "bundles", flag, address)
                 assert out.returncode == 1, out.stderr
@@ -146,6 +149,24 @@ async def test_a_port_in_use_or_an_unknown_host_stops_the_start_up_before_the_cl
                 assert not await _bundle_crd_exists(client)
     finally:
         busy.close()
+
+
+async def test_an_unreadable_webhook_certificate_is_one_line_before_the_cluster_is_written(tmp_path: Path) -> None:
+    (tmp_path / "certs").mkdir()
+    (tmp_path / "certs" / "tls.crt").write_text("not a certificate")
+    (tmp_path / "certs" / "tls.key").write_text("not a key")
+    async with ApiServer() as api, Client(Config.from_dict(api.kubeconfig)) as client:
+        kubeconfig = tmp_path / "kubeconfig"
+        api.write_kubeconfig(kubeconfig)
+        for directory, reason in ((tmp_path / "missing", "No such file or directory"), (tmp_path / "certs", "[SSL]")):
+            out = await _arun("--kubeconfig", str(kubeconfig), "--plugin", "bundles", "--webhook-bind-address",
+                              "127.0.0.1:0", "--webhook-cert-dir", str(directory))
+            assert out.returncode == 1, out.stderr
+            line = _one_error(out.stderr.decode())
+            assert line.startswith(f"error: --webhook-cert-dir: cannot read the webhook certificate {directory}/tls.crt "
+                                   f"and key {directory}/tls.key: ")
+            assert reason in line
+            assert not await _bundle_crd_exists(client)
 
 
 async def test_a_plugin_that_fails_to_load_stops_the_run_before_the_cluster_is_written(tmp_path: Path) -> None:
