@@ -663,13 +663,16 @@ async def open_plugin_test(
 
     For a :class:`~engine.kube.Plugin`, as ``python -m engine run`` would: open a client
     (User-Agent ``<identity>/engine-test``; the test's own requests use another), install the plugin's CRDs, create ``namespace``
-    (default: the target's), apply ``manifests`` (and the plugin's ``examples``), build a
+    (default: the target's), build a
     :class:`~engine.Manager` (``grace_period``; a :class:`~engine.kube.LeaderElector` on the
     Lease ``engine-<plugin>`` with client-go's timings when ``leader_election`` is true, or
     the one a given factory builds from the client and identity), a Kubernetes events sink unless
     ``cluster_events`` is false, the given ``sinks``, and a :class:`~engine.kube.Cluster` (``watch_namespace``,
     ``shard``, ``informer_options``), then call ``plugin.setup`` with the plugin's config
-    updated by ``config``. ``observers`` are added to the manager before it runs.
+    updated by ``config``, grant its permissions (with ``rbac``), and apply ``manifests`` (and
+    the plugin's ``examples``) before the manager runs, so that the plugin's webhooks and
+    credentials are what they are on a cluster when they are written. ``observers`` are added
+    to the manager before it runs.
 
     For a :class:`~engine.Manager` (not yet run) whose controllers you added yourself, it is
     run as it is (``replica_client`` is then unused by it).
@@ -758,7 +761,6 @@ async def open_plugin_test(
         if webhooks and isinstance(subject, Plugin) and subject.webhooks:
             harness.webhook_server = await _register_webhooks(stack, target, driver, subject, cluster, client,
                                                             watch_namespace)
-        await harness.apply(manifests)
         if isinstance(subject, Plugin):
             assert cluster is not None
             await subject.setup(PluginContext(
@@ -767,8 +769,9 @@ async def open_plugin_test(
             ))
             if rbac:
                 harness.permissions = await _grant(driver, subject, cluster, manager, namespace, watch_namespace)
-            if examples:
-                await harness.apply(list(subject.examples))
+        await harness.apply(manifests)
+        if isinstance(subject, Plugin) and examples:
+            await harness.apply(list(subject.examples))
         async with trio.open_nursery() as nursery:
             await nursery.start(harness._run)
             if manager.leader_election is None:
