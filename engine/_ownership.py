@@ -149,6 +149,7 @@ class OwnershipGate:
         """Called by a worker when a run it admitted ended. Synchronous."""
         if self._admitted.pop((controller, ref), None) is not None:
             self._changed.set()
+            self._changed = trio.Event()
 
     # -- moving ranges -----------------------------------------------------------------------
 
@@ -236,7 +237,6 @@ class OwnershipGate:
 
     async def _wait_idle(self, ranges: KeyRanges) -> None:
         while self.running_in(ranges):
-            self._changed = trio.Event()
             await self._changed.wait()
         await trio.lowlevel.checkpoint()
 

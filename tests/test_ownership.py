@@ -248,3 +248,31 @@ async def test_a_regained_range_runs_again_the_keys_that_ran_here_before_it_was_
         assert a.gate.gain(HIGH) == 2
         await trio.sleep(5)
     assert cluster.ran == {ref(0): ["a"], ref(1): ["a", "a"], ref(2): ["a"], ref(3): ["a", "a"]}
+
+
+async def test_two_releases_at_once_both_return_when_their_runs_end(autojump_clock: trio.testing.MockClock) -> None:
+    """Two hand-overs in flight (two membership changes within the grace): each returns as soon as
+    its own runs ended, not at the end of its grace, and neither waits forever. (A waiter that
+    replaced the gate's wake-up event left the other one waiting on an event nobody set.)"""
+    gate = OwnershipGate(key_of, owned=ALL)
+    async def reconcile(ctx: RunContext) -> None:
+        pass
+
+    controller = Controller("c", reconcile)
+    low, high = ref(0), ref(1)
+    assert gate.admit(controller, low) and gate.admit(controller, high)
+    returned: list[tuple[str, float]] = []
+
+    async def release(ranges: KeyRanges, name: str) -> None:
+        await gate.release(ranges, grace=100)
+        returned.append((name, trio.current_time()))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(release, LOW, "low")
+        await trio.testing.wait_all_tasks_blocked()
+        nursery.start_soon(release, HIGH, "high")
+        await trio.testing.wait_all_tasks_blocked()
+        gate.ended(controller, high)
+        await trio.testing.wait_all_tasks_blocked()
+        gate.ended(controller, low)
+    assert sorted(returned) == [("high", 0.0), ("low", 0.0)]
