@@ -15,6 +15,8 @@ import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+import trio
+
 from .._controller import Controller
 from .._keyspace import KeyRanges, fnv1a64
 from .._manager import Manager
@@ -266,6 +268,16 @@ class Cluster:
         self._key_ranges = ranges
         for informer in self._sharded:
             informer.set_key_ranges(ranges)
+
+    async def wait_key_ranges_synced(self) -> None:
+        """Wait until every sharded informer holds a complete list of its key ranges (see
+        :meth:`Informer.wait_key_ranges_synced`).
+
+        Cancellation: a checkpoint; nothing to undo.
+        """
+        for informer in list(self._sharded):
+            await informer.wait_key_ranges_synced()
+        await trio.lowlevel.checkpoint()
 
     @property
     def informers(self) -> list[Informer]:

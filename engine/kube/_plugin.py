@@ -27,6 +27,7 @@ from ._cluster import SHARD_LABEL, Cluster
 from ._errors import ConfigError, NotFoundError, ResourceNotFoundError, TransportError, UnauthorizedError
 from ._event_sink import KubernetesEventSink
 from ._leader import LeaderElector
+from ._lease import LEASE_RESOURCE
 from ._metrics import WebhookCollector
 from ._rbac import PolicyRule, crd_rules, merge_rules, rules_for
 from ._resource import Resource
@@ -371,8 +372,12 @@ class WebhookServing:
 
 def _restrict_to_ring(cluster: Cluster, ring: HashRing) -> None:
     """Keep the cluster's sharded informers to the keys ``ring`` has an interest in: nothing
-    until the first assignment, then :attr:`HashRing.interest` as it changes."""
+    until the first assignment, then :attr:`HashRing.interest` as it changes; a range runs
+    only once they listed it. The server's support for ``shardSelector`` is asked with a list
+    of the ring's Leases, which a member may read (custom resources do not show it)."""
     cluster.set_key_ranges(KeyRanges.nothing())
+    cluster.client.add_shard_probe(LEASE_RESOURCE, ring.namespace)
+    ring.cache_ready = cluster.wait_key_ranges_synced
 
     def follow() -> None:
         if cluster.key_ranges != ring.interest:

@@ -41,7 +41,7 @@ import random
 import socket
 import time
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 
 import attrs
 import trio
@@ -252,6 +252,11 @@ class HashRing:
         self._last_written: dt.datetime | None = None
         self.on_change: list[Callable[[], None]] = []
         """Callbacks called (synchronously) after the owned, assigned or released ranges changed."""
+        self.cache_ready: Callable[[], Awaitable[None]] | None = None
+        """Awaited after a range was claimed and before its keys run, so that they never run on
+        a cache that has not listed them yet (``run_plugins`` waits for the sharded informers,
+        which :attr:`on_change` has already widened); if it takes longer than a retry period
+        the range stays claimed and is gained on a later renewal."""
 
     def __repr__(self) -> str:
         return f"<HashRing {self.namespace}/{self.name} member={self._member!r} owned={self.gate.owned.share:.3f}>"
@@ -363,6 +368,7 @@ class HashRing:
                 deadline = (self._renewed_at or started) + self.renew_deadline
             else:
                 deadline = started + self.renew_deadline
+            self._wake = trio.Event()
             with trio.move_on_at(max(deadline, started)) as attempt:
                 try:
                     await self._tick(started)
@@ -377,7 +383,6 @@ class HashRing:
             )
             if self._lease is not None and self._renewed_at is not None:
                 wake = min(wake, self._renewed_at + self.renew_deadline)
-            self._wake = trio.Event()
             if self._contended:
                 # Members racing for one range all saw each other's claims: wait out the jitter
                 # (a watch would wake them all at once again).
@@ -464,6 +469,12 @@ class HashRing:
         granted = grant - self._blocking()
         self._contended = granted != grant
         if granted:
+            if self.cache_ready is not None:
+                with trio.move_on_after(self.retry_period) as waiting:
+                    await self.cache_ready()
+                if waiting.cancelled_caught:
+                    logger.info("ring %s: the caches do not hold the gained keys yet; running them later", self.name)
+                    return
             self.gate.gain(granted)
             self._changed()
 
@@ -524,7 +535,11 @@ class HashRing:
         self._nursery.start_soon(self._release, lost)
 
     async def _release(self, lost: KeyRanges) -> None:
-        await self.gate.release(lost, grace=self.handover_grace)
+        grace = self.handover_grace
+        if self._manager is not None and self._manager.stopping:
+            # The manager drains its runs for its own grace period and ends them as SHUTDOWN.
+            grace = max(grace, self._manager.grace_period + 1)
+        await self.gate.release(lost, grace=grace)
         self._handovers += 1
         self._releasing = self._releasing - lost
         self._changed()

@@ -319,3 +319,32 @@ async def test_members_whose_views_disagree_never_both_gain_a_range(autojump_clo
         await wait_for(lambda: any(m.gate.owned for m in members), within=10 * RETRY)
         await trio.sleep(5 * DURATION)
         assert sum(1 for m in members if m.gate.owned) == 1
+
+
+async def test_a_range_runs_only_once_the_caches_hold_it(autojump_clock: trio.testing.MockClock) -> None:
+    """``cache_ready`` (run_plugins waits for the sharded informers there): while it has not
+    returned, the claimed range is not gained; it is gained on the renewal after it returns."""
+    async with ring_harness() as h:
+        listed = trio.Event()
+        m = Member(h.api, "a", 1)
+        waits = 0
+
+        async def cache_ready() -> None:
+            nonlocal waits
+            waits += 1
+            await listed.wait()
+
+        m.ring.cache_ready = cache_ready
+        await m.client.__aenter__()
+        h.check.members.append(m)
+
+        async def run(task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+            with m.scope:
+                await m.ring.run(task_status=task_status)
+
+        await h.nursery.start(run)
+        await trio.sleep(5 * RETRY)
+        assert waits >= 2, "every renewal tried again"
+        assert not m.gate.owned, "nothing runs before the caches listed the range"
+        listed.set()
+        await wait_for(lambda: m.gate.owned == KeyRanges.everything(), within=2 * RETRY + 1)
