@@ -33,7 +33,7 @@ from ._responses import json_response, list_item, status_response, typed
 from ._routing import Target, flag
 from ._selectors import parse_field_selector, parse_label_selector
 from ._shards import ShardSelector, shard_selector_of
-from ._status import CauseSpec, details, invalid_causes
+from ._status import CauseSpec, conflict, details, invalid_causes
 from ._storage import ObjectStorage
 from ._tables import Conversion, as_partial, as_partial_list, as_table, negotiate
 from ._webhookconfigs import MUTATING, VALIDATING
@@ -276,6 +276,8 @@ class _Writes:
             if (latest and meta(latest).get("resourceVersion")) != (stored and meta(stored).get("resourceVersion")):
                 if attempt < _RETRIES - 1:
                     continue
+                raise conflict(rt, name, "the object has been modified; please apply your changes to the latest "
+                               "version and try again")
             uid = meta(candidate).get("uid")
             if storage_rt is not None:
                 [converted] = await self.converted(storage_rt, [candidate])

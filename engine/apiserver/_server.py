@@ -19,7 +19,7 @@ import httpx
 import trio
 import yaml
 
-from ..observability._http import serve_http
+from ..observability._http import API_SERVER_MAX_HEADER_BYTES, serve_http
 from ._api import RequestObserver, Router
 from ._authn import ADMIN, Authenticator, UserInfo, organizations
 from ._controllers import Controllers
@@ -198,7 +198,7 @@ class ApiServer:
 
     async def _serve_socket(self, stream: trio.SocketStream) -> None:
         if self._tls_material is None:
-            await serve_http(stream, self._router.handle)
+            await serve_http(stream, self._router.handle, max_header=API_SERVER_MAX_HEADER_BYTES)
             return
         ssl_stream = trio.SSLStream(stream, self._tls_material.server_context, server_side=True)
         try:
@@ -213,7 +213,10 @@ class ApiServer:
         user = None
         if identity is not None:
             user = UserInfo(identity, (*organizations(peer), "system:authenticated"))
-        await serve_http(ssl_stream, functools.partial(self._router.handle, connection=user), identity=identity)
+        await serve_http(
+            ssl_stream, functools.partial(self._router.handle, connection=user), identity=identity,
+            max_header=API_SERVER_MAX_HEADER_BYTES,
+        )
 
     # ----- access -----
 
@@ -351,7 +354,10 @@ class ApiServer:
         return DirectTransport(self._router.handle, spawn, identity="memory-transport")
 
     async def _serve_memory(self, stream: trio.abc.Stream) -> None:
-        await serve_http(stream, functools.partial(self._router.handle, connection=ADMIN), identity="memory-transport")
+        await serve_http(
+            stream, functools.partial(self._router.handle, connection=ADMIN), identity="memory-transport",
+            max_header=API_SERVER_MAX_HEADER_BYTES,
+        )
 
     def add_request_observer(self, observer: RequestObserver) -> None:
         """Call ``observer(served)`` synchronously for every answered resource request (a

@@ -134,6 +134,11 @@ _BINARY = [("||",), ("&&",), ("==", "!=", "<", "<=", ">", ">=", "in"), ("+", "-"
 _ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "\\": "\\", "'": "'", '"': '"', "`": "`", "?": "?", "a": "\a", "b": "\b", "f": "\f", "v": "\v"}
 
 
+_MAX_RECURSION = 250
+"""cel-go's default parser recursion limit; deeper nesting is refused as a parse error (here
+when Python's own stack gives out first)."""
+
+
 def _syntax(detail: str) -> ShardSelectorError:
     return ShardSelectorError(f"CEL parse error: Syntax error: {detail}")
 
@@ -299,7 +304,10 @@ def parse_shard_selector(text: str) -> ShardSelector:
     message a 1.36 server answers."""
     if not text.strip():
         raise ShardSelectorError("empty shard selector is not allowed; omit the parameter for unfiltered lists")
-    root = _Parser(text).parse()
+    try:
+        root = _Parser(text).parse()
+    except RecursionError:
+        raise _syntax(f"expression recursion limit exceeded: {_MAX_RECURSION}") from None
     found: list[tuple[str, KeyRange]] = []
     _walk(root, found)
     field = found[0][0]
@@ -309,15 +317,23 @@ def parse_shard_selector(text: str) -> ShardSelector:
     return ShardSelector(field, tuple(r for _, r in found))
 
 
-def _walk(expr: _Expr, found: list[tuple[str, KeyRange]]) -> None:
-    if expr.kind != _CALL:
-        raise ShardSelectorError(
-            f"unexpected expression kind {expr.kind}; expected shardRange() call or || operator"
-        )
-    if expr.function == "_||_":
-        for arg in expr.args:
-            _walk(arg, found)
-        return
+def _walk(root: _Expr, found: list[tuple[str, KeyRange]]) -> None:
+    """Collect the ranges of ``root``'s ``||`` tree in request order (without recursion: a
+    scale-out replica's selector chains hundreds of ranges)."""
+    pending = [root]
+    while pending:
+        expr = pending.pop()
+        if expr.kind != _CALL:
+            raise ShardSelectorError(
+                f"unexpected expression kind {expr.kind}; expected shardRange() call or || operator"
+            )
+        if expr.function == "_||_":
+            pending.extend(reversed(expr.args))
+            continue
+        found.append(_range(expr))
+
+
+def _range(expr: _Expr) -> tuple[str, KeyRange]:
     if expr.function != "shardRange" or expr.target is not None:
         raise ShardSelectorError(f'unsupported function "{expr.function}"; only shardRange() and || are allowed')
     if len(expr.args) != 3:
@@ -329,7 +345,7 @@ def _walk(expr: _Expr, found: list[tuple[str, KeyRange]]) -> None:
     end_text, end = _bound(expr.args[2], "hexEnd")
     if not start < end:
         raise ShardSelectorError(f"shard range start {start_text} must be less than end {end_text}")
-    found.append((field, KeyRange(start, end)))
+    return field, KeyRange(start, end)
 
 
 def _field_path(expr: _Expr) -> str:

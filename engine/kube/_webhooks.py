@@ -503,6 +503,8 @@ class WebhookDispatcher:
                     result.append(await call(WebhookContext(self.cluster, self.client, nursery, scope.deadline)))
                     nursery.cancel_scope.cancel()
             except BaseExceptionGroup as group:
+                if group.subgroup(trio.Cancelled) is not None:
+                    raise
                 raised, _ = group.split(Exception)
                 if raised is None:
                     raise

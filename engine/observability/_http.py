@@ -33,6 +33,7 @@ __all__ = [
     "AbortStream",
     "Handler",
     "serve_http",
+    "API_SERVER_MAX_HEADER_BYTES",
     "HTTPServer",
     "parse_bind_address",
     "BindAddress",
@@ -43,9 +44,11 @@ logger = logging.getLogger("engine.http")
 
 BindAddress = tuple[str, int]
 
-_MAX_HEADER_BYTES = 1024 * 1024
-"""A request head may be this long: Go's ``http.Server`` default, which kube-apiserver keeps
-(a scale-out replica's ``shardSelector`` can run to tens of kilobytes)."""
+_MAX_HEADER_BYTES = 16 * 1024
+API_SERVER_MAX_HEADER_BYTES = 1024 * 1024
+"""How long a request head to the embedded API server may be: Go's ``http.Server`` default,
+which kube-apiserver keeps (a scale-out replica's ``shardSelector`` can run to tens of
+kilobytes). Other servers keep 16 KiB."""
 _MAX_BODY = 64 * 1024 * 1024
 
 
@@ -210,12 +213,14 @@ async def serve_http(
     identity: str | None = None,
     idle_timeout: float | None = None,
     max_body: int = _MAX_BODY,
+    max_header: int = _MAX_HEADER_BYTES,
 ) -> None:
     """Serve HTTP/1.1 requests on ``stream`` until the client closes it; then close it.
 
     ``identity`` is passed on in each :class:`Request`. With ``idle_timeout``, the connection is
     closed when no complete request arrives within that many seconds. A request body larger
-    than ``max_body`` bytes is answered ``413``. Other protocol errors answer ``400`` (when a
+    than ``max_body`` bytes is answered ``413``, a request head larger than ``max_header`` bytes
+    (16 KiB by default) ``431``. Other protocol errors answer ``400`` (when a
     response can still be sent) and close the connection; a client that goes away
     mid-response is not an error. Exceptions from ``handler`` propagate (after the stream is
     closed).
@@ -223,7 +228,7 @@ async def serve_http(
     Cancellation: the stream is closed forcefully and ``Cancelled`` propagates; the handler's
     own work is cancelled with it.
     """
-    conn = h11.Connection(h11.SERVER, max_incomplete_event_size=_MAX_HEADER_BYTES)
+    conn = h11.Connection(h11.SERVER, max_incomplete_event_size=max_header)
     try:
         while True:
             try:

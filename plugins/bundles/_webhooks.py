@@ -52,7 +52,7 @@ async def _dependencies_in(namespace: str | None, ctx: WebhookContext) -> dict[s
     if cluster is not None and cluster.label_selector is None:
         for informer in cluster.informers:
             resource = informer.resource
-            if (resource.group, resource.plural) == (GROUP, "bundles") and informer.synced:
+            if (resource.group, resource.plural) == (GROUP, "bundles") and informer.synced and informer.key_ranges is None:
                 if informer.namespace is None or informer.namespace == namespace:
                     return {
                         str(b["metadata"]["name"]): dependency_names(b)

@@ -154,3 +154,15 @@ def test_cli_feature_gates_flag(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--feature-gates", "Sharded=true"]) == 2
     assert "unrecognized feature gate: Sharded" in capsys.readouterr().err
     assert main(["--feature-gates", "ShardedListAndWatch=yes"]) == 2
+
+
+def test_a_selector_of_thousands_of_ranges_parses_and_deep_nesting_is_a_parse_error() -> None:
+    from engine._keyspace import KeyRange, KeyRanges
+    from engine.apiserver._shards import ShardSelectorError, parse_shard_selector
+
+    ranges = KeyRanges([KeyRange(i * 2**50, i * 2**50 + 2**49) for i in range(2000)])
+    assert parse_shard_selector(ranges.selector()).canonical == ranges.selector()
+    nested = "(" * 600 + ranges.ranges[0].shard_range() + ")" * 600
+    with pytest.raises(ShardSelectorError, match=r"^invalid shard selector: CEL parse error: Syntax error: "
+                       r"expression recursion limit exceeded: 250$"):
+        parse_shard_selector(nested)
