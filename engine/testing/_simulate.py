@@ -36,6 +36,20 @@ seed's workload and fault schedule, and checks the engine's guarantees at every 
   at the next quiet moment. Once converged, a seed waits for every change still owed a
   trigger to get it, or for its bound to pass.
 
+In scale-out mode (``scale_out=True``) the replicas are members of a scale-out ring
+(:class:`~engine.kube.HashRing`) instead of leader-election candidates, and the faults
+``scale-up``, ``scale-down``, ``crash`` and ``partition`` act on them. The run check above
+then covers ring replicas (two runs of one key on two replicas; an object deleted and
+re-created under its name, known to two replicas by two uids, is traced as the known limit
+it is), and two more hold: every write of a key's object (a key some replica ran) arrives
+while the writing replica's gate owned that key's range (placed by the uid the server
+reports) or was still handing it over, as its ring announced it; one that arrived before the
+handover returned or a fence revoked the range may land up to ``LATE_WRITE_BOUND`` after
+(in flight), as for a lost lease; and every range a crashed or cut-off replica owned is
+owned again by a live, connected replica within :data:`OWNED_AGAIN_BOUND` (the clock
+restarting while the API server is faulty or a member joins). Triggers of keys a replica
+does not own are parked by its gate and owe no run there.
+
 The first violation ends the run; :class:`SimulationResult` then holds it, the one-line
 replay command and the trace.
 """
