@@ -466,7 +466,8 @@ class _Simulator:
     unowned: list[_Unowned] = attrs.field(factory=list)
     disturbed_at: float = -math.inf
     """When the API server's last fault (other than a partition) was applied, plus how long
-    one request of it may be held up (latency, a throttle's Retry-After, a restart's downtime)."""
+    one request of it may be held up (latency, a throttle's Retry-After, a restart's downtime);
+    or when a replica last joined, left, crashed or was cut off."""
     run_keys: set[tuple[str, str, str | None, str]] = attrs.field(factory=set)
     """``(kind, group, namespace, name)`` of every key any replica ran."""
     uids: dict[tuple[str, str, str | None, str], str] = attrs.field(factory=dict)
@@ -566,8 +567,8 @@ class _Simulator:
         a, b = self._replica_named(one), self._replica_named(other)
         if a is None or b is None or a.ring is None or b.ring is None:
             return False
-        keys = [r.harness.cluster.key_of(ref) for r in (a, b) if r.harness is not None and r.harness.cluster is not None]
-        return len(keys) == 2 and None not in keys and keys[0] != keys[1]
+        keys = [a.ring.gate.key_of(ref), b.ring.gate.key_of(ref)]
+        return None not in keys and keys[0] != keys[1]
 
     def _ring_members(self) -> list[_Replica]:
         """The live ring replicas that can reach the API server."""
@@ -588,10 +589,10 @@ class _Simulator:
 
     def check_owned_again(self) -> None:
         """Scale-out mode: every range a crashed or cut-off replica owned is owned again by
-        a live replica that can reach the API server within :data:`OWNED_AGAIN_BOUND`; the clock starts again while no
-        other replica runs, when another replica joins, and while a fault of the API server
-        (other than the partition) is active or may still hold a request up (other members'
-        renewals and reads fail or wait then)."""
+        a live replica that can reach the API server within :data:`OWNED_AGAIN_BOUND`; the
+        clock starts again while no such replica runs, when a replica joins, leaves, crashes
+        or is cut off (the assignment moves again), and while a fault of the API server is
+        active or may still hold a request up (members' renewals and reads fail or wait then)."""
         if not self.unowned or self._target is None:
             return
         now = trio.current_time()
@@ -865,8 +866,7 @@ class _Simulator:
             return
         key = fnv1a64(uid)
         what = self._describe(record)
-        assert rep.harness is not None and rep.harness.cluster is not None
-        own = rep.harness.cluster.key_of(ObjectRef(served.kind, record.name, served.namespace or None, served.group))
+        own = rep.ring.gate.key_of(ObjectRef(served.kind, record.name, served.namespace or None, served.group))
         if own is not None and own != key and own in rep.may_run_at(record.received_at):
             # docs/scale-out.md, known limits: the replica knows the name by an older uid (an
             # object deleted and re-created under its name); a run of the old object writes
@@ -1225,7 +1225,10 @@ class _Simulator:
         faults = self._target.faults
         kind = fault.kind
         note = ""
-        if kind not in RING_FAULTS and kind is not FaultKind.SINK_OUTAGE:
+        if kind in RING_FAULTS:
+            # Another member crashing, cut off, joining or leaving moves the assignment again.
+            self.disturbed_at = max(self.disturbed_at, trio.current_time())
+        elif kind is not FaultKind.SINK_OUTAGE:
             self.disturbed_at = trio.current_time() + max(fault.seconds, fault.retry_after, fault.jitter)
         if kind is FaultKind.WATCH_DROP or kind is FaultKind.WATCH_DROP_ABRUPT:
             note = f"{faults.drop_watches(client=REPLICA, abrupt=kind is FaultKind.WATCH_DROP_ABRUPT)} watch(es) dropped"
