@@ -306,6 +306,7 @@ class _Replica(RunObserver):
         ranges = stats.owned | stats.releasing
         if not self.may_run or self.may_run[-1][1] != ranges:
             self.may_run.append((trio.current_time(), ranges))
+        self.sim.check_exclusive(self)
         self.sim.covered(self)
 
     def may_run_at(self, at: float) -> KeyRanges:
@@ -568,6 +569,27 @@ class _Simulator:
                 if now - since > self.simulation.prompt:
                     self.fail(f"{key[1]} did not run within {self.simulation.prompt:g}s of its dependency {ref} "
                               f"becoming Ready on {rep.identity} (waited {now - since:.1f}s)")
+
+    def check_exclusive(self, rep: _Replica) -> None:
+        """Scale-out mode, at every change a ring announced: no two replicas (crashed ones
+        aside: their tasks are gone) own or hand over one key at once, by their gates' word.
+        Runs of a key are instants apart in virtual time, so two replicas running one key's
+        reconciles at the same moment is rare even when their ranges overlap; this catches the
+        overlap itself (after a history rewind it is allowed, as two runs are, for
+        ``renew_deadline``)."""
+        if rep.ring is None or rep.identity in self.crashed or not rep.may_run:
+            return
+        mine = rep.may_run[-1][1]
+        for other in self.current.values():
+            if other is rep or other.ring is None or other.identity in self.crashed or not other.may_run:
+                continue
+            if other.harness is None or not other.harness.running:
+                continue
+            both = mine & other.may_run[-1][1]
+            if both and self.restored_lease_window() is None:
+                self.fail(f"{rep.identity} and {other.identity} both own (or hand over) {100 * both.share:.2g}% of the "
+                          "key space at once (no fencing)")
+                return
 
     def recreated(self, one: str, other: str, ref: ObjectRef) -> bool:
         """Whether ring replicas ``one`` and ``other`` place ``ref`` by different uids (an
