@@ -181,10 +181,18 @@ TAKEOVER_0 = ("32.9% of the key space that replica-2.1 owned when it crashed at 
               "11.492s later (bound 11s)")
 
 
-def test_a_ring_that_gains_ranges_others_still_hold_is_caught_running_a_key_on_two_replicas() -> None:
+def test_a_ring_that_gains_ranges_others_still_hold_is_caught_owning_them_on_two_replicas() -> None:
+    result = caught_at("ring-gains-over-others-claims", 0)
+    assert result.violation == "replica-2.1 and replica-1.1 both own (or hand over) 52% of the key space at once (no fencing)"
+    assert result.replay.endswith("--scale-out")
+
+
+def test_the_run_overlap_check_covers_ring_replicas(monkeypatch: pytest.MonkeyPatch) -> None:
+    from engine.testing._simulate import _Simulator
+
+    monkeypatch.setattr(_Simulator, "check_exclusive", lambda self, rep: None)
     result = caught_at("ring-gains-over-others-claims", 0)
     assert result.violation == OVERLAP_0
-    assert result.replay.endswith("--scale-out")
 
 
 def test_a_gate_whose_release_returns_before_its_runs_ended_is_caught_writing_after_the_release(
