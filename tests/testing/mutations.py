@@ -87,9 +87,6 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation("ring-gains-over-others-claims", "scale-out claims", "engine.kube._ring", "HashRing._blocking",
              "blocked = blocked | record.held", "pass",
              faults=(FaultKind.SCALE_UP, FaultKind.SCALE_DOWN, FaultKind.LATENCY), scale_out=True),
-    Mutation("ring-not-fenced-at-renew-deadline", "scale-out fencing", "engine.kube._ring", "HashRing._loop",
-             "if started >= self._renewed_at + self.renew_deadline:", "if False:",
-             faults=(FaultKind.PARTITION,), scale_out=True),
 )
 """The bugs :func:`main` plants: one per class of the issue, plus the older classes."""
 
