@@ -38,6 +38,7 @@ from engine import (
     MemorySink,
     ObjectRef,
     OutcomeKind,
+    OwnershipGate,
     Run,
     RunLog,
     RunObserver,
@@ -52,6 +53,7 @@ from engine.kube import (
     Cluster,
     ConversionWebhook,
     GoneError,
+    HashRing,
     KubeError,
     KubernetesEventSink,
     LeaderElector,
@@ -75,6 +77,7 @@ from engine.kube import (
 from .._text import truncate
 from ..apiserver._faults import Faults
 from ..apiserver._server import ApiServer
+from ..kube._plugin import _restrict_to_ring
 from ._errors import HarnessError, WaitTimeout
 from ._target import KubeTarget, ensure_namespace
 
@@ -208,6 +211,8 @@ class PluginHarness:
     webhook_server: WebhookServer | None = None
     """The server of the plugin's webhooks, when they are registered (see
     :func:`open_plugin_test`'s ``webhooks``)."""
+    ring: HashRing | None = None
+    """With ``scale_out``: this replica's ring membership."""
 
     # ----- what happened -----
 
@@ -551,9 +556,12 @@ async def _service_account_token(driver: Client, name: str, namespace: str) -> s
 
 
 async def _grant(
-    driver: Client, plugin: Plugin, cluster: Cluster, manager: Manager, namespace: str, watch_namespace: str | None
+    driver: Client, plugin: Plugin, cluster: Cluster, manager: Manager, namespace: str, watch_namespace: str | None,
+    ring: HashRing | None = None,
 ) -> Permissions:
     rules: list[PolicyRule] = [*cluster.rules, *plugin.rules, *crd_rules(plugin.crds, install=False)]
+    if ring is not None:
+        rules.extend(ring.rules)
     if isinstance(manager.leader_election, LeaderElector):
         rules.extend(manager.leader_election.rules)
     if any(isinstance(sink, KubernetesEventSink) for sink in manager.events.sinks):
@@ -650,6 +658,7 @@ async def open_plugin_test(
     examples: bool = False,
     identity: str | None = None,
     leader_election: bool | Callable[[Client, str], LeaderElection] = False,
+    scale_out: Callable[[Client, OwnershipGate, str], HashRing] | None = None,
     cluster_events: bool = True,
     sinks: Sequence[EventSink] = (),
     observers: Sequence[RunObserver] = (),
@@ -703,6 +712,11 @@ async def open_plugin_test(
     it waits for leadership, entering returns once its controllers run (informers synced).
     Leaving stops it gracefully (unless the test stopped or crashed it) and closes the client.
     Several harnesses on one target are several replicas (give them one ``leader_election``).
+    With ``scale_out`` (a Plugin only; exclusive with ``leader_election``), the replica is a
+    member of a scale-out ring: the factory builds its :class:`~engine.kube.HashRing` from the
+    client, a new :class:`~engine.OwnershipGate` and the identity, and the plugin is hosted
+    as ``run_plugins(..., scale_out=ring)`` hosts it (the gate places keys by the cluster, the
+    sharded informers follow the ring's interest); the ring is :attr:`PluginHarness.ring`.
 
     Cancellation: entering and leaving are checkpoints; if the body raises, the manager is
     cancelled without a graceful stop.
@@ -727,6 +741,7 @@ async def open_plugin_test(
             target.client(user_agent=f"{identity}/engine-test", rng=random.Random(identity), **options)
         )
         cluster: Cluster | None = None
+        ring: HashRing | None = None
         if isinstance(subject, Manager):
             if leader_election is not False:
                 raise HarnessError("a Manager you built gets its leader election when you build it")
@@ -734,11 +749,15 @@ async def open_plugin_test(
                 raise HarnessError("open_plugin_test needs a Manager that has not run")
             manager = subject
         elif isinstance(subject, Plugin):
+            if scale_out is not None and leader_election is not False:
+                raise HarnessError("scale_out and leader_election are exclusive")
             await install_crds(driver, subject.crds)
+            gate = OwnershipGate(lambda ref: None) if scale_out is not None else None
             manager = Manager(
                 handle_signals=False,
                 grace_period=grace_period,
                 leader_election=_leader(leader_election, client, subject.name, namespace, identity),
+                ownership=gate,
                 name=identity,
             )
             for extra in sinks:
@@ -751,6 +770,12 @@ async def open_plugin_test(
                 label_selector=f"{SHARD_LABEL}={shard}" if shard else None,
                 informer_options={"rng": random.Random(identity), **(informer_options or {})},
             )
+            if scale_out is not None:
+                assert gate is not None
+                ring = scale_out(client, gate, identity)
+                gate.key_of = cluster.key_of
+                ring.attach(manager)
+                _restrict_to_ring(cluster, ring)
         else:
             raise HarnessError(f"open_plugin_test runs a Plugin or a Manager, got {type(subject).__name__}")
         manager.add_observer(recorder)
@@ -758,6 +783,7 @@ async def open_plugin_test(
             manager.add_observer(observer)
         manager.add_sink(sink)
         harness = PluginHarness(target, driver, client, manager, cluster, identity, namespace, recorder, sink)
+        harness.ring = ring
         if webhooks and isinstance(subject, Plugin) and subject.webhooks:
             harness.webhook_server = await _register_webhooks(stack, target, driver, subject, cluster, client,
                                                             watch_namespace)
@@ -768,7 +794,7 @@ async def open_plugin_test(
                 config={**subject.config, **(config or {})}, namespace=watch_namespace, shard=shard,
             ))
             if rbac:
-                harness.permissions = await _grant(driver, subject, cluster, manager, namespace, watch_namespace)
+                harness.permissions = await _grant(driver, subject, cluster, manager, namespace, watch_namespace, ring)
         await harness.apply(manifests)
         if isinstance(subject, Plugin) and examples:
             await harness.apply(list(subject.examples))

@@ -8,7 +8,7 @@ from collections.abc import Iterable
 
 import attrs
 
-__all__ = ["FaultKind", "ScheduledFault", "plan_faults", "parse_fault_kinds"]
+__all__ = ["FaultKind", "ScheduledFault", "plan_faults", "parse_fault_kinds", "RING_FAULTS"]
 
 
 class FaultKind(enum.Enum):
@@ -48,6 +48,22 @@ class FaultKind(enum.Enum):
     """For a few seconds each replica write is held up for its own random time, so writes
     land in another order than they were sent (a run cut while its write is in flight, and
     the next run's write overtaking it)."""
+    SCALE_UP = "scale-up"
+    """Scale-out mode only: a replica joins the ring (a new slot starts)."""
+    SCALE_DOWN = "scale-down"
+    """Scale-out mode only: a replica stops gracefully for good (it hands its ranges over and
+    leaves the ring); the last replica is never taken away."""
+    CRASH = "crash"
+    """Scale-out mode only: a replica dies abruptly (no drain, no handover, its member Lease
+    left to expire) and its slot starts again a little later, as a new member."""
+    PARTITION = "partition"
+    """Scale-out mode only: a replica is cut from the API server (every request of it fails)
+    for a while, long enough, often, for its member Lease to expire while it still runs;
+    then it is reconnected."""
+
+
+RING_FAULTS = frozenset({FaultKind.SCALE_UP, FaultKind.SCALE_DOWN, FaultKind.CRASH, FaultKind.PARTITION})
+"""The fault kinds that only a scale-out simulation draws (they act on ring members)."""
 
 
 def parse_fault_kinds(text: str | None) -> frozenset[FaultKind]:
@@ -109,6 +125,9 @@ class ScheduledFault:
             FaultKind.RUNNER_RESTART: f"replica slot {self.target}, back after {self.seconds:.1f}s",
             FaultKind.LEASE_LOSS: f"lease requests fail for {self.seconds:.1f}s",
             FaultKind.REORDER: f"writes held up 0 to {self.jitter:.2f}s each for {self.seconds:.1f}s",
+            FaultKind.SCALE_DOWN: f"replica slot {self.target}",
+            FaultKind.CRASH: f"replica slot {self.target}, back after {self.seconds:.1f}s",
+            FaultKind.PARTITION: f"replica slot {self.target}, cut off for {self.seconds:.1f}s",
         }.get(self.kind, "")
         return f"{self.kind.value}" + (f" ({detail})" if detail else "")
 
@@ -119,9 +138,9 @@ def plan_faults(rng: random.Random, kinds: Iterable[FaultKind], duration: float)
     uniform moments of ``[1, 0.9 * duration)``; a history rewind restores a snapshot taken at a
     uniform moment between the previous rewind (or 0.5 s) and half a second before it. Rewinds
     are drawn after the others, and reorders after them, so the other kinds' faults of a seed
-    are the same with or without them."""
+    are the same with or without them; the scale-out kinds (:data:`RING_FAULTS`) are drawn last of all."""
     plan: list[ScheduledFault] = []
-    last = {FaultKind.HISTORY_REWIND: 1, FaultKind.REORDER: 2}
+    last = {FaultKind.HISTORY_REWIND: 1, FaultKind.REORDER: 2, **{k: 3 for k in RING_FAULTS}}
     for kind in sorted(kinds, key=lambda k: (last.get(k, 0), k.value)):
         if rng.random() < 0.5:
             continue
@@ -145,6 +164,12 @@ def plan_faults(rng: random.Random, kinds: Iterable[FaultKind], duration: float)
                 plan.append(ScheduledFault(at, kind, seconds=rng.uniform(0.0, 10.0), target=rng.randint(0, 1)))
             elif kind is FaultKind.LEASE_LOSS:
                 plan.append(ScheduledFault(at, kind, seconds=rng.uniform(12.0, 25.0)))
+            elif kind is FaultKind.SCALE_DOWN:
+                plan.append(ScheduledFault(at, kind, target=rng.randint(0, 3)))
+            elif kind is FaultKind.CRASH:
+                plan.append(ScheduledFault(at, kind, seconds=rng.uniform(0.0, 20.0), target=rng.randint(0, 3)))
+            elif kind is FaultKind.PARTITION:
+                plan.append(ScheduledFault(at, kind, seconds=rng.uniform(2.0, 25.0), target=rng.randint(0, 3)))
             elif kind is FaultKind.REORDER:
                 plan.append(ScheduledFault(at, kind, seconds=rng.uniform(5.0, 20.0), jitter=rng.uniform(0.5, 3.0),
                                            seed=rng.getrandbits(32)))

@@ -36,6 +36,20 @@ seed's workload and fault schedule, and checks the engine's guarantees at every 
   at the next quiet moment. Once converged, a seed waits for every change still owed a
   trigger to get it, or for its bound to pass.
 
+In scale-out mode (``scale_out=True``) the replicas are members of a scale-out ring
+(:class:`~engine.kube.HashRing`) instead of leader-election candidates, and the faults
+``scale-up``, ``scale-down``, ``crash`` and ``partition`` act on them. The run check above
+then covers ring replicas (two runs of one key on two replicas; an object deleted and
+re-created under its name, known to two replicas by two uids, is traced as the known limit
+it is), and two more hold: every write of a key's object (a key some replica ran) arrives
+while the writing replica's gate owned that key's range (placed by the uid the server
+reports) or was still handing it over, as its ring announced it; one that arrived before the
+handover returned or a fence revoked the range may land up to ``LATE_WRITE_BOUND`` after
+(in flight), as for a lost lease; and every range a crashed or cut-off replica owned is
+owned again by a live, connected replica within :data:`OWNED_AGAIN_BOUND` (the clock
+restarting while the API server is faulty or a member joins). Triggers of keys a replica
+does not own are parked by its gate and owe no run there.
+
 The first violation ends the run; :class:`SimulationResult` then holds it, the one-line
 replay command and the trace.
 """
@@ -49,15 +63,28 @@ import random
 import time
 import traceback
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import attrs
 import trio
 import trio.testing
 
-from engine import CancelCause, Controller, Event, EventType, ObjectRef, Outcome, OutcomeKind, Run, RunObserver, Trigger
+from engine import (
+    CancelCause,
+    Controller,
+    Event,
+    EventType,
+    ObjectRef,
+    Outcome,
+    OutcomeKind,
+    OwnershipGate,
+    Run,
+    RunObserver,
+    Trigger,
+)
+from engine._keyspace import KeyRanges, fnv1a64
 from engine._text import summarize
-from engine.kube import Client, KubeError, NotFoundError, install_crds
+from engine.kube import Client, HashRing, KubeError, NotFoundError, install_crds
 
 from ..apiserver._api import ServedRequest
 from ..apiserver._faults import Fault
@@ -65,7 +92,7 @@ from ..apiserver._requestlog import RequestLog, RequestRecord
 from ..apiserver._storage import Change, ObjectStorage, StorageSnapshot
 from ._determinism import deterministic_scheduling
 from ._harness import DRIVER_USER_AGENT, PluginHarness, open_plugin_test
-from ._schedule import FaultKind, ScheduledFault, plan_faults
+from ._schedule import RING_FAULTS, FaultKind, ScheduledFault, plan_faults
 from ._simulation import ClusterState, Simulation, Step
 from ._target import KubeTarget, open_embedded_target
 from ._trace import Trace, TraceEntry
@@ -95,6 +122,19 @@ trigger of its key on each live replica that watches it."""
 SINK_BOUND = 10.0
 """Seconds within which a healthy sink must have received an event emitted before."""
 _ROUTINE = frozenset({"Lease", "Event"})
+RING_LEASE_DURATION = 8.0
+"""Scale-out mode: the member Leases' duration (short, as the simulation's timings are)."""
+RING_RENEW_DEADLINE = 5.0
+RING_RETRY_PERIOD = 1.0
+RING_HANDOVER_GRACE = 3.0
+OWNED_AGAIN_BOUND = RING_LEASE_DURATION + 3 * RING_RETRY_PERIOD
+"""Scale-out mode: seconds within which every range a crashed or cut-off replica owned is
+owned again by another live replica (``docs/scale-out.md``: the lease duration, one retry
+period to notice, the claim-then-check; one more retry period for the jitter). The clock
+stops while a fault of the API server is active or no other replica runs."""
+RING_REPLICAS = 2
+"""Scale-out mode: the replicas that start; ``scale-up`` adds one, up to :data:`MAX_RING_REPLICAS`."""
+MAX_RING_REPLICAS = 4
 DIRECT_TRANSPORT = True
 """Whether the replicas and the driver reach the embedded server through its direct transport
 (requests handed to its handler, no HTTP encoding: most of a seed's cost otherwise) rather
@@ -139,7 +179,7 @@ class SimulationResult:
 
 def _replay_command(
     plugin: str | None, simulation: str | None, seed: int, kinds: frozenset[FaultKind], duration: float, bound: float,
-    rbac: bool = True,
+    rbac: bool = True, scale_out: bool = False,
 ) -> str:
     parts = ["python -m engine simulate"]
     if plugin is not None:
@@ -155,6 +195,8 @@ def _replay_command(
         parts.append(f"--bound {bound:g}")
     if not rbac:
         parts.append("--no-rbac")
+    if scale_out:
+        parts.append("--scale-out")
     return " ".join(parts)
 
 
@@ -196,6 +238,9 @@ class _Owed:
     rv: int = 0
     """The resourceVersion of the change (a history rewind: of the object as restored, or of
     the storage); a handler that saw an object at least this recent heard of it."""
+    key: int | None = None
+    """The object's key-space position (scale-out mode: a replica owes only while its ring
+    has an interest in it; its sharded informers hold nothing else)."""
 
 
 def _rv(obj: Mapping[str, Any]) -> int:
@@ -245,6 +290,32 @@ class _Replica(RunObserver):
     """The last run of each key that ended."""
     watches: dict[tuple[str, str, str], ServedRequest] = attrs.field(factory=dict)
     """The collections it watched, by ``(path, label selector, field selector)``."""
+    ring: HashRing | None = None
+    """Scale-out mode: its ring membership."""
+    started_at: float = math.inf
+    """When it started (joined the ring, in scale-out mode)."""
+    may_run: list[tuple[float, KeyRanges]] = attrs.field(factory=list)
+    """Scale-out mode: what its gate owns or is still handing over, after each change the ring
+    announced (``on_change``), with when."""
+
+    def ring_changed(self) -> None:
+        ring = self.ring
+        if ring is None:
+            return
+        stats = ring.statistics()
+        ranges = stats.owned | stats.releasing
+        if not self.may_run or self.may_run[-1][1] != ranges:
+            self.may_run.append((trio.current_time(), ranges))
+        self.sim.check_exclusive(self)
+        self.sim.covered(self)
+
+    def may_run_at(self, at: float) -> KeyRanges:
+        ranges = KeyRanges.nothing()
+        for when, held in self.may_run:
+            if when > at:
+                break
+            ranges = held
+        return ranges
 
     def tap(self, event: Event) -> None:
         self.emitted.append((trio.current_time(), event))
@@ -284,16 +355,24 @@ class _Replica(RunObserver):
         self.waiting.pop(key, None)
         self.pending.pop(key, None)
         self.running[key] = run
+        sim.run_keys.add((run.key.kind, run.key.group, run.key.namespace or None, run.key.name))
         sim.trace.add(self.identity, "start", f"{run.id} {run.key} trigger #{run.trigger.sequence} attempt {run.attempt}")
         other = sim.in_progress.get(key)
-        if other is not None:
+        if other is not None and other[0] != self.identity and not sim.check_overlap:
+            sim.trace.add(self.identity, "overlap", f"{run.id} runs {run.key} while {other[0]} {other[1]} does "
+                          "(the overlap check is off)")
+        elif other is not None:
             since = sim.restored_lease_window()
             if other[0] == self.identity:
                 sim.fail(f"two runs of {run.key} at once on one replica: {self.identity} {other[1]} and {run.id} "
                          "(the queue handed out a key that was still processing)")
-            elif since is None:
+            elif since is None and not sim.recreated(other[0], self.identity, run.key):
                 sim.fail(f"two runs of {run.key} at once across replicas: {other[0]} {other[1]} and {self.identity} "
                          f"{run.id} (no fencing)")
+            elif since is None:
+                sim.trace.add(self.identity, "overlap", f"{run.id} runs {run.key} while {other[0]} {other[1]} does: "
+                              "they know the name by different uids (an object re-created under its name: a known limit "
+                              "of scale-out)")
             else:
                 sim.trace.add(self.identity, "overlap", f"{run.id} runs {run.key} while {other[0]} {other[1]} does, "
                               f"{since:.3f}s after a history rewind brought back an older Lease (allowed for renew_deadline)")
@@ -361,6 +440,19 @@ class _Replica(RunObserver):
 
 
 @attrs.define(eq=False)
+class _Unowned:
+    """Ranges a crashed or cut-off replica owned, not yet seen owned by another live replica."""
+
+    since: float
+    """When the clock of :data:`OWNED_AGAIN_BOUND` (re)started."""
+    at: float
+    """When the replica crashed or was cut off."""
+    victim: str
+    what: str
+    remaining: KeyRanges
+
+
+@attrs.define(eq=False)
 class _Simulator:
     simulation: Simulation
     seed: int
@@ -369,6 +461,26 @@ class _Simulator:
     bound: float
     rbac: bool = True
     """Whether the replicas run as the plugin's ServiceAccount under its generated Role."""
+    scale_out: bool = False
+    """Whether the replicas run as members of a scale-out ring instead of with leader election."""
+    check_overlap: ClassVar[bool] = True
+    """Whether two runs of one key on two replicas are a violation; tests turn it off to show
+    that the outside-view checks catch a bug alone."""
+    retired: set[int] = attrs.field(factory=set)
+    """Scale-out mode: the slots a ``scale-down`` stopped for good."""
+    cut_off: dict[str, Fault] = attrs.field(factory=dict)
+    """Scale-out mode: the replicas partitioned from the API server now, with their fault."""
+    unowned: list[_Unowned] = attrs.field(factory=list)
+    crashed: set[str] = attrs.field(factory=set)
+    """Scale-out mode: the replicas a ``crash`` ended (their tasks may still be unwinding)."""
+    disturbed_at: float = -math.inf
+    """When the API server's last fault (other than a partition) was applied, plus how long
+    one request of it may be held up (latency, a throttle's Retry-After, a restart's downtime);
+    or when a replica last joined, left, crashed or was cut off."""
+    run_keys: set[tuple[str, str, str | None, str]] = attrs.field(factory=set)
+    """``(kind, group, namespace, name)`` of every key any replica ran."""
+    uids: dict[tuple[str, str, str | None, str], str] = attrs.field(factory=dict)
+    """The last uid the store had for each object, deleted ones too."""
     grace_period: float = GRACE_PERIOD
     trace: Trace = attrs.field(factory=Trace)
     violation: str | None = None
@@ -419,11 +531,12 @@ class _Simulator:
         workload_rng = random.Random(master.getrandbits(64))
         fault_rng = random.Random(master.getrandbits(64))
         self.steps = self.simulation.steps(workload_rng, self.duration)
-        self.plan = plan_faults(fault_rng, self.kinds, self.duration)
+        kinds = self.kinds - {FaultKind.LEASE_LOSS} if self.scale_out else self.kinds - RING_FAULTS
+        self.plan = plan_faults(fault_rng, kinds, self.duration)
 
     @property
     def leader_election(self) -> bool:
-        return any(f.kind is FaultKind.LEASE_LOSS for f in self.plan)
+        return not self.scale_out and any(f.kind is FaultKind.LEASE_LOSS for f in self.plan)
 
     # ----- verdicts -----
 
@@ -445,14 +558,91 @@ class _Simulator:
         now = trio.current_time()
         self.check_notifications()
         self.check_sinks()
+        self.check_owned_again()
         for rep in self.replicas:
             self._check_events(rep)
             if not rep.alive:
                 continue
             for key, (since, ref) in rep.pending.items():
+                if rep.ring is not None and not rep.ring.gate.owns(key[1]):
+                    continue  # parked here: its owner runs it
                 if now - since > self.simulation.prompt:
                     self.fail(f"{key[1]} did not run within {self.simulation.prompt:g}s of its dependency {ref} "
                               f"becoming Ready on {rep.identity} (waited {now - since:.1f}s)")
+
+    def check_exclusive(self, rep: _Replica) -> None:
+        """Scale-out mode, at every change a ring announced: no two replicas (crashed ones
+        aside: their tasks are gone) own or hand over one key at once, by their gates' word.
+        Runs of a key are instants apart in virtual time, so two replicas running one key's
+        reconciles at the same moment is rare even when their ranges overlap; this catches the
+        overlap itself (after a history rewind it is allowed, as two runs are, for
+        ``renew_deadline``)."""
+        if rep.ring is None or rep.identity in self.crashed or not rep.may_run:
+            return
+        mine = rep.may_run[-1][1]
+        for other in self.current.values():
+            if other is rep or other.ring is None or other.identity in self.crashed or not other.may_run:
+                continue
+            if other.harness is None or not other.harness.running:
+                continue
+            both = mine & other.may_run[-1][1]
+            if both and self.restored_lease_window() is None:
+                self.fail(f"{rep.identity} and {other.identity} both own (or hand over) {100 * both.share:.2g}% of the "
+                          "key space at once (no fencing)")
+                return
+
+    def recreated(self, one: str, other: str, ref: ObjectRef) -> bool:
+        """Whether ring replicas ``one`` and ``other`` place ``ref`` by different uids (an
+        object deleted and re-created under its name: docs/scale-out.md, known limits)."""
+        a, b = self._replica_named(one), self._replica_named(other)
+        if a is None or b is None or a.ring is None or b.ring is None:
+            return False
+        keys = [a.ring.gate.key_of(ref), b.ring.gate.key_of(ref)]
+        return None not in keys and keys[0] != keys[1]
+
+    def _ring_members(self) -> list[_Replica]:
+        """The live ring replicas that can reach the API server."""
+        return [r for r in self.current.values() if r.alive and r.ring is not None and r.identity not in self.cut_off
+                and r.identity not in self.crashed]
+
+    def covered(self, rep: _Replica) -> None:
+        """``rep``'s ring changed: what it owns now is owned again (by another replica, or by
+        a cut-off one once reconnected: it rejoined, or it never lost its Lease)."""
+        if rep.ring is None or not rep.alive or rep.identity in self.cut_off or rep.identity in self.crashed:
+            return
+        owned = rep.ring.gate.owned
+        for item in list(self.unowned):
+            item.remaining = item.remaining - owned
+            if not item.remaining:
+                self.unowned.remove(item)
+                self.trace.add("sim", "owned", f"what {item.victim} owned when it {item.what} is owned again, "
+                               f"{trio.current_time() - item.at:.3f}s later")
+
+    def check_owned_again(self) -> None:
+        """Scale-out mode: every range a crashed or cut-off replica owned is owned again by
+        a live replica that can reach the API server within :data:`OWNED_AGAIN_BOUND`; the
+        clock starts again while no such replica runs, when a replica joins, leaves, crashes
+        or is cut off (the assignment moves again), and while a fault of the API server is
+        active or may still hold a request up (members' renewals and reads fail or wait then)."""
+        if not self.unowned or self._target is None:
+            return
+        now = trio.current_time()
+        partitions = set(map(id, self.cut_off.values()))
+        disturbed = any(id(f) not in partitions for f in self._target.faults.active) or self.rewinds_pending
+        for rep in self._ring_members():
+            self.covered(rep)
+        for item in self.unowned:
+            others = self._ring_members()
+            if disturbed or not others:
+                item.since = now
+            # A member that joined first observes the victim's Lease then: it honours it for a
+            # whole lease duration from that moment (no clock comparison across members).
+            item.since = max(item.since, self.disturbed_at, *(r.started_at for r in others))
+            if now - item.since > OWNED_AGAIN_BOUND:
+                self.fail(f"{100 * item.remaining.share:.1f}% of the key space that {item.victim} owned when it "
+                          f"{item.what} at {item.at - self.trace.origin:.3f}s was owned by no live replica "
+                          f"{now - item.since:.3f}s later (bound {OWNED_AGAIN_BOUND:g}s)")
+                return
 
     def learn_direct(self, rep: _Replica, controller: str, ref: ObjectRef) -> None:
         obj = self.log.stored(ref.kind, ref.group, ref.namespace, ref.name)
@@ -509,9 +699,10 @@ class _Simulator:
         now = trio.current_time()
         leading = {r.identity for r in self.current.values() if r.alive and _leads(r)}
         listing = {w[0] for w in self.resyncing}
+        interest = {r.identity: r.ring.interest for r in self.current.values() if r.ring is not None}
         for key, owed in list(self.obligations.items()):
             identity, controller, ref = key
-            if identity not in leading:
+            if identity not in leading or (identity in interest and owed.key not in interest[identity]):
                 del self.obligations[key]
             elif identity in listing:
                 owed.since = now
@@ -546,6 +737,8 @@ class _Simulator:
             for (name, ref), (index, trig) in rep.last_trigger.items():
                 if rep.last_start.get((name, ref), -1) > index or (name, ref) in rep.running:
                     continue
+                if rep.ring is not None and not rep.ring.gate.owns(ref):
+                    continue  # parked: it runs where it is owned (and here again if its range is gained)
                 controller = rep.harness.manager.controller(name)
                 busy = sum(1 for (n, _) in rep.running if n == name)
                 if busy >= min(controller.max_concurrent, controller.live_workers):
@@ -582,6 +775,8 @@ class _Simulator:
             assert rep.harness is not None
             for (name, ref), (index, trig) in rep.last_trigger.items():
                 if rep.last_start.get((name, ref), -1) > index:
+                    continue
+                if rep.ring is not None and not rep.ring.gate.owns(ref):
                     continue
                 controller = rep.harness.manager.controller(name)
                 if controller.queue.is_processing(ref):
@@ -635,6 +830,7 @@ class _Simulator:
             if actor.startswith(REPLICA) and served.kind not in _ROUTINE:
                 self._check_fenced(record)
                 self._check_within_run(record)
+                self._check_released(record)
         routine = served.kind in ("Lease", "Event") and served.status < 300
         if not routine:
             self.trace.add("api", "write", f"{actor} {served.verb} {served.kind} {where}{sub} -> {served.status}"
@@ -684,6 +880,51 @@ class _Simulator:
             self.fail(f"{rep.identity} wrote ({what}) at {record.received_at - self.trace.origin:.3f}s without holding "
                       "the Lease, as the server saw it (no fencing)")
 
+    def _check_released(self, record: RequestRecord) -> None:
+        """Scale-out mode: a write of a key's object by a ring replica arrives while that
+        replica's gate owns the key's range or is still handing it over (as the ring announced
+        it), not after the handover returned or a fence revoked it; one that arrived before and
+        landed after was in flight: traced, and allowed for :data:`LATE_WRITE_BOUND`."""
+        served = record.served
+        rep = self._replica_named(record.actor)
+        if rep is None or rep.ring is None or record.name is None:
+            return
+        ident = (served.kind, served.group, served.namespace or None, record.name)
+        if ident not in self.run_keys:
+            return
+        uid = record.uid or self.uids.get(ident)
+        if uid is None:
+            return
+        key = fnv1a64(uid)
+        what = self._describe(record)
+        own = rep.ring.gate.key_of(ObjectRef(served.kind, record.name, served.namespace or None, served.group))
+        if own is not None and own != key and own in rep.may_run_at(record.received_at):
+            # docs/scale-out.md, known limits: the replica knows the name by an older uid (an
+            # object deleted and re-created under its name); a run of the old object writes
+            # the new one by name.
+            self.trace.add(rep.identity, "recreated", f"{what}: written under the key of an older uid of that name, "
+                           "which it owned (an object re-created under its name: a known limit)")
+            key = own
+        if key in rep.may_run_at(record.received_at):
+            gone = next((when for when, held in rep.may_run if when > record.received_at and key not in held), None)
+            if gone is not None and record.answered_at > gone:
+                late = record.answered_at - gone
+                if late > LATE_WRITE_BOUND:
+                    self.fail(f"{rep.identity}'s write ({what}) landed {late:.3f}s after it gave up the range of its "
+                              f"key, beyond the {LATE_WRITE_BOUND:g}s a write in flight may take")
+                else:
+                    self.trace.add(rep.identity, "late", f"{what} was in flight when the range of its key was given "
+                                   f"up; landed {late:.3f}s later")
+            return
+        held_before = [when for when, held in rep.may_run if when <= record.received_at and key in held]
+        if not held_before:
+            self.fail(f"{rep.identity} wrote ({what}) at {record.received_at - self.trace.origin:.3f}s, an object "
+                      "whose key it never owned")
+            return
+        gone = next(when for when, held in rep.may_run if when > held_before[-1] and key not in held)
+        self.fail(f"{rep.identity} wrote ({what}) {record.received_at - gone:.3f}s after it gave up (released or "
+                  "was fenced from) the range of its key")
+
     def _check_within_run(self, record: RequestRecord) -> None:
         """A status write of a key's object comes from a run of that key in progress: none
         arrives after the run ended. One that arrived before its run ended and landed after
@@ -717,6 +958,9 @@ class _Simulator:
         timestamp), is owed a trigger of its key by each controller whose own handler watches
         it (see :meth:`check_notifications`)."""
         obj = change.obj
+        meta = obj.get("metadata") or {}
+        if meta.get("uid") and isinstance(obj.get("kind"), str) and isinstance(meta.get("name"), str):
+            self.uids[(obj["kind"], change.key[0], meta.get("namespace") or None, meta["name"])] = meta["uid"]
         before = _state(change.old) if change.old is not None else None
         after = None if change.type == "DELETED" else _state(obj)
         self._owe(change.key[0], obj, [o for o in (change.old, obj) if o is not None], before, after, "", change.rv)
@@ -753,6 +997,8 @@ class _Simulator:
         if not isinstance(kind, str) or not isinstance(name, str):
             return
         ref = ObjectRef(kind, name, meta.get("namespace") or None, group)
+        uid = meta.get("uid")
+        position = fnv1a64(uid) if isinstance(uid, str) and uid else None
         owing = [k for k in self.obligations if k[2] == ref]
         for key in owing:
             if self.obligations[key].base == after:
@@ -769,13 +1015,15 @@ class _Simulator:
         for rep in self.current.values():
             if rep.harness is None or not rep.alive or not _leads(rep):
                 continue
+            if rep.ring is not None and position not in rep.ring.interest:
+                continue
             holding = {key for key, w in rep.watches.items() if w.kind == kind and w.group == group
                        and (rep.identity, *key) not in self.unsynced
                        and any(self.log.matches_watch(w, shape) for shape in shapes)}
             for controller in sorted(c for c, watches in self.direct.items() if watches & holding):
                 key = (rep.identity, controller, ref)
                 if key not in owing:  # else it still owes an earlier change, from an earlier state
-                    self.obligations[key] = _Owed(now, now, change + note, before, rv)
+                    self.obligations[key] = _Owed(now, now, change + note, before, rv, position)
 
     # ----- replicas -----
 
@@ -801,16 +1049,30 @@ class _Simulator:
     async def _replica(self, rep: _Replica, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         assert self._target is not None
         sim = self.simulation
+
+        def member(client: Client, gate: OwnershipGate, identity: str) -> HashRing:
+            ring = HashRing(
+                client, gate, name=f"engine-{sim.plugin.name}", namespace=sim.namespace, plugins=[sim.plugin.name],
+                identity=identity, lease_duration=RING_LEASE_DURATION, renew_deadline=RING_RENEW_DEADLINE,
+                retry_period=RING_RETRY_PERIOD, handover_grace=RING_HANDOVER_GRACE, rng=random.Random(identity),
+            )
+            rep.ring = ring
+            ring.on_change.append(rep.ring_changed)
+            return ring
+
         async with open_plugin_test(
             sim.plugin, self._target, identity=rep.identity, namespace=sim.namespace, config=sim.config,
             leader_election=self.leader_election, sinks=[self.notifier], observers=[rep],
             grace_period=self.grace_period, start_timeout=math.inf, rbac=self.rbac,
+            scale_out=member if self.scale_out else None,
         ) as harness:
             rep.harness = harness
+            rep.started_at = trio.current_time()
             harness.manager.events.add_tap(rep.tap)
             if harness.manager.leader_election is not None:
                 harness.manager.leader_election.on_lost(rep.lose)
-            self.trace.add(rep.identity, "replica", "started" + (" (leader election)" if self.leader_election else ""))
+            mode = " (leader election)" if self.leader_election else f" (ring member {rep.ring.member})" if rep.ring else ""
+            self.trace.add(rep.identity, "replica", "started" + mode)
             task_status.started()
             with rep.wait_scope:
                 await harness.wait_stopped()
@@ -837,6 +1099,7 @@ class _Simulator:
         since = (trio.current_time() if at is None else at) - self.rewound_at
         deadlines = [float(getattr(rep.harness.manager.leader_election, "renew_deadline", 0.0))
                      for rep in self.replicas if rep.harness is not None]
+        deadlines += [rep.ring.renew_deadline for rep in self.replicas if rep.ring is not None]
         return since if since <= max(deadlines, default=0.0) else None
 
     def stop(self, rep: _Replica) -> None:
@@ -923,7 +1186,7 @@ class _Simulator:
                     self._nursery = nursery
                     for f in self.plan:
                         self.trace.add("sim", "plan", f"at {f.at:.3f}s: {f.describe()}")
-                    for slot in range(2 if self.leader_election else 1):
+                    for slot in range(RING_REPLICAS if self.scale_out else 2 if self.leader_election else 1):
                         await self.start(slot)
                     nursery.start_soon(self._monitor)
                     await self._drive()
@@ -993,6 +1256,11 @@ class _Simulator:
         faults = self._target.faults
         kind = fault.kind
         note = ""
+        if kind in RING_FAULTS:
+            # Another member crashing, cut off, joining or leaving moves the assignment again.
+            self.disturbed_at = max(self.disturbed_at, trio.current_time())
+        elif kind is not FaultKind.SINK_OUTAGE:
+            self.disturbed_at = trio.current_time() + max(fault.seconds, fault.retry_after, fault.jitter)
         if kind is FaultKind.WATCH_DROP or kind is FaultKind.WATCH_DROP_ABRUPT:
             note = f"{faults.drop_watches(client=REPLICA, abrupt=kind is FaultKind.WATCH_DROP_ABRUPT)} watch(es) dropped"
         elif kind is FaultKind.EXPIRE:
@@ -1054,11 +1322,78 @@ class _Simulator:
                 else:
                     self.schedule_restart(leader, fault.seconds)
                     note = f"leader {leader.identity}"
+        elif kind in RING_FAULTS:
+            note = self._ring_fault(fault)
         elif kind is FaultKind.SINK_OUTAGE:
             self.notifier.down = True
         elif kind is FaultKind.REORDER:
             self._nursery.start_soon(self._reorder, fault)
         self.trace.add("sim", "fault", fault.describe() + (f": {note}" if note else ""))
+
+    def _ring_fault(self, fault: ScheduledFault) -> str:
+        """Scale-out mode: a replica joins, leaves, crashes or is cut off; the note to trace."""
+        assert self._target is not None and self._nursery is not None
+        kind = fault.kind
+        alive = [r for _, r in sorted(self.current.items()) if r.alive and r.slot not in self.restarting]
+        if kind is FaultKind.SCALE_UP:
+            if len([s for s in self.current if s not in self.retired]) >= MAX_RING_REPLICAS:
+                return f"skipped: {MAX_RING_REPLICAS} replicas already"
+            slot = max(self.current, default=-1) + 1
+            placeholder = self.current[slot] = _Replica(self, slot, f"{REPLICA}{slot + 1}.0")
+            placeholder.done.set()
+            self.restarting.add(slot)
+            self._nursery.start_soon(self._scale_up, slot)
+            return f"slot {slot}"
+        if not alive:
+            return "skipped: no replica is running"
+        rep = alive[fault.target % len(alive)]
+        if kind is FaultKind.SCALE_DOWN:
+            if len(alive) < 2:
+                return "skipped: the last replica stays"
+            self.retired.add(rep.slot)
+            self.stop(rep)
+            return rep.identity
+        assert rep.ring is not None and rep.harness is not None
+        owned = rep.ring.gate.owned
+        if kind is FaultKind.CRASH:
+            self.crashed.add(rep.identity)
+            rep.harness.crash()
+            self.schedule_restart(rep, fault.seconds)
+            self._nursery.start_soon(self._crashed, rep)
+            what = "crashed"
+        else:
+            if rep.identity in self.cut_off:
+                return f"skipped: {rep.identity} is cut off already"
+            cut = self._target.faults.fail(503, count=None, client=f"{rep.identity}/")
+            self.cut_off[rep.identity] = cut
+            self._nursery.start_soon(self._healed, rep, cut, fault.seconds)
+            what = "was cut off"
+        now = trio.current_time()
+        if owned:
+            self.unowned.append(_Unowned(now, now, rep.identity, what, owned))
+        return f"{rep.identity}, owning {100 * owned.share:.1f}% of the key space"
+
+    async def _scale_up(self, slot: int) -> None:
+        try:
+            await self.start(slot)
+        finally:
+            self.restarting.discard(slot)
+
+    async def _crashed(self, rep: _Replica) -> None:
+        """A crashed process's runs are gone with it: once its tasks ended, none is in progress."""
+        await rep.done.wait()
+        for key, (who, _) in list(self.in_progress.items()):
+            if who == rep.identity:
+                del self.in_progress[key]
+
+    async def _healed(self, rep: _Replica, cut: Fault, seconds: float) -> None:
+        assert self._target is not None
+        with trio.move_on_after(seconds):
+            while cut in self._target.faults.active:
+                await trio.sleep(_TICK / 10)
+        self._target.faults.remove(cut)
+        self.cut_off.pop(rep.identity, None)
+        self.trace.add("sim", "fault", f"partition of {rep.identity} healed")
 
     async def _lasting(self, fault: Fault, seconds: float, expire: int = 0) -> None:
         assert self._target is not None
@@ -1127,7 +1462,7 @@ class _Simulator:
                 scope.cancel(reason="faults stopped")
                 self.trace.add("sim", "fault", f"{rep.identity} kept running: its restart is called off")
         for slot, rep in sorted(self.current.items()):
-            if not rep.alive and slot not in self.restarting:
+            if not rep.alive and slot not in self.restarting and slot not in self.retired:
                 await rep.done.wait()
                 await self.start(slot)
 
@@ -1204,6 +1539,7 @@ def simulate(
     plugin: str | None = None,
     simulation_ref: str | None = None,
     rbac: bool = True,
+    scale_out: bool = False,
 ) -> SimulationResult:
     """Simulate ``simulation`` for one ``seed``; return how it went (never raises for a
     violation: see :attr:`SimulationResult.violation`).
@@ -1214,19 +1550,25 @@ def simulate(
     its name, or none when ``simulation_ref`` is given); ``simulation_ref`` (``module:attr``)
     is how it names the simulation, as ``--simulation``. With ``rbac`` (the default) the
     replicas run as the plugin's ServiceAccount under its generated Role (see
-    :func:`~engine.testing.open_plugin_test`), and a 403 answered to one is a violation. Runs its own ``trio.run`` under ``MockClock``: call it from synchronous code,
+    :func:`~engine.testing.open_plugin_test`), and a 403 answered to one is a violation. With
+    ``scale_out`` the replicas are members of a scale-out ring (:class:`~engine.kube.HashRing`,
+    short timings: :data:`RING_LEASE_DURATION`) instead of leader-election candidates, two at
+    first, and the fault kinds ``scale-up``, ``scale-down``, ``crash`` and ``partition`` act
+    on them (``lease-loss`` is not drawn); every write of a key's object must come while its
+    replica owned the key's range, and every range a crashed or cut-off replica owned must be
+    owned again within :data:`OWNED_AGAIN_BOUND`. Runs its own ``trio.run`` under ``MockClock``: call it from synchronous code,
     not from inside trio. The same arguments give the same trace, entry for entry.
     """
     if duration <= 0 or bound <= 0:
         raise ValueError("duration and bound must be > 0")
     kinds = frozenset(FaultKind) if faults is None else frozenset(faults)
-    runner = _Simulator(simulation, seed, kinds, duration, bound, rbac)
+    runner = _Simulator(simulation, seed, kinds, duration, bound, rbac, scale_out=scale_out)
     clock = trio.testing.MockClock(autojump_threshold=0)
     wall = time.perf_counter()
     with deterministic_scheduling(seed):
         trio.run(runner.main, clock=clock)
     named = plugin if plugin is not None or simulation_ref is not None else simulation.plugin.name
-    replay = _replay_command(named, simulation_ref, seed, kinds, duration, bound, rbac)
+    replay = _replay_command(named, simulation_ref, seed, kinds, duration, bound, rbac, scale_out)
     return runner.result(replay, time.perf_counter() - wall, clock.current_time())
 
 

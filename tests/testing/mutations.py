@@ -49,6 +49,8 @@ class Mutation:
     faults: tuple[FaultKind, ...] | None = None
     """The fault kinds to simulate (``None``: all)."""
     duration: float = 60.0
+    scale_out: bool = False
+    """Whether to simulate in scale-out mode (ring replicas)."""
 
 
 MUTATIONS: tuple[Mutation, ...] = (
@@ -73,6 +75,15 @@ MUTATIONS: tuple[Mutation, ...] = (
              "MirrorReconciler.reconcile", "with ctx.shield(10):", "if True:", plugin="mirror"),
     Mutation("status-write-unshielded", "cut final write (plugin)", "plugins.bundles._controller", "write_status",
              "with ctx.shield(STATUS_WRITE_TIMEOUT) as scope:", "with trio.CancelScope() as scope:"),
+    Mutation("gate-release-returns-at-once", "scale-out handover", "engine._ownership", "OwnershipGate.release",
+             "self._owned = self._owned - ranges", "self._owned = self._owned - ranges; return 0",
+             faults=(FaultKind.SCALE_UP, FaultKind.SCALE_DOWN, FaultKind.LATENCY), scale_out=True),
+    Mutation("ring-honours-dead-leases-twice-as-long", "scale-out takeover", "engine.kube._ring", "_Record.expired",
+             "return now >= self.observed_at + self.duration", "return now >= self.observed_at + 2 * self.duration",
+             faults=(FaultKind.CRASH,), scale_out=True),
+    Mutation("ring-gains-over-others-claims", "scale-out claims", "engine.kube._ring", "HashRing._blocking",
+             "blocked = blocked | record.held", "pass",
+             faults=(FaultKind.SCALE_UP, FaultKind.SCALE_DOWN, FaultKind.LATENCY), scale_out=True),
 )
 """The bugs :func:`main` plants: one per class of the issue, plus the older classes."""
 
@@ -109,7 +120,8 @@ def hunt(mutation: Mutation, seeds: int = 40) -> SimulationResult | None:
     simulation = simulation_for(mutation.plugin)
     with planted(mutation):
         for seed in range(seeds):
-            result = simulate(simulation, seed, faults=mutation.faults, duration=mutation.duration)
+            result = simulate(simulation, seed, faults=mutation.faults, duration=mutation.duration,
+                              scale_out=mutation.scale_out)
             if not result.ok:
                 return result
     return None
@@ -120,7 +132,8 @@ def caught_at(name: str, seed: int) -> SimulationResult:
     duration): what a test of a check runs to show the seed that catches its bug."""
     mutation = next(m for m in MUTATIONS if m.name == name)
     with planted(mutation):
-        return simulate(simulation_for(mutation.plugin), seed, faults=mutation.faults, duration=mutation.duration)
+        return simulate(simulation_for(mutation.plugin), seed, faults=mutation.faults, duration=mutation.duration,
+                        scale_out=mutation.scale_out)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

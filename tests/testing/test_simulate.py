@@ -164,13 +164,16 @@ def test_bundled_plugins_hold_their_guarantees_over_seeds(name: str, record_prop
 
 
 def test_history_rewinds_and_reorders_leave_the_other_kinds_schedule_of_a_seed_as_it_was() -> None:
+    from engine.testing._schedule import RING_FAULTS
+
     last = (FaultKind.HISTORY_REWIND, FaultKind.REORDER)
+    kinds = frozenset(FaultKind) - RING_FAULTS  # what a simulation without scale-out draws
     for seed in range(20):
-        everything = plan_faults(random.Random(seed), FaultKind, 60)
+        everything = plan_faults(random.Random(seed), kinds, 60)
         assert [f for f in everything if f.kind not in last] == plan_faults(
-            random.Random(seed), frozenset(FaultKind) - set(last), 60)
+            random.Random(seed), kinds - set(last), 60)
         assert [f for f in everything if f.kind is not FaultKind.REORDER] == plan_faults(
-            random.Random(seed), frozenset(FaultKind) - {FaultKind.REORDER}, 60)
+            random.Random(seed), kinds - {FaultKind.REORDER}, 60)
 
 
 @pytest.mark.parametrize("name", ["bundles", "mirror"])
@@ -190,3 +193,29 @@ def test_a_leader_that_keeps_reconciling_after_losing_its_lease_is_caught(
     results = simulate_seeds(simulation_for(name), range(20))
     caught = next((r for r in results if not r.ok), None)
     assert caught is not None and caught.violation is not None and "(no fencing)" in caught.violation
+
+
+def test_scale_out_faults_are_drawn_only_in_scale_out_mode_and_leave_the_other_faults_alone() -> None:
+    from engine.testing._schedule import RING_FAULTS
+
+    everything = frozenset(FaultKind)
+    without = plan_faults(random.Random(7), everything - RING_FAULTS, 60)
+    with_ring = plan_faults(random.Random(7), everything, 60)
+    assert not any(f.kind in RING_FAULTS for f in without)
+    assert [f for f in with_ring if f.kind not in RING_FAULTS] == without
+    assert any(f.kind in RING_FAULTS for seed in range(5)
+               for f in plan_faults(random.Random(seed), everything, 60))
+    assert parse_fault_kinds("crash,partition,scale-up,scale-down") == RING_FAULTS
+
+
+def test_a_clean_scale_out_seed_holds_runs_on_several_ring_replicas_and_replays_with_the_flag() -> None:
+    result = simulate(simulation_for("mirror"), 2, duration=30, scale_out=True)
+    assert result.ok, result.report()
+    assert result.replay == "python -m engine simulate --plugin mirror --seed 2 --duration 30 --scale-out"
+    assert not any(f.startswith("lease-loss") for f in result.faults)
+    members = {e.actor for e in result.trace if e.what == "replica" and "ring member" in e.text}
+    assert len(members) >= 2, members
+    runners = {e.actor for e in result.trace if e.what == "start"}
+    assert len(runners) >= 2, runners
+    again = simulate(simulation_for("mirror"), 2, duration=30, scale_out=True)
+    assert again.digest == result.digest

@@ -168,3 +168,42 @@ def test_a_rule_missing_from_the_generated_role_is_a_violation_naming_verb_and_r
     as_admin = simulate(undeclared, 0, duration=20, rbac=False)
     assert as_admin.ok, as_admin.report()
     assert as_admin.replay == "python -m engine simulate --plugin bundles --seed 0 --duration 20 --no-rbac"
+
+
+# Scale-out mode: each check shown catching a planted bug of the ring or the ownership gate.
+
+OVERLAP_0 = ("two runs of Source.bundles.engine.dev/sim/s1 at once across replicas: replica-1.1 sources-2 and "
+             "replica-2.1 sources-1 (no fencing)")
+WRITE_3 = ("replica-1.1 wrote (patch Bundle sim/b0/status) 0.750s after it gave up (released or was fenced from) the "
+           "range of its key")
+TAKEOVER_0 = ("32.9% of the key space that replica-2.1 owned when it crashed at 9.004s was owned by no live replica "
+              "11.492s later (bound 11s)")
+
+
+def test_a_ring_that_gains_ranges_others_still_hold_is_caught_owning_them_on_two_replicas() -> None:
+    result = caught_at("ring-gains-over-others-claims", 0)
+    assert result.violation == "replica-2.1 and replica-1.1 both own (or hand over) 52% of the key space at once (no fencing)"
+    assert result.replay.endswith("--scale-out")
+
+
+def test_the_run_overlap_check_covers_ring_replicas(monkeypatch: pytest.MonkeyPatch) -> None:
+    from engine.testing._simulate import _Simulator
+
+    monkeypatch.setattr(_Simulator, "check_exclusive", lambda self, rep: None)
+    result = caught_at("ring-gains-over-others-claims", 0)
+    assert result.violation == OVERLAP_0
+
+
+def test_a_gate_whose_release_returns_before_its_runs_ended_is_caught_writing_after_the_release(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from engine.testing._simulate import _Simulator
+
+    monkeypatch.setattr(_Simulator, "check_overlap", False)  # the outside view alone catches it
+    result = caught_at("gate-release-returns-at-once", 3)
+    assert result.violation == WRITE_3
+
+
+def test_a_ring_that_honours_a_crashed_members_lease_too_long_leaves_its_ranges_unowned_past_the_bound() -> None:
+    result = caught_at("ring-honours-dead-leases-twice-as-long", 0)
+    assert result.violation == TAKEOVER_0

@@ -160,3 +160,13 @@ def test_replicas_run_under_the_generated_role_unless_no_rbac(capsys: pytest.Cap
                       "Forbidden): the Role `python -m engine manifests` generates for bundles does not grant it")
     assert main(["--simulation", ref, "--seeds", "1", "--duration", "10", "--faults", "none", "--no-rbac"]) == 0
     assert capsys.readouterr().out.splitlines()[-1].startswith("bundles: 1 seed(s) from 0, 0 violation(s), ")
+
+
+def test_scale_out_runs_ring_replicas_and_a_violation_replays_with_the_flag(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--plugin", "mirror", "--seed", "2", "--scale-out", "--faults", "crash,partition",
+                 "--duration", "20"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[-1].startswith("mirror: 1 seed(s) from 2, 0 violation(s), ")
+    assert main(["--plugin", "mirror", "--seed", "2", "--scale-out", "--faults", "crash", "--duration", "20",
+                 "--show-trace"]) == 0
+    assert "(ring member engine-mirror-" in capsys.readouterr().out
