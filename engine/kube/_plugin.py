@@ -18,7 +18,6 @@ import attrs
 import trio
 
 from .._errors import EngineError
-from .._keyspace import KeyRanges
 from .._manager import Manager, ShutdownReport
 from .._text import summarize
 from ._access import MissingPermissionsError, check_permissions, whoami
@@ -27,7 +26,6 @@ from ._cluster import SHARD_LABEL, Cluster
 from ._errors import ConfigError, NotFoundError, ResourceNotFoundError, TransportError, UnauthorizedError
 from ._event_sink import KubernetesEventSink
 from ._leader import LeaderElector
-from ._lease import LEASE_RESOURCE
 from ._metrics import WebhookCollector
 from ._rbac import PolicyRule, crd_rules, merge_rules, rules_for
 from ._resource import Resource
@@ -370,22 +368,6 @@ class WebhookServing:
     server, development); in a cluster ``manifests`` installs them."""
 
 
-def _restrict_to_ring(cluster: Cluster, ring: HashRing) -> None:
-    """Keep the cluster's sharded informers to the keys ``ring`` has an interest in: nothing
-    until the first assignment, then :attr:`HashRing.interest` as it changes; a range runs
-    only once they listed it. The server's support for ``shardSelector`` is asked with a list
-    of the ring's Leases, which a member may read (custom resources do not show it)."""
-    cluster.set_key_ranges(KeyRanges.nothing())
-    cluster.client.add_shard_probe(LEASE_RESOURCE, ring.namespace)
-    ring.cache_ready = cluster.wait_key_ranges_synced
-
-    def follow() -> None:
-        if cluster.key_ranges != ring.interest:
-            cluster.set_key_ranges(ring.interest)
-
-    ring.on_change.append(follow)
-
-
 async def run_plugins(
     client: Client,
     plugins: Iterable[Plugin | str],
@@ -480,9 +462,7 @@ async def run_plugins(
     selector = ",".join([*([f"{SHARD_LABEL}={shard}"] if shard else []), *([label_selector] if label_selector else [])])
     cluster = Cluster(client, manager, namespace=namespace, label_selector=selector or None)
     if scale_out is not None:
-        scale_out.gate.key_of = cluster.key_of
-        scale_out.attach(manager)
-        _restrict_to_ring(cluster, scale_out)
+        scale_out.attach(manager, cluster)
     host = PluginHost(client=client, manager=manager, cluster=cluster, plugins=[], errors=errors)
     needed: list[PolicyRule] = []
     checked: tuple[PolicyRule, ...] = ()

@@ -54,6 +54,7 @@ from engine._ownership import OwnershipGate
 from engine._text import summarize
 
 from ._client import Client
+from ._cluster import Cluster
 from ._errors import AlreadyExistsError, ConflictError, GoneError, KubeError, NotFoundError
 from ._lease import LEASE_RESOURCE, Lease, create_lease, update_lease
 from ._rbac import PolicyRule
@@ -280,14 +281,36 @@ class HashRing:
         """This member's Lease name."""
         return self._member
 
-    def attach(self, manager: Manager) -> None:
+    def attach(self, manager: Manager, cluster: Cluster | None = None) -> None:
         """Run as a service of ``manager`` (whose gate must be :attr:`gate`), hand every range
-        over when it stops, and delete the member Lease after its last run ended."""
+        over when it stops, and delete the member Lease after its last run ended.
+
+        With ``cluster``, the gate places keys with :meth:`Cluster.key_of`, and the cluster's
+        sharded informers (``cluster.informer(..., sharded=True)``) follow the ring: they hold
+        nothing until the first assignment, then the keys of :attr:`interest` as it changes, and
+        a claimed range is gained only once they listed it (:attr:`cache_ready`). Whether the
+        server filters by ``shardSelector`` is asked with a list of the ring's Leases, which a
+        member may read (lists of custom resources never show it).
+        """
         if manager.ownership is not self.gate:
             raise ManagerStateError("the manager's ownership gate is not this ring's gate")
         self._manager = manager
         manager.add_service(self.run)
         manager.add_shutdown_hook(self.leave)
+        if cluster is not None:
+            self._follow(cluster)
+
+    def _follow(self, cluster: Cluster) -> None:
+        self.gate.key_of = cluster.key_of
+        cluster.set_key_ranges(KeyRanges.nothing())
+        cluster.client.add_shard_probe(LEASE_RESOURCE, self.namespace)
+        self.cache_ready = cluster.wait_key_ranges_synced
+
+        def follow() -> None:
+            if cluster.key_ranges != self.interest:
+                cluster.set_key_ranges(self.interest)
+
+        self.on_change.append(follow)
 
     @property
     def interest(self) -> KeyRanges:

@@ -77,7 +77,6 @@ from engine.kube import (
 from .._text import truncate
 from ..apiserver._faults import Faults
 from ..apiserver._server import ApiServer
-from ..kube._plugin import _restrict_to_ring
 from ._errors import HarnessError, WaitTimeout
 from ._target import KubeTarget, ensure_namespace
 
@@ -773,9 +772,7 @@ async def open_plugin_test(
             if scale_out is not None:
                 assert gate is not None
                 ring = scale_out(client, gate, identity)
-                gate.key_of = cluster.key_of
-                ring.attach(manager)
-                _restrict_to_ring(cluster, ring)
+                ring.attach(manager, cluster)
         else:
             raise HarnessError(f"open_plugin_test runs a Plugin or a Manager, got {type(subject).__name__}")
         manager.add_observer(recorder)
