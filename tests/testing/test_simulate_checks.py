@@ -122,6 +122,22 @@ def test_a_relist_that_drops_a_vanished_object_silently_is_a_lost_notification()
         "it at 50.533s never reached its watch handler (a lost notification)")
 
 
+def test_a_change_still_owed_a_trigger_when_everything_converged_is_waited_for(monkeypatch: pytest.MonkeyPatch) -> None:
+    from engine.testing._simulate import _Simulator
+
+    result = caught_at("relist-drops-vanished-silently", 22)
+    assert result.violation == (
+        "replica-1.1 sources: deletion (history rewind) of Source.bundles.engine.dev/sim/s3 at 29.657s passed the "
+        "predicates of its watch handler but led to no trigger of Source.bundles.engine.dev/sim/s3 from that handler "
+        "within 60s (a lost notification)")
+
+    async def converged_is_enough(self: _Simulator) -> None:
+        return None
+
+    monkeypatch.setattr(_Simulator, "_owed_paid", converged_is_enough)
+    assert caught_at("relist-drops-vanished-silently", 22).ok, "the seed converges before the change's bound"
+
+
 def test_the_relist_bug_is_caught_with_every_fault() -> None:
     with planted(_mutation("relist-drops-vanished-silently")):
         result = simulate(simulation_for("bundles"), 47)
