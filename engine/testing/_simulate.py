@@ -97,7 +97,7 @@ from ._schedule import RING_FAULTS, FaultKind, ScheduledFault, plan_faults
 from ._simulation import ClusterState, Simulation, Step
 from ._target import KubeTarget, open_embedded_target
 from ._trace import Trace, TraceEntry
-from ._webhook_service import WebhookService
+from ._webhook_service import WebhookCall, WebhookService
 
 __all__ = ["simulate", "simulate_seeds", "SimulationResult", "DEFAULT_DURATION", "DEFAULT_BOUND"]
 
@@ -473,6 +473,8 @@ class _Simulator:
     webhooks: bool = True
     """Whether the plugin's webhooks are registered, served by the live replicas."""
     webhook_service: WebhookService | None = None
+    webhook_calls: list[WebhookCall] = attrs.field(factory=list)
+    """The webhook calls of the last ``_RESYNC`` seconds."""
     admission: AdmissionCheck | None = None
     """The admission check, while the plugin's validating webhooks are registered and the
     simulation has oracles for them."""
@@ -814,7 +816,7 @@ class _Simulator:
             self.unsynced.discard((actor, served.path, *served.selectors))
         if served.verb in ("list", "watch") and served.status >= 300 and self.obligations:
             self._cannot_read(actor, served)
-        if served.status == 403 and actor.startswith(REPLICA):
+        if served.status == 403 and actor.startswith(REPLICA) and not self._denied_by_webhook(served):
             self._forbidden(actor, served)
         if served.verb in ("get", "list", "watch"):
             return
@@ -1223,6 +1225,7 @@ class _Simulator:
         if not await register_in_process(driver, api, plugin, service):
             return
         self.webhook_service = service
+        service.observers.append(self._webhook_called)
         self.trace.add("sim", "webhooks", f"{len(plugin.webhooks)} registered, served by the live replicas")
         policies = {w.path: w.failure_policy for w in plugin.webhooks
                     if isinstance(w, AdmissionWebhook) and not w.mutating}
@@ -1233,6 +1236,22 @@ class _Simulator:
         api.add_request_observer(check.served)
         api.add_watch_observer(check.delivered)
         api.store.add_listener(self._admitted)
+
+    def _webhook_called(self, call: WebhookCall) -> None:
+        self.webhook_calls.append(call)
+        while self.webhook_calls[0].asked_at < call.asked_at - _RESYNC:
+            del self.webhook_calls[0]
+
+    def _denied_by_webhook(self, served: ServedRequest) -> bool:
+        """Whether an admission webhook denied the write ``served`` (its 403 is then no
+        missing permission)."""
+        for call in self.webhook_calls:
+            request = call.request
+            if (call.response is not None and not call.allowed and call.asked_at >= served.received_at
+                    and (request.get("kind") or {}).get("kind") == served.kind
+                    and request.get("name") == served.name and request.get("namespace") == served.namespace):
+                return True
+        return False
 
     def _webhook_endpoints(self) -> list[tuple[str, WebhookServer]]:
         """The webhook servers of the live replicas that the API server can reach, by slot."""
