@@ -24,7 +24,7 @@ from ._handlers import handle_resource
 from ._responses import json_response, status_response
 from ._routing import Target, flag, request_info, resolve
 from ._storage import ObjectStorage
-from ._watch import WatchObserver, Watches
+from ._watch import Watches, WatchObserver
 from ._webhooks import WebhookClient
 
 __all__ = ["Router", "ServedRequest", "RequestObserver"]

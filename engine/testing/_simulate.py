@@ -36,6 +36,15 @@ seed's workload and fault schedule, and checks the engine's guarantees at every 
   at the next quiet moment. Once converged, a seed waits for every change still owed a
   trigger to get it, or for its bound to pass.
 
+A plugin's webhooks are registered once (unless ``webhooks=False``), served in process by the
+live replicas behind one :class:`~engine.testing._webhook_service.WebhookService`; a workload
+write an admission webhook refuses is traced as ``refused``. With the simulation's
+:class:`~engine.testing.AdmissionOracle` objects, nothing the validating webhooks must refuse
+may be stored while they are registered: each such write is judged against the webhook call
+that allowed it and what the server had sent the answering replica
+(:mod:`engine.testing._admission_check`); what no webhook could have refused is traced as
+``admitted``.
+
 In scale-out mode (``scale_out=True``) the replicas are members of a scale-out ring
 (:class:`~engine.kube.HashRing`) instead of leader-election candidates, and the faults
 ``scale-up``, ``scale-down``, ``crash`` and ``partition`` act on them. The run check above
@@ -90,9 +99,15 @@ from ..apiserver._api import ServedRequest
 from ..apiserver._faults import Fault
 from ..apiserver._requestlog import RequestLog, RequestRecord
 from ..apiserver._storage import Change, ObjectStorage, StorageSnapshot
-from ._determinism import deterministic_scheduling
 from ._admission_check import AdmissionCheck
-from ._harness import DRIVER_USER_AGENT, PluginHarness, open_plugin_test, register_in_process, webhook_configuration_name
+from ._determinism import deterministic_scheduling
+from ._harness import (
+    DRIVER_USER_AGENT,
+    PluginHarness,
+    open_plugin_test,
+    register_in_process,
+    webhook_configuration_name,
+)
 from ._schedule import RING_FAULTS, FaultKind, ScheduledFault, plan_faults
 from ._simulation import ClusterState, Simulation, Step
 from ._target import KubeTarget, open_embedded_target
@@ -1643,7 +1658,9 @@ def simulate(
     first, and the fault kinds ``scale-up``, ``scale-down``, ``crash`` and ``partition`` act
     on them (``lease-loss`` is not drawn); every write of a key's object must come while its
     replica owned the key's range, and every range a crashed or cut-off replica owned must be
-    owned again within :data:`OWNED_AGAIN_BOUND`. Runs its own ``trio.run`` under ``MockClock``: call it from synchronous code,
+    owned again within :data:`OWNED_AGAIN_BOUND`. With ``webhooks`` (the default) the plugin's
+    webhooks are registered, served by the live replicas, and the simulation's admission
+    oracles are checked. Runs its own ``trio.run`` under ``MockClock``: call it from synchronous code,
     not from inside trio. The same arguments give the same trace, entry for entry.
     """
     if duration <= 0 or bound <= 0:

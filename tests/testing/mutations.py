@@ -88,6 +88,7 @@ MUTATIONS: tuple[Mutation, ...] = (
              "if request.rt.storage_key in (MUTATING, VALIDATING) or not self.configured(VALIDATING):",
              'if request.rt.storage_key in (MUTATING, VALIDATING) or not self.configured(VALIDATING) '
              'or request.operation == "UPDATE":'),
+    # find_cycle as the webhook module imported it: the reconciler's own cycle check stays right.
     Mutation("cycle-check-sees-direct-dependencies-only", "admission (plugin)", "plugins.bundles._webhooks",
              "find_cycle", "frontier = following", "frontier = following if frontier == [start] else []"),
 )
