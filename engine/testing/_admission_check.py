@@ -19,9 +19,10 @@ it (the latest allowed call about that object with the same content):
 * admissible among the objects the server held when the webhook was asked: a concurrent
   write closed the gap after the call (two writes each admitted before the other was stored,
   which no webhook can see): traced;
-* admissible among what the server had sent the answering replica at least :data:`SETTLE`
-  seconds before the call (or listed for it during the call): its caches could not know
-  (a stale watch, a replica still syncing): traced;
+* admissible among what the answering replica's caches may have held: each other object as
+  the server had sent it at least :data:`SETTLE` seconds before the call, or as sent since
+  (in flight: either may be in the cache), or as listed for it during the call; its caches
+  could not know (a stale watch, a replica still syncing, a history rewind): traced;
 * the webhook allowed it with a warning while that replica's reads were refused or held up
   (it said it could not check): traced;
 * otherwise a violation: the replica had been told everything the verdict rests on and its
@@ -30,6 +31,9 @@ it (the latest allowed call about that object with the same content):
 
 from __future__ import annotations
 
+import itertools
+import json
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -49,6 +53,8 @@ SETTLE = 0.5
 between the server's watch and the informer's store)."""
 _KEEP = 120.0
 """Seconds of history kept (calls, what was sent), beyond the latest of each object."""
+_COMBINATIONS = 64
+"""The most cache contents :meth:`AdmissionCheck._known` enumerates; past it a write is let off."""
 _SERVER_SET = ("resourceVersion", "managedFields", "generation", "uid", "creationTimestamp", "selfLink")
 
 Obj = Mapping[str, Any]
@@ -154,20 +160,32 @@ class AdmissionCheck:
                 self._send(actor, (rt.group, rt.kind, ns), name, True, listed.get((ns, name)))
             return
 
-    def _known(self, ask: _Ask) -> dict[str, Obj]:
-        """What the answering replica's caches may hold of the namespace's other objects:
-        what was sent to it :data:`SETTLE` seconds before the call, or listed for it during it."""
+    def _known(self, ask: _Ask) -> list[dict[str, Obj]] | None:
+        """What the answering replica's caches may have held of the namespace's other objects
+        when its webhook read them: each object as sent to it :data:`SETTLE` seconds before
+        the call, or as sent since, up to the answer (an event still on its way may or may not
+        have reached the cache: a newer one may even carry an older version, after a history
+        rewind), or listed for it during the call. Every combination, or ``None`` when there
+        are more than :data:`_COMBINATIONS`."""
         call = ask.call
         end = call.answered_at if call.answered_at is not None else call.asked_at
-        known: dict[str, Obj] = {}
+        choices: list[tuple[str, list[Obj | None]]] = []
         for (actor, where, name), history in self.sent.items():
             if actor != call.replica or where != ask.where or name == ask.name:
                 continue
-            seen = [obj for at, listed, obj in history
-                    if at <= call.asked_at - SETTLE or (listed and call.asked_at <= at <= end)]
-            if seen and seen[-1] is not None:
-                known[name] = seen[-1]
-        return known
+            listed = [obj for at, by_list, obj in history if by_list and call.asked_at <= at <= end]
+            if listed:
+                choices.append((name, [listed[-1]]))
+                continue
+            before = [obj for at, _, obj in history if at <= call.asked_at - SETTLE]
+            versions = ([before[-1]] if before else [None]) + [
+                obj for at, _, obj in history if call.asked_at - SETTLE < at <= end]
+            unique = list({json.dumps(v, sort_keys=True): v for v in versions}.values())
+            choices.append((name, unique))
+        if math.prod(len(versions) for _, versions in choices) > _COMBINATIONS:
+            return None
+        return [{name: obj for (name, _), obj in zip(choices, picked, strict=True) if obj is not None}
+                for picked in itertools.product(*(versions for _, versions in choices))]
 
     # ----- the calls -----
 
@@ -226,10 +244,12 @@ class AdmissionCheck:
         if oracle.judge(obj, change.old, ask.truth) is None:
             return None, (f"{what} stored though {verdict.reason}: a write stored after its webhook was asked "
                           f"({at}) closed it (concurrent writes, each admitted before the other was stored)")
-        known = oracle.judge(obj, change.old, self._known(ask))
+        options = self._known(ask)
+        verdicts = [oracle.judge(obj, change.old, peers) for peers in options or ()]
+        known = verdicts[0] if verdicts and None not in verdicts else None
         if known is None:
             return None, (f"{what} stored though {verdict.reason}: {call.replica}, whose webhook allowed it {at}, "
-                          f"had not been sent {', '.join(verdict.through)} as stored then (a stale cache)")
+                          f"may not have held {', '.join(verdict.through)} as stored then (a stale cache)")
         warnings = [str(w) for w in (call.response or {}).get("warnings") or ()]
         end = call.answered_at if call.answered_at is not None else call.asked_at
         troubled = [t for t in self.troubled.get(call.replica or "", ()) if call.asked_at <= t <= end]
