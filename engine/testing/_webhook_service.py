@@ -69,7 +69,6 @@ class WebhookService(httpx.AsyncBaseTransport):
         self._endpoints = endpoints
         self._turn = 0
         self.observers: list[Callable[[WebhookCall], None]] = []
-        self.calls = 0
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         """Answer ``request`` from one live replica's webhook server, or 503 with the
@@ -79,7 +78,6 @@ class WebhookService(httpx.AsyncBaseTransport):
         live = list(self._endpoints())
         replica, server = live[self._turn % len(live)] if live else (None, None)
         self._turn += 1
-        self.calls += 1
         call = WebhookCall(request.url.path, _review_request(body), replica, trio.current_time())
         for observer in self.observers:
             observer(call)
