@@ -24,7 +24,7 @@ from ._handlers import handle_resource
 from ._responses import json_response, status_response
 from ._routing import Target, flag, request_info, resolve
 from ._storage import ObjectStorage
-from ._watch import Watches
+from ._watch import Watches, WatchObserver
 from ._webhooks import WebhookClient
 
 __all__ = ["Router", "ServedRequest", "RequestObserver"]
@@ -101,6 +101,8 @@ class Router:
     observers: list[RequestObserver] = attrs.field(factory=list)
     """Called synchronously with every answered resource request (not discovery, not
     ``/_faults``); an observer must not raise."""
+    watch_observers: list[WatchObserver] = attrs.field(factory=list)
+    """Told of every object event sent on a watch (see :data:`._watch.WatchObserver`); must not raise."""
     admission: Admission = attrs.field(init=False, repr=False)
     """Calls the admission webhooks of the stored configurations on writes."""
     conversions: Conversions = attrs.field(init=False, repr=False)
@@ -111,7 +113,8 @@ class Router:
         self.admission = Admission(self.store, WebhookClient(self.store))
         self.conversions = Conversions(self.store, self.admission.client)
         self.admission.convert = self.conversions.convert
-        self._watches = Watches(self.store, self.faults, self.bookmark_interval, sharding=self.sharding)
+        self._watches = Watches(self.store, self.faults, self.bookmark_interval, sharding=self.sharding,
+                                observers=self.watch_observers)
         self._watches.conversions = self.conversions
         self.faults.connect_watches(self._watches.drop)
 

@@ -29,6 +29,7 @@ from ._memory import DirectTransport, MemoryTransport
 from ._shards import SHARDED_LIST_AND_WATCH, check_feature_gates
 from ._storage import ObjectStorage, StorageSnapshot
 from ._tls import TlsMaterial, common_name
+from ._watch import WatchObserver
 
 __all__ = ["ApiServer"]
 
@@ -365,6 +366,14 @@ class ApiServer:
         subresource, status and body; discovery and ``/_faults`` are left out). The
         simulator's trace of API writes comes from here. An observer must not raise."""
         self._router.observers.append(observer)
+
+    def add_watch_observer(self, observer: WatchObserver) -> None:
+        """Call ``observer(info, type, obj)`` synchronously right before each object event is
+        sent on a watch: the watch's request (its User-Agent, resource, group), ``ADDED``,
+        ``MODIFIED`` or ``DELETED`` (as the watch's selectors see the change), and the object
+        as stored. The simulator learns from it what each replica's caches were sent. An
+        observer must not raise."""
+        self._router.watch_observers.append(observer)
 
     # ----- for synchronous code -----
 

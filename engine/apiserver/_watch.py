@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import math
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
 import attrs
@@ -24,9 +24,14 @@ from ._shards import ShardSelector, shard_selector_of
 from ._storage import Change, ObjectStorage, Subscription
 from ._tables import Conversion, as_partial, as_table, include_option, negotiate
 
-__all__ = ["Watches"]
+__all__ = ["Watches", "WatchObserver"]
 
 logger = logging.getLogger("engine.apiserver.watch")
+
+
+WatchObserver = Callable[[RequestInfo, str, Mapping[str, Any]], None]
+"""Called with the watch's request, the event type (``ADDED``, ``MODIFIED``, ``DELETED``) and
+the object as stored, right before an event is sent on a watch."""
 
 
 @attrs.define(eq=False)
@@ -105,6 +110,8 @@ class Watches:
     """The ``ShardedListAndWatch`` gate: honour ``shardSelector`` (see :mod:`._shards`)."""
     conversions: Conversions | None = None
     """Converts the events of custom resources whose CRD names a conversion webhook."""
+    observers: list[WatchObserver] = attrs.field(factory=list)
+    """Told of every object event sent on a watch (not bookmarks, not errors); must not raise."""
     _active: set[_ActiveWatch] = attrs.field(factory=set, init=False, repr=False)
 
     def drop(self, scope: FaultScope, abrupt: bool) -> int:
@@ -199,6 +206,10 @@ class Watches:
         )
         return Response(200, headers, stream=stream)
 
+    def _tell(self, info: RequestInfo, event: tuple[str, dict[str, Any]]) -> None:
+        for observer in self.observers:
+            observer(info, event[0], event[1])
+
     async def _versioned(self, rt: ResourceType, obj: dict[str, Any]) -> dict[str, Any] | None:
         """``obj`` in ``rt``'s version; ``None`` when its conversion failed: the real server
         then ends the watch (it cannot encode the event) and logs why."""
@@ -254,6 +265,7 @@ class Watches:
                     converted = await self._versioned(rt, event[1])
                     if converted is None:
                         return
+                    self._tell(active.info, event)
                     yield _event_line(event[0], convert(converted))
             if initial_end:
                 last_rv = max(last_rv, store.resource_version)
@@ -288,6 +300,7 @@ class Watches:
                     converted = await self._versioned(rt, event[1])
                     if converted is None:
                         return
+                    self._tell(active.info, event)
                     yield _event_line(event[0], convert(converted))
             if sub.dropped and sub.abrupt:
                 raise AbortStream("watch dropped by fault injection")

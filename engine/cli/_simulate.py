@@ -50,6 +50,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--scale-out", action="store_true",
                         help="run the replicas as members of a scale-out ring (two at first) instead of with leader "
                              "election, with the faults scale-up, scale-down, crash and partition (not lease-loss)")
+    parser.add_argument("--no-webhooks", dest="webhooks", action="store_false",
+                        help="do not register the plugin's admission and conversion webhooks (by default they are, "
+                             "served by the live replicas, and nothing a validating one must refuse may be stored)")
     parser.add_argument("--keep-going", action="store_true", help="run every seed even after a violation")
     parser.add_argument("--trace", type=int, default=40, metavar="N", help="trace entries to print on a violation")
     parser.add_argument("--show-trace", action="store_true", help="print the whole trace of every seed")
@@ -100,6 +103,7 @@ def main(argv: list[str]) -> int:
             simulation, range(first, first + count), budget=args.budget, keep_going=args.keep_going,
             on_result=on_result, faults=kinds, duration=args.duration, bound=args.bound, plugin=args.plugin,
             simulation_ref=args.simulation, jobs=args.jobs, rbac=args.rbac, scale_out=args.scale_out,
+            webhooks=args.webhooks,
         )
     finally:
         progress.clear()

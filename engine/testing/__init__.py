@@ -29,7 +29,9 @@ from ._schedule import FaultKind as FaultKind
 from ._simulate import SimulationResult as SimulationResult
 from ._simulate import simulate as simulate
 from ._simulate import simulate_seeds as simulate_seeds
+from ._simulation import AdmissionOracle as AdmissionOracle
 from ._simulation import ClusterState as ClusterState
+from ._simulation import Inadmissible as Inadmissible
 from ._simulation import Simulation as Simulation
 from ._simulation import Step as Step
 from ._simulation import simulation_for as simulation_for
@@ -38,11 +40,13 @@ from ._target import open_embedded_target as open_embedded_target
 from ._trace import TraceEntry as TraceEntry
 
 __all__ = [
+    "AdmissionOracle",
     "ClusterState",
     "EnvTest",
     "EnvTestError",
     "FaultKind",
     "HarnessError",
+    "Inadmissible",
     "KubeTarget",
     "PluginHarness",
     "Simulation",

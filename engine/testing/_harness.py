@@ -26,6 +26,7 @@ from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
 import attrs
+import httpx
 import trio
 import yaml
 
@@ -605,18 +606,40 @@ WEBHOOK_URL = "https://webhooks.engine-test.invalid"
 ``caBundle``: the embedded server sends them through its ``webhook_transport``)."""
 
 
+def webhook_configuration_name(plugin: Plugin) -> str:
+    """The name of the webhook configurations a test registers for ``plugin``."""
+    return f"engine-test-{plugin.name}"
+
+
+async def register_in_process(
+    driver: Client, api: ApiServer, plugin: Plugin, transport: httpx.AsyncBaseTransport, *,
+    namespace: str | None = None,
+) -> bool:
+    """Register ``plugin``'s webhooks on the embedded server ``api`` under :data:`WEBHOOK_URL`
+    (configurations named :func:`webhook_configuration_name`) and send every webhook call of
+    ``api`` through ``transport`` (a :class:`~engine.kube.WebhookServer`'s ``transport()``, or
+    anything that answers as one: no sockets, trio's clock). Returns ``False``, registering
+    nothing, when the server does not serve ``admissionregistration.k8s.io/v1``.
+
+    Cancellation: what was written stays written; the transport is set only once registered.
+    """
+    config = url_client_config(WEBHOOK_URL, None)
+    if not await register_webhooks(driver, plugin.webhooks, name=webhook_configuration_name(plugin),
+                                   client_config=config, namespace=namespace):
+        return False
+    api.webhook_transport = transport
+    return True
+
+
 async def _register_webhooks(
     stack: contextlib.AsyncExitStack, target: KubeTarget, driver: Client, plugin: Plugin, cluster: Cluster | None,
     client: Client, namespace: str | None,
 ) -> WebhookServer | None:
-    name = f"engine-test-{plugin.name}"
+    name = webhook_configuration_name(plugin)
     if target.api is not None:
         server = WebhookServer(plugin.webhooks, cluster=cluster, client=client)
-        config = url_client_config(WEBHOOK_URL, None)
-        if not await register_webhooks(driver, plugin.webhooks, name=name, client_config=config,
-                                     namespace=namespace):
+        if not await register_in_process(driver, target.api, plugin, server.transport(), namespace=namespace):
             return None
-        target.api.webhook_transport = server.transport()
         return server
     server = WebhookServer(plugin.webhooks, cluster=cluster, client=client, port=0)
     nursery = await stack.enter_async_context(trio.open_nursery())

@@ -36,6 +36,15 @@ seed's workload and fault schedule, and checks the engine's guarantees at every 
   at the next quiet moment. Once converged, a seed waits for every change still owed a
   trigger to get it, or for its bound to pass.
 
+A plugin's webhooks are registered once (unless ``webhooks=False``), served in process by the
+live replicas behind one :class:`~engine.testing._webhook_service.WebhookService`; a workload
+write an admission webhook refuses is traced as ``refused``. With the simulation's
+:class:`~engine.testing.AdmissionOracle` objects, nothing the validating webhooks must refuse
+may be stored while they are registered: each such write is judged against the webhook call
+that allowed it and what the server had sent the answering replica
+(:mod:`engine.testing._admission_check`); what no webhook could have refused is traced as
+``admitted``.
+
 In scale-out mode (``scale_out=True``) the replicas are members of a scale-out ring
 (:class:`~engine.kube.HashRing`) instead of leader-election candidates, and the faults
 ``scale-up``, ``scale-down``, ``crash`` and ``partition`` act on them. The run check above
@@ -84,18 +93,26 @@ from engine import (
 )
 from engine._keyspace import KeyRanges, fnv1a64
 from engine._text import summarize
-from engine.kube import Client, HashRing, KubeError, NotFoundError, install_crds
+from engine.kube import AdmissionWebhook, Client, HashRing, KubeError, NotFoundError, WebhookServer, install_crds
 
 from ..apiserver._api import ServedRequest
 from ..apiserver._faults import Fault
 from ..apiserver._requestlog import RequestLog, RequestRecord
 from ..apiserver._storage import Change, ObjectStorage, StorageSnapshot
+from ._admission_check import AdmissionCheck
 from ._determinism import deterministic_scheduling
-from ._harness import DRIVER_USER_AGENT, PluginHarness, open_plugin_test
+from ._harness import (
+    DRIVER_USER_AGENT,
+    PluginHarness,
+    open_plugin_test,
+    register_in_process,
+    webhook_configuration_name,
+)
 from ._schedule import RING_FAULTS, FaultKind, ScheduledFault, plan_faults
 from ._simulation import ClusterState, Simulation, Step
 from ._target import KubeTarget, open_embedded_target
 from ._trace import Trace, TraceEntry
+from ._webhook_service import WebhookCall, WebhookService
 
 __all__ = ["simulate", "simulate_seeds", "SimulationResult", "DEFAULT_DURATION", "DEFAULT_BOUND"]
 
@@ -179,7 +196,7 @@ class SimulationResult:
 
 def _replay_command(
     plugin: str | None, simulation: str | None, seed: int, kinds: frozenset[FaultKind], duration: float, bound: float,
-    rbac: bool = True, scale_out: bool = False,
+    rbac: bool = True, scale_out: bool = False, webhooks: bool = True,
 ) -> str:
     parts = ["python -m engine simulate"]
     if plugin is not None:
@@ -197,6 +214,8 @@ def _replay_command(
         parts.append("--no-rbac")
     if scale_out:
         parts.append("--scale-out")
+    if not webhooks:
+        parts.append("--no-webhooks")
     return " ".join(parts)
 
 
@@ -292,6 +311,9 @@ class _Replica(RunObserver):
     """The collections it watched, by ``(path, label selector, field selector)``."""
     ring: HashRing | None = None
     """Scale-out mode: its ring membership."""
+    webhook_server: WebhookServer | None = None
+    """The server of the plugin's webhooks in this replica (an endpoint of their Service while
+    the replica is alive)."""
     started_at: float = math.inf
     """When it started (joined the ring, in scale-out mode)."""
     may_run: list[tuple[float, KeyRanges]] = attrs.field(factory=list)
@@ -463,6 +485,14 @@ class _Simulator:
     """Whether the replicas run as the plugin's ServiceAccount under its generated Role."""
     scale_out: bool = False
     """Whether the replicas run as members of a scale-out ring instead of with leader election."""
+    webhooks: bool = True
+    """Whether the plugin's webhooks are registered, served by the live replicas."""
+    webhook_service: WebhookService | None = None
+    webhook_calls: list[WebhookCall] = attrs.field(factory=list)
+    """The webhook calls of the last ``_RESYNC`` seconds."""
+    admission: AdmissionCheck | None = None
+    """The admission check, while the plugin's validating webhooks are registered and the
+    simulation has oracles for them."""
     check_overlap: ClassVar[bool] = True
     """Whether two runs of one key on two replicas are a violation; tests turn it off to show
     that the outside-view checks catch a bug alone."""
@@ -801,7 +831,7 @@ class _Simulator:
             self.unsynced.discard((actor, served.path, *served.selectors))
         if served.verb in ("list", "watch") and served.status >= 300 and self.obligations:
             self._cannot_read(actor, served)
-        if served.status == 403 and actor.startswith(REPLICA):
+        if served.status == 403 and actor.startswith(REPLICA) and not self._denied_by_webhook(served):
             self._forbidden(actor, served)
         if served.verb in ("get", "list", "watch"):
             return
@@ -1064,9 +1094,12 @@ class _Simulator:
             sim.plugin, self._target, identity=rep.identity, namespace=sim.namespace, config=sim.config,
             leader_election=self.leader_election, sinks=[self.notifier], observers=[rep],
             grace_period=self.grace_period, start_timeout=math.inf, rbac=self.rbac,
-            scale_out=member if self.scale_out else None,
+            scale_out=member if self.scale_out else None, webhooks=False,
         ) as harness:
             rep.harness = harness
+            if self.webhook_service is not None:
+                rep.webhook_server = WebhookServer(sim.plugin.webhooks, cluster=harness.cluster,
+                                                   client=harness.replica_client)
             rep.started_at = trio.current_time()
             harness.manager.events.add_tap(rep.tap)
             if harness.manager.leader_election is not None:
@@ -1182,6 +1215,8 @@ class _Simulator:
             async with target.client(user_agent=DRIVER_USER_AGENT) as driver:
                 self._driver = driver
                 await install_crds(driver, sim.plugin.crds)
+                if self.webhooks and sim.plugin.webhooks:
+                    await self._register_webhooks(driver)
                 async with trio.open_nursery() as nursery:
                     self._nursery = nursery
                     for f in self.plan:
@@ -1194,6 +1229,58 @@ class _Simulator:
                     await self._settle()
                     await self._finish()
                     nursery.cancel_scope.cancel(reason="simulation finished")
+
+    async def _register_webhooks(self, driver: Client) -> None:
+        """Register the plugin's webhooks once, served by the live replicas through a
+        :class:`~engine.testing._webhook_service.WebhookService`, and, when the simulation
+        has oracles for them, start the admission check."""
+        assert self._target is not None and self._target.api is not None
+        api, plugin = self._target.api, self.simulation.plugin
+        service = WebhookService(webhook_configuration_name(plugin), self._webhook_endpoints)
+        if not await register_in_process(driver, api, plugin, service):
+            return
+        self.webhook_service = service
+        service.observers.append(self._webhook_called)
+        self.trace.add("sim", "webhooks", f"{len(plugin.webhooks)} registered, served by the live replicas")
+        policies = {w.path: w.failure_policy for w in plugin.webhooks
+                    if isinstance(w, AdmissionWebhook) and not w.mutating}
+        if not self.simulation.admission or not policies:
+            return
+        check = self.admission = AdmissionCheck(api.store, self.simulation.admission, policies, origin=self.trace.origin)
+        service.observers.append(check.asked)
+        api.add_request_observer(check.served)
+        api.add_watch_observer(check.delivered)
+        api.store.add_listener(self._admitted)
+
+    def _webhook_called(self, call: WebhookCall) -> None:
+        self.webhook_calls.append(call)
+        while self.webhook_calls[0].asked_at < call.asked_at - _RESYNC:
+            del self.webhook_calls[0]
+
+    def _denied_by_webhook(self, served: ServedRequest) -> bool:
+        """Whether an admission webhook denied the write ``served`` (its 403 is then no
+        missing permission)."""
+        for call in self.webhook_calls:
+            request = call.request
+            if (call.response is not None and not call.allowed and call.asked_at >= served.received_at
+                    and (request.get("kind") or {}).get("kind") == served.kind
+                    and request.get("name") == served.name and request.get("namespace") == served.namespace):
+                return True
+        return False
+
+    def _webhook_endpoints(self) -> list[tuple[str, WebhookServer]]:
+        """The webhook servers of the live replicas that the API server can reach, by slot."""
+        return [(rep.identity, rep.webhook_server) for _, rep in sorted(self.current.items())
+                if rep.webhook_server is not None and rep.alive and rep.identity not in self.cut_off
+                and rep.identity not in self.crashed]
+
+    def _admitted(self, change: Change) -> None:
+        assert self.admission is not None
+        violation, note = self.admission.committed(change)
+        if violation is not None:
+            self.fail(violation)
+        elif note is not None:
+            self.trace.add("sim", "admitted", note)
 
     async def _monitor(self) -> None:
         while True:
@@ -1242,7 +1329,14 @@ class _Simulator:
             except NotFoundError:
                 pass
         else:
-            await client.apply(resource, manifest, field_manager="engine-simulation", force=True)
+            try:
+                await client.apply(resource, manifest, field_manager="engine-simulation", force=True)
+            except KubeError as exc:
+                if not _admission_refused(exc):
+                    raise
+                self.trace.add("sim", "refused", f"{step.describe()}: {summarize(exc)}")
+                self.applied += 1
+                return
             if isinstance(manifest.get("status"), Mapping) and "status" in resource.subresources:
                 await client.apply(
                     resource, {"apiVersion": manifest["apiVersion"], "kind": manifest["kind"], "metadata": meta,
@@ -1529,6 +1623,13 @@ class _Simulator:
         )
 
 
+def _admission_refused(exc: KubeError) -> bool:
+    """Whether the server refused a write for its admission webhooks: one denied it, or one
+    could not be called under ``failurePolicy: Fail`` (an expected outcome of a workload)."""
+    text = str(exc)
+    return 'admission webhook "' in text or 'failed calling webhook "' in text
+
+
 def simulate(
     simulation: Simulation,
     seed: int,
@@ -1540,6 +1641,7 @@ def simulate(
     simulation_ref: str | None = None,
     rbac: bool = True,
     scale_out: bool = False,
+    webhooks: bool = True,
 ) -> SimulationResult:
     """Simulate ``simulation`` for one ``seed``; return how it went (never raises for a
     violation: see :attr:`SimulationResult.violation`).
@@ -1556,19 +1658,21 @@ def simulate(
     first, and the fault kinds ``scale-up``, ``scale-down``, ``crash`` and ``partition`` act
     on them (``lease-loss`` is not drawn); every write of a key's object must come while its
     replica owned the key's range, and every range a crashed or cut-off replica owned must be
-    owned again within :data:`OWNED_AGAIN_BOUND`. Runs its own ``trio.run`` under ``MockClock``: call it from synchronous code,
+    owned again within :data:`OWNED_AGAIN_BOUND`. With ``webhooks`` (the default) the plugin's
+    webhooks are registered, served by the live replicas, and the simulation's admission
+    oracles are checked. Runs its own ``trio.run`` under ``MockClock``: call it from synchronous code,
     not from inside trio. The same arguments give the same trace, entry for entry.
     """
     if duration <= 0 or bound <= 0:
         raise ValueError("duration and bound must be > 0")
     kinds = frozenset(FaultKind) if faults is None else frozenset(faults)
-    runner = _Simulator(simulation, seed, kinds, duration, bound, rbac, scale_out=scale_out)
+    runner = _Simulator(simulation, seed, kinds, duration, bound, rbac, scale_out=scale_out, webhooks=webhooks)
     clock = trio.testing.MockClock(autojump_threshold=0)
     wall = time.perf_counter()
     with deterministic_scheduling(seed):
         trio.run(runner.main, clock=clock)
     named = plugin if plugin is not None or simulation_ref is not None else simulation.plugin.name
-    replay = _replay_command(named, simulation_ref, seed, kinds, duration, bound, rbac, scale_out)
+    replay = _replay_command(named, simulation_ref, seed, kinds, duration, bound, rbac, scale_out, webhooks)
     return runner.result(replay, time.perf_counter() - wall, clock.current_time())
 
 

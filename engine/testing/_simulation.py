@@ -25,7 +25,9 @@ from ..apiserver._selectors import parse_field_selector, parse_label_selector
 from ..apiserver._storage import ObjectStorage
 
 __all__ = [
+    "AdmissionOracle",
     "ClusterState",
+    "Inadmissible",
     "Simulation",
     "Step",
     "Invariant",
@@ -107,6 +109,34 @@ class ClusterState:
                 if found is not None:
                     return found
         return None
+
+
+@attrs.frozen
+class Inadmissible:
+    """Why a validating webhook must refuse an object: what an :class:`AdmissionOracle` found."""
+
+    reason: str
+    """What is wrong, in a few words (``dependency cycle: b0 -> b1 -> b0``)."""
+    through: tuple[str, ...] = ()
+    """The names of the other objects (of its kind, in its namespace) the verdict rests on; empty
+    when the object alone is enough to refuse it."""
+
+
+@attrs.frozen
+class AdmissionOracle:
+    """What the plugin's validating webhooks must refuse, for one kind, evaluated by the
+    simulation on its own (not by calling the plugin's handler).
+
+    ``judge(obj, old, peers)`` takes the object about to be stored, the stored one it replaces
+    (``None`` on a create) and the other stored objects of its kind in its namespace, by name;
+    it returns ``None`` when the write need not be refused, else :class:`Inadmissible`. It
+    must be pure and cheap: the simulator calls it at every write of the kind.
+    """
+
+    kind: str
+    group: str
+    judge: Callable[[Mapping[str, Any], Mapping[str, Any] | None, Mapping[str, Mapping[str, Any]]],
+                    Inadmissible | None] = attrs.field(eq=False)
 
 
 def failed_ready_condition(status: Mapping[str, Any]) -> bool:
@@ -219,6 +249,10 @@ def _invariants(items: Iterable[Invariant]) -> tuple[Invariant, ...]:
     return tuple(items)
 
 
+def _oracles(items: Iterable[AdmissionOracle]) -> tuple[AdmissionOracle, ...]:
+    return tuple(items)
+
+
 @attrs.frozen(kw_only=True)
 class Simulation:
     """How to simulate one plugin: its workload, its convergence check, its invariants.
@@ -229,13 +263,16 @@ class Simulation:
     wrong, and is checked at every step. ``failure_status(status)`` says whether a status
     written by a run is a failure status (one that a superseded or shutdown run must never
     write). ``config`` updates the plugin's configuration; ``prompt`` is how long a dependent
-    may wait for its run once its dependency is Ready.
+    may wait for its run once its dependency is Ready. ``admission`` says, per kind, what the
+    plugin's validating webhooks must refuse: while they are registered, no object they must
+    refuse may be stored (see :func:`~engine.testing.simulate`).
     """
 
     plugin: Plugin
     workload: Callable[[random.Random, float], Iterable[Step]] | None = None
     converged: Callable[[ClusterState], Sequence[str]] | None = None
     invariants: Sequence[Invariant] = attrs.field(factory=_no_invariants, converter=_invariants)
+    admission: Sequence[AdmissionOracle] = attrs.field(factory=tuple, converter=_oracles)
     failure_status: Callable[[Mapping[str, Any]], bool] = failed_ready_condition
     config: Mapping[str, Any] = attrs.field(factory=dict)
     namespace: str = "sim"

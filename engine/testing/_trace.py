@@ -20,7 +20,9 @@ class TraceEntry:
     """``sim`` (workload and faults), ``api`` (writes), or a replica (``replica-1.2``: slot
     1, second start)."""
     what: str
-    """``step``, ``fault``, ``replica``, ``trigger``, ``start``, ``end``, ``ready``, ``write``."""
+    """``step``, ``fault``, ``replica``, ``trigger``, ``start``, ``end``, ``ready``, ``write``,
+    ``refused`` (a workload write an admission webhook refused), ``admitted`` (a write the
+    admission check excused), ..."""
     text: str
 
     def __str__(self) -> str:

@@ -7,19 +7,27 @@ dependencies, and Bundles and Sources deleted and created again. Converged means
 Source is Ready for its generation, its message naming its revision; a Bundle
 whose dependencies can all be Ready and whose Source exists is Ready at the Source's
 revision and every object of the artifact is there with its data; any other Bundle has
-observed its generation; nothing a Bundle applied outlives it. At every step: nothing outlives its Bundle, and the
-status a Bundle shows is the one last written to it (from the server's request log).
+observed its generation; nothing a Bundle applied outlives it. At every step: nothing outlives its Bundle, the
+status a Bundle shows is the one last written to it (from the server's request log), and
+(while the mutating webhook is registered) every Bundle has an ``interval``.
+
+Now and then the workload also sends what the webhooks handle: a Bundle without ``interval``,
+one that depends on itself, one that closes a cycle through other Bundles. The simulator
+checks that no Bundle the validating webhook must refuse is stored while it is registered;
+what must be refused is :func:`no_dependency_cycle`'s verdict, found independently of the
+webhook's handler.
 """
 
 from __future__ import annotations
 
+import copy
 import random
 from collections.abc import Mapping
 from typing import Any
 
 from engine.apiserver import RequestRecord
 from engine.kube import get_condition, is_ready
-from engine.testing import ClusterState, Simulation, Step
+from engine.testing import AdmissionOracle, ClusterState, Inadmissible, Simulation, Step
 
 from ._controller import OWNER_LABEL, STATUS_WRITE_TIMEOUT, plugin
 from ._crds import API_VERSION, GROUP
@@ -51,6 +59,11 @@ def _depends(index: int, rng: random.Random) -> list[int]:
 
 
 def workload(rng: random.Random, duration: float) -> list[Step]:
+    steps = _workload(rng, duration)
+    return steps + _admission_attempts(random.Random(rng.getrandbits(64)), steps, duration)
+
+
+def _workload(rng: random.Random, duration: float) -> list[Step]:
     count = rng.randint(2, 4)
     revisions = dict.fromkeys(range(count), 1)
     bundles = {i: _bundle(i, _depends(i, rng), rng.choice(_WAITS)) for i in range(count)}
@@ -79,6 +92,107 @@ def workload(rng: random.Random, duration: float) -> list[Step]:
             revisions[i] += 1
             steps.append(Step.delete(t, _source(i, revisions[i], rng), "deleted"))
             steps.append(Step.apply(t + rng.uniform(2.0, 15.0), _source(i, revisions[i], rng), f"created again at r{revisions[i]}"))
+
+
+def _dependencies(bundle: Mapping[str, Any]) -> list[str]:
+    items = (bundle.get("spec") or {}).get("dependsOn") or []
+    return [d["name"] for d in items if isinstance(d, Mapping) and isinstance(d.get("name"), str)]
+
+
+def _bundles_at(steps: list[Step], t: float) -> dict[str, dict[str, Any]]:
+    """The Bundles the workload has applied and not deleted by ``t`` (as it meant them)."""
+    bundles: dict[str, dict[str, Any]] = {}
+    for step in sorted(steps, key=lambda s: s.at):
+        if step.at > t:
+            break
+        if step.manifest.get("kind") != "Bundle":
+            continue
+        name = step.manifest["metadata"]["name"]
+        if step.action == "delete":
+            bundles.pop(name, None)
+        else:
+            bundles[name] = copy.deepcopy(dict(step.manifest))
+    return bundles
+
+
+def _reaches(bundles: Mapping[str, Mapping[str, Any]], start: str) -> dict[str, int]:
+    """The Bundles ``start`` depends on, directly or not, with the length of the shortest path."""
+    found: dict[str, int] = {}
+    frontier = [(d, 1) for d in _dependencies(bundles[start])]
+    while frontier:
+        name, length = frontier.pop(0)
+        if name in found or name not in bundles:
+            continue
+        found[name] = length
+        frontier.extend((d, length + 1) for d in _dependencies(bundles[name]))
+    return found
+
+
+def _admission_attempts(rng: random.Random, steps: list[Step], duration: float) -> list[Step]:
+    """Writes the plugin's webhooks handle, now and then: a Bundle applied without
+    ``interval`` (the mutating webhook defaults it), one that depends on itself, and one whose
+    new dependency closes a cycle through other Bundles (the validating webhook refuses both;
+    the workload goes on as if they were never sent). Drawn from a generator of their own, so
+    the rest of the workload is what it was without them."""
+    attempts: list[Step] = []
+    t = 0.0
+    while True:
+        t += rng.uniform(2.0, 10.0)
+        if t >= duration:
+            return attempts
+        bundles = _bundles_at(steps, t)
+        if not bundles:
+            continue
+        names = sorted(bundles)
+        roll = rng.random()
+        if roll < 0.3:
+            name = rng.choice(names)
+            manifest = copy.deepcopy(bundles[name])
+            del manifest["spec"]["interval"]
+            attempts.append(Step.apply(t, manifest, "no interval"))
+        elif roll < 0.45:
+            name = rng.choice(names)
+            manifest = copy.deepcopy(bundles[name])
+            manifest["spec"]["dependsOn"].append({"name": name})
+            attempts.append(Step.apply(t, manifest, "depends on itself"))
+        else:
+            closing = [(length, first, last) for first in names for last, length in _reaches(bundles, first).items()]
+            longer = [c for c in closing if c[0] > 1]
+            if not closing:
+                continue
+            _, first, last = rng.choice(longer if longer and rng.random() < 0.7 else closing)
+            manifest = copy.deepcopy(bundles[last])
+            manifest["spec"]["dependsOn"].append({"name": first})
+            attempts.append(Step.apply(t, manifest, f"closes a cycle through {first}"))
+
+
+def no_dependency_cycle(
+    bundle: Mapping[str, Any], old: Mapping[str, Any] | None, others: Mapping[str, Mapping[str, Any]]
+) -> Inadmissible | None:
+    """What the validating webhook must refuse, found independently of it: a Bundle that is
+    not being deleted and whose ``dependsOn``, new on this write, names itself or closes a
+    cycle through the other Bundles (the shortest one is named)."""
+    meta = bundle.get("metadata") or {}
+    name, dependencies = str(meta.get("name")), _dependencies(bundle)
+    if meta.get("deletionTimestamp") or (old is not None and _dependencies(old) == dependencies):
+        return None
+    if name in dependencies:
+        return Inadmissible(f"{name} depends on itself")
+    came_from = dict.fromkeys(dependencies, name)
+    frontier = list(dict.fromkeys(dependencies))
+    while frontier:
+        current = frontier.pop(0)
+        for following in _dependencies(others[current]) if current in others else ():
+            if following == name:
+                path = [current]
+                while path[-1] != name:
+                    path.append(came_from[path[-1]])
+                cycle = [name, *reversed(path[:-1]), name]
+                return Inadmissible("dependency cycle: " + " -> ".join(cycle), through=tuple(cycle[1:-1]))
+            if following not in came_from:
+                came_from[following] = current
+                frontier.append(following)
+    return None
 
 
 def converged(state: ClusterState) -> list[str]:
@@ -134,6 +248,15 @@ def _orphans(state: ClusterState) -> list[str]:
         for cm in state.objects("ConfigMap", namespace=state.namespace)
         if (owner := (cm["metadata"].get("labels") or {}).get(OWNER_LABEL)) and owner not in owners
     ]
+
+
+def every_bundle_has_an_interval(state: ClusterState) -> str | None:
+    """While the mutating webhook is registered, no Bundle is stored without ``interval``."""
+    if not state.objects("MutatingWebhookConfiguration", group="admissionregistration.k8s.io"):
+        return None
+    missing = sorted(b["metadata"]["name"] for b in state.objects("Bundle", group=GROUP)
+                     if (b.get("spec") or {}).get("interval") is None)
+    return f"Bundles stored without interval: {', '.join(missing)}" if missing else None
 
 
 def nothing_outlives_its_bundle(state: ClusterState) -> str | None:
@@ -203,7 +326,8 @@ simulation = Simulation(
     plugin=plugin,
     workload=workload,
     converged=converged,
-    invariants=[nothing_outlives_its_bundle, status_is_the_last_written],
+    invariants=[nothing_outlives_its_bundle, status_is_the_last_written, every_bundle_has_an_interval],
+    admission=[AdmissionOracle("Bundle", GROUP, no_dependency_cycle)],
     failure_status=_failed,
     config={"healthPollInterval": 0.5, "dependencyRetry": 30.0},
 )

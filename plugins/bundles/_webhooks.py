@@ -8,7 +8,10 @@ a list from the API server) and refuses a Bundle that closes a cycle, naming it:
 other Bundles cannot be read (the API server failing, or too slow to answer within the
 handler's deadline), the Bundle is allowed with a warning saying the cycle was not checked, rather than refusing every Bundle while the server is
 unwell. Two Bundles written at the same moment can still close a cycle the other did not see
-yet. The reconciler reports such cycles (``DependencyCycle``) either way.
+yet. The reconciler reports such cycles (``DependencyCycle``) either way. An update that
+leaves ``dependsOn`` as it was, and any write of a Bundle being deleted, is let through: a
+Bundle stored in a cycle (before the webhook, or by two such writes) can still get and lose
+its finalizer and its labels.
 
 The mutating webhook writes ``spec.interval: 10m`` into a Bundle that has none, so what is
 stored says what the reconciler uses (:data:`DEFAULT_INTERVAL`, which the spec parser also
@@ -71,7 +74,9 @@ async def validate_bundle(request: AdmissionRequest, ctx: WebhookContext) -> Adm
     bundle = request.object or {}
     name = request.name or str(mapping(bundle.get("metadata")).get("name") or "")
     own = dependency_names(bundle)
-    if not name or not own:
+    if not name or not own or mapping(bundle.get("metadata")).get("deletionTimestamp"):
+        return None
+    if request.old_object is not None and dependency_names(request.old_object) == own:
         return None
     if name in own:
         raise AdmissionDenied(f"dependency cycle: {name} -> {name} (a Bundle cannot depend on itself)")

@@ -108,6 +108,27 @@ async def test_watch_label_selector_transitions(client: httpx.AsyncClient) -> No
         assert (await w.next())["type"] == "DELETED"
 
 
+async def test_watch_observers_hear_each_event_as_the_watch_sends_it(api: ApiServer, client: httpx.AsyncClient) -> None:
+    from contextlib import AsyncExitStack
+
+    heard: list[tuple[str, str, str, str]] = []
+    api.add_watch_observer(lambda info, type_, obj: heard.append(
+        (info.user_agent, info.resource or "", type_, obj["metadata"]["name"])))
+    await client.post(CM, json=cm("before", metadata={"name": "before", "labels": {"app": "web"}}))
+    async with AsyncExitStack() as stack:
+        w = await open_watch(client, CM, stack, labelSelector="app=web")
+        await w.next()
+        obj = (await client.post(CM, json={"metadata": {"name": "x", "labels": {"app": "web"}}})).json()
+        await w.next()
+        obj["metadata"]["labels"]["app"] = "db"
+        await client.put(f"{CM}/x", json=obj)
+        await client.post(CM, json=cm("unseen"))
+        await w.next()
+    agent = heard[0][0]
+    assert heard == [(agent, "configmaps", "ADDED", "before"), (agent, "configmaps", "ADDED", "x"),
+                     (agent, "configmaps", "DELETED", "x")]
+
+
 async def test_watch_single_object_and_namespace_scope(client: httpx.AsyncClient) -> None:
     from contextlib import AsyncExitStack
 

@@ -73,11 +73,24 @@ async def test_without_the_webhooks_the_schema_leaves_the_interval_out(
         assert plain is not None and "interval" not in plain["spec"]
 
 
-def _request(obj: dict[str, Any]) -> AdmissionRequest:
+def _request(obj: dict[str, Any], old: dict[str, Any] | None = None) -> AdmissionRequest:
     return AdmissionRequest.from_review({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
         "uid": "1", "kind": {"group": "bundles.engine.dev", "version": "v1alpha1", "kind": "Bundle"},
         "resource": {"group": "bundles.engine.dev", "version": "v1alpha1", "resource": "bundles"},
-        "name": obj["metadata"]["name"], "namespace": "ns", "operation": "CREATE", "object": obj}})
+        "name": obj["metadata"]["name"], "namespace": "ns", "operation": "CREATE" if old is None else "UPDATE",
+        "object": obj, "oldObject": old}})
+
+
+async def test_a_bundle_stored_in_a_cycle_can_still_get_and_lose_its_finalizer() -> None:
+    a = raw_bundle("a", {"sourceRef": {"name": "r"}, "dependsOn": [{"name": "a"}]})
+    finalized = {**a, "metadata": {**a["metadata"], "finalizers": ["bundles.engine.dev/finalizer"]}}
+    deleting = {**a, "metadata": {**a["metadata"], "deletionTimestamp": "2026-01-01T00:00:00Z"}}
+    async with trio.open_nursery() as nursery:
+        ctx = WebhookContext(None, None, nursery, float("inf"))
+        assert await validate_bundle(_request(finalized, a), ctx) is None
+        assert await validate_bundle(_request(deleting, finalized), ctx) is None
+        with pytest.raises(Exception, match=r"^dependency cycle: a -> a \(a Bundle cannot depend on itself\)$"):
+            await validate_bundle(_request(a, raw_bundle("a", {"sourceRef": {"name": "r"}})), ctx)
 
 
 async def test_other_bundles_are_read_from_the_api_without_a_cache_and_a_failure_or_delay_only_warns(

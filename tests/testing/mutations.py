@@ -84,6 +84,13 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation("ring-gains-over-others-claims", "scale-out claims", "engine.kube._ring", "HashRing._blocking",
              "blocked = blocked | record.held", "pass",
              faults=(FaultKind.SCALE_UP, FaultKind.SCALE_DOWN, FaultKind.LATENCY), scale_out=True),
+    Mutation("validating-webhooks-skipped-on-update", "admission", "engine.apiserver._admission", "Admission.validate",
+             "if request.rt.storage_key in (MUTATING, VALIDATING) or not self.configured(VALIDATING):",
+             'if request.rt.storage_key in (MUTATING, VALIDATING) or not self.configured(VALIDATING) '
+             'or request.operation == "UPDATE":'),
+    # find_cycle as the webhook module imported it: the reconciler's own cycle check stays right.
+    Mutation("cycle-check-sees-direct-dependencies-only", "admission (plugin)", "plugins.bundles._webhooks",
+             "find_cycle", "frontier = following", "frontier = following if frontier == [start] else []"),
 )
 """The bugs :func:`main` plants: one per class of the issue, plus the older classes."""
 

@@ -85,10 +85,10 @@ async def test_the_request_log_knows_who_held_which_lease() -> None:
 
 
 def test_a_cut_shielded_write_that_the_run_does_not_report_is_caught() -> None:
-    result = caught_at("shield-does-not-shield", 3)
+    result = caught_at("shield-does-not-shield", 0)
     assert result.violation == (
-        "run replica-1.1 sources-6 of Source.bundles.engine.dev/sim/s2 was cancelled (superseded) inside a shielded "
-        "write at 12.102s, but no write of it reached the server before it ended at 12.102s, and it did not report "
+        "run replica-1.1 sources-5 of Source.bundles.engine.dev/sim/s0 was cancelled (superseded) inside a shielded "
+        "write at 11.442s, but no write of it reached the server before it ended at 11.442s, and it did not report "
         "a cut write")
 
 
@@ -140,10 +140,10 @@ def test_a_change_still_owed_a_trigger_when_everything_converged_is_waited_for(m
 
 def test_the_relist_bug_is_caught_with_every_fault() -> None:
     with planted(_mutation("relist-drops-vanished-silently")):
-        result = simulate(simulation_for("bundles"), 47)
+        result = simulate(simulation_for("bundles"), 59)
     assert result.violation == (
-        "replica-1.1 sources: Source.bundles.engine.dev/sim/s1 was added again, but the deletion (history rewind) of "
-        "it at 31.494s never reached its watch handler (a lost notification)")
+        "replica-1.1 bundles: Bundle.bundles.engine.dev/sim/b0 was added again, but the deletion of it at 28.985s "
+        "never reached its watch handler (a lost notification)")
     assert len(result.faults) > 10
 
 
@@ -165,11 +165,11 @@ def test_an_unshielded_copy_write_overtaken_by_the_next_runs_is_caught_going_bac
 
 
 def test_an_unshielded_status_write_overtaken_by_the_next_runs_breaks_status_is_the_last_written() -> None:
-    result = caught_at("status-write-unshielded", 7)
+    result = caught_at("status-write-unshielded", 5)
     assert result.violation == (
-        "plugin invariant status_is_the_last_written: Source s2 shows (None, 'True', 'ArtifactReady', 'revision r5 "
-        "with 2 objects'), but the last status written (replica-1.1 at 5.019, sent at 5.019; one sent earlier "
-        "landed after it) was (None, 'True', 'ArtifactReady', 'revision r6 with 2 objects')")
+        "plugin invariant status_is_the_last_written: Source s1 shows (None, 'True', 'ArtifactReady', 'revision r9 "
+        "with 3 objects'), but the last status written (replica-1.3 at 58.896, sent at 56.928; one sent earlier "
+        "landed after it) was (None, 'True', 'ArtifactReady', 'revision r8 with 2 objects')")
 
 
 def test_a_rule_missing_from_the_generated_role_is_a_violation_naming_verb_and_resource() -> None:
@@ -188,8 +188,8 @@ def test_a_rule_missing_from_the_generated_role_is_a_violation_naming_verb_and_r
 
 # Scale-out mode: each check shown catching a planted bug of the ring or the ownership gate.
 
-OVERLAP_0 = ("two runs of Bundle.bundles.engine.dev/sim/b1 at once across replicas: replica-2.1 bundles-1 and "
-             "replica-1.1 bundles-2 (no fencing)")
+OVERLAP_1 = ("two runs of Source.bundles.engine.dev/sim/s0 at once across replicas: replica-1.1 sources-1 and "
+             "replica-2.1 sources-1 (no fencing)")
 WRITE_3 = ("replica-1.1 wrote (patch Bundle sim/b1/status) 0.750s after it gave up (released or was fenced from) the "
            "range of its key")
 TAKEOVER_0 = ("32.9% of the key space that replica-2.1 owned when it crashed at 9.004s was owned by no live replica "
@@ -206,8 +206,8 @@ def test_the_run_overlap_check_covers_ring_replicas(monkeypatch: pytest.MonkeyPa
     from engine.testing._simulate import _Simulator
 
     monkeypatch.setattr(_Simulator, "check_exclusive", lambda self, rep: None)
-    result = caught_at("ring-gains-over-others-claims", 0)
-    assert result.violation == OVERLAP_0
+    result = caught_at("ring-gains-over-others-claims", 1)
+    assert result.violation == OVERLAP_1
 
 
 def test_a_gate_whose_release_returns_before_its_runs_ended_is_caught_writing_after_the_release(
@@ -223,3 +223,41 @@ def test_a_gate_whose_release_returns_before_its_runs_ended_is_caught_writing_af
 def test_a_ring_that_honours_a_crashed_members_lease_too_long_leaves_its_ranges_unowned_past_the_bound() -> None:
     result = caught_at("ring-honours-dead-leases-twice-as-long", 0)
     assert result.violation == TAKEOVER_0
+
+
+# Admission: nothing a validating webhook must refuse is stored while the webhooks are registered.
+
+SKIPPED_0 = ("Bundle sim/b1 was stored though b1 depends on itself, with no validating webhook call allowing it while "
+             "the webhooks were registered (the server skipped the webhook)")
+DIRECT_7 = ("Bundle sim/b1 was stored though dependency cycle: b1 -> b3 -> b2 -> b1: replica-2.1's validating webhook "
+            "allowed it at 4.556s; the server had sent it b3, b2 as stored (a webhook that accepts what it must refuse)")
+
+
+def test_a_server_that_skips_validating_webhooks_on_update_is_caught_storing_what_they_refuse() -> None:
+    result = caught_at("validating-webhooks-skipped-on-update", 0)
+    assert result.violation == SKIPPED_0
+
+
+def test_a_cycle_check_that_follows_direct_dependencies_only_is_caught_letting_a_longer_cycle_through() -> None:
+    result = caught_at("cycle-check-sees-direct-dependencies-only", 7)
+    assert result.violation == DIRECT_7
+
+
+def test_without_the_admission_check_neither_admission_bug_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    from engine.testing._simulate import _Simulator
+
+    monkeypatch.setattr(_Simulator, "_admitted", lambda self, change: None)
+    assert caught_at("validating-webhooks-skipped-on-update", 0).ok
+    assert caught_at("cycle-check-sees-direct-dependencies-only", 7).ok
+
+
+def test_the_workloads_webhook_writes_are_refused_or_defaulted_and_can_be_turned_off() -> None:
+    simulation = simulation_for("bundles")
+    result = simulate(simulation, 0, duration=30)
+    assert result.ok, result.report()
+    refused = [e.text for e in result.trace if e.what == "refused"]
+    assert any("denied the request: dependency cycle: " in r for r in refused), refused
+    off = simulate(simulation, 0, duration=30, webhooks=False)
+    assert off.ok, off.report()
+    assert not any(e.what in ("refused", "webhooks") for e in off.trace)
+    assert off.replay == "python -m engine simulate --plugin bundles --seed 0 --duration 30 --no-webhooks"
