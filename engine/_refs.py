@@ -3,19 +3,22 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import attrs
 
 __all__ = ["ObjectRef", "Trigger", "Triggerable"]
 
 
-@attrs.frozen(order=True, cache_hash=True)
-class ObjectRef:
+class ObjectRef(NamedTuple):
     """The identity of one reconciled object: what a work queue key is.
 
-    Frozen and hashable. Two refs are equal when kind, group, namespace and name are, so an
+    Frozen and hashable. Two refs are equal when kind, name, namespace and group are, so an
     object occupies one slot in a queue whatever the reason it was enqueued for.
+
+    A named tuple, so its hash and field reads are the interpreter's own (a run looks its key
+    up about ten times); equality and order are its class's alone, as for an ``attrs`` value:
+    a ref never equals, or sorts against, a plain tuple.
     """
 
     kind: str
@@ -26,6 +29,28 @@ class ObjectRef:
     """The namespace, or ``None`` for cluster-scoped objects."""
     group: str = ""
     """The API group (``""`` for the core group or for non-Kubernetes objects)."""
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is self.__class__:
+            return tuple.__eq__(self, other)
+        return False if isinstance(other, tuple) else NotImplemented
+
+    def __ne__(self, other: object) -> bool:
+        if other.__class__ is self.__class__:
+            return tuple.__ne__(self, other)
+        return True if isinstance(other, tuple) else NotImplemented
+
+    def __lt__(self, other: tuple[Any, ...]) -> bool:
+        return tuple.__lt__(self, _same_class(self, other, "<"))
+
+    def __le__(self, other: tuple[Any, ...]) -> bool:
+        return tuple.__le__(self, _same_class(self, other, "<="))
+
+    def __gt__(self, other: tuple[Any, ...]) -> bool:
+        return tuple.__gt__(self, _same_class(self, other, ">"))
+
+    def __ge__(self, other: tuple[Any, ...]) -> bool:
+        return tuple.__ge__(self, _same_class(self, other, ">="))
 
     @classmethod
     def from_object(
@@ -53,6 +78,14 @@ class ObjectRef:
         if self.namespace:
             return f"{kind}/{self.namespace}/{self.name}"
         return f"{kind}/{self.name}"
+
+
+def _same_class(ref: ObjectRef, other: object, op: str) -> ObjectRef:
+    if other.__class__ is not ref.__class__:
+        raise TypeError(
+            f"'{op}' not supported between instances of {type(ref).__name__!r} and {type(other).__name__!r}"
+        )
+    return other
 
 
 @attrs.frozen
