@@ -163,6 +163,7 @@ class Controller:
         )
         self._sequence = 0
         self._runs_started = 0
+        self._run_prefix = f"{name}-"
         self._latest: dict[ObjectRef, Trigger] = {}
         self._running: dict[ObjectRef, Run] = {}
         self._wiring: ControllerWiring | None = None
@@ -440,7 +441,7 @@ class Controller:
         self._runs_started += 1
         # Positional arguments: a keyword call of Run's generated __init__ costs twice as much.
         run = Run(
-            f"{self.name}-{self._runs_started}", self.name, key, trig, queue.num_requeues(key) + 1, now, scope
+            self._run_prefix + str(self._runs_started), self.name, key, trig, queue.num_requeues(key) + 1, now, scope
         )
         self._running[key] = run
         deps = self._deps
@@ -457,7 +458,11 @@ class Controller:
         run.outcome = outcome
         run.finished_at = self._now()
         try:
-            self._settle(run, outcome)
+            if outcome is SUCCEEDED:
+                self._succeeded += 1
+                self.queue.forget(key)
+            else:
+                self._settle(run, outcome)
             if self._observers:
                 for observer in self._observers:
                     observer.on_run_finished(self, run, outcome)
@@ -509,12 +514,9 @@ class Controller:
         return Outcome(OutcomeKind.REQUEUE_AFTER, requeue_after=result.requeue_after)
 
     def _settle(self, run: Run, outcome: Outcome) -> None:
+        """Count and act on an outcome other than the shared ``SUCCEEDED`` (which ``_end`` settles)."""
         key = run.key
         queue = self.queue
-        if outcome is SUCCEEDED:
-            self._succeeded += 1
-            queue.forget(key)
-            return
         kind = outcome.kind
         self._outcomes[kind] += 1
         if kind is OutcomeKind.SUCCEEDED:

@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, NamedTuple, Protocol
 
-import attrs
 
 __all__ = ["ObjectRef", "Trigger", "Triggerable"]
 
@@ -88,13 +87,15 @@ def _same_class(ref: ObjectRef, other: object, op: str) -> ObjectRef:
     return other
 
 
-@attrs.frozen
-class Trigger:
+class Trigger(NamedTuple):
     """Why a key was enqueued: the newest one a run sees as ``ctx.trigger``.
 
     ``sequence`` is assigned when the change was *observed*; one observation delivered several
     times (for example an update mapped from both the old and the new object) carries one
     sequence number, so it never supersedes the run it already started.
+
+    Frozen and hashable; a named tuple (one is made per trigger, on the hot path) whose
+    equality is its class's alone: a trigger never equals a plain tuple.
     """
 
     ref: ObjectRef
@@ -107,6 +108,28 @@ class Trigger:
     """The revision of the triggering state, if the source knows one."""
     observed_at: float = 0.0
     """trio clock time at which the trigger was raised."""
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is self.__class__:
+            return tuple.__eq__(self, other)
+        return False if isinstance(other, tuple) else NotImplemented
+
+    def __ne__(self, other: object) -> bool:
+        if other.__class__ is self.__class__:
+            return tuple.__ne__(self, other)
+        return True if isinstance(other, tuple) else NotImplemented
+
+    def __lt__(self, other: tuple[Any, ...]) -> bool:
+        raise TypeError(f"'<' not supported between instances of 'Trigger' and {type(other).__name__!r}")
+
+    def __le__(self, other: tuple[Any, ...]) -> bool:
+        raise TypeError(f"'<=' not supported between instances of 'Trigger' and {type(other).__name__!r}")
+
+    def __gt__(self, other: tuple[Any, ...]) -> bool:
+        raise TypeError(f"'>' not supported between instances of 'Trigger' and {type(other).__name__!r}")
+
+    def __ge__(self, other: tuple[Any, ...]) -> bool:
+        raise TypeError(f"'>=' not supported between instances of 'Trigger' and {type(other).__name__!r}")
 
 
 class Triggerable(Protocol):
