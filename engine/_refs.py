@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, NamedTuple, Protocol
 
-
 __all__ = ["ObjectRef", "Trigger", "Triggerable"]
 
 
