@@ -444,9 +444,7 @@ class Controller:
             self._run_prefix + str(self._runs_started), self.name, key, trig, queue.num_requeues(key) + 1, now, scope
         )
         self._running[key] = run
-        deps = self._deps
-        deps.clear(self, key)
-        run.dependency_epoch = deps.epoch
+        run.dependency_epoch = self._deps.begin(self, key)
         if self._observers:
             for observer in self._observers:
                 observer.on_run_started(self, run)
