@@ -369,6 +369,12 @@ class Controller:
         assert self._wiring is not None
         recorder = self._wiring.recorder
         gate = self._gate
+        latest = self._latest
+        running = self._running
+        prefix = self._run_prefix
+        name = self.name
+        deps = self._deps
+        observers = self._observers
         key: ObjectRef | None = None
         while True:
             scope = trio.CancelScope()
@@ -386,7 +392,21 @@ class Controller:
                             queue.forget(key)
                             queue.done(key)
                             continue
-                        run = self._begin(key, scope)
+                        # The run begins (inlined: this is every run's path).
+                        trig = latest.pop(key, None)
+                        now = queue.started_at(key)
+                        if trig is None:
+                            trig = Trigger(key, self._sequence, "requeue", None, now)
+                        self._runs_started += 1
+                        # Positional arguments: a keyword call of Run's generated __init__ costs twice as much.
+                        run = Run(
+                            prefix + str(self._runs_started), name, key, trig, queue.num_requeues(key) + 1, now, scope
+                        )
+                        running[key] = run
+                        run.dependency_epoch = deps.begin(self, key)
+                        if observers:
+                            for observer in observers:
+                                observer.on_run_started(self, run)
                         if timeout is not None:
                             scope.deadline = run.started_at + timeout
                         try:
@@ -431,24 +451,6 @@ class Controller:
                 raise
             if run is not None:
                 self._end(run, self._cancelled_outcome(run))
-
-    def _begin(self, key: ObjectRef, scope: trio.CancelScope) -> Run:
-        queue = self.queue
-        trig = self._latest.pop(key, None)
-        now = queue.started_at(key)
-        if trig is None:
-            trig = Trigger(key, self._sequence, "requeue", None, now)
-        self._runs_started += 1
-        # Positional arguments: a keyword call of Run's generated __init__ costs twice as much.
-        run = Run(
-            self._run_prefix + str(self._runs_started), self.name, key, trig, queue.num_requeues(key) + 1, now, scope
-        )
-        self._running[key] = run
-        run.dependency_epoch = self._deps.begin(self, key)
-        if self._observers:
-            for observer in self._observers:
-                observer.on_run_started(self, run)
-        return run
 
     def _end(self, run: Run, outcome: Outcome) -> None:
         key = run.key
