@@ -47,6 +47,8 @@ __all__ = [
 
 logger = logging.getLogger("engine.controller")
 
+_new_tuple = tuple.__new__
+
 
 class SupersedePolicy(enum.Enum):
     """What a newer trigger does to a run of the same key that is in progress.
@@ -217,7 +219,8 @@ class Controller:
             seq = self._sequence
         else:
             seq = sequence
-        trig = Trigger(ref, seq, reason, revision, self._now())
+        # tuple.__new__ is what Trigger(...) calls, without the named tuple's Python-level frame.
+        trig = _new_tuple(Trigger, (ref, seq, reason, revision, self._now()))
         if not self.queue.add(ref):
             return None
         latest = self._latest.setdefault(ref, trig)
