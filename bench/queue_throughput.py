@@ -6,7 +6,7 @@ For 1, 4 and 64 workers it measures, in one run and interleaved, (a) the floor: 
 with ``send_nowait`` on a trio memory channel and received by the same number of tasks, and
 (b) the engine: N distinct keys triggered on a controller, each taken by a worker, run as a
 no-op reconcile in its own cancel scope, settled and marked done. It prints the best of R
-repetitions of each and the ratio engine/floor (the target is at most 3x).
+repetitions of each and the ratio engine/floor (issue 24's target is at most 2x).
 
 With ``--metrics`` it also measures (c) the engine with ``Observability(manager)`` installed
 (metrics observers on every run and queue operation; no server, no scrape), interleaved with
