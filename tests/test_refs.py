@@ -6,7 +6,7 @@ import pickle
 
 import pytest
 
-from engine import ObjectRef
+from engine import ObjectRef, Trigger
 
 
 def test_refs_with_the_same_fields_are_equal_and_hash_alike() -> None:
@@ -58,3 +58,18 @@ def test_from_object_reads_kind_group_namespace_and_name() -> None:
         "ConfigMap", "c"
     )
     assert ObjectRef.from_object({"metadata": {"name": "x"}}, kind="K", group="g") == ObjectRef("K", "x", None, "g")
+
+
+def test_triggers_are_equal_by_their_fields_and_never_equal_a_plain_tuple() -> None:
+    ref = ObjectRef("Widget", "w1", "ns")
+    trigger = Trigger(ref, 3, "changed", "r1", 1.5)
+    assert trigger == Trigger(ref=ref, sequence=3, reason="changed", revision="r1", observed_at=1.5)
+    assert hash(trigger) == hash(Trigger(ref, 3, "changed", "r1", 1.5))
+    assert trigger != Trigger(ref, 4, "changed", "r1", 1.5)
+    fields: tuple[object, ...] = (ref, 3, "changed", "r1", 1.5)
+    assert trigger != fields and fields != trigger
+    assert len({trigger, fields}) == 2
+    with pytest.raises(TypeError, match=r"^'<' not supported between instances of 'Trigger' and 'Trigger'$"):
+        trigger < trigger  # noqa: B015
+    with pytest.raises(AttributeError):
+        trigger.sequence = 5  # type: ignore[misc]
