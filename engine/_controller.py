@@ -47,6 +47,8 @@ __all__ = [
 
 logger = logging.getLogger("engine.controller")
 
+_new_tuple = tuple.__new__
+
 
 class SupersedePolicy(enum.Enum):
     """What a newer trigger does to a run of the same key that is in progress.
@@ -163,6 +165,7 @@ class Controller:
         )
         self._sequence = 0
         self._runs_started = 0
+        self._run_prefix = f"{name}-"
         self._latest: dict[ObjectRef, Trigger] = {}
         self._running: dict[ObjectRef, Run] = {}
         self._wiring: ControllerWiring | None = None
@@ -216,7 +219,8 @@ class Controller:
             seq = self._sequence
         else:
             seq = sequence
-        trig = Trigger(ref, seq, reason, revision, self._now())
+        # tuple.__new__ is what Trigger(...) calls, without the named tuple's Python-level frame.
+        trig = _new_tuple(Trigger, (ref, seq, reason, revision, self._now()))
         if not self.queue.add(ref):
             return None
         latest = self._latest.setdefault(ref, trig)
@@ -368,6 +372,12 @@ class Controller:
         assert self._wiring is not None
         recorder = self._wiring.recorder
         gate = self._gate
+        latest = self._latest
+        running = self._running
+        prefix = self._run_prefix
+        name = self.name
+        deps = self._deps
+        observers = self._observers
         key: ObjectRef | None = None
         while True:
             scope = trio.CancelScope()
@@ -385,7 +395,21 @@ class Controller:
                             queue.forget(key)
                             queue.done(key)
                             continue
-                        run = self._begin(key, scope)
+                        # The run begins (inlined: this is every run's path).
+                        trig = latest.pop(key, None)
+                        now = queue.started_at(key)
+                        if trig is None:
+                            trig = Trigger(key, self._sequence, "requeue", None, now)
+                        self._runs_started += 1
+                        # Positional arguments: a keyword call of Run's generated __init__ costs twice as much.
+                        run = Run(
+                            prefix + str(self._runs_started), name, key, trig, queue.num_requeues(key) + 1, now, scope
+                        )
+                        running[key] = run
+                        run.dependency_epoch = deps.begin(self, key)
+                        if observers:
+                            for observer in observers:
+                                observer.on_run_started(self, run)
                         if timeout is not None:
                             scope.deadline = run.started_at + timeout
                         try:
@@ -431,33 +455,17 @@ class Controller:
             if run is not None:
                 self._end(run, self._cancelled_outcome(run))
 
-    def _begin(self, key: ObjectRef, scope: trio.CancelScope) -> Run:
-        queue = self.queue
-        trig = self._latest.pop(key, None)
-        now = queue.started_at(key)
-        if trig is None:
-            trig = Trigger(key, self._sequence, "requeue", None, now)
-        self._runs_started += 1
-        # Positional arguments: a keyword call of Run's generated __init__ costs twice as much.
-        run = Run(
-            f"{self.name}-{self._runs_started}", self.name, key, trig, queue.num_requeues(key) + 1, now, scope
-        )
-        self._running[key] = run
-        deps = self._deps
-        deps.clear(self, key)
-        run.dependency_epoch = deps.epoch
-        if self._observers:
-            for observer in self._observers:
-                observer.on_run_started(self, run)
-        return run
-
     def _end(self, run: Run, outcome: Outcome) -> None:
         key = run.key
         del self._running[key]
         run.outcome = outcome
         run.finished_at = self._now()
         try:
-            self._settle(run, outcome)
+            if outcome is SUCCEEDED:
+                self._succeeded += 1
+                self.queue.forget(key)
+            else:
+                self._settle(run, outcome)
             if self._observers:
                 for observer in self._observers:
                     observer.on_run_finished(self, run, outcome)
@@ -509,12 +517,9 @@ class Controller:
         return Outcome(OutcomeKind.REQUEUE_AFTER, requeue_after=result.requeue_after)
 
     def _settle(self, run: Run, outcome: Outcome) -> None:
+        """Count and act on an outcome other than the shared ``SUCCEEDED`` (which ``_end`` settles)."""
         key = run.key
         queue = self.queue
-        if outcome is SUCCEEDED:
-            self._succeeded += 1
-            queue.forget(key)
-            return
         kind = outcome.kind
         self._outcomes[kind] += 1
         if kind is OutcomeKind.SUCCEEDED:

@@ -76,6 +76,13 @@ class DependencyIndex:
                 if not waiters:
                     del self._waiters[ref]
 
+    def begin(self, controller: Triggerable, key: ObjectRef) -> int:
+        """A run of ``key`` starts: forget what ``key`` waits on (as :meth:`clear`) and return
+        the :attr:`epoch` the run records. Synchronous; one call on every run's path."""
+        if self._waits_on:
+            self.clear(controller, key)
+        return self._epoch
+
     def waiting_on(self, ref: ObjectRef) -> set[ObjectRef]:
         """Keys currently waiting on ``ref``."""
         return {key for _, key in self._waiters.get(ref, ())}

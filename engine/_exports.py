@@ -4,7 +4,9 @@ Each public package (``engine``, ``engine.observability``, ``engine.kube``,
 ``engine.kube.lowlevel``, ``engine.testing``, ``engine.cli``) imports its names from private
 modules, lists them in ``__all__`` and calls :func:`publish`, so ``repr()``, tracebacks and
 docs show ``engine.kube.Client`` rather than ``engine.kube._client.Client``. Names that moved
-keep working through :func:`moved_names`, which warns once per access.
+keep working through :func:`moved_names`, which warns once per access. Names whose modules
+pull in what a plain runner does not need (the webhook server and its HTTP stack, Prometheus
+collectors, plugin hosting) are served by :func:`lazy_names`: imported on first access.
 """
 
 from __future__ import annotations
@@ -14,7 +16,18 @@ import warnings
 from collections.abc import Callable, Mapping
 from typing import Any
 
-__all__ = ["publish", "moved_names"]
+__all__ = ["publish", "moved_names", "lazy_names"]
+
+
+def _present(value: Any, package: str) -> None:
+    module = getattr(value, "__module__", None)
+    if not isinstance(value, type) and not callable(value):
+        return
+    if isinstance(module, str) and module.startswith("engine.") and "._" in module:
+        try:
+            value.__module__ = package
+        except (AttributeError, TypeError):  # pragma: no cover - builtins refuse
+            pass
 
 
 def publish(namespace: dict[str, Any]) -> None:
@@ -25,15 +38,8 @@ def publish(namespace: dict[str, Any]) -> None:
     """
     package = namespace["__name__"]
     for name in namespace["__all__"]:
-        value = namespace[name]
-        module = getattr(value, "__module__", None)
-        if not isinstance(value, type) and not callable(value):
-            continue
-        if isinstance(module, str) and module.startswith("engine.") and "._" in module:
-            try:
-                value.__module__ = package
-            except (AttributeError, TypeError):  # pragma: no cover - builtins refuse
-                pass
+        if name in namespace:
+            _present(namespace[name], package)
 
 
 def moved_names(package: str, moved: Mapping[str, str]) -> Callable[[str], Any]:
@@ -59,3 +65,31 @@ def moved_names(package: str, moved: Mapping[str, str]) -> Callable[[str], Any]:
         return getattr(importlib.import_module(module), new_name)
 
     return __getattr__
+
+
+def lazy_names(
+    namespace: dict[str, Any], lazy: Mapping[str, str], fallback: Callable[[str], Any]
+) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
+    """A module ``__getattr__`` and ``__dir__`` that import each ``lazy`` name on first access.
+
+    ``lazy`` maps a public name to the private module defining it (``"WebhookServer":
+    "engine.kube._webhook_server"``). The first access imports the module, presents the value
+    as the package's (as :func:`publish` does) and stores it in ``namespace``, so later accesses
+    are plain attribute reads. Any other name goes to ``fallback`` (a :func:`moved_names`
+    ``__getattr__``). ``__dir__`` lists the lazy names beside the loaded ones.
+    """
+    package = namespace["__name__"]
+
+    def __getattr__(name: str) -> Any:
+        module = lazy.get(name)
+        if module is None:
+            return fallback(name)
+        value = getattr(importlib.import_module(module), name)
+        _present(value, package)
+        namespace[name] = value
+        return value
+
+    def __dir__() -> list[str]:
+        return sorted({*namespace, *lazy})
+
+    return __getattr__, __dir__

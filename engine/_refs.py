@@ -3,19 +3,20 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Protocol
-
-import attrs
+from typing import Any, NamedTuple, Protocol
 
 __all__ = ["ObjectRef", "Trigger", "Triggerable"]
 
 
-@attrs.frozen(order=True, cache_hash=True)
-class ObjectRef:
+class ObjectRef(NamedTuple):
     """The identity of one reconciled object: what a work queue key is.
 
-    Frozen and hashable. Two refs are equal when kind, group, namespace and name are, so an
+    Frozen and hashable. Two refs are equal when kind, name, namespace and group are, so an
     object occupies one slot in a queue whatever the reason it was enqueued for.
+
+    A named tuple, so its hash and field reads are the interpreter's own (a run looks its key
+    up about ten times); equality and order are its class's alone, as for an ``attrs`` value:
+    a ref never equals, or sorts against, a plain tuple.
     """
 
     kind: str
@@ -26,6 +27,28 @@ class ObjectRef:
     """The namespace, or ``None`` for cluster-scoped objects."""
     group: str = ""
     """The API group (``""`` for the core group or for non-Kubernetes objects)."""
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is self.__class__:
+            return tuple.__eq__(self, other)
+        return False if isinstance(other, tuple) else NotImplemented
+
+    def __ne__(self, other: object) -> bool:
+        if other.__class__ is self.__class__:
+            return tuple.__ne__(self, other)
+        return True if isinstance(other, tuple) else NotImplemented
+
+    def __lt__(self, other: tuple[Any, ...]) -> bool:
+        return tuple.__lt__(self, _same_class(self, other, "<"))
+
+    def __le__(self, other: tuple[Any, ...]) -> bool:
+        return tuple.__le__(self, _same_class(self, other, "<="))
+
+    def __gt__(self, other: tuple[Any, ...]) -> bool:
+        return tuple.__gt__(self, _same_class(self, other, ">"))
+
+    def __ge__(self, other: tuple[Any, ...]) -> bool:
+        return tuple.__ge__(self, _same_class(self, other, ">="))
 
     @classmethod
     def from_object(
@@ -55,13 +78,23 @@ class ObjectRef:
         return f"{kind}/{self.name}"
 
 
-@attrs.frozen
-class Trigger:
+def _same_class(ref: ObjectRef, other: object, op: str) -> ObjectRef:
+    if other.__class__ is not ref.__class__:
+        raise TypeError(
+            f"'{op}' not supported between instances of {type(ref).__name__!r} and {type(other).__name__!r}"
+        )
+    return other
+
+
+class Trigger(NamedTuple):
     """Why a key was enqueued: the newest one a run sees as ``ctx.trigger``.
 
     ``sequence`` is assigned when the change was *observed*; one observation delivered several
     times (for example an update mapped from both the old and the new object) carries one
     sequence number, so it never supersedes the run it already started.
+
+    Frozen and hashable; a named tuple (one is made per trigger, on the hot path) whose
+    equality is its class's alone: a trigger never equals a plain tuple.
     """
 
     ref: ObjectRef
@@ -74,6 +107,28 @@ class Trigger:
     """The revision of the triggering state, if the source knows one."""
     observed_at: float = 0.0
     """trio clock time at which the trigger was raised."""
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is self.__class__:
+            return tuple.__eq__(self, other)
+        return False if isinstance(other, tuple) else NotImplemented
+
+    def __ne__(self, other: object) -> bool:
+        if other.__class__ is self.__class__:
+            return tuple.__ne__(self, other)
+        return True if isinstance(other, tuple) else NotImplemented
+
+    def __lt__(self, other: tuple[Any, ...]) -> bool:
+        raise TypeError(f"'<' not supported between instances of 'Trigger' and {type(other).__name__!r}")
+
+    def __le__(self, other: tuple[Any, ...]) -> bool:
+        raise TypeError(f"'<=' not supported between instances of 'Trigger' and {type(other).__name__!r}")
+
+    def __gt__(self, other: tuple[Any, ...]) -> bool:
+        raise TypeError(f"'>' not supported between instances of 'Trigger' and {type(other).__name__!r}")
+
+    def __ge__(self, other: tuple[Any, ...]) -> bool:
+        raise TypeError(f"'>=' not supported between instances of 'Trigger' and {type(other).__name__!r}")
 
 
 class Triggerable(Protocol):

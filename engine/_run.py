@@ -97,12 +97,13 @@ class RunContext:
     """
 
     __slots__ = ("_run", "_recorder", "_events", "_log")
+    _events: ObjectEvents
+    _log: logging.LoggerAdapter[logging.Logger]
 
     def __init__(self, run: Run, recorder: EventRecorder) -> None:
         self._run = run
         self._recorder = recorder
-        self._events: ObjectEvents | None = None
-        self._log: logging.LoggerAdapter[logging.Logger] | None = None
+        # _events and _log are set on first use (an unset slot reads as AttributeError).
 
     @property
     def ref(self) -> ObjectRef:
@@ -136,15 +137,19 @@ class RunContext:
     @property
     def events(self) -> ObjectEvents:
         """Emit events about this object: ``ctx.events.normal(reason, message)``. Never awaits."""
-        if self._events is None:
+        try:
+            return self._events
+        except AttributeError:
             run = self._run
             self._events = self._recorder.for_object(run.key, controller=run.controller, run_id=run.id)
-        return self._events
+            return self._events
 
     @property
     def log(self) -> logging.LoggerAdapter[logging.Logger]:
         """A logger whose records carry ``controller``, ``object`` and ``reconcileID``."""
-        if self._log is None:
+        try:
+            return self._log
+        except AttributeError:
             key = self._run.key
             controller = self._run.controller
             self._log = _RunLogger(

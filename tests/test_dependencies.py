@@ -183,3 +183,44 @@ def test_the_index_wakes_any_triggerable_in_name_order() -> None:
     assert index.mark_ready(B) == 2
     assert woken == [("first", A, f"dependency {B} ready"), ("later", A, f"dependency {B} ready")]
     assert index.mark_ready(B) == 0
+
+
+async def test_a_run_that_begins_no_longer_waits_on_what_its_key_waited_on(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """B's first run waits on A; B's second run (triggered by something else) begins, and from
+    then on A's readiness no longer wakes B: the new run decides afresh what it waits on."""
+    runs: list[str] = []
+
+    async def reconcile(ctx: RunContext) -> None:
+        runs.append(ctx.trigger.reason)
+        if len(runs) == 1:
+            raise DependencyNotReady([A], retry_after=600)
+
+    manager = Manager(handle_signals=False)
+    controller = manager.add_controller(Controller("deps", reconcile))
+    async with running(manager):
+        controller.trigger(B, reason="first")
+        await trio.testing.wait_all_tasks_blocked()
+        assert manager.dependencies.waiting_on(A) == {B}
+        controller.trigger(B, reason="second")
+        await trio.testing.wait_all_tasks_blocked()
+        assert runs == ["first", "second"]
+        assert manager.dependencies.waiting_on(A) == set()
+        assert manager.mark_ready(A) == 0
+        await trio.testing.wait_all_tasks_blocked()
+        assert runs == ["first", "second"]
+
+
+def test_begin_forgets_the_keys_waits_and_returns_the_epoch() -> None:
+    index = DependencyIndex()
+    controller = Controller("deps", _noop)
+    index.wait(controller, B, [A])
+    index.mark_ready(ObjectRef("Bundle", "other", "ns"))
+    assert index.begin(controller, B) == index.epoch == 1
+    assert index.waiting_on(A) == set()
+    assert index.begin(controller, B) == 1
+
+
+async def _noop(ctx: RunContext) -> None:
+    return None

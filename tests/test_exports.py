@@ -40,6 +40,8 @@ def _exports(package_name: str) -> dict[str, object]:
 @pytest.mark.parametrize("package_name", PUBLIC_PACKAGES)
 def test_all_lists_every_public_name_and_only_those(package_name: str) -> None:
     package = importlib.import_module(package_name)
+    for name in package.__all__:
+        getattr(package, name)  # a name imported on first access is in vars() after it
     public = {
         name
         for name, value in vars(package).items()
@@ -92,6 +94,51 @@ def test_core_does_not_import_the_outer_layers_at_run_time() -> None:
     code = f"import sys, engine; print(sorted(m for m in sys.modules if m.startswith({OUTER_LAYERS!r})))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+_NOT_FOR_A_PLAIN_RUNNER = (
+    "prometheus_client",
+    "trio_websocket",
+    "wsproto",
+    "h11",
+    "engine.observability",
+    "engine.kube._metrics",
+    "engine.kube._plugin",
+    "engine.kube._webhooks",
+    "engine.kube._webhook_server",
+    "engine.kube._webhook_config",
+    "engine.kube._ring",
+    "engine.kube._leader",
+)
+"""What ``import engine.kube`` leaves to the first use of a name that needs it."""
+
+
+def test_importing_engine_kube_leaves_servers_metrics_and_plugins_to_first_use() -> None:
+    code = (
+        "import sys, engine, engine.kube; "
+        f"print(sorted(m for m in sys.modules if m.startswith({_NOT_FOR_A_PLAIN_RUNNER!r})))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_a_name_imported_on_first_access_is_the_defining_modules_object_presented_as_public() -> None:
+    code = (
+        "import sys, engine.kube as k; "
+        "server = k.WebhookServer; "
+        "from engine.kube._webhook_server import WebhookServer; "
+        "print(server is WebhookServer, server.__module__, 'WebhookServer' in vars(k), "
+        "'WebhookServer' in dir(k), 'engine.kube._webhook_server' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["True", "engine.kube", "True", "True", "True"]
+
+
+def test_an_unknown_name_of_engine_kube_raises_attribute_error() -> None:
+    import engine.kube
+
+    with pytest.raises(AttributeError, match=r"^module 'engine.kube' has no attribute 'NoSuchName'$"):
+        engine.kube.NoSuchName  # noqa: B018
 
 
 def _core_files() -> list[Path]:

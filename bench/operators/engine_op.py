@@ -20,7 +20,6 @@ import trio
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 
 import _stats  # noqa: E402
-from _lean import LeanTransport  # noqa: E402
 
 from engine import Controller, Manager, RunContext  # noqa: E402
 from engine.kube import Client, Cluster, Config, NotFoundError, generation_changed  # noqa: E402
@@ -28,7 +27,11 @@ from engine.kube import Client, Cluster, Config, NotFoundError, generation_chang
 
 async def main(args: argparse.Namespace) -> None:
     config = Config.from_kubeconfig(args.kubeconfig)
-    transport = LeanTransport(config.server, config.ssl_context()) if args.transport == "lean" else None
+    transport = None
+    if args.transport == "lean":
+        from _lean import LeanTransport  # h11 and httpx's transport API: only when asked for
+
+        transport = LeanTransport(config.server, config.ssl_context())
     async with Client(config, transport=transport, user_agent="bench-engine-operator") as client:
         manager = Manager(grace_period=10)
         cluster = Cluster(client, manager, namespace=args.namespace)

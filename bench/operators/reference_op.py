@@ -28,7 +28,6 @@ import trio
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 
 import _stats  # noqa: E402
-from _lean import LeanTransport  # noqa: E402
 
 from engine.kube import Config  # noqa: E402
 
@@ -106,6 +105,8 @@ async def main(args: argparse.Namespace) -> None:
     config = Config.from_kubeconfig(args.kubeconfig)
     kwargs = config.httpx_client_kwargs()
     if args.transport == "lean":
+        from _lean import LeanTransport  # h11: only when asked for
+
         kwargs["transport"] = LeanTransport(config.server, config.ssl_context())
     headers = {"User-Agent": "bench-reference-operator"}
     async with httpx.AsyncClient(headers=headers, timeout=httpx.Timeout(30), **kwargs) as http:

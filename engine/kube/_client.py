@@ -431,6 +431,7 @@ class Client:
         content: bytes | None,
         content_type: str,
         stream: bool,
+        load: bool = True,
     ) -> httpx.Response:
         """As :meth:`_dispatch` for a request that :meth:`_request` would build, given to the
         transport as its parts: the same target and headers (``Host`` first, then the
@@ -456,6 +457,7 @@ class Client:
             content or b"",
             self._stream_timeouts if stream else self._timeouts,
             stream=stream,
+            load=load,
         )
         return response
 
@@ -469,7 +471,13 @@ class Client:
         content_type: str = "application/json",
         safe: bool,
         stream: bool = False,
+        load: bool = True,
     ) -> httpx.Response:
+        """Send a request with retries; a 4xx or 5xx answer raises its :class:`ApiError`.
+
+        With ``load=False`` a successful answer may come back unloaded (call ``read()`` before
+        ``content``): for a write whose answer the caller does not use.
+        """
         self._check_open()
         content = None if body is None else _json.dumps(body)
         what = f"{method} {path}"
@@ -482,7 +490,9 @@ class Client:
         async def attempt() -> httpx.Response:
             try:
                 if direct is not None:
-                    response = await self._send_direct(direct, method, path, encoded, content, content_type, stream)
+                    response = await self._send_direct(
+                        direct, method, path, encoded, content, content_type, stream, load
+                    )
                 else:
                     request = self._request(method, path, encoded, content, content_type, stream)
                     response = await self._dispatch(request, stream)
@@ -498,6 +508,8 @@ class Client:
                     pass
                 finally:
                     await response.aclose()
+            elif not load:
+                response.read()
             err = _error_from_response(response)
             log.debug("%s -> %d %s", what, response.status_code, err.reason)
             if response.status_code == 403:
@@ -537,7 +549,7 @@ class Client:
     ) -> None:
         """As :meth:`_request_json` for a write whose answer the caller does not use: the
         answer is read (so the connection is reused) but decoded only when it is an error."""
-        await self._send(method, path, params=params, body=body, content_type=content_type, safe=False)
+        await self._send(method, path, params=params, body=body, content_type=content_type, safe=False, load=False)
 
     def _namespace_for(
         self, resource: Resource, namespace: str | None, obj: Mapping[str, Any] | None = None

@@ -324,10 +324,15 @@ class Transport(httpx.AsyncBaseTransport):
         timeouts: dict[str, float | None],
         *,
         stream: bool = True,
+        load: bool = True,
     ) -> httpx.Response:
         """Send one request given as its parts and return its response, as
         :meth:`handle_async_request` does, without an ``httpx.Request``; with ``stream=False``
-        the whole body is read before returning (the connection then goes back at once).
+        the whole body is read before returning (the connection then goes back at once), and
+        with ``load=False`` too it is handed to httpx as a stream that is not loaded yet: the
+        caller calls ``read()`` before ``content`` if it wants the body (building a loaded
+        ``httpx.Response`` costs more than the rest of the answer's parsing; a write whose
+        answer is not used skips it).
 
         ``target`` is the request target (path and query, already escaped); ``headers`` are
         sent as they are (the caller includes ``Host`` and, with a body, ``Content-Length``);
@@ -340,14 +345,19 @@ class Transport(httpx.AsyncBaseTransport):
         try:
             head = request_head(method, target, headers)
             await self._send(conn, head + body if body else head, timeouts.get("write"))
-            return await self._response(conn, method, timeouts, stream)
+            return await self._response(conn, method, timeouts, stream, load)
         except BaseException as exc:
             self._discard(conn)
             _raise_mapped(exc, httpx.ReadError)
             raise
 
     async def _response(
-        self, conn: _Connection, method: bytes, timeouts: dict[str, float | None], stream: bool = True
+        self,
+        conn: _Connection,
+        method: bytes,
+        timeouts: dict[str, float | None],
+        stream: bool = True,
+        load: bool = True,
     ) -> httpx.Response:
         read_timeout = timeouts.get("read")
         while (response := parse_head(conn.buffer, method)) is None:
@@ -368,9 +378,15 @@ class Transport(httpx.AsyncBaseTransport):
                 continue
             if not data:
                 content = chunks[0] if len(chunks) == 1 else b"".join(chunks)
-                whole = httpx.Response(
-                    response.status, headers=response.headers, content=content, extensions=extensions
-                )
+                if load:
+                    whole = httpx.Response(
+                        response.status, headers=response.headers, content=content, extensions=extensions
+                    )
+                else:
+                    whole = httpx.Response(
+                        response.status, headers=response.headers, stream=httpx.ByteStream(content),
+                        extensions=extensions,
+                    )
                 conn.reusable = response.keep_alive and reader.delimited
                 self._release(conn)
                 return whole

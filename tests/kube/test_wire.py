@@ -15,7 +15,7 @@ import trio
 
 from engine.apiserver import ApiServer
 from engine.kube import Client, Config, NotFoundError, PatchType, RetryPolicy, WatchEventType, _json
-from engine.kube._transport import ResponseStream
+from engine.kube._transport import ResponseStream, Transport
 from tests.kube.test_client import CONFIGMAPS, cm, kubeconfig, status
 
 
@@ -96,6 +96,28 @@ async def test_a_status_patch_without_decoding_returns_none_and_applies() -> Non
         assert (await client.get(CONFIGMAPS, "a", namespace="default"))["data"] == {"x": "2"}
         with pytest.raises(NotFoundError):
             await client.patch_status(CONFIGMAPS, "missing", {"status": {"a": 1}}, namespace="default", decode=False)
+
+
+async def test_the_transport_hands_an_unloaded_whole_answer_that_reads_to_its_body() -> None:
+    async with ApiServer() as api, Client(Config.from_dict(api.kubeconfig)) as client:
+        await client.create(CONFIGMAPS, cm("a", x="1"), namespace="default")
+        path = CONFIGMAPS.path(namespace="default", name="a").encode()
+        host = httpx.URL(api.url).netloc
+        async with Transport(api.url) as transport:
+            timeouts = {"connect": 5.0, "read": 5.0, "write": 5.0, "pool": 5.0}
+            unloaded = await transport.request(b"GET", path, [(b"Host", host)], b"", timeouts, stream=False, load=False)
+            with pytest.raises(httpx.ResponseNotRead):
+                unloaded.content  # noqa: B018
+            assert json.loads(unloaded.read())["data"] == {"x": "1"}
+            loaded = await transport.request(b"GET", path, [(b"Host", host)], b"", timeouts, stream=False)
+            assert loaded.content == unloaded.content
+            assert loaded.headers["content-type"] == unloaded.headers["content-type"] == "application/json"
+
+
+async def test_a_write_without_decoding_over_the_own_transport_raises_the_servers_error() -> None:
+    async with ApiServer() as api, Client(Config.from_dict(api.kubeconfig)) as client:
+        with pytest.raises(NotFoundError, match=r'configmaps "missing" not found'):
+            await client.patch(CONFIGMAPS, "missing", {"data": {"x": "2"}}, namespace="default", decode=False)
 
 
 async def test_a_patch_without_decoding_still_raises_on_errors_and_ignores_a_non_json_success() -> None:
