@@ -105,7 +105,7 @@ class DependencyIndex:
                     others.discard(waiter)
                     if not others:
                         del self._waiters[other]
-        for controller, key in sorted(waiters, key=lambda w: (w[0].name, w[1])):
+        for controller, key in sorted(waiters, key=lambda w: (w[0].name, w[1].kind, w[1].group, w[1].namespace or "", w[1].name)):
             logger.debug("dependency %s ready: triggering %s", ref, key)
             controller.trigger(key, reason=f"dependency {ref} ready", revision=revision)
         self.wakeups += len(waiters)

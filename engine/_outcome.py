@@ -112,8 +112,8 @@ class DependencyNotReady(EngineError):
     ``Manager.mark_ready``) and, as a fallback, after ``retry_after`` seconds.
     """
 
-    def __init__(self, refs: Iterable[ObjectRef], *, retry_after: float = 30.0) -> None:
-        self.refs = tuple(refs)
+    def __init__(self, refs: Iterable[ObjectRef] | ObjectRef, *, retry_after: float = 30.0) -> None:
+        self.refs = (refs,) if isinstance(refs, ObjectRef) else tuple(refs)
         if not self.refs:
             raise ValueError("DependencyNotReady needs at least one ref")
         if retry_after < 0:

@@ -85,7 +85,7 @@ class TimerSource:
     def __init__(
         self,
         controller: Triggerable,
-        keys: Callable[[], Iterable[ObjectRef]],
+        keys: Callable[[], Iterable[ObjectRef] | ObjectRef],
         *,
         interval: float,
         jitter: float = 0.1,
@@ -114,7 +114,8 @@ class TimerSource:
             spread = self._interval * self._jitter
             await trio.sleep(self._interval + self._rng.uniform(-spread, spread))
             try:
-                refs = list(self._keys())
+                keys = self._keys()
+                refs = [keys] if isinstance(keys, ObjectRef) else list(keys)
             except Exception as exc:
                 self.errors += 1
                 _count_trigger_error(self.controller)
@@ -135,16 +136,18 @@ class MappedSource(Generic[T]):
     object), or give ``receive`` to have :meth:`run` consume a channel of events. One event is
     one observation: every key it maps to is triggered with one sequence number.
 
-    ``mapper`` is user code: if it raises for one event, that event is skipped (logged once
-    with its key, as ``describe(event)`` gives it, counted in :attr:`errors` and in the
-    target's ``trigger_errors``); every other event flows on and the source keeps running.
+    ``mapper`` returns the keys: an iterable of :class:`ObjectRef`, or one ref alone (refs are
+    tuples, but one ref is never taken for its fields). It is user code: if it raises for one
+    event, that event is skipped (logged once with its key, as ``describe(event)`` gives it,
+    counted in :attr:`errors` and in the target's ``trigger_errors``); every other event flows
+    on and the source keeps running.
     Without ``describe``, a Kubernetes-shaped mapping is named by its kind, namespace and name.
     """
 
     def __init__(
         self,
         controller: Triggerable,
-        mapper: Callable[[T], Iterable[ObjectRef]],
+        mapper: Callable[[T], Iterable[ObjectRef] | ObjectRef],
         receive: trio.MemoryReceiveChannel[T] | None = None,
         *,
         reason: str = "mapped",
@@ -169,7 +172,8 @@ class MappedSource(Generic[T]):
         seen: set[ObjectRef] = set()
         for event in events:
             try:
-                refs = list(self._mapper(event))
+                mapped = self._mapper(event)
+                refs = [mapped] if isinstance(mapped, ObjectRef) else list(mapped)
             except Exception as exc:
                 self._skip(event, exc)
                 continue

@@ -12,6 +12,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from ._refs import ObjectRef, Trigger
+
 __all__ = [
     "REDACTED",
     "SUMMARY_LIMIT",
@@ -84,7 +86,10 @@ def redact(text: str) -> str:
 def redact_value(value: Any, *, depth: int = 0) -> Any:
     """A copy of ``value`` fit to show: in mappings (up to 5 levels deep) the value of every
     key :func:`is_secret_name` flags becomes ``<redacted>``; strings go through :func:`redact`;
-    lists and tuples become lists; anything else is returned as is."""
+    an :class:`~engine.ObjectRef` or :class:`~engine.Trigger` becomes its ``str``; other lists
+    and tuples become lists; anything else is returned as is."""
+    if isinstance(value, (ObjectRef, Trigger)):
+        return str(value)
     if isinstance(value, Mapping) and depth < 5:
         return {
             str(k): REDACTED if is_secret_name(str(k)) else redact_value(v, depth=depth + 1)

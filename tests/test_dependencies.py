@@ -224,3 +224,19 @@ def test_begin_forgets_the_keys_waits_and_returns_the_epoch() -> None:
 
 async def _noop(ctx: RunContext) -> None:
     return None
+
+
+def test_one_ref_alone_is_one_dependency_not_its_fields() -> None:
+    assert DependencyNotReady(B).refs == (B,)
+    assert DependencyNotReady([A, B]).refs == (A, B)
+
+
+def test_waiters_on_a_cluster_scoped_and_a_namespaced_key_of_one_name_are_woken() -> None:
+    woken: list[tuple[str, ObjectRef, str]] = []
+    target = Target("t", woken)
+    cluster_scoped, namespaced = ObjectRef("Thing", "x"), ObjectRef("Thing", "x", "ns")
+    index = DependencyIndex()
+    index.wait(target, namespaced, [B])
+    index.wait(target, cluster_scoped, [B])
+    assert index.mark_ready(B) == 2
+    assert [key for _, key, _ in woken] == [cluster_scoped, namespaced]

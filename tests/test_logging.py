@@ -157,3 +157,13 @@ def test_no_kind_of_secret_reaches_a_log_line(text: str, secret: str) -> None:
     rec = record(f"request failed: {text}", logging.ERROR, exc=caught, detail=text)
     for formatter in (JSONFormatter(), TextFormatter()):
         assert secret not in formatter.format(rec), formatter
+
+
+def test_refs_and_triggers_in_extras_are_written_as_their_text_not_as_lists() -> None:
+    from engine import Trigger
+
+    trigger = Trigger(REF, reason="changed", sequence=3)
+    entry = json.loads(JSONFormatter().format(record("waiting", refs=[REF, REF], trigger=trigger, pair=("a", "b"))))
+    assert entry["refs"] == ["Widget/ns/w1", "Widget/ns/w1"]
+    assert entry["trigger"] == str(trigger)
+    assert entry["pair"] == ["a", "b"]

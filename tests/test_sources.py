@@ -270,3 +270,19 @@ async def test_an_observer_raising_on_trigger_does_not_stop_the_trigger(
     assert [r.getMessage() for r in caplog.records if r.name == "engine.controller"] == [
         "run observer Broken raised on a trigger of Bundle/ns/b1: RuntimeError: observer bug"
     ]
+
+
+async def test_a_mapper_that_returns_one_ref_triggers_that_key(autojump_clock: trio.testing.MockClock) -> None:
+    async def reconcile(ctx: RunContext) -> None:
+        pass
+
+    manager = Manager(handle_signals=False)
+    log = RunLog()
+    manager.add_observer(log)
+    controller = manager.add_controller(Controller("bundles", reconcile))
+    mapped: MappedSource[ObjectRef] = MappedSource(controller, lambda ref: BUNDLES[0])
+    async with running(manager):
+        assert mapped.handle(SRC) == 1
+        await trio.testing.wait_all_tasks_blocked()
+    assert mapped.errors == 0
+    assert log.kinds(BUNDLES[0]) == [OutcomeKind.SUCCEEDED]

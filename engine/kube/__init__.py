@@ -4,9 +4,10 @@ Nothing in the core engine imports this package. Low-level helpers (raw Lease an
 functions, resource constants, exec credential plugin support) live in
 :mod:`engine.kube.lowlevel`.
 
-The webhook server and its review types, the Prometheus collectors and plugin hosting are
-imported on first use of one of their names (they bring an HTTP server, the live stream's
-websocket stack and ``prometheus_client``, which a plain runner does not need).
+Plugin hosting, the webhook server and its review types, the Prometheus collectors, leader
+election, Leases, the Kubernetes Event sink, finalizer helpers, permission checks and the
+scale-out ring are imported on first use of one of their names (some bring an HTTP server, the
+live stream's websocket stack and ``prometheus_client``, which a plain runner does not need).
 """
 
 import typing as _typing
@@ -72,8 +73,6 @@ from ._store import ObjectKey as ObjectKey
 from ._store import Store as Store
 from ._store import object_key as object_key
 
-# --- leader election and Kubernetes Events (engine.kube._leader, _event_sink, _lease) ---
-
 # --- controllers on a cluster: watches, status (engine.kube._cluster, _status) ---
 from ._cluster import REQUESTED_AT_ANNOTATION as REQUESTED_AT_ANNOTATION
 from ._cluster import SHARD_LABEL as SHARD_LABEL
@@ -110,8 +109,8 @@ from .._exports import lazy_names as _lazy_names
 from .._exports import moved_names as _moved_names
 from .._exports import publish as _publish
 
-# --- imported on first access: plugins, webhooks, Prometheus collectors (engine.kube._plugin,
-# _webhooks, _webhook_server, _webhook_config, _metrics) ---
+# --- imported on first access: plugins, webhooks, Prometheus collectors, leader election,
+# Leases, Event sinks, finalizers, permission checks, the ring ---
 if _typing.TYPE_CHECKING:
     from ._event_sink import KubernetesEventSink as KubernetesEventSink
     from ._lease import Lease as Lease

@@ -11,6 +11,7 @@ import trio
 
 from engine.apiserver import ApiServer
 from engine.kube import (
+    AdmissionDenied,
     AdmissionRequest,
     ApiError,
     Client,
@@ -89,7 +90,7 @@ async def test_a_bundle_stored_in_a_cycle_can_still_get_and_lose_its_finalizer()
         ctx = WebhookContext(None, None, nursery, float("inf"))
         assert await validate_bundle(_request(finalized, a), ctx) is None
         assert await validate_bundle(_request(deleting, finalized), ctx) is None
-        with pytest.raises(Exception, match=r"^dependency cycle: a -> a \(a Bundle cannot depend on itself\)$"):
+        with pytest.raises(AdmissionDenied, match=r"^dependency cycle: a -> a \(a Bundle cannot depend on itself\)$"):
             await validate_bundle(_request(a, raw_bundle("a", {"sourceRef": {"name": "r"}})), ctx)
 
 
