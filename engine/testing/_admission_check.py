@@ -55,7 +55,8 @@ _KEEP = 120.0
 """Seconds of history kept (calls, what was sent), beyond the latest of each object."""
 _COMBINATIONS = 64
 """The most cache contents :meth:`AdmissionCheck._known` enumerates; past it a write is let off."""
-_SERVER_SET = ("resourceVersion", "managedFields", "generation", "uid", "creationTimestamp", "selfLink")
+_SERVER_SET = ("resourceVersion", "managedFields", "generation", "uid", "creationTimestamp", "selfLink",
+               "deletionTimestamp", "deletionGracePeriodSeconds")
 
 Obj = Mapping[str, Any]
 _Where = tuple[str, str, str]
