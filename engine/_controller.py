@@ -165,7 +165,6 @@ class Controller:
         )
         self._sequence = 0
         self._runs_started = 0
-        self._run_prefix = f"{name}-"
         self._latest: dict[ObjectRef, Trigger] = {}
         self._running: dict[ObjectRef, Run] = {}
         self._wiring: ControllerWiring | None = None
@@ -374,7 +373,6 @@ class Controller:
         gate = self._gate
         latest = self._latest
         running = self._running
-        prefix = self._run_prefix
         name = self.name
         deps = self._deps
         observers = self._observers
@@ -403,7 +401,7 @@ class Controller:
                         self._runs_started += 1
                         # Positional arguments: a keyword call of Run's generated __init__ costs twice as much.
                         run = Run(
-                            prefix + str(self._runs_started), name, key, trig, queue.num_requeues(key) + 1, now, scope
+                            self._runs_started, name, key, trig, queue.num_requeues(key) + 1, now, scope
                         )
                         running[key] = run
                         run.dependency_epoch = deps.begin(self, key)
