@@ -165,7 +165,6 @@ class Controller:
         )
         self._sequence = 0
         self._runs_started = 0
-        self._run_prefix = f"{name}-"
         self._latest: dict[ObjectRef, Trigger] = {}
         self._running: dict[ObjectRef, Run] = {}
         self._wiring: ControllerWiring | None = None
@@ -238,16 +237,20 @@ class Controller:
                 if run.interruptible_depth:
                     run.cancel(CancelCause.SUPERSEDED, why)
                     superseded = run
+        if self._observers:
+            self._notify_trigger(trig, superseded)
+        return trig
+
+    def _notify_trigger(self, trig: Trigger, superseded: Run | None) -> None:
         for observer in self._observers:
             try:
                 observer.on_trigger(self, trig, superseded)
             except Exception as exc:
                 self.trigger_errors += 1
                 logger.error(
-                    "run observer %s raised on a trigger of %s: %s", type(observer).__name__, ref, _summary(exc),
-                    exc_info=exc, extra={"controller": self.name, "object": str(ref)},
+                    "run observer %s raised on a trigger of %s: %s", type(observer).__name__, trig.ref, _summary(exc),
+                    exc_info=exc, extra={"controller": self.name, "object": str(trig.ref)},
                 )
-        return trig
 
     def count_trigger_error(self) -> None:
         """Count one item a source skipped because user code raised for it (in
@@ -374,10 +377,10 @@ class Controller:
         gate = self._gate
         latest = self._latest
         running = self._running
-        prefix = self._run_prefix
         name = self.name
         deps = self._deps
         observers = self._observers
+        read_clock = self._now
         key: ObjectRef | None = None
         while True:
             scope = trio.CancelScope()
@@ -403,7 +406,7 @@ class Controller:
                         self._runs_started += 1
                         # Positional arguments: a keyword call of Run's generated __init__ costs twice as much.
                         run = Run(
-                            prefix + str(self._runs_started), name, key, trig, queue.num_requeues(key) + 1, now, scope
+                            self._runs_started, name, key, trig, queue.num_requeues(key) + 1, now, scope
                         )
                         running[key] = run
                         run.dependency_epoch = deps.begin(self, key)
@@ -429,7 +432,23 @@ class Controller:
                             break
                         else:
                             outcome = SUCCEEDED if result is None else self._result_outcome(result)
-                        self._end(run, outcome)
+                        if outcome is SUCCEEDED:
+                            # _end(run, SUCCEEDED), inlined: this is every successful run's path.
+                            del running[key]
+                            run.outcome = outcome
+                            run.finished_at = read_clock()
+                            self._succeeded += 1
+                            try:
+                                queue.forget(key)
+                                if observers:
+                                    for observer in observers:
+                                        observer.on_run_finished(self, run, outcome)
+                            finally:
+                                if gate is not None:
+                                    gate.ended(self, key)
+                                queue.done(key)
+                        else:
+                            self._end(run, outcome)
                         spent = run.cause is not None
                         run = None
                         if spent or timeout is not None:

@@ -7,7 +7,6 @@ from collections.abc import Iterator, MutableMapping
 from contextlib import contextmanager
 from typing import Any
 
-import attrs
 import trio
 
 from ._events import EventRecorder, ObjectEvents
@@ -19,16 +18,20 @@ __all__ = ["Run", "RunContext"]
 logger = logging.getLogger("engine.run")
 
 
-@attrs.define(eq=False)
 class Run:
     """The engine's record of one reconcile: the cause of its cancellation is kept here.
 
     The engine writes :attr:`cause` *before* it cancels :attr:`scope`, so how a run ended is
     known from this record, never parsed from an exception message.
+
+    Made once per run on the engine's hot path, so it is a plain class rather than an attrs
+    class: its constructor sets only what every run has, and the rarely used cancellation
+    state (cause, reason, shields, interruptible sections) reads its default from the class
+    until the engine sets it. The run id is made from the run's number when first read.
     """
 
-    id: str
-    """Unique per process (``<controller>-<n>``): the ``reconcileID`` of logs."""
+    __match_args__ = ("id", "controller", "key", "trigger", "attempt", "started_at")
+
     controller: str
     key: ObjectRef
     trigger: Trigger
@@ -45,8 +48,8 @@ class Run:
     interruptible_depth: int = 0
     supersede_pending: str | None = None
     """Under the interruptible policy: the reason of a supersede waiting for an interruptible section."""
-    shields: set[trio.CancelScope] = attrs.field(factory=set)
-    """The ``ctx.shield`` sections open now."""
+    shields: frozenset[trio.CancelScope] | set[trio.CancelScope] = frozenset()
+    """The ``ctx.shield`` sections open now (a set of its own from the run's first shield on)."""
     shields_at_cancel: frozenset[trio.CancelScope] = frozenset()
     """The ``ctx.shield`` sections that were open when the cause was recorded: a final write
     begun in one of them was decided before the cancellation, and finishes after it."""
@@ -56,6 +59,35 @@ class Run:
     """The dependency index's epoch when the run started."""
     outcome: Outcome | None = None
     finished_at: float | None = None
+
+    def __init__(
+        self,
+        number: int,
+        controller: str,
+        key: ObjectRef,
+        trigger: Trigger,
+        attempt: int,
+        started_at: float,
+        scope: trio.CancelScope,
+    ) -> None:
+        self._number = number
+        self.controller = controller
+        self.key = key
+        self.trigger = trigger
+        self.attempt = attempt
+        self.started_at = started_at
+        self.scope = scope
+
+    @property
+    def id(self) -> str:
+        """Unique per process (``<controller>-<n>``): the ``reconcileID`` of logs."""
+        return f"{self.controller}-{self._number}"
+
+    def __repr__(self) -> str:
+        return (
+            f"Run(id={self.id!r}, controller={self.controller!r}, key={self.key!r}, attempt={self.attempt}, "
+            f"started_at={self.started_at!r}, cause={self.cause!r}, finished_at={self.finished_at!r})"
+        )
 
     def cancel(self, cause: CancelCause, reason: str) -> None:
         """Record ``cause`` (the first one wins) and cancel the run's scope. Not a checkpoint.
@@ -197,11 +229,14 @@ class RunContext:
         with trio.CancelScope(shield=True, deadline=trio.current_time() + seconds) as scope:
             if run.forced:
                 scope.cancel(reason=run.cancel_reason)
-            run.shields.add(scope)
+            shields = run.shields
+            if not isinstance(shields, set):
+                shields = run.shields = set()
+            shields.add(scope)
             try:
                 yield scope
             finally:
-                run.shields.discard(scope)
+                shields.discard(scope)
 
     def __repr__(self) -> str:
         return f"<RunContext {self._run.id} {self._run.key} attempt={self._run.attempt}>"
