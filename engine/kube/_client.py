@@ -14,9 +14,7 @@ import random
 import re
 import ssl
 import urllib.request
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
-from contextvars import ContextVar
+from collections.abc import Callable, Mapping
 from functools import partial
 from types import TracebackType
 from typing import Any, Literal, Protocol, overload
@@ -188,21 +186,6 @@ def _query_value(value: Any) -> str:
 _HTTPX_POOL_ONLY = frozenset({"proxy", "mounts", "cert", "http1", "http2", "limits", "trust_env", "transport"})
 
 
-_ABANDON_CANCELLED_WRITES: ContextVar[bool] = ContextVar("abandon_cancelled_writes", default=False)
-
-
-@contextmanager
-def abandoning_cancelled_writes() -> Iterator[None]:
-    """Within the block, a cancelled write returns at once instead of waiting for its answer:
-    for writes whose caller must stop by a deadline (a Lease renewal), and that are
-    conditional, so one landing late cannot undo a newer write. Not a checkpoint."""
-    token = _ABANDON_CANCELLED_WRITES.set(True)
-    try:
-        yield
-    finally:
-        _ABANDON_CANCELLED_WRITES.reset(token)
-
-
 def _needs_httpx_pool(kwargs: Mapping[str, Any], base: httpx.URL) -> bool:
     """Whether requests must go through ``httpx.AsyncClient`` and its own transports: a proxy
     (configured, or from ``HTTPS_PROXY`` and friends, which httpx honours) or another setting
@@ -240,8 +223,7 @@ class Client:
     through ``httpx.AsyncClient``'s pool when a proxy applies (``proxy-url``, or
     ``HTTPS_PROXY`` and friends). ``transport`` replaces the network transport (for example
     ``ApiServer.memory_transport()`` or an ``httpx.MockTransport``); with it, proxy and TLS
-    settings of the config are unused. ``timeout`` bounds each non-watch request (a write
-    the caller cancels is still waited for, up to ``timeout``: see :meth:`patch`);
+    settings of the config are unused. ``timeout`` bounds each non-watch request;
     ``field_manager`` is the default manager for server-side apply; ``user_agent`` names the
     client to the server; ``rng`` drives retry jitter (seed it for reproducible tests). The client can
     be opened once; methods raise :class:`ClientStateError` outside ``async with``.
@@ -534,34 +516,9 @@ class Client:
                 self.forbidden.record(err)
             raise err
 
-        if not safe and not stream and not _ABANDON_CANCELLED_WRITES.get():
-            attempt = partial(self._answered, attempt, what)
         return await call_with_retries(
             attempt, policy=self.retry, rng=self._rng, safe=safe, what=what
         )
-
-    async def _answered(self, attempt: Callable[[], Any], what: str) -> httpx.Response:
-        """One attempt of a write, taken to its answer even if the caller is cancelled meanwhile.
-
-        A write the server received is applied whether or not its client still waits, so a
-        write cancelled in flight would land later, after writes the caller (or a run that
-        superseded it) made since, and undo them. Instead the attempt runs shielded, for at
-        most the client's ``timeout`` (past that, a :class:`TransportError`).
-
-        Cancellation: a checkpoint; a cancellation is raised only once the attempt has ended,
-        so a cancelled write call returns after the server answered it (or the timeout passed).
-        """
-        with trio.CancelScope(shield=True, deadline=trio.current_time() + self._timeout) as bound:
-            response: httpx.Response = await attempt()
-        if bound.cancelled_caught:
-            await trio.lowlevel.checkpoint_if_cancelled()
-            raise self._transport_error(httpx.ReadTimeout(f"no answer within {self._timeout:g} s"), what)
-        try:
-            await trio.lowlevel.checkpoint_if_cancelled()
-        except trio.Cancelled:
-            await response.aclose()
-            raise
-        return response
 
     def _transport_error(self, exc: httpx.TransportError, what: str) -> Exception:
         return transport_error(
@@ -875,7 +832,7 @@ class Client:
         """Create an object and return it as stored.
 
         Raises :class:`AlreadyExistsError` if it exists. Retried only on 429.
-        Cancellation: a checkpoint; a cancelled write waits for its answer (at most ``timeout``), so it never lands after the call.
+        Cancellation: a checkpoint; if cancelled after sending, the object may have been created.
         """
         ns = self._namespace_for(resource, namespace, obj)
         params = {"fieldManager": field_manager, "dryRun": "All" if dry_run else None}
@@ -901,8 +858,8 @@ class Client:
         The object's ``metadata.resourceVersion`` is sent, so the write succeeds only if the
         object has not changed since it was read; otherwise :class:`ConflictError` is raised.
         (Without a ``resourceVersion`` the server applies the update unconditionally.)
-        Retried only on 429. Cancellation: a checkpoint; a cancelled write waits for its answer (at most ``timeout``), so it
-        never lands after the call.
+        Retried only on 429. Cancellation: a checkpoint; if cancelled after sending, the update
+        may have been applied.
         """
         ns = self._namespace_for(resource, namespace, obj)
         path = resource.path(namespace=ns, name=self._name_of(obj), subresource=subresource)
@@ -974,7 +931,7 @@ class Client:
         takes over conflicting fields. With ``decode=False`` the server's answer is read but
         not decoded (nor checked to be JSON) unless it is an error, which raises as always:
         for callers that do not use the stored object. Retried only on 429.
-        Cancellation: a checkpoint; a cancelled write waits for its answer (at most ``timeout``), so it never lands after the call.
+        Cancellation: a checkpoint; if cancelled after sending, the patch may have been applied.
         """
         ns = self._namespace_for(resource, namespace)
         path = resource.path(namespace=ns, name=name, subresource=subresource)
@@ -1088,7 +1045,7 @@ class Client:
 
         Preconditions make the delete fail with :class:`ConflictError` unless the object still
         has that uid / resourceVersion. Retried only on 429.
-        Cancellation: a checkpoint; a cancelled write waits for its answer (at most ``timeout``), so it never lands after the call.
+        Cancellation: a checkpoint; if cancelled after sending, the delete may have happened.
         """
         ns = self._namespace_for(resource, namespace)
         options: dict[str, Any] = {"kind": "DeleteOptions", "apiVersion": "v1"}

@@ -9,7 +9,7 @@ from typing import Any
 
 import attrs
 
-from ._client import Client, abandoning_cancelled_writes
+from ._client import Client
 from ._resource import Resource
 
 __all__ = ["Lease", "LEASE_RESOURCE", "get_lease", "create_lease", "update_lease"]
@@ -141,12 +141,10 @@ async def create_lease(client: Client, lease: Lease) -> Lease:
     """Create a Lease and return it as stored (with its ``resourceVersion``).
 
     Raises :class:`AlreadyExistsError` if another holder created it first.
-    Cancellation: a checkpoint, prompt even once sent (a holder must be able to stop by its
-    renew deadline); if cancelled after sending, the Lease may exist.
+    Cancellation: a checkpoint; if cancelled after sending, the Lease may exist.
     """
     body = attrs.evolve(lease, resource_version=None).to_object()
-    with abandoning_cancelled_writes():
-        return Lease.from_object(await client.create(LEASE_RESOURCE, body))
+    return Lease.from_object(await client.create(LEASE_RESOURCE, body))
 
 
 async def update_lease(client: Client, lease: Lease) -> Lease:
@@ -155,13 +153,11 @@ async def update_lease(client: Client, lease: Lease) -> Lease:
     Raises :class:`ConflictError` if the Lease changed since ``lease`` was read, and
     ``ValueError`` if ``lease`` has no ``resource_version`` (an unconditional write would
     defeat the point of a lease).
-    Cancellation: a checkpoint, prompt even once sent (a holder must be able to stop by its
-    renew deadline); if cancelled after sending, the update may have been applied.
+    Cancellation: a checkpoint; if cancelled after sending, the update may have been applied.
     """
     if lease.resource_version is None:
         raise ValueError("update_lease needs the resource_version the lease was read at")
-    with abandoning_cancelled_writes():
-        updated = Lease.from_object(await client.update(LEASE_RESOURCE, lease.to_object()))
+    updated = Lease.from_object(await client.update(LEASE_RESOURCE, lease.to_object()))
     log.debug(
         "lease %s/%s updated (holder %s)", lease.namespace, lease.name, updated.holder_identity
     )
