@@ -4,7 +4,9 @@
 
 An informer on the namespace's Widgets feeds a controller (16 workers) through
 ``generation_changed``; the reconciler reads the cached object and writes
-``status.observedN = spec.n`` with one status merge patch when it differs. SIGTERM stops the
+``status.observedN = spec.n`` with one status merge patch when it differs, in ``ctx.shield``:
+a patch cut by a supersede would stay in flight, land after the next run's patch and put an
+older ``observedN`` back, a status-only change that wakes nobody. SIGTERM stops the
 manager gracefully. ``--transport lean`` gives the client ``_lean.LeanTransport`` (the
 engine's public ``Client(transport=...)``) instead of httpx's default connection pool.
 """
@@ -23,6 +25,9 @@ import _stats  # noqa: E402
 
 from engine import Controller, Manager, RunContext  # noqa: E402
 from engine.kube import Client, Cluster, Config, NotFoundError, generation_changed  # noqa: E402
+
+STATUS_WRITE_TIMEOUT = 10.0
+"""Seconds a status patch of a cancelled run still gets to land (``ctx.shield``)."""
 
 
 async def main(args: argparse.Namespace) -> None:
@@ -45,12 +50,14 @@ async def main(args: argparse.Namespace) -> None:
             n = obj["spec"]["n"]
             if (obj.get("status") or {}).get("observedN") == n:
                 return
-            try:
-                await client.patch_status(
-                    widgets.resource, ctx.ref.name, {"status": {"observedN": n}}, namespace=ctx.ref.namespace, decode=False
-                )
-            except NotFoundError:
-                pass
+            with ctx.shield(STATUS_WRITE_TIMEOUT):
+                try:
+                    await client.patch_status(
+                        widgets.resource, ctx.ref.name, {"status": {"observedN": n}}, namespace=ctx.ref.namespace,
+                        decode=False,
+                    )
+                except NotFoundError:
+                    pass
 
         controller = manager.add_controller(Controller("widgets", reconcile, max_concurrent=args.workers))
         cluster.watches(controller, widgets, predicates=[generation_changed])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Mapping
 from pathlib import Path
@@ -179,3 +180,86 @@ def test_generation_changed_accepts_an_object_older_than_the_cached_one() -> Non
     assert not generation_changed(event("10", "12")), "a status-only change"
     assert generation_changed(event("12", "10")), "history went back: the status written since is undone"
     assert not generation_changed(event("x", "y"))
+
+
+WIDGETS_CRD: dict[str, Any] = {
+    "apiVersion": "apiextensions.k8s.io/v1",
+    "kind": "CustomResourceDefinition",
+    "metadata": {"name": "widgets.test.example.com"},
+    "spec": {
+        "group": "test.example.com",
+        "scope": "Namespaced",
+        "names": {"plural": "widgets", "singular": "widget", "kind": "Widget", "listKind": "WidgetList"},
+        "versions": [{
+            "name": "v1", "served": True, "storage": True, "subresources": {"status": {}},
+            "schema": {"openAPIV3Schema": {"type": "object", "properties": {
+                "spec": {"type": "object", "properties": {"n": {"type": "integer"}}},
+                "status": {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
+            }}},
+        }],
+    },
+}
+
+
+@pytest.mark.parametrize("shielded", [True, False], ids=["in-ctx-shield", "unshielded"])
+async def test_a_superseded_runs_status_write_in_ctx_shield_lands_before_its_key_runs_again(
+    shielded: bool, autojump_clock: trio.testing.MockClock
+) -> None:
+    """The burst of bench/vs_kopf.py's workload C, made deterministic: the status patch of the
+    run for ``n = 1`` is held 1 s by the server; ``n = 2`` supersedes that run meanwhile. In
+    ``ctx.shield`` the run ends once its patch landed, and the run for ``n = 2`` writes last.
+    Unshielded, the cancelled patch stays in flight: the run for ``n = 2`` writes
+    ``observedN = 2`` first, the late patch puts 1 back, and that status-only change (no new
+    generation) wakes nobody: ``spec.n`` 2, ``observedN`` 1, for good (the benchmark's stall)."""
+    async with ApiServer(listen=False, bookmark_interval=30) as api:
+        config = Config.from_dict(api.kubeconfig)
+        async with (
+            Client(config, transport=api.memory_transport(), user_agent="driver") as driver,
+            Client(config, transport=api.memory_transport(), user_agent="operator") as client,
+        ):
+            from engine.kube import install_crds
+
+            await install_crds(driver, [WIDGETS_CRD])
+            widgets = await driver.resource("test.example.com/v1", "Widget")
+            await driver.create(widgets, {"metadata": {"name": "burst"}, "spec": {"n": 0}}, namespace="default")
+            written: list[int] = []
+
+            manager = Manager(handle_signals=False)
+            log = RunLog()
+            manager.add_observer(log)
+            cluster = Cluster(client, manager, namespace="default")
+            informer = await cluster.informer("test.example.com/v1", "Widget")
+
+            async def reconcile(ctx: RunContext) -> None:
+                obj = informer.store.get(ctx.ref.namespace, ctx.ref.name)
+                assert obj is not None
+                n = obj["spec"]["n"]
+                if (obj.get("status") or {}).get("observedN") != n:
+                    written.append(n)
+                    with ctx.shield(10) if shielded else contextlib.nullcontext():
+                        await client.patch_status(
+                            informer.resource, ctx.ref.name, {"status": {"observedN": n}},
+                            namespace=ctx.ref.namespace, decode=False,
+                        )
+
+            controller = manager.add_controller(Controller("widgets", reconcile, max_concurrent=4))
+            cluster.watches(controller, informer, predicates=[generation_changed])
+
+            async def observed() -> tuple[int, int | None]:
+                obj = await driver.get(widgets, "burst", namespace="default")
+                return obj["spec"]["n"], (obj.get("status") or {}).get("observedN")
+
+            async with running(manager):
+                await trio.sleep(1)
+                assert await observed() == (0, 0)
+                api.faults.add_latency(1, client="operator", verbs={"patch"}, count=1)
+                await driver.patch(widgets, "burst", {"spec": {"n": 1}}, namespace="default")
+                await trio.sleep(0.1)
+                await driver.patch(widgets, "burst", {"spec": {"n": 2}}, namespace="default")
+                await trio.sleep(60)
+                outcomes = [r.outcome.kind.value for r in log.records]
+                assert written == [0, 1, 2]
+                # A shielded run that returns right after its write ends as a success: the
+                # supersede waited for a checkpoint that never came. Its key runs again all the same.
+                assert outcomes == ["success", "success" if shielded else "superseded", "success"]
+                assert await observed() == ((2, 2) if shielded else (2, 1))
