@@ -246,3 +246,8 @@ def test_a_write_of_a_run_ending_as_its_range_is_given_up_that_instant_is_in_fli
     assert result.ok, result.report()
     assert any(e.what == "late" and e.text == "patch ConfigMap sim/src0 was in flight when the range of its key was "
                "given up; landed 1.251s later" for e in result.trace)
+
+
+def test_a_ring_member_that_starts_leaving_while_it_claims_gains_nothing_bundles_seed_1114() -> None:
+    result = simulate(simulation_for("bundles"), 1114, scale_out=True)
+    assert result.ok, result.report()
