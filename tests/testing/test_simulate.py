@@ -251,3 +251,8 @@ def test_a_write_of_a_run_ending_as_its_range_is_given_up_that_instant_is_in_fli
 def test_a_ring_member_that_starts_leaving_while_it_claims_gains_nothing_bundles_seed_1114() -> None:
     result = simulate(simulation_for("bundles"), 1114, scale_out=True)
     assert result.ok, result.report()
+
+
+def test_an_apply_in_flight_when_a_leader_shuts_down_lands_before_it_hands_over_bundles_seed_1739() -> None:
+    result = simulate(simulation_for("bundles"), 1739)
+    assert result.ok, result.report()
