@@ -120,12 +120,15 @@ class Router:
 
     async def handle(self, request: Request, connection: UserInfo | None = ADMIN) -> Response:
         """Answer one request that came on a connection authenticated as ``connection``
-        (``None``: nobody, so the request needs credentials of its own). Cancellation
-        propagates (the connection is then closed)."""
+        (``None``: nobody, so the request needs credentials of its own). A write of a request
+        still being answered when the storage is restored is refused with ``503`` (see
+        :meth:`ObjectStorage.fence_writes`). Cancellation propagates (the connection is then
+        closed)."""
         served: list[Any] = []
         received_at = trio.current_time()
         try:
-            response = await self._answer(request, served, connection)
+            with self.store.fence_writes():
+                response = await self._answer(request, served, connection)
         except RequestRejected as exc:
             response = status_response(exc)
         except Exception:

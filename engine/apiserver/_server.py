@@ -241,11 +241,12 @@ class ApiServer:
         the API server on it does: objects as they were then (same uids; the ones created
         since are gone, the ones deleted since are back), and resourceVersions **going
         backwards** to the snapshot's, so the next writes reuse numbers clients saw before.
-        Every open watch is cut (clients see the connection reset) and the watch history is
-        gone (a watch resumed from before the snapshot answers 410 Expired; one from after it
-        is accepted and silent, as on a real server, until newer changes come); reads at a
-        resourceVersion newer than the restored one wait up to 3 s (trio time) for it, then
-        answer 504 ``ResourceVersionTooLarge``.
+        Requests being answered are not carried out in the restored state (their writes are
+        refused with ``503``). Every open watch is cut (clients see the connection reset) and
+        the watch history is gone (a watch resumed from before the snapshot answers 410
+        Expired; one from after it is accepted and silent, as on a real server, until newer
+        changes come); reads at a resourceVersion newer than the restored one wait up to 3 s
+        (trio time) for it, then answer 504 ``ResourceVersionTooLarge``.
         The controllers (garbage collector, namespace and CRD clean-up) start over on the
         restored objects. Informers notice that history went backwards and relist from
         scratch (see :mod:`engine.kube`'s watcher).

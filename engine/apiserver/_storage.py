@@ -26,6 +26,8 @@ import base64
 import binascii
 import bisect
 import collections
+import contextlib
+import contextvars
 import copy
 import json
 import logging
@@ -33,7 +35,7 @@ import operator
 import random
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import attrs
@@ -146,6 +148,13 @@ class StorageSnapshot:
     _objects: dict[tuple[str, str], dict[Key, Obj]] = attrs.field(alias="objects", repr=False)
 
 
+_FENCE: contextvars.ContextVar[tuple[ObjectStorage, int] | None] = contextvars.ContextVar("fence", default=None)
+"""The storage and its restore count a task's writes were fenced at (see
+:meth:`ObjectStorage.fence_writes`)."""
+
+_RESTARTED = "the API server restarted on restored storage while answering; the request was not carried out"
+
+
 @attrs.define(eq=False)
 class ObjectStorage:
     """The embedded server's state: resource types, objects, the change history and watches.
@@ -175,6 +184,7 @@ class ObjectStorage:
     _listeners: list[Callable[[Change], None]] = attrs.field(factory=list, init=False, repr=False)
     _restore_listeners: list[Callable[[], None]] = attrs.field(factory=list, init=False, repr=False)
     _rv_waiters: list[tuple[int, trio.Event]] = attrs.field(factory=list, init=False, repr=False)
+    _restores: int = attrs.field(default=0, init=False, repr=False)
 
     def timestamp(self) -> str:
         """Now by :attr:`wall_clock`, formatted as the server writes timestamps into objects."""
@@ -315,8 +325,13 @@ class ObjectStorage:
 
         The last step of every write, for the server's own rules (deletion, controllers): it
         checks nothing, so the caller has validated, defaulted and admitted ``obj``. ``old`` is
-        the object it replaces, as listeners see it. Not a checkpoint.
+        the object it replaces, as listeners see it. Within :meth:`fence_writes` after a
+        :meth:`restore` since, raises :class:`RequestRejected` (503) and stores nothing. Not a
+        checkpoint.
         """
+        fence = _FENCE.get()
+        if fence is not None and fence[0] is self and fence[1] != self._restores:
+            raise RequestRejected(503, "ServiceUnavailable", _RESTARTED)
         self._rv += 1
         obj = copy.deepcopy(obj)
         obj["apiVersion"] = rt.api_version
@@ -398,6 +413,18 @@ class ObjectStorage:
             objects={key: dict(bucket.objects) for key, bucket in self._objects.items()},
         )
 
+    @contextlib.contextmanager
+    def fence_writes(self) -> Iterator[None]:
+        """Within, in this task: once this storage is restored (:meth:`restore`), every write
+        is refused with ``503`` and stores nothing, as a request that was being answered when
+        the API server went down to restart on a restored etcd never lands in the restored
+        state. The server answers each request within one. Not a checkpoint."""
+        token = _FENCE.set((self, self._restores))
+        try:
+            yield
+        finally:
+            _FENCE.reset(token)
+
     def restore(self, snapshot: StorageSnapshot) -> None:
         """Put the state back to ``snapshot``, as an etcd restore does: the objects (uids,
         generations, resourceVersions and all) and the served types as they were, and the
@@ -407,13 +434,15 @@ class ObjectStorage:
 
         The watch history is emptied (watches from before the snapshot's resourceVersion then
         answer 410 Expired) and every open watch ends abruptly, as the connections of a server
-        restarted on a restored etcd do. Then the restore listeners run. Generated uids and
+        restarted on a restored etcd do, and the writes of requests still being answered are
+        refused (see :meth:`fence_writes`). Then the restore listeners run. Generated uids and
         names go on from where they were (new objects do not reuse the uids of the ones that
         vanished). Synchronous and atomic: not a checkpoint, so no request sees a half-restored
         state. Raises ``ValueError`` for a snapshot another storage took.
         """
         if snapshot._owner is not self:
             raise ValueError("a snapshot can be restored only into the storage that took it")
+        self._restores += 1
         self._rv = snapshot.resource_version
         self._types = dict(snapshot._types)
         self._crd_types = {name: list(kinds) for name, kinds in snapshot._crd_types.items()}

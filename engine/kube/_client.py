@@ -472,6 +472,7 @@ class Client:
         safe: bool,
         stream: bool = False,
         load: bool = True,
+        retry: RetryPolicy | None = None,
     ) -> httpx.Response:
         """Send a request with retries; a 4xx or 5xx answer raises its :class:`ApiError`.
 
@@ -517,7 +518,7 @@ class Client:
             raise err
 
         return await call_with_retries(
-            attempt, policy=self.retry, rng=self._rng, safe=safe, what=what
+            attempt, policy=self.retry if retry is None else retry, rng=self._rng, safe=safe, what=what
         )
 
     def _transport_error(self, exc: httpx.TransportError, what: str) -> Exception:
@@ -1081,6 +1082,7 @@ class Client:
         timeout_seconds: int | None = None,
         idle_timeout: float | None = None,
         shard_selector: str | None = None,
+        retry: RetryPolicy | None = None,
     ) -> WatchStream:
         """Open a watch: use as ``async with client.watch(res, ...) as events: async for ...``.
 
@@ -1090,7 +1092,8 @@ class Client:
         bookmark) arrive for that long. ``shard_selector`` is sent as ``shardSelector``: a
         server with the feature sends only the events of objects in those ranges (and answers
         500 to a malformed one), any other ignores it. Establishing is retried per the read
-        policy.
+        policy: ``retry``, or the client's (``RetryPolicy(max_attempts=1)`` hands the first
+        failure to the caller, as a :class:`Watcher` wants it).
         """
         params = {
             "shardSelector": shard_selector or None,
@@ -1102,5 +1105,7 @@ class Client:
             "timeoutSeconds": timeout_seconds,
         }
         ns = namespace if resource.namespaced else None
-        open_response = partial(self._send, "GET", resource.path(namespace=ns), params=params, safe=True, stream=True)
+        open_response = partial(
+            self._send, "GET", resource.path(namespace=ns), params=params, safe=True, stream=True, retry=retry
+        )
         return WatchStream(open_response, resource, idle_timeout)

@@ -471,8 +471,7 @@ class HashRing:
             return
         await self._read(started)
         await self._collect_garbage()
-        stopping = self._leaving or (self._manager is not None and self._manager.stopping)
-        assigned = KeyRanges.nothing() if stopping else self._assignment().get(self._member, KeyRanges.nothing())
+        assigned = KeyRanges.nothing() if self._stopping() else self._assignment().get(self._member, KeyRanges.nothing())
         if assigned != self._assigned:
             self._assigned = assigned
             self._changed()
@@ -498,8 +497,15 @@ class HashRing:
                 if waiting.cancelled_caught:
                     logger.info("ring %s: the caches do not hold the gained keys yet; running them later", self.name)
                     return
+            if self._stopping() or self._lease is None:
+                # Leaving began (or the Lease was lost) while claiming: the Lease no longer
+                # carries the claim, so others may take the range.
+                return
             self.gate.gain(granted)
             self._changed()
+
+    def _stopping(self) -> bool:
+        return self._leaving or (self._manager is not None and self._manager.stopping)
 
     async def _collect_garbage(self) -> None:
         """Delete member Leases expired for a whole lease duration more (crashed members)."""

@@ -19,11 +19,15 @@ Behaviour under failure
   the one the watcher holds, when a list comes back older than it, or when the server answers
   "too large resource version" (``504`` with cause ``ResourceVersionTooLarge``). A real API
   server accepts a watch from a future ``resourceVersion`` and stays silent, so before resuming
-  a watch whose previous stream failed or ended without progress, the watcher asks the server
+  any watch (after a stream that ended, even cleanly and after progress: a server shutting
+  down to restart on a restored etcd ends its watches cleanly), the watcher asks the server
   whether it still knows the ``resourceVersion`` it holds (a one-item list "not older than"
   it; while the server answers that list with ``5xx`` or ``429``, the watcher backs off and
-  asks again rather than resuming unchecked). Each case logs a warning saying why, relists
-  from scratch and emits :class:`Restarted` with ``reset`` set.
+  asks again rather than resuming unchecked). Establishing a watch is not retried by the
+  client: a failed attempt (the server down, perhaps restarting) reaches the watcher, which
+  backs off and checks again, so no restart slips in between the check and the watch. Each
+  case logs a warning saying why, relists from scratch and emits :class:`Restarted` with
+  ``reset`` set.
 * **Half-dead connection**: when no bytes at all (not even a bookmark) arrive within
   ``idle_timeout``, the stream is abandoned and reopened as for a dropped stream.
 * **Malformed data** (a line that is not JSON, an event or list item without
@@ -78,6 +82,7 @@ from ._errors import (
     WatchStalledError,
 )
 from ._resource import Resource
+from ._retry import RetryPolicy
 from ._watch import WatchEventType
 
 __all__ = [
@@ -168,6 +173,11 @@ class WatcherStatistics:
     out_of_range: int = 0
     """Listed objects and watch events dropped because they are outside the key ranges (with
     a server that filters by ``shardSelector``, only those of ranges that just shrank)."""
+
+
+_ESTABLISH_ONCE = RetryPolicy(max_attempts=1)
+"""Watches are established without the client's retries: the watcher retries them itself,
+checking the server's history before each attempt."""
 
 
 class _HistoryWentBack(Exception):
@@ -465,6 +475,7 @@ class Watcher:
                 timeout_seconds=timeout,
                 idle_timeout=self.idle_timeout,
                 shard_selector=self._shard_selector(),
+                retry=_ESTABLISH_ONCE,
             ) as stream:
                 self._watches += 1
                 try:
@@ -535,7 +546,7 @@ class Watcher:
                 if check:
                     await self._check_history(start)
                 delivered = await self._watch_once(start, on_event)
-                check = self._resource_version == start
+                check = True
                 if self._narrowed:
                     failures, check = 0, False
                     continue

@@ -316,9 +316,10 @@ class _Replica(RunObserver):
     the replica is alive)."""
     started_at: float = math.inf
     """When it started (joined the ring, in scale-out mode)."""
-    may_run: list[tuple[float, KeyRanges]] = attrs.field(factory=list)
+    may_run: list[tuple[float, KeyRanges, int]] = attrs.field(factory=list)
     """Scale-out mode: what its gate owns or is still handing over, after each change the ring
-    announced (``on_change``), with when."""
+    announced (``on_change``), with when and the simulation's :attr:`serial` then (runs that
+    started at that very instant before the change have a serial no greater)."""
 
     def ring_changed(self) -> None:
         ring = self.ring
@@ -327,17 +328,30 @@ class _Replica(RunObserver):
         stats = ring.statistics()
         ranges = stats.owned | stats.releasing
         if not self.may_run or self.may_run[-1][1] != ranges:
-            self.may_run.append((trio.current_time(), ranges))
+            self.may_run.append((trio.current_time(), ranges, self.sim.serial))
         self.sim.check_exclusive(self)
         self.sim.covered(self)
 
     def may_run_at(self, at: float) -> KeyRanges:
         ranges = KeyRanges.nothing()
-        for when, held in self.may_run:
+        for when, held, _ in self.may_run:
             if when > at:
                 break
             ranges = held
         return ranges
+
+    def given_up_at(self, key: int, at: float) -> int | None:
+        """If the range of ``key`` was held just before the instant ``at`` and given up at
+        that very instant, the :attr:`serial` of the change that gave it up, else ``None``."""
+        before = KeyRanges.nothing()
+        for when, held, serial in self.may_run:
+            if when < at:
+                before = held
+            elif when == at and key in before and key not in held:
+                return serial
+            elif when > at:
+                break
+        return None
 
     def tap(self, event: Event) -> None:
         self.emitted.append((trio.current_time(), event))
@@ -378,6 +392,7 @@ class _Replica(RunObserver):
         self.pending.pop(key, None)
         self.running[key] = run
         sim.run_keys.add((run.key.kind, run.key.group, run.key.namespace or None, run.key.name))
+        sim.place(self.identity, run)
         sim.trace.add(self.identity, "start", f"{run.id} {run.key} trigger #{run.trigger.sequence} attempt {run.attempt}")
         other = sim.in_progress.get(key)
         if other is not None and other[0] != self.identity and not sim.check_overlap:
@@ -388,7 +403,7 @@ class _Replica(RunObserver):
             if other[0] == self.identity:
                 sim.fail(f"two runs of {run.key} at once on one replica: {self.identity} {other[1]} and {run.id} "
                          "(the queue handed out a key that was still processing)")
-            elif since is None and not sim.recreated(other[0], self.identity, run.key):
+            elif since is None and not sim.recreated(other, (self.identity, run.id)):
                 sim.fail(f"two runs of {run.key} at once across replicas: {other[0]} {other[1]} and {self.identity} "
                          f"{run.id} (no fencing)")
             elif since is None:
@@ -408,6 +423,7 @@ class _Replica(RunObserver):
         self._check_shielded(run)
         if sim.in_progress.get(key) == (self.identity, run.id):
             del sim.in_progress[key]
+        sim.placed.pop((self.identity, run.id), None)
         cause = f" cause {run.cause.value}" if run.cause is not None else ""
         error = f": {type(outcome.error).__name__}" if outcome.error is not None else ""
         sim.trace.add(self.identity, "end", f"{run.id} {run.key} {outcome.kind.value}{cause}{error}")
@@ -516,6 +532,10 @@ class _Simulator:
     violation: str | None = None
     serial: int = 0
     in_progress: dict[tuple[str, ObjectRef], tuple[str, str]] = attrs.field(factory=dict)
+    placed: dict[tuple[str, str], int] = attrs.field(factory=dict)
+    """Where each running run's key was in the key space when it started (ring replicas), by
+    replica and run: an object re-created under its name moves its key to the new uid's place
+    while the run for the old one may still be ending."""
     replicas: list[_Replica] = attrs.field(factory=list)
     current: dict[int, _Replica] = attrs.field(factory=dict)
     generations: dict[int, int] = attrs.field(factory=dict)
@@ -621,14 +641,22 @@ class _Simulator:
                           "key space at once (no fencing)")
                 return
 
-    def recreated(self, one: str, other: str, ref: ObjectRef) -> bool:
-        """Whether ring replicas ``one`` and ``other`` place ``ref`` by different uids (an
-        object deleted and re-created under its name: docs/scale-out.md, known limits)."""
-        a, b = self._replica_named(one), self._replica_named(other)
-        if a is None or b is None or a.ring is None or b.ring is None:
-            return False
-        keys = [a.ring.gate.key_of(ref), b.ring.gate.key_of(ref)]
-        return None not in keys and keys[0] != keys[1]
+    def place(self, identity: str, run: Run) -> None:
+        """Remember where ``run`` (starting on ``identity``) found its key in the key space."""
+        rep = self._replica_named(identity)
+        where = rep.ring.gate.key_of(run.key) if rep is not None and rep.ring is not None else None
+        if where is not None:
+            self.placed[(identity, run.id)] = where
+
+    def recreated(self, one: tuple[str, str], other: tuple[str, str]) -> bool:
+        """Whether two runs of one key on two ring replicas (each given as replica and run)
+        were started for different uids of its name (an object deleted and re-created under
+        its name: docs/scale-out.md, known limits): the places their keys had when each run
+        started differ. The run for the older uid keeps the place it started at, though its
+        replica learned the new uid since (its trigger superseded that run, which may still
+        be ending)."""
+        a, b = self.placed.get(one), self.placed.get(other)
+        return a is not None and b is not None and a != b
 
     def _ring_members(self) -> list[_Replica]:
         """The live ring replicas that can reach the API server."""
@@ -935,8 +963,16 @@ class _Simulator:
             self.trace.add(rep.identity, "recreated", f"{what}: written under the key of an older uid of that name, "
                            "which it owned (an object re-created under its name: a known limit)")
             key = own
-        if key in rep.may_run_at(record.received_at):
-            gone = next((when for when, held in rep.may_run if when > record.received_at and key not in held), None)
+        ref = ObjectRef(served.kind, record.name, served.namespace or None, served.group)
+        given_up = rep.given_up_at(key, record.received_at)
+        # Given up at the very instant the write arrived, with no run of the key started there
+        # since: the write is one of a run that ended then (sent before the run's cancellation
+        # took effect), in flight as any other.
+        in_flight = given_up is not None and max(
+            (n for (_, r), n in rep.last_start.items() if r == ref), default=-1) <= given_up
+        if in_flight or key in rep.may_run_at(record.received_at):
+            gone = record.received_at if in_flight else next(
+                (when for when, held, _ in rep.may_run if when > record.received_at and key not in held), None)
             if gone is not None and record.answered_at > gone:
                 late = record.answered_at - gone
                 if late > LATE_WRITE_BOUND:
@@ -946,12 +982,12 @@ class _Simulator:
                     self.trace.add(rep.identity, "late", f"{what} was in flight when the range of its key was given "
                                    f"up; landed {late:.3f}s later")
             return
-        held_before = [when for when, held in rep.may_run if when <= record.received_at and key in held]
+        held_before = [when for when, held, _ in rep.may_run if when <= record.received_at and key in held]
         if not held_before:
             self.fail(f"{rep.identity} wrote ({what}) at {record.received_at - self.trace.origin:.3f}s, an object "
                       "whose key it never owned")
             return
-        gone = next(when for when, held in rep.may_run if when > held_before[-1] and key not in held)
+        gone = next(when for when, held, _ in rep.may_run if when > held_before[-1] and key not in held)
         self.fail(f"{rep.identity} wrote ({what}) {record.received_at - gone:.3f}s after it gave up (released or "
                   "was fenced from) the range of its key")
 
@@ -1479,6 +1515,8 @@ class _Simulator:
         for key, (who, _) in list(self.in_progress.items()):
             if who == rep.identity:
                 del self.in_progress[key]
+        for run in [run for run in self.placed if run[0] == rep.identity]:
+            del self.placed[run]
 
     async def _healed(self, rep: _Replica, cut: Fault, seconds: float) -> None:
         assert self._target is not None

@@ -93,6 +93,9 @@ def _objects(n: int) -> str:
 STATUS_WRITE_TIMEOUT = 5.0
 """Seconds a status write may take, shielded from a cancellation of its run."""
 
+APPLY_WRITE_TIMEOUT = 10.0
+"""Seconds an apply of one manifest may take, shielded from a cancellation of its run."""
+
 
 async def write_status(
     ctx: RunContext, client: Client, resource: Resource, obj: Mapping[str, Any], status: Mapping[str, Any]
@@ -263,7 +266,11 @@ class BundleReconciler:
             if target_ns:
                 meta["namespace"] = target_ns
             meta.setdefault("labels", {})[OWNER_LABEL] = label_value(bundle)
-            await self.client.apply(resource, obj, field_manager=FIELD_MANAGER, force=True)
+            # Shielded: a cancelled run (superseded, or its replica shutting down and handing
+            # over) finishes this write before it ends, so the write never lands after the
+            # next run, here or on the next leader, pruned what the bundle applied.
+            with ctx.shield(APPLY_WRITE_TIMEOUT):
+                await self.client.apply(resource, obj, field_manager=FIELD_MANAGER, force=True)
             entry = _entry(obj, target_ns)
             inventory.append(entry)
             if _identity(entry) not in known:

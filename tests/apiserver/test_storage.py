@@ -241,6 +241,25 @@ def test_a_continue_token_from_before_a_restore_is_refused() -> None:
         storage.list_objects(rt, "default", ALL_LABELS, ALL_FIELDS, continue_token=token)
 
 
+def test_a_write_fenced_before_a_restore_is_refused_and_stores_nothing() -> None:
+    storage = ObjectStorage(seed=3)
+    rt = _configmaps(storage)
+    snapshot = storage.snapshot()
+    with storage.fence_writes():
+        storage.create(rt, "default", {"metadata": {"name": "before"}})
+        storage.restore(snapshot)
+        with pytest.raises(
+            RequestRejected,
+            match=r"^the API server restarted on restored storage while answering; the request was not carried out$",
+        ):
+            storage.create(rt, "default", {"metadata": {"name": "after"}})
+    assert storage.resource_version == snapshot.resource_version
+    assert storage.lookup(rt, "default", "before") is None and storage.lookup(rt, "default", "after") is None
+    with storage.fence_writes():
+        storage.create(rt, "default", {"metadata": {"name": "fenced-after-the-restore"}})
+    storage.create(rt, "default", {"metadata": {"name": "unfenced"}})
+
+
 def test_only_the_storage_that_took_a_snapshot_restores_it() -> None:
     with pytest.raises(ValueError, match=r"^a snapshot can be restored only into the storage that took it$"):
         ObjectStorage().restore(ObjectStorage().snapshot())

@@ -348,3 +348,34 @@ async def test_a_range_runs_only_once_the_caches_hold_it(autojump_clock: trio.te
         assert not m.gate.owned, "nothing runs before the caches listed the range"
         listed.set()
         await wait_for(lambda: m.gate.owned == KeyRanges.everything(), within=2 * RETRY + 1)
+
+
+async def test_a_member_that_starts_leaving_while_it_claims_gains_nothing(autojump_clock: trio.testing.MockClock) -> None:
+    """``leave`` writes the Lease without claims while a renewal's claim waits for the caches:
+    the claim must not be gained afterwards, or the member would own ranges its Lease does
+    not show (others take them)."""
+    async with ring_harness() as h:
+        claiming, listed = trio.Event(), trio.Event()
+        m = Member(h.api, "a", 1)
+
+        async def cache_ready() -> None:
+            claiming.set()
+            await listed.wait()
+
+        m.ring.cache_ready = cache_ready
+        await m.client.__aenter__()
+        h.check.members.append(m)
+
+        async def run(task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+            with m.scope:
+                await m.ring.run(task_status=task_status)
+
+        await h.nursery.start(run)
+        await claiming.wait()
+        h.nursery.start_soon(m.ring.leave)
+        await trio.sleep(RETRY / 4)
+        assert m.ring._leaving and m.ring._lease is None, "leave wrote the Lease without claims"
+        listed.set()
+        await trio.sleep(RETRY / 4)
+        assert not m.gate.owned, "a range gained after the Lease said the member holds nothing"
+        h.crash(m)

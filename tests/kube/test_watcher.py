@@ -275,3 +275,75 @@ async def test_a_history_check_the_server_cannot_answer_yet_is_asked_again_befor
         nursery.cancel_scope.cancel()
     assert summary(events[4]) == ("Restarted", ["a"]) and events[4].reset  # type: ignore[union-attr]
     assert f"went backwards (the server answered that resourceVersion {held} is too large" in caplog.text
+
+
+async def test_a_watch_that_ended_cleanly_is_not_resumed_on_a_restored_server_unchecked(
+    api: ApiServer, caplog: pytest.LogCaptureFixture, autojump_clock: trio.testing.MockClock
+) -> None:
+    # A server going down to restart on a restored etcd may end its watches cleanly, after
+    # they delivered changes; the one that answers the resumed watch has gone back in time.
+    events: list[WatcherEvent] = []
+    async with memory_client(api) as client, trio.open_nursery() as nursery:
+        await client.create(CONFIGMAPS, cm("a"))
+        watcher = Watcher(client, CONFIGMAPS, namespace="default", rng=random.Random(7))
+        nursery.start_soon(watcher.run, events.append)
+        await wait_until(lambda: watcher.statistics().watches == 1)
+        snapshot = api.snapshot()
+        for name in ("b", "c", "d"):
+            await client.create(CONFIGMAPS, cm(name))
+        await wait_until(lambda: len(events) == 4)
+        held = watcher.resource_version
+
+        assert api.faults.drop_watches() == 1
+        api.restore(snapshot)
+        with trio.move_on_after(10):
+            await wait_until(lambda: watcher.statistics().resets == 1)
+        assert watcher.statistics().resets == 1, "the watch was resumed from a resourceVersion the server no longer has"
+        nursery.cancel_scope.cancel()
+    assert summary(events[-1]) == ("Restarted", ["a"]) and events[-1].reset  # type: ignore[union-attr]
+    assert f"went backwards (the server answered that resourceVersion {held} is too large" in caplog.text
+
+
+class RestoreOnFailedWatch(httpx.AsyncBaseTransport):
+    """Restores ``snapshot`` into the server the moment it answers a watch with an error: the
+    server restarted on a restored etcd between a watch's failed attempt and the next one."""
+
+    def __init__(self, server: ApiServer) -> None:
+        self.server = server
+        self.transport = server.memory_transport()
+        self.snapshot: Any = None
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        response = await self.transport.handle_async_request(request)
+        if request.url.params.get("watch") == "true" and response.status_code >= 500 and self.snapshot is not None:
+            self.server.restore(self.snapshot)
+            self.snapshot = None
+        return response
+
+
+async def test_a_watch_that_fails_to_establish_is_checked_again_before_the_next_attempt(
+    api: ApiServer, caplog: pytest.LogCaptureFixture, autojump_clock: trio.testing.MockClock
+) -> None:
+    events: list[WatcherEvent] = []
+    board = RestoreOnFailedWatch(api)
+    retry = RetryPolicy(max_attempts=2, base_delay=0.05, max_delay=0.1)
+    async with Client(Config.from_dict(api.kubeconfig), transport=board, retry=retry) as client, trio.open_nursery() as nursery:
+        await client.create(CONFIGMAPS, cm("a"))
+        watcher = Watcher(client, CONFIGMAPS, namespace="default", rng=random.Random(7))
+        nursery.start_soon(watcher.run, events.append)
+        await wait_until(lambda: watcher.statistics().watches == 1)
+        board.snapshot = api.snapshot()
+        for name in ("b", "c", "d"):
+            await client.create(CONFIGMAPS, cm(name))
+        await wait_until(lambda: len(events) == 4)
+        held = watcher.resource_version
+
+        down = api.faults.fail(503, count=1, verbs={"watch"})
+        assert api.faults.drop_watches() == 1
+        with trio.move_on_after(10):
+            await wait_until(lambda: watcher.statistics().resets == 1)
+        assert down.hits == 1 and board.snapshot is None
+        assert watcher.statistics().resets == 1, "the watch was established on the restored server unchecked"
+        nursery.cancel_scope.cancel()
+    assert summary(events[-1]) == ("Restarted", ["a"]) and events[-1].reset  # type: ignore[union-attr]
+    assert f"went backwards (the server answered that resourceVersion {held} is too large" in caplog.text
