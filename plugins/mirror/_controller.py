@@ -70,6 +70,13 @@ class MirrorReconciler:
                 except NotFoundError:
                     await self._delete_stray_copies(mine)
                     return
+                live_meta = source["metadata"]
+                if (live_meta.get("labels") or {}).get(ENABLED_LABEL) == "true" and not live_meta.get("deletionTimestamp"):
+                    # Not in the cache but live and mirrored: a source the watch has not
+                    # brought yet (it triggers again when it does), or, on a scale-out replica,
+                    # an object re-created under this name that another replica owns. Either
+                    # way not one to clean up.
+                    return
             if FINALIZER not in (source["metadata"].get("finalizers") or []):
                 await self._delete_stray_copies(mine)
                 return
