@@ -56,7 +56,8 @@ reports) or was still handing it over, as its ring announced it; one that arrive
 handover returned or a fence revoked the range may land up to ``LATE_WRITE_BOUND`` after
 (in flight), as for a lost lease; and every range a crashed or cut-off replica owned is
 owned again by a live, connected replica within :data:`OWNED_AGAIN_BOUND` (the clock
-restarting while the API server is faulty or a member joins). Triggers of keys a replica
+restarting while the API server is faulty or a member joins or reconnects), before the run
+ends even when everything converged sooner. Triggers of keys a replica
 does not own are parked by its gate and owe no run there.
 
 The first violation ends the run; :class:`SimulationResult` then holds it, the one-line
@@ -315,7 +316,9 @@ class _Replica(RunObserver):
     """The server of the plugin's webhooks in this replica (an endpoint of their Service while
     the replica is alive)."""
     started_at: float = math.inf
-    """When it started (joined the ring, in scale-out mode)."""
+    """When it started (joined the ring, in scale-out mode), or reached the API server again
+    after a partition: either way it reads every member Lease afresh then, and honours each
+    that changed since it last looked for a whole lease duration from that moment."""
     may_run: list[tuple[float, KeyRanges, int]] = attrs.field(factory=list)
     """Scale-out mode: what its gate owns or is still handing over, after each change the ring
     announced (``on_change``), with when and the simulation's :attr:`serial` then (runs that
@@ -679,8 +682,8 @@ class _Simulator:
     def check_owned_again(self) -> None:
         """Scale-out mode: every range a crashed or cut-off replica owned is owned again by
         a live replica that can reach the API server within :data:`OWNED_AGAIN_BOUND`; the
-        clock starts again while no such replica runs, when a replica joins, leaves, crashes
-        or is cut off (the assignment moves again), and while a fault of the API server is
+        clock starts again while no such replica runs, when a replica joins, leaves, crashes,
+        is cut off or reconnects (the assignment moves again), and while a fault of the API server is
         active or may still hold a request up (members' renewals and reads fail or wait then)."""
         if not self.unowned or self._target is None:
             return
@@ -693,8 +696,9 @@ class _Simulator:
             others = self._ring_members()
             if disturbed or not others:
                 item.since = now
-            # A member that joined first observes the victim's Lease then: it honours it for a
-            # whole lease duration from that moment (no clock comparison across members).
+            # A member that joined (or reconnected) first observes the victim's Lease then: it
+            # honours it for a whole lease duration from that moment (no clock comparison across
+            # members).
             item.since = max(item.since, self.disturbed_at, *(r.started_at for r in others))
             if now - item.since > OWNED_AGAIN_BOUND:
                 self.fail(f"{100 * item.remaining.share:.1f}% of the key space that {item.victim} owned when it "
@@ -1525,6 +1529,7 @@ class _Simulator:
                 await trio.sleep(_TICK / 10)
         self._target.faults.remove(cut)
         self.cut_off.pop(rep.identity, None)
+        rep.started_at = trio.current_time()
         self.trace.add("sim", "fault", f"partition of {rep.identity} healed")
 
     async def _lasting(self, fault: Fault, seconds: float, expire: int = 0) -> None:
@@ -1612,6 +1617,7 @@ class _Simulator:
             if not problems:
                 self.trace.add("sim", "settle", "converged")
                 await self._owed_paid()
+                await self._owned_again()
                 return
             if trio.current_time() >= deadline:
                 shown = "; ".join(problems[:5]) + (f"; and {len(problems) - 5} more" if len(problems) > 5 else "")
@@ -1619,6 +1625,23 @@ class _Simulator:
                 self.fail(f"not converged {self.bound:g}s after the faults stopped{after}: {shown}")
                 await trio.sleep_forever()
             await trio.sleep(_TICK)
+
+    async def _owned_again(self) -> None:
+        """Scale-out mode, once converged: wait until every range a crashed or cut-off replica
+        owned is owned again (:meth:`check_owned_again` fails at its bound): a range that holds
+        no object the convergence check looks at is not let off because everything converged."""
+        if not self.unowned:
+            return
+        self.trace.add("sim", "settle", f"{len(self.unowned)} lost range(s) not owned again yet")
+        deadline = trio.current_time() + 2 * OWNED_AGAIN_BOUND
+        while self.unowned and self.violation is None:
+            if trio.current_time() >= deadline:
+                item = self.unowned[0]
+                self.fail(f"{100 * item.remaining.share:.1f}% of the key space that {item.victim} owned when it "
+                          f"{item.what} at {item.at - self.trace.origin:.3f}s was still owned by no live replica "
+                          f"{2 * OWNED_AGAIN_BOUND:g}s after everything converged")
+                return
+            await trio.sleep(_TICK / 10)
 
     async def _owed_paid(self) -> None:
         """Once converged: wait until every watched change still owed a trigger got it, or

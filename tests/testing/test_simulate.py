@@ -264,3 +264,15 @@ def test_a_replica_that_knows_a_recreated_name_by_its_old_uid_leaves_the_new_obj
     new owner copied it again, and the two replicas looped at one instant of virtual time."""
     result = simulate(simulation_for("mirror"), 1370, scale_out=True)
     assert result.ok, result.report()
+
+
+def test_a_partitioned_replica_honours_the_leases_it_reads_on_reconnecting_for_a_lease_duration_mirror_seed_1301(
+) -> None:
+    """Cut off for 13 s, replica-4.2 read the member Leases afresh on reconnecting and honoured
+    the ones that had changed for a whole lease duration from then, as a joining member does:
+    the bound on owning a crashed member's range again starts there, not at the partition."""
+    result = simulate(simulation_for("mirror"), 1301, scale_out=True)
+    assert result.ok, result.report()
+    settled = [e for e in result.trace if e.what in ("settle", "owned")]
+    assert [e.what for e in settled][:2] == ["settle", "settle"], settled
+    assert any(e.text.startswith("what replica-4.1 owned when it crashed is owned again") for e in settled), settled

@@ -225,6 +225,23 @@ def test_a_ring_that_honours_a_crashed_members_lease_too_long_leaves_its_ranges_
     assert result.violation == TAKEOVER_0
 
 
+def test_a_range_lost_late_and_never_taken_over_is_caught_after_everything_converged(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from engine.testing._simulate import _Simulator
+
+    result = caught_at("ring-never-takes-over-dead-leases", 3)
+    assert result.violation == ("49.1% of the key space that replica-2.1 owned when it crashed at 15.209s was owned "
+                                "by no live replica 11.984s later (bound 11s)")
+    assert any(e.what == "settle" and e.text == "converged" for e in result.trace)
+
+    async def converged_is_enough(self: _Simulator) -> None:
+        pass
+
+    monkeypatch.setattr(_Simulator, "_owned_again", converged_is_enough)
+    assert caught_at("ring-never-takes-over-dead-leases", 3).ok
+
+
 # Admission: nothing a validating webhook must refuse is stored while the webhooks are registered.
 
 SKIPPED_0 = ("Bundle sim/b1 was stored though b1 depends on itself, with no validating webhook call allowing it while "
