@@ -76,6 +76,8 @@ class ServedRequest:
     received_at: float = 0.0
     """trio clock time at which the request arrived (before injected latency); it was
     answered at the observer's ``trio.current_time()``."""
+    reply: bytes = b""
+    """The body answered when ``status`` is an error (a ``Status``); empty otherwise."""
 
 
 RequestObserver = Callable[[ServedRequest], None]
@@ -142,6 +144,7 @@ class Router:
                 request.method, request.path, info.verb, info.user_agent, target.rt.group, target.rt.kind,
                 target.namespace, target.name, target.subresource, response.status, request.body,
                 (request.query.get("labelSelector", ""), request.query.get("fieldSelector", "")), received_at,
+                response.body if response.status >= 400 else b"",
             )
             for observer in self.observers:
                 observer(record)

@@ -53,6 +53,8 @@ SETTLE = 0.5
 between the server's watch and the informer's store)."""
 _KEEP = 120.0
 """Seconds of history kept (calls, what was sent), beyond the latest of each object."""
+_READS = frozenset({"get", "list", "watch"})
+"""The verbs whose refusal or delay may leave a replica's caches behind."""
 _COMBINATIONS = 64
 """The most cache contents :meth:`AdmissionCheck._known` enumerates; past it a write is let off."""
 _SERVER_SET = ("resourceVersion", "managedFields", "generation", "uid", "creationTimestamp", "selfLink",
@@ -103,7 +105,7 @@ class AdmissionCheck:
     sent: dict[tuple[str, _Where, str], list[tuple[float, bool, Obj | None]]] = attrs.field(factory=dict)
     """``(replica, where, name)`` -> ``(when, by a list, object or None when deleted)``."""
     troubled: dict[str, list[float]] = attrs.field(factory=dict)
-    """Replica -> when a request of it was refused or held up."""
+    """Replica -> when a read (get, list, watch) of it was refused or held up."""
     origin: float = 0.0
     """The trio time messages count from (the trace's origin)."""
     verdicts: int = 0
@@ -139,10 +141,10 @@ class AdmissionCheck:
 
     def served(self, served: ServedRequest) -> None:
         """A request observer: full lists of an oracle's kind are what was sent; a refused or
-        held-up request troubles its replica."""
+        held-up read troubles its replica (its caches, which its webhooks read, may lag)."""
         actor = served.user_agent.split("/", 1)[0]
         now = trio.current_time()
-        if served.status >= 300 or now > served.received_at:
+        if served.verb in _READS and (served.status >= 300 or now > served.received_at):
             times = self.troubled.setdefault(actor, [])
             times.append(now)
             if len(times) > 1 and times[0] < now - _KEEP:

@@ -1299,14 +1299,21 @@ class _Simulator:
 
     def _denied_by_webhook(self, served: ServedRequest) -> bool:
         """Whether an admission webhook denied the write ``served`` (its 403 is then no
-        missing permission)."""
-        for call in self.webhook_calls:
-            request = call.request
-            if (call.response is not None and not call.allowed and call.asked_at >= served.received_at
-                    and (request.get("kind") or {}).get("kind") == served.kind
-                    and request.get("name") == served.name and request.get("namespace") == served.namespace):
-                return True
-        return False
+        missing permission): the answered Status says so, and a call of a webhook served by a
+        replica denied that object while the write was being answered."""
+        try:
+            message = json.loads(served.reply or b"null").get("message", "")
+        except (ValueError, AttributeError):
+            return False
+        if not (isinstance(message, str) and message.startswith("admission webhook ")
+                and " denied the request" in message):
+            return False
+        return any(
+            call.response is not None and not call.allowed and call.asked_at >= served.received_at
+            and (call.request.get("kind") or {}).get("kind") == served.kind
+            and call.request.get("name") == served.name and call.request.get("namespace") == served.namespace
+            for call in self.webhook_calls
+        )
 
     def _webhook_endpoints(self) -> list[tuple[str, WebhookServer]]:
         """The webhook servers of the live replicas that the API server can reach, by slot."""

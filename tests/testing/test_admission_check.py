@@ -13,6 +13,7 @@ import trio
 import trio.testing
 
 from engine.apiserver import ApiServer
+from engine.apiserver._api import ServedRequest
 from engine.apiserver._faults import RequestInfo
 from engine.apiserver._storage import Change
 from engine.kube import Client, Config
@@ -130,6 +131,22 @@ async def test_a_warning_excuses_only_while_the_replicas_reads_are_troubled(
         w.store(_bundle("a", "b", "x"))
         assert w.verdicts[0][1] is not None and w.verdicts[0][1].endswith(f"while its reads were refused or held up ({warning})")
         assert w.verdicts[1][0] is not None and w.verdicts[1][0].endswith("(a webhook that accepts what it must refuse)")
+
+
+async def test_only_a_refused_or_held_up_read_troubles_a_replica(autojump_clock: trio.testing.MockClock) -> None:
+    async with _world() as w:
+        now = trio.current_time()
+
+        def served(verb: str, status: int, received_at: float) -> ServedRequest:
+            return ServedRequest("GET" if verb in ("get", "list") else "PATCH", "/apis/x", verb, "replica-1.1/engine",
+                                 GROUP, "Bundle", "ns", None, None, status, b"", received_at=received_at)
+
+        w.check.served(served("patch", 503, now))
+        w.check.served(served("patch", 200, now - 1))
+        assert w.check.troubled.get("replica-1.1", []) == []
+        w.check.served(served("list", 503, now))
+        w.check.served(served("get", 200, now - 1))
+        assert w.check.troubled["replica-1.1"] == [now, now]
 
 
 async def test_a_write_no_webhook_allowed_is_a_violation_unless_failure_policy_ignore_let_it_through(

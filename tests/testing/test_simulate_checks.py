@@ -4,6 +4,8 @@ seed, and the mutation mechanism of :mod:`tests.testing.mutations`; plus the req
 
 from __future__ import annotations
 
+import json
+
 import attrs
 import pytest
 
@@ -278,3 +280,30 @@ def test_the_workloads_webhook_writes_are_refused_or_defaulted_and_can_be_turned
     assert off.ok, off.report()
     assert not any(e.what in ("refused", "webhooks") for e in off.trace)
     assert off.replay == "python -m engine simulate --plugin bundles --seed 0 --duration 30 --no-webhooks"
+
+
+def test_a_403_is_taken_for_a_webhook_denial_only_when_the_answer_says_so() -> None:
+    """A replica refused by RBAC while a webhook happened to deny the same object is still a
+    missing permission: the answered Status, not the timing alone, tells the two apart."""
+    from engine.apiserver._api import ServedRequest
+    from engine.testing._simulate import _Simulator
+    from engine.testing._webhook_service import WebhookCall
+
+    simulator = _Simulator(simulation_for("bundles"), 0, frozenset(), 1.0, 1.0)
+    review = {"kind": {"group": "bundles.engine.dev", "version": "v1alpha1", "kind": "Bundle"},
+              "name": "b1", "namespace": "sim"}
+    simulator.webhook_calls.append(WebhookCall("/validate/bundles", review, "replica-1.1", 5.0, 5.1,
+                                               {"allowed": False, "status": {"code": 403}}))
+
+    def refused(message: str) -> ServedRequest:
+        reply = json.dumps({"kind": "Status", "status": "Failure", "message": message, "reason": "Forbidden",
+                            "code": 403}).encode()
+        return ServedRequest("PATCH", "/apis/bundles.engine.dev/v1alpha1/namespaces/sim/bundles/b1", "patch",
+                             "replica-1.1", "bundles.engine.dev", "Bundle", "sim", "b1", None, 403, b"{}",
+                             received_at=4.9, reply=reply)
+
+    assert simulator._denied_by_webhook(refused(
+        'admission webhook "validate.bundles.engine.dev" denied the request: dependency cycle: b1 -> b1'))
+    assert not simulator._denied_by_webhook(refused(
+        'bundles.bundles.engine.dev "b1" is forbidden: User "system:serviceaccount:sim:bundles" cannot patch '
+        'resource "bundles" in API group "bundles.engine.dev" in the namespace "sim"'))
