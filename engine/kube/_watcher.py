@@ -18,16 +18,19 @@ Behaviour under failure
   detected when a watch hands an object or bookmark whose ``resourceVersion`` is older than
   the one the watcher holds, when a list comes back older than it, or when the server answers
   "too large resource version" (``504`` with cause ``ResourceVersionTooLarge``). A real API
-  server accepts a watch from a future ``resourceVersion`` and stays silent, so before resuming
-  any watch (after a stream that ended, even cleanly and after progress: a server shutting
-  down to restart on a restored etcd ends its watches cleanly), the watcher asks the server
-  whether it still knows the ``resourceVersion`` it holds (a one-item list "not older than"
-  it; while the server answers that list with ``5xx`` or ``429``, the watcher backs off and
-  asks again rather than resuming unchecked). Establishing a watch is not retried by the
-  client: a failed attempt (the server down, perhaps restarting) reaches the watcher, which
-  backs off and checks again, so no restart slips in between the check and the watch. Each
-  case logs a warning saying why, relists from scratch and emits :class:`Restarted` with
-  ``reset`` set.
+  server accepts a watch from a future ``resourceVersion`` and stays silent (it sends only
+  changes newer than that), so once any watch is established (the first after a list as well
+  as one resumed after a stream that ended, even cleanly and after progress: a server shutting
+  down to restart on a restored etcd ends its watches cleanly) and before it hands on a single
+  event, the watcher asks the server whether it knows the ``resourceVersion`` the watch
+  started from (a one-item list "not older than" it). Asked after the watch is in place, the
+  question also covers a restore between the list (or the last event) and the watch's
+  arrival, which a question asked before would miss. While the server answers that list with
+  ``5xx`` or ``429``, the watch is closed unread and the watcher backs off and tries again.
+  Establishing a watch is not retried by the client: a failed attempt (the server down,
+  perhaps restarting) reaches the watcher, which backs off and checks again with the next
+  one. Each case logs a warning saying why, relists from scratch and emits
+  :class:`Restarted` with ``reset`` set.
 * **Half-dead connection**: when no bytes at all (not even a bookmark) arrive within
   ``idle_timeout``, the stream is abandoned and reopened as for a dropped stream.
 * **Malformed data** (a line that is not JSON, an event or list item without
@@ -177,7 +180,7 @@ class WatcherStatistics:
 
 _ESTABLISH_ONCE = RetryPolicy(max_attempts=1)
 """Watches are established without the client's retries: the watcher retries them itself,
-checking the server's history before each attempt."""
+checking the server's history once each attempt is in place."""
 
 
 class _HistoryWentBack(Exception):
@@ -436,10 +439,10 @@ class Watcher:
     async def _check_history(self, resource_version: str) -> None:
         """Raise :class:`_HistoryWentBack` if the server answers that ``resource_version`` is
         newer than anything it has (a watch from there would wait silently). A server that
-        cannot answer yet (``5xx``, ``429``) raises that error, so the check is made again
-        before resuming: a server restarted on a restored etcd is down for a while, and
-        watching without the check once it is back would go unnoticed. Other API errors leave
-        the question open; transport errors propagate."""
+        cannot answer yet (``5xx``, ``429``) raises that error, so the watch is closed unread
+        and the check made again with the next attempt: a server restarted on a restored etcd
+        is down for a while, and watching without the check once it is back would go
+        unnoticed. Other API errors leave the question open; transport errors propagate."""
         try:
             await self._client.list(
                 self.resource,
@@ -479,6 +482,7 @@ class Watcher:
             ) as stream:
                 self._watches += 1
                 try:
+                    await self._check_history(resource_version)
                     async for event in stream:
                         delivered = True
                         rv = event.resource_version
@@ -538,22 +542,18 @@ class Watcher:
                 await trio.sleep_forever()
         await self._relist(on_event)
         failures = 0
-        check = False
         while True:
             start = self._resource_version
             assert start is not None
             try:
-                if check:
-                    await self._check_history(start)
                 delivered = await self._watch_once(start, on_event)
-                check = True
                 if self._narrowed:
-                    failures, check = 0, False
+                    failures = 0
                     continue
             except _HistoryWentBack as exc:
                 self._history_went_back(str(exc))
                 await self._relist(on_event, reset=True)
-                failures, check = 0, False
+                failures = 0
                 continue
             except GoneError:
                 self._gone += 1
@@ -563,7 +563,7 @@ class Watcher:
                     extra={"resource": str(self.resource)},
                 )
                 await self._relist(on_event)
-                failures, check = 0, False
+                failures = 0
                 continue
             except (ApiError, TransportError, WatchStalledError, ResponseError) as exc:
                 if isinstance(exc, ApiError) and _too_large(exc):
@@ -571,10 +571,10 @@ class Watcher:
                         f"the server answered that resourceVersion {start} is too large: {exc.message}"
                     )
                     await self._relist(on_event, reset=True)
-                    failures, check = 0, False
+                    failures = 0
                     continue
                 self._stream_failures += 1
-                delivered, check = False, True
+                delivered = False
                 log.warning(
                     "watch of %s failed (%s: %s); resuming from resourceVersion %s",
                     self.resource,

@@ -175,14 +175,19 @@ TOO_LARGE = {
 
 class ScriptedServer:
     """Answers lists from ``listings`` and watches from ``watches`` in order (lines to send, or a
-    complete response); a watch with nothing left to say stays open and silent."""
+    complete response); a watch with nothing left to say stays open and silent. The watcher's
+    history checks (one-item lists "not older than") find every resourceVersion known."""
 
     def __init__(self, listings: list[tuple[str, list[dict[str, Any]]]], watches: list[Any]) -> None:
         self.listings = listings
         self.watches = watches
         self.watch_rvs: list[str | None] = []
+        self.checked_rvs: list[str | None] = []
 
     async def __call__(self, request: httpx.Request) -> httpx.Response:
+        if request.url.params.get("resourceVersionMatch") == "NotOlderThan":
+            self.checked_rvs.append(request.url.params.get("resourceVersion"))
+            return httpx.Response(200, json={"kind": "ConfigMapList", "metadata": {"resourceVersion": "0"}, "items": []})
         if request.url.params.get("watch") != "true":
             rv, items = self.listings.pop(0)
             return httpx.Response(200, json={"kind": "ConfigMapList", "metadata": {"resourceVersion": rv}, "items": items})
@@ -249,7 +254,7 @@ async def test_a_watch_answered_too_large_relists_from_scratch(
     )
 
 
-async def test_a_history_check_the_server_cannot_answer_yet_is_asked_again_before_resuming(
+async def test_a_history_check_the_server_cannot_answer_yet_is_asked_again_with_the_next_watch(
     api: ApiServer, caplog: pytest.LogCaptureFixture, autojump_clock: trio.testing.MockClock
 ) -> None:
     events: list[WatcherEvent] = []
@@ -267,7 +272,8 @@ async def test_a_history_check_the_server_cannot_answer_yet_is_asked_again_befor
         api.restore(snapshot)
         lists_down = api.faults.fail(503, count=None, verbs={"list"})
         await wait_until(lambda: lists_down.hits >= 6)
-        assert watcher.statistics().watches == 1, "no watch resumed while the check could not be made"
+        stats = watcher.statistics()
+        assert stats.watches > 1 and stats.resets == 0 and len(events) == 4, "each watch closed unread"
         api.faults.remove(lists_down)
         await wait_until(lambda: watcher.statistics().resets == 1)
         await client.create(CONFIGMAPS, cm("after"))
@@ -302,6 +308,51 @@ async def test_a_watch_that_ended_cleanly_is_not_resumed_on_a_restored_server_un
         nursery.cancel_scope.cancel()
     assert summary(events[-1]) == ("Restarted", ["a"]) and events[-1].reset  # type: ignore[union-attr]
     assert f"went backwards (the server answered that resourceVersion {held} is too large" in caplog.text
+
+
+class RestoreBeforeFirstWatch(httpx.AsyncBaseTransport):
+    """Restores ``snapshot`` into the server just before the first watch request reaches it:
+    the server restarted on a restored etcd between the watcher's list and its watch."""
+
+    def __init__(self, server: ApiServer) -> None:
+        self.server = server
+        self.transport = server.memory_transport()
+        self.snapshot: Any = None
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        if request.url.params.get("watch") == "true" and self.snapshot is not None:
+            self.server.restore(self.snapshot)
+            self.snapshot = None
+        return await self.transport.handle_async_request(request)
+
+
+async def test_a_restore_between_the_list_and_its_watch_is_noticed(
+    api: ApiServer, caplog: pytest.LogCaptureFixture, autojump_clock: trio.testing.MockClock
+) -> None:
+    """The watch from the list's resourceVersion arrives at a server that went back before it:
+    the server accepts it and sends only changes newer than that, so without the check made
+    once the watch is in place the watcher would sit on the undone objects (mirror seed 11290)."""
+    events: list[WatcherEvent] = []
+    board = RestoreBeforeFirstWatch(api)
+    retry = RetryPolicy(max_attempts=2, base_delay=0.05, max_delay=0.1)
+    async with Client(Config.from_dict(api.kubeconfig), transport=board, retry=retry) as client, trio.open_nursery() as nursery:
+        await client.create(CONFIGMAPS, cm("a"))
+        board.snapshot = api.snapshot()
+        for name in ("b", "c", "d"):
+            await client.create(CONFIGMAPS, cm(name))
+        watcher = Watcher(client, CONFIGMAPS, namespace="default", rng=random.Random(7))
+        nursery.start_soon(watcher.run, events.append)
+        with trio.move_on_after(10):
+            await wait_until(lambda: watcher.statistics().resets == 1)
+        assert board.snapshot is None
+        assert watcher.statistics().resets == 1, "the first watch after the list was left on the restored server"
+        await client.create(CONFIGMAPS, cm("after"))
+        await wait_until(lambda: summary(events[-1]) == ("Added", "after"))
+        nursery.cancel_scope.cancel()
+    assert [summary(e) for e in events] == [
+        ("Restarted", ["a", "b", "c", "d"]), ("Restarted", ["a"]), ("Added", "after")]
+    assert events[1].reset  # type: ignore[union-attr]
+    assert "went backwards (the server answered that resourceVersion" in caplog.text
 
 
 class RestoreOnFailedWatch(httpx.AsyncBaseTransport):
