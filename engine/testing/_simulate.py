@@ -1207,7 +1207,8 @@ class _Simulator:
         with self._scope:
             try:
                 await self._run()
-            except Exception as group:
+            except BaseException as raised:
+                group = _errors_of(raised)
                 escaped = self._sink_failure(group)
                 if escaped is not None:
                     self.fail(escaped)
@@ -1689,6 +1690,20 @@ class _Simulator:
             steps=self.applied, runs=sum(len(r.harness.runs) for r in self.replicas if r.harness is not None),
             virtual_seconds=virtual, wall_seconds=wall,
         )
+
+
+def _errors_of(raised: BaseException) -> Exception:
+    """The errors in what ended the simulation's run; raises ``raised`` again when it holds
+    none (only cancellations, or ``KeyboardInterrupt``). Cancellations that come with errors
+    (the run's scope cancelled by a violation while a task failed) are those of the scope
+    being left, and are dropped with it."""
+    if isinstance(raised, Exception):
+        return raised
+    if isinstance(raised, BaseExceptionGroup):
+        errors, _ = raised.split(Exception)
+        if errors is not None:
+            return errors
+    raise raised
 
 
 def _admission_refused(exc: KubeError) -> bool:

@@ -87,10 +87,10 @@ async def test_the_request_log_knows_who_held_which_lease() -> None:
 
 
 def test_a_cut_shielded_write_that_the_run_does_not_report_is_caught() -> None:
-    result = caught_at("shield-does-not-shield", 0)
+    result = caught_at("shield-does-not-shield", 3)
     assert result.violation == (
-        "run replica-1.1 sources-5 of Source.bundles.engine.dev/sim/s0 was cancelled (superseded) inside a shielded "
-        "write at 11.442s, but no write of it reached the server before it ended at 11.442s, and it did not report "
+        "run replica-1.1 sources-6 of Source.bundles.engine.dev/sim/s2 was cancelled (superseded) inside a shielded "
+        "write at 12.102s, but no write of it reached the server before it ended at 12.102s, and it did not report "
         "a cut write")
 
 
@@ -110,7 +110,11 @@ def test_a_sink_that_holds_up_the_others_is_caught_by_the_sink_check() -> None:
 
 def test_a_failing_sink_whose_error_reaches_the_dispatcher_is_a_sink_violation_not_a_crash() -> None:
     with planted(_mutation("sink-delivered-inline")):
-        result = simulate(simulation_for("bundles"), 2)
+        result = simulate(simulation_for("bundles"), 3)
+        # The "no drain" check fires first here, and cancels the run while the sink's error
+        # still propagates: the two reach the simulation together, and it still returns.
+        earlier = simulate(simulation_for("bundles"), 2)
+    assert earlier.violation is not None and earlier.violation.endswith("(no drain)")
     assert result.violation == (
         "replica-1.1: event sink kubernetes failed (ServerError: 503 ServiceUnavailable: injected fault: answering 503 "
         "ServiceUnavailable) in a delivery made by the event dispatcher itself, which stopped delivering to every "
@@ -142,9 +146,9 @@ def test_a_change_still_owed_a_trigger_when_everything_converged_is_waited_for(m
 
 def test_the_relist_bug_is_caught_with_every_fault() -> None:
     with planted(_mutation("relist-drops-vanished-silently")):
-        result = simulate(simulation_for("bundles"), 59)
+        result = simulate(simulation_for("bundles"), 74)
     assert result.violation == (
-        "replica-1.1 bundles: Bundle.bundles.engine.dev/sim/b0 was added again, but the deletion of it at 28.985s "
+        "replica-1.1 sources: Source.bundles.engine.dev/sim/s3 was added again, but the deletion of it at 51.082s "
         "never reached its watch handler (a lost notification)")
     assert len(result.faults) > 10
 
@@ -158,10 +162,10 @@ def test_a_copy_written_from_a_stale_cache_breaks_a_plugin_invariant() -> None:
 
 
 def test_an_unshielded_copy_write_overtaken_by_the_next_runs_is_caught_going_back() -> None:
-    result = caught_at("copy-write-unshielded", 21)
+    result = caught_at("copy-write-unshielded", 38)
     assert result.violation == (
-        "plugin invariant no_copy_goes_back_to_older_data: copy team-ns1/src0 written with value 33298 by "
-        "replica-1.2 at 34.860 (sent at 33.299), after value 33924 sent later (at 34.570) was written at 34.570")
+        "plugin invariant no_copy_goes_back_to_older_data: copy team-ns0/src2 written with value 6353 by "
+        "replica-1.1 at 7.230 (sent at 6.354), after value 6783 sent later (at 6.982) was written at 6.982")
     assert "reorder" in " ".join(result.faults)
 
 
@@ -190,8 +194,8 @@ def test_a_rule_missing_from_the_generated_role_is_a_violation_naming_verb_and_r
 
 # Scale-out mode: each check shown catching a planted bug of the ring or the ownership gate.
 
-OVERLAP_1 = ("two runs of Source.bundles.engine.dev/sim/s0 at once across replicas: replica-1.1 sources-1 and "
-             "replica-2.1 sources-1 (no fencing)")
+OVERLAP_1 = ("two runs of Source.bundles.engine.dev/sim/s0 at once across replicas: replica-2.1 sources-1 and "
+             "replica-1.1 sources-1 (no fencing)")
 WRITE_3 = ("replica-1.1 wrote (patch Bundle sim/b1/status) 0.750s after it gave up (released or was fenced from) the "
            "range of its key")
 TAKEOVER_0 = ("32.9% of the key space that replica-2.1 owned when it crashed at 9.004s was owned by no live replica "
@@ -307,3 +311,17 @@ def test_a_403_is_taken_for_a_webhook_denial_only_when_the_answer_says_so() -> N
     assert not simulator._denied_by_webhook(refused(
         'bundles.bundles.engine.dev "b1" is forbidden: User "system:serviceaccount:sim:bundles" cannot patch '
         'resource "bundles" in API group "bundles.engine.dev" in the namespace "sim"'))
+
+
+def test_what_ends_a_simulation_run_is_reported_by_its_errors_never_raised_with_its_cancellations() -> None:
+    from engine.testing._simulate import _errors_of
+
+    error = ValueError("boom")
+    assert _errors_of(error) is error
+    both = BaseExceptionGroup("run", [KeyboardInterrupt(), ExceptionGroup("nursery", [error])])
+    errors = _errors_of(both)
+    assert isinstance(errors, ExceptionGroup) and errors.exceptions[0].exceptions[0] is error  # type: ignore[union-attr]
+    with pytest.raises(KeyboardInterrupt):
+        _errors_of(KeyboardInterrupt())
+    with pytest.raises(BaseExceptionGroup):
+        _errors_of(BaseExceptionGroup("run", [KeyboardInterrupt()]))
