@@ -2,9 +2,11 @@
 
 Invariants:
 
-* a key is ready at most once (the *dirty* set says which keys are queued);
-* a key is handed to at most one worker at a time (the *processing* set);
-* ``add`` while a key is processing marks it dirty; ``done`` re-delivers it right away;
+* a key is ready at most once, and handed to at most one worker at a time: one record per
+  key (``_state``) says which, ``None`` while it is ready and the time it was handed out
+  while it is processing;
+* ``add`` while a key is processing marks it dirty (``_redo``); ``done`` re-delivers it right
+  away;
 * ready keys are handed out first in, first out.
 """
 
@@ -95,8 +97,11 @@ class WorkQueue(Generic[K]):
         self.name = name
         self._ready_keys: collections.deque[K] = collections.deque()
         self._getters: collections.OrderedDict[trio.lowlevel.Task, None] = collections.OrderedDict()
-        self._dirty: set[K] = set()
-        self._processing: dict[K, float] = {}
+        self._state: dict[K, float | None] = {}
+        """Every key ready (``None``) or processing (the trio time it was handed out): one
+        lookup per step of a key, where a dirty set and a processing map took two."""
+        self._redo: set[K] = set()
+        """Processing keys added again since they were handed out: ready again at ``done``."""
         self._queued_at: dict[K, float] = {}
         self._waiting: dict[K, tuple[float, int]] = {}
         self._heap: list[tuple[float, int, K]] = []
@@ -134,10 +139,12 @@ class WorkQueue(Generic[K]):
         """
         if self._shut:
             return False
-        dirty = self._dirty
-        size = len(dirty)
-        dirty.add(key)
-        if len(dirty) == size or key in self._processing:
+        state = self._state
+        size = len(state)
+        if state.setdefault(key, None) is not None:
+            self._redo.add(key)
+            return True
+        if len(state) == size:
             return True
         # _enqueue(key), inlined: this is every trigger's path.
         self._ready += 1
@@ -255,8 +262,7 @@ class WorkQueue(Generic[K]):
         # _take(key), inlined: this is every run's path.
         self._ready -= 1
         now = self._now()
-        self._dirty.discard(key)
-        self._processing[key] = now
+        self._state[key] = now
         if self._waiting:
             self._waiting.pop(key, None)
         if self._observer is not None:
@@ -266,8 +272,7 @@ class WorkQueue(Generic[K]):
     def _take(self, key: K) -> K:
         self._ready -= 1
         now = self._now()
-        self._dirty.discard(key)
-        self._processing[key] = now
+        self._state[key] = now
         if self._waiting:
             self._waiting.pop(key, None)
         if self._observer is not None:
@@ -276,11 +281,14 @@ class WorkQueue(Generic[K]):
 
     def is_processing(self, key: K) -> bool:
         """Whether ``key`` was handed out and is not ``done`` yet."""
-        return key in self._processing
+        return self._state.get(key) is not None
 
     def started_at(self, key: K) -> float:
         """trio clock time at which ``key`` was handed out; ``KeyError`` if not processing."""
-        return self._processing[key]
+        started = self._state.get(key)
+        if started is None:
+            raise KeyError(key)
+        return started
 
     def done(self, key: K) -> None:
         """Mark ``key`` finished; if it was added meanwhile, it is ready again at once.
@@ -288,17 +296,26 @@ class WorkQueue(Generic[K]):
         Calling ``done`` for a key that is not processing raises ``ValueError``. Not a
         checkpoint.
         """
+        state = self._state
         try:
-            started = self._processing.pop(key)
+            started = state.pop(key)
         except KeyError:
-            raise ValueError(f"done() called for {key!r}, which is not being processed") from None
+            started = None
+        else:
+            if started is None:
+                state[key] = None
+        if started is None:
+            raise ValueError(f"done() called for {key!r}, which is not being processed")
         if self._observer is not None:
             self._observer.on_done(key, trio.current_time() - started)
         if self._shut:
-            if not self._processing:
+            if not state:
                 self._idle.set()
             return
-        if key in self._dirty:
+        redo = self._redo
+        if redo and key in redo:
+            redo.discard(key)
+            state[key] = None
             self._enqueue(key)
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -317,13 +334,14 @@ class WorkQueue(Generic[K]):
         getters, self._getters = self._getters, collections.OrderedDict()
         for task in getters:
             trio.lowlevel.reschedule(task, outcome.Error(QueueShutDown(f"work queue {self.name!r} is shut down")))
-        self._dirty.clear()
+        self._state = {key: started for key, started in self._state.items() if started is not None}
+        self._redo.clear()
         self._waiting.clear()
         self._heap.clear()
         self._queued_at.clear()
         if self._timer_scope is not None:
             self._timer_scope.cancel(reason="work queue shut down")
-        if not self._processing:
+        if not self._state:
             self._idle.set()
 
     @property
@@ -382,10 +400,12 @@ class WorkQueue(Generic[K]):
     def statistics(self) -> WorkQueueStatistics:
         """A snapshot of the queue's state and counters."""
         now = trio.current_time()
-        longest = now - min(self._processing.values()) if self._processing else 0.0
+        state = self._state
+        processing = len(state) - len(self)
+        longest = now - min(t for t in state.values() if t is not None) if processing else 0.0
         return WorkQueueStatistics(
             depth=len(self),
-            processing=len(self._processing),
+            processing=processing,
             waiting=len(self._waiting),
             adds_total=self._adds_total,
             retries_total=self._retries_total,

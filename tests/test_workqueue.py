@@ -72,6 +72,21 @@ async def test_done_for_unknown_key_is_an_error() -> None:
         q.done("x")
 
 
+async def test_done_for_a_ready_key_is_an_error_and_leaves_it_ready() -> None:
+    q: WorkQueue[str] = WorkQueue()
+    q.add("a")
+    q.add("b")
+    with pytest.raises(ValueError, match=r"^done\(\) called for 'a', which is not being processed$"):
+        q.done("a")
+    assert not q.is_processing("a")
+    with pytest.raises(KeyError):
+        q.started_at("a")
+    q.add("a")
+    assert len(q) == 2
+    assert drain_nowait(q) == ["a", "b"]
+    assert q.statistics().processing == 2
+
+
 async def test_get_waits_for_a_key(autojump_clock: trio.testing.MockClock) -> None:
     q: WorkQueue[str] = WorkQueue()
     got: list[str] = []
