@@ -381,6 +381,11 @@ class Controller:
         deps = self._deps
         observers = self._observers
         read_clock = self._now
+        # Read in place of num_requeues, forget and deps.begin, which do nothing while they are
+        # empty (the queue's failing keys and the dependency index's waiters: sets and maps
+        # that are changed in place, never replaced).
+        failing = queue._failing
+        waits_on = deps._waits_on
         key: ObjectRef | None = None
         while True:
             scope = trio.CancelScope()
@@ -400,16 +405,17 @@ class Controller:
                             continue
                         # The run begins (inlined: this is every run's path).
                         trig = latest.pop(key, None)
-                        now = queue.started_at(key)
+                        now = queue._handed_out_at
                         if trig is None:
                             trig = Trigger(key, self._sequence, "requeue", None, now)
                         self._runs_started += 1
-                        # Positional arguments: a keyword call of Run's generated __init__ costs twice as much.
+                        # Positional arguments: a keyword call costs more.
                         run = Run(
-                            self._runs_started, name, key, trig, queue.num_requeues(key) + 1, now, scope
+                            self._runs_started, name, key, trig,
+                            queue.num_requeues(key) + 1 if failing else 1, now, scope,
                         )
                         running[key] = run
-                        run.dependency_epoch = deps.begin(self, key)
+                        run.dependency_epoch = deps.begin(self, key) if waits_on else deps._epoch
                         if observers:
                             for observer in observers:
                                 observer.on_run_started(self, run)
@@ -439,7 +445,8 @@ class Controller:
                             run.finished_at = read_clock()
                             self._succeeded += 1
                             try:
-                                queue.forget(key)
+                                if failing:
+                                    queue.forget(key)
                                 if observers:
                                     for observer in observers:
                                         observer.on_run_finished(self, run, outcome)

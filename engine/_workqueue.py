@@ -117,6 +117,10 @@ class WorkQueue(Generic[K]):
         self._adds_total = 0
         self._now: Callable[[], float] = trio.current_time
         """``trio.current_time``, or while :meth:`run` runs, the run's clock read directly."""
+        self._handed_out_at = 0.0
+        """When the key that ``get`` or ``get_nowait`` returned last was handed out: what
+        :meth:`started_at` says for it, without a lookup, for a caller that reads it before its
+        next checkpoint (the controller's worker)."""
         self._retries_total = 0
 
     @property
@@ -261,7 +265,7 @@ class WorkQueue(Generic[K]):
             raise QueueShutDown(f"work queue {self.name!r} is shut down")
         # _take(key), inlined: this is every run's path.
         self._ready -= 1
-        now = self._now()
+        now = self._handed_out_at = self._now()
         self._state[key] = now
         if self._waiting:
             self._waiting.pop(key, None)
@@ -271,7 +275,7 @@ class WorkQueue(Generic[K]):
 
     def _take(self, key: K) -> K:
         self._ready -= 1
-        now = self._now()
+        now = self._handed_out_at = self._now()
         self._state[key] = now
         if self._waiting:
             self._waiting.pop(key, None)
