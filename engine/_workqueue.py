@@ -402,14 +402,13 @@ class WorkQueue(Generic[K]):
         return self._ready if not self._shut else 0
 
     def statistics(self) -> WorkQueueStatistics:
-        """A snapshot of the queue's state and counters."""
+        """A snapshot of the queue's state and counters; costs O(keys ready or processing)."""
         now = trio.current_time()
-        state = self._state
-        processing = len(state) - len(self)
-        longest = now - min(t for t in state.values() if t is not None) if processing else 0.0
+        started = [t for t in self._state.values() if t is not None]
+        longest = now - min(started) if started else 0.0
         return WorkQueueStatistics(
             depth=len(self),
-            processing=processing,
+            processing=len(started),
             waiting=len(self._waiting),
             adds_total=self._adds_total,
             retries_total=self._retries_total,
