@@ -34,7 +34,7 @@ from ._ratelimit import RateLimiter
 from ._refs import ObjectRef, Trigger
 from ._run import Run, RunContext
 from ._text import summarize
-from ._workqueue import QueueObserver, WorkQueue
+from ._workqueue import REFUSED, QueueObserver, WorkQueue
 
 __all__ = [
     "Controller",
@@ -165,7 +165,6 @@ class Controller:
         )
         self._sequence = 0
         self._runs_started = 0
-        self._latest: dict[ObjectRef, Trigger] = {}
         self._running: dict[ObjectRef, Run] = {}
         self._wiring: ControllerWiring | None = None
         self._observers: Sequence[RunObserver] = ()
@@ -220,11 +219,13 @@ class Controller:
             seq = sequence
         # tuple.__new__ is what Trigger(...) calls, without the named tuple's Python-level frame.
         trig = _new_tuple(Trigger, (ref, seq, reason, revision, self._now()))
-        if not self.queue.add(ref):
-            return None
-        latest = self._latest.setdefault(ref, trig)
-        if latest is not trig and seq >= latest.sequence:
-            self._latest[ref] = trig
+        # The newest trigger of a key waits for its run as the note of the key in the queue.
+        kept = self.queue._add_noted(ref, trig)
+        if kept is not None:
+            if kept is REFUSED:
+                return None
+            if seq >= kept.sequence:
+                self.queue._renote(ref, trig)
         superseded = None
         if self._running and (run := self._running.get(ref)) is not None and run.trigger.sequence < seq:
             policy = self.supersede
@@ -375,7 +376,6 @@ class Controller:
         assert self._wiring is not None
         recorder = self._wiring.recorder
         gate = self._gate
-        latest = self._latest
         running = self._running
         name = self.name
         deps = self._deps
@@ -399,12 +399,11 @@ class Controller:
                             queue.done(key)
                             continue
                         if gate is not None and not gate.admit(self, key):
-                            self._latest.pop(key, None)
                             queue.forget(key)
                             queue.done(key)
                             continue
                         # The run begins (inlined: this is every run's path).
-                        trig = latest.pop(key, None)
+                        trig = queue._handed_out_note
                         now = queue._handed_out_at
                         if trig is None:
                             trig = Trigger(key, self._sequence, "requeue", None, now)

@@ -2,11 +2,10 @@
 
 Invariants:
 
-* a key is ready at most once, and handed to at most one worker at a time: one record per
-  key (``_state``) says which, ``None`` while it is ready and the time it was handed out
-  while it is processing;
-* ``add`` while a key is processing marks it dirty (``_redo``); ``done`` re-delivers it right
-  away;
+* a key is ready at most once (``_dirty`` holds the keys to hand out);
+* a key is handed to at most one worker at a time (``_processing``);
+* ``add`` while a key is processing marks it dirty (and ``_redo``); ``done`` re-delivers it
+  right away;
 * ready keys are handed out first in, first out.
 """
 
@@ -16,7 +15,7 @@ import collections
 import heapq
 import math
 from collections.abc import Callable, Hashable
-from typing import Generic, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 import attrs
 import outcome
@@ -28,6 +27,9 @@ from ._ratelimit import RateLimiter, default_rate_limiter
 __all__ = ["WorkQueue", "WorkQueueStatistics", "QueueObserver"]
 
 K = TypeVar("K", bound=Hashable)
+
+REFUSED: Any = object()
+"""What :meth:`WorkQueue._add_noted` returns once the queue is shut down."""
 
 
 class QueueObserver(Protocol):
@@ -97,11 +99,15 @@ class WorkQueue(Generic[K]):
         self.name = name
         self._ready_keys: collections.deque[K] = collections.deque()
         self._getters: collections.OrderedDict[trio.lowlevel.Task, None] = collections.OrderedDict()
-        self._state: dict[K, float | None] = {}
-        """Every key ready (``None``) or processing (the trio time it was handed out): one
-        lookup per step of a key, where a dirty set and a processing map took two."""
+        self._dirty: dict[K, Any] = {}
+        """Keys to hand out (ready, or processing and added again), each with the note its
+        adder left (``None`` from :meth:`add`; the controller's trigger from
+        :meth:`_add_noted`), which goes with the key when it is handed out."""
+        self._processing: dict[K, float] = {}
+        """Keys handed out and not ``done``: the trio time each was handed out."""
         self._redo: set[K] = set()
-        """Processing keys added again since they were handed out: ready again at ``done``."""
+        """The dirty keys that are processing (ready again at ``done``): a set that is empty
+        but for them, so ``done`` does not look every key up in ``_dirty``."""
         self._queued_at: dict[K, float] = {}
         self._waiting: dict[K, tuple[float, int]] = {}
         self._heap: list[tuple[float, int, K]] = []
@@ -121,6 +127,8 @@ class WorkQueue(Generic[K]):
         """When the key that ``get`` or ``get_nowait`` returned last was handed out: what
         :meth:`started_at` says for it, without a lookup, for a caller that reads it before its
         next checkpoint (the controller's worker)."""
+        self._handed_out_note: Any = None
+        """The note that key had (see ``_dirty``), read the same way."""
         self._retries_total = 0
 
     @property
@@ -141,15 +149,30 @@ class WorkQueue(Generic[K]):
         :meth:`done`. Returns ``False`` (and does nothing) once the queue is shut down, else
         ``True``. Not a checkpoint; never blocks.
         """
+        return self._add_noted(key, None) is not REFUSED
+
+    def _add_noted(self, key: K, note: Any) -> Any:
+        """:meth:`add`, and keep ``note`` with ``key`` until a worker takes it (it is
+        :attr:`_handed_out_note` then; a note is never replaced by ``None``). The controller's trigger path: its newest trigger rides
+        in the queue's own record of the key, so a run costs no lookup in a map of its own.
+
+        If ``key`` was dirty already with a note, that note stays and is returned (the caller
+        may put its own in its place with :meth:`_renote`). Otherwise returns ``None``, or
+        :data:`REFUSED` once shut down. Not a checkpoint.
+        """
         if self._shut:
-            return False
-        state = self._state
-        size = len(state)
-        if state.setdefault(key, None) is not None:
+            return REFUSED
+        dirty = self._dirty
+        size = len(dirty)
+        kept = dirty.setdefault(key, note)
+        if len(dirty) == size:
+            if kept is None:
+                dirty[key] = note
+            return kept
+        processing = self._processing
+        if processing and key in processing:
             self._redo.add(key)
-            return True
-        if len(state) == size:
-            return True
+            return None
         # _enqueue(key), inlined: this is every trigger's path.
         self._ready += 1
         self._adds_total += 1
@@ -161,7 +184,12 @@ class WorkQueue(Generic[K]):
         if self._observer is not None:
             self._queued_at[key] = trio.current_time()
             self._observer.on_add(key)
-        return True
+        return None
+
+    def _renote(self, key: K, note: Any) -> None:
+        """Put ``note`` in place of the note of ``key``, which is dirty (right after
+        :meth:`_add_noted` returned its note)."""
+        self._dirty[key] = note
 
     def _enqueue(self, key: K) -> None:
         self._ready += 1
@@ -266,7 +294,8 @@ class WorkQueue(Generic[K]):
         # _take(key), inlined: this is every run's path.
         self._ready -= 1
         now = self._handed_out_at = self._now()
-        self._state[key] = now
+        self._handed_out_note = self._dirty.pop(key, None)
+        self._processing[key] = now
         if self._waiting:
             self._waiting.pop(key, None)
         if self._observer is not None:
@@ -276,7 +305,8 @@ class WorkQueue(Generic[K]):
     def _take(self, key: K) -> K:
         self._ready -= 1
         now = self._handed_out_at = self._now()
-        self._state[key] = now
+        self._handed_out_note = self._dirty.pop(key, None)
+        self._processing[key] = now
         if self._waiting:
             self._waiting.pop(key, None)
         if self._observer is not None:
@@ -285,14 +315,11 @@ class WorkQueue(Generic[K]):
 
     def is_processing(self, key: K) -> bool:
         """Whether ``key`` was handed out and is not ``done`` yet."""
-        return self._state.get(key) is not None
+        return key in self._processing
 
     def started_at(self, key: K) -> float:
         """trio clock time at which ``key`` was handed out; ``KeyError`` if not processing."""
-        started = self._state.get(key)
-        if started is None:
-            raise KeyError(key)
-        return started
+        return self._processing[key]
 
     def done(self, key: K) -> None:
         """Mark ``key`` finished; if it was added meanwhile, it is ready again at once.
@@ -300,26 +327,19 @@ class WorkQueue(Generic[K]):
         Calling ``done`` for a key that is not processing raises ``ValueError``. Not a
         checkpoint.
         """
-        state = self._state
         try:
-            started = state.pop(key)
+            started = self._processing.pop(key)
         except KeyError:
-            started = None
-        else:
-            if started is None:
-                state[key] = None
-        if started is None:
-            raise ValueError(f"done() called for {key!r}, which is not being processed")
+            raise ValueError(f"done() called for {key!r}, which is not being processed") from None
         if self._observer is not None:
             self._observer.on_done(key, trio.current_time() - started)
         if self._shut:
-            if not state:
+            if not self._processing:
                 self._idle.set()
             return
         redo = self._redo
         if redo and key in redo:
             redo.discard(key)
-            state[key] = None
             self._enqueue(key)
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -338,14 +358,14 @@ class WorkQueue(Generic[K]):
         getters, self._getters = self._getters, collections.OrderedDict()
         for task in getters:
             trio.lowlevel.reschedule(task, outcome.Error(QueueShutDown(f"work queue {self.name!r} is shut down")))
-        self._state = {key: started for key, started in self._state.items() if started is not None}
+        self._dirty.clear()
         self._redo.clear()
         self._waiting.clear()
         self._heap.clear()
         self._queued_at.clear()
         if self._timer_scope is not None:
             self._timer_scope.cancel(reason="work queue shut down")
-        if not self._state:
+        if not self._processing:
             self._idle.set()
 
     @property
@@ -402,13 +422,12 @@ class WorkQueue(Generic[K]):
         return self._ready if not self._shut else 0
 
     def statistics(self) -> WorkQueueStatistics:
-        """A snapshot of the queue's state and counters; costs O(keys ready or processing)."""
+        """A snapshot of the queue's state and counters."""
         now = trio.current_time()
-        started = [t for t in self._state.values() if t is not None]
-        longest = now - min(started) if started else 0.0
+        longest = now - min(self._processing.values()) if self._processing else 0.0
         return WorkQueueStatistics(
             depth=len(self),
-            processing=len(started),
+            processing=len(self._processing),
             waiting=len(self._waiting),
             adds_total=self._adds_total,
             retries_total=self._retries_total,
