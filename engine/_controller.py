@@ -34,7 +34,7 @@ from ._ratelimit import RateLimiter
 from ._refs import ObjectRef, Trigger
 from ._run import Run, RunContext
 from ._text import summarize
-from ._workqueue import REFUSED, QueueObserver, WorkQueue
+from ._workqueue import QueueObserver, WorkQueue
 
 __all__ = [
     "Controller",
@@ -220,12 +220,12 @@ class Controller:
         # tuple.__new__ is what Trigger(...) calls, without the named tuple's Python-level frame.
         trig = _new_tuple(Trigger, (ref, seq, reason, revision, self._now()))
         # The newest trigger of a key waits for its run as the note of the key in the queue.
-        kept = self.queue._add_noted(ref, trig)
+        kept = self.queue.add_noted(ref, trig)
         if kept is not None:
-            if kept is REFUSED:
+            if kept is False:
                 return None
             if seq >= kept.sequence:
-                self.queue._renote(ref, trig)
+                self.queue.replace_note(ref, trig)
         superseded = None
         if self._running and (run := self._running.get(ref)) is not None and run.trigger.sequence < seq:
             policy = self.supersede
@@ -381,11 +381,8 @@ class Controller:
         deps = self._deps
         observers = self._observers
         read_clock = self._now
-        # Read in place of num_requeues, forget and deps.begin, which do nothing while they are
-        # empty (the queue's failing keys and the dependency index's waiters: sets and maps
-        # that are changed in place, never replaced).
-        failing = queue._failing
-        waits_on = deps._waits_on
+        # num_requeues and forget are called only while some key is failing.
+        failing = queue.failing_keys
         key: ObjectRef | None = None
         while True:
             scope = trio.CancelScope()
@@ -403,8 +400,8 @@ class Controller:
                             queue.done(key)
                             continue
                         # The run begins (inlined: this is every run's path).
-                        trig = queue._handed_out_note
-                        now = queue._handed_out_at
+                        trig = queue.handed_out_note
+                        now = queue.handed_out_at
                         if trig is None:
                             trig = Trigger(key, self._sequence, "requeue", None, now)
                         self._runs_started += 1
@@ -414,7 +411,7 @@ class Controller:
                             queue.num_requeues(key) + 1 if failing else 1, now, scope,
                         )
                         running[key] = run
-                        run.dependency_epoch = deps.begin(self, key) if waits_on else deps._epoch
+                        run.dependency_epoch = deps.begin(self, key)
                         if observers:
                             for observer in observers:
                                 observer.on_run_started(self, run)

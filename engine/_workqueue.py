@@ -15,6 +15,7 @@ import collections
 import heapq
 import math
 from collections.abc import Callable, Hashable
+from collections.abc import Set as AbstractSet
 from typing import Any, Generic, Protocol, TypeVar
 
 import attrs
@@ -27,9 +28,6 @@ from ._ratelimit import RateLimiter, default_rate_limiter
 __all__ = ["WorkQueue", "WorkQueueStatistics", "QueueObserver"]
 
 K = TypeVar("K", bound=Hashable)
-
-REFUSED: Any = object()
-"""What :meth:`WorkQueue._add_noted` returns once the queue is shut down."""
 
 
 class QueueObserver(Protocol):
@@ -102,7 +100,7 @@ class WorkQueue(Generic[K]):
         self._dirty: dict[K, Any] = {}
         """Keys to hand out (ready, or processing and added again), each with the note its
         adder left (``None`` from :meth:`add`; the controller's trigger from
-        :meth:`_add_noted`), which goes with the key when it is handed out."""
+        :meth:`add_noted`), which goes with the key when it is handed out."""
         self._processing: dict[K, float] = {}
         """Keys handed out and not ``done``: the trio time each was handed out."""
         self._redo: set[K] = set()
@@ -123,12 +121,13 @@ class WorkQueue(Generic[K]):
         self._adds_total = 0
         self._now: Callable[[], float] = trio.current_time
         """``trio.current_time``, or while :meth:`run` runs, the run's clock read directly."""
-        self._handed_out_at = 0.0
-        """When the key that ``get`` or ``get_nowait`` returned last was handed out: what
-        :meth:`started_at` says for it, without a lookup, for a caller that reads it before its
-        next checkpoint (the controller's worker)."""
-        self._handed_out_note: Any = None
-        """The note that key had (see ``_dirty``), read the same way."""
+        self.handed_out_at = 0.0
+        """When the key that :meth:`get` or :meth:`get_nowait` returned last was handed out:
+        what :meth:`started_at` says for it, without a lookup. Read it before your next
+        checkpoint (another task may take a key after it); the controller's worker does."""
+        self.handed_out_note: Any = None
+        """The note that key carried (see :meth:`add_noted`; ``None`` if none), read the same
+        way."""
         self._retries_total = 0
 
     @property
@@ -149,19 +148,21 @@ class WorkQueue(Generic[K]):
         :meth:`done`. Returns ``False`` (and does nothing) once the queue is shut down, else
         ``True``. Not a checkpoint; never blocks.
         """
-        return self._add_noted(key, None) is not REFUSED
+        return self.add_noted(key, None) is not False
 
-    def _add_noted(self, key: K, note: Any) -> Any:
-        """:meth:`add`, and keep ``note`` with ``key`` until a worker takes it (it is
-        :attr:`_handed_out_note` then; a note is never replaced by ``None``). The controller's trigger path: its newest trigger rides
-        in the queue's own record of the key, so a run costs no lookup in a map of its own.
+    def add_noted(self, key: K, note: Any) -> Any:
+        """:meth:`add`, and keep ``note`` with ``key`` until it is handed out (it is
+        :attr:`handed_out_note` then; ``None`` never replaces a note). The controller's
+        trigger path: a key's newest trigger rides in the queue's own record of the key, so a
+        run costs no lookup in a map of the controller's.
 
-        If ``key`` was dirty already with a note, that note stays and is returned (the caller
-        may put its own in its place with :meth:`_renote`). Otherwise returns ``None``, or
-        :data:`REFUSED` once shut down. Not a checkpoint.
+        If ``key`` was dirty already with a note (not ``None``), that note stays and is
+        returned; the caller may put its own in its place with :meth:`replace_note`. Otherwise
+        returns ``None``, or ``False`` (and does nothing) once the queue is shut down. Not a
+        checkpoint; never blocks.
         """
         if self._shut:
-            return REFUSED
+            return False
         dirty = self._dirty
         size = len(dirty)
         kept = dirty.setdefault(key, note)
@@ -186,9 +187,9 @@ class WorkQueue(Generic[K]):
             self._observer.on_add(key)
         return None
 
-    def _renote(self, key: K, note: Any) -> None:
-        """Put ``note`` in place of the note of ``key``, which is dirty (right after
-        :meth:`_add_noted` returned its note)."""
+    def replace_note(self, key: K, note: Any) -> None:
+        """Put ``note`` in place of the note of ``key``, which must be dirty (call it right
+        after :meth:`add_noted` returned the note ``key`` had). Not a checkpoint."""
         self._dirty[key] = note
 
     def _enqueue(self, key: K) -> None:
@@ -247,6 +248,13 @@ class WorkQueue(Generic[K]):
             self._failing.discard(key)
             self._limiter.forget(key)
 
+    @property
+    def failing_keys(self) -> AbstractSet[K]:
+        """The keys with rate-limited retries since they were last forgotten: a live view, the
+        same set for the queue's life (empty: :meth:`num_requeues` is 0 and :meth:`forget`
+        does nothing for every key)."""
+        return self._failing
+
     def num_requeues(self, key: K) -> int:
         """How many rate-limited retries ``key`` had since it was last forgotten."""
         return self._limiter.num_requeues(key) if self._failing and key in self._failing else 0
@@ -293,8 +301,8 @@ class WorkQueue(Generic[K]):
             raise QueueShutDown(f"work queue {self.name!r} is shut down")
         # _take(key), inlined: this is every run's path.
         self._ready -= 1
-        now = self._handed_out_at = self._now()
-        self._handed_out_note = self._dirty.pop(key, None)
+        now = self.handed_out_at = self._now()
+        self.handed_out_note = self._dirty.pop(key, None)
         self._processing[key] = now
         if self._waiting:
             self._waiting.pop(key, None)
@@ -304,8 +312,8 @@ class WorkQueue(Generic[K]):
 
     def _take(self, key: K) -> K:
         self._ready -= 1
-        now = self._handed_out_at = self._now()
-        self._handed_out_note = self._dirty.pop(key, None)
+        now = self.handed_out_at = self._now()
+        self.handed_out_note = self._dirty.pop(key, None)
         self._processing[key] = now
         if self._waiting:
             self._waiting.pop(key, None)
