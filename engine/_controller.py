@@ -165,7 +165,6 @@ class Controller:
         )
         self._sequence = 0
         self._runs_started = 0
-        self._latest: dict[ObjectRef, Trigger] = {}
         self._running: dict[ObjectRef, Run] = {}
         self._wiring: ControllerWiring | None = None
         self._observers: Sequence[RunObserver] = ()
@@ -220,11 +219,13 @@ class Controller:
             seq = sequence
         # tuple.__new__ is what Trigger(...) calls, without the named tuple's Python-level frame.
         trig = _new_tuple(Trigger, (ref, seq, reason, revision, self._now()))
-        if not self.queue.add(ref):
-            return None
-        latest = self._latest.setdefault(ref, trig)
-        if latest is not trig and seq >= latest.sequence:
-            self._latest[ref] = trig
+        # The newest trigger of a key waits for its run as the note of the key in the queue.
+        kept = self.queue.add_noted(ref, trig)
+        if kept is not None:
+            if kept is False:
+                return None
+            if seq >= kept.sequence:
+                self.queue.replace_note(ref, trig)
         superseded = None
         if self._running and (run := self._running.get(ref)) is not None and run.trigger.sequence < seq:
             policy = self.supersede
@@ -375,12 +376,13 @@ class Controller:
         assert self._wiring is not None
         recorder = self._wiring.recorder
         gate = self._gate
-        latest = self._latest
         running = self._running
         name = self.name
         deps = self._deps
         observers = self._observers
         read_clock = self._now
+        # num_requeues and forget are called only while some key is failing.
+        failing = queue.failing_keys
         key: ObjectRef | None = None
         while True:
             scope = trio.CancelScope()
@@ -394,19 +396,19 @@ class Controller:
                             queue.done(key)
                             continue
                         if gate is not None and not gate.admit(self, key):
-                            self._latest.pop(key, None)
                             queue.forget(key)
                             queue.done(key)
                             continue
                         # The run begins (inlined: this is every run's path).
-                        trig = latest.pop(key, None)
-                        now = queue.started_at(key)
+                        trig = queue.handed_out_note
+                        now = queue.handed_out_at
                         if trig is None:
                             trig = Trigger(key, self._sequence, "requeue", None, now)
                         self._runs_started += 1
-                        # Positional arguments: a keyword call of Run's generated __init__ costs twice as much.
+                        # Positional arguments: a keyword call costs more.
                         run = Run(
-                            self._runs_started, name, key, trig, queue.num_requeues(key) + 1, now, scope
+                            self._runs_started, name, key, trig,
+                            queue.num_requeues(key) + 1 if failing else 1, now, scope,
                         )
                         running[key] = run
                         run.dependency_epoch = deps.begin(self, key)
@@ -439,7 +441,8 @@ class Controller:
                             run.finished_at = read_clock()
                             self._succeeded += 1
                             try:
-                                queue.forget(key)
+                                if failing:
+                                    queue.forget(key)
                                 if observers:
                                     for observer in observers:
                                         observer.on_run_finished(self, run, outcome)

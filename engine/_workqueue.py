@@ -2,9 +2,10 @@
 
 Invariants:
 
-* a key is ready at most once (the *dirty* set says which keys are queued);
-* a key is handed to at most one worker at a time (the *processing* set);
-* ``add`` while a key is processing marks it dirty; ``done`` re-delivers it right away;
+* a key is ready at most once (``_dirty`` holds the keys to hand out);
+* a key is handed to at most one worker at a time (``_processing``);
+* ``add`` while a key is processing marks it dirty (and ``_redo``); ``done`` re-delivers it
+  right away;
 * ready keys are handed out first in, first out.
 """
 
@@ -14,7 +15,8 @@ import collections
 import heapq
 import math
 from collections.abc import Callable, Hashable
-from typing import Generic, Protocol, TypeVar
+from collections.abc import Set as AbstractSet
+from typing import Any, Generic, Protocol, TypeVar
 
 import attrs
 import outcome
@@ -95,8 +97,15 @@ class WorkQueue(Generic[K]):
         self.name = name
         self._ready_keys: collections.deque[K] = collections.deque()
         self._getters: collections.OrderedDict[trio.lowlevel.Task, None] = collections.OrderedDict()
-        self._dirty: set[K] = set()
+        self._dirty: dict[K, Any] = {}
+        """Keys to hand out (ready, or processing and added again), each with the note its
+        adder left (``None`` from :meth:`add`; the controller's trigger from
+        :meth:`add_noted`), which goes with the key when it is handed out."""
         self._processing: dict[K, float] = {}
+        """Keys handed out and not ``done``: the trio time each was handed out."""
+        self._redo: set[K] = set()
+        """The dirty keys that are processing (ready again at ``done``): a set that is empty
+        but for them, so ``done`` does not look every key up in ``_dirty``."""
         self._queued_at: dict[K, float] = {}
         self._waiting: dict[K, tuple[float, int]] = {}
         self._heap: list[tuple[float, int, K]] = []
@@ -112,6 +121,13 @@ class WorkQueue(Generic[K]):
         self._adds_total = 0
         self._now: Callable[[], float] = trio.current_time
         """``trio.current_time``, or while :meth:`run` runs, the run's clock read directly."""
+        self.handed_out_at = 0.0
+        """When the key that :meth:`get` or :meth:`get_nowait` returned last was handed out:
+        what :meth:`started_at` says for it, without a lookup. Read it before your next
+        checkpoint (another task may take a key after it); the controller's worker does."""
+        self.handed_out_note: Any = None
+        """The note that key carried (see :meth:`add_noted`; ``None`` if none), read the same
+        way."""
         self._retries_total = 0
 
     @property
@@ -132,13 +148,32 @@ class WorkQueue(Generic[K]):
         :meth:`done`. Returns ``False`` (and does nothing) once the queue is shut down, else
         ``True``. Not a checkpoint; never blocks.
         """
+        return self.add_noted(key, None) is not False
+
+    def add_noted(self, key: K, note: Any) -> Any:
+        """:meth:`add`, and keep ``note`` with ``key`` until it is handed out (it is
+        :attr:`handed_out_note` then; ``None`` never replaces a note). The controller's
+        trigger path: a key's newest trigger rides in the queue's own record of the key, so a
+        run costs no lookup in a map of the controller's.
+
+        If ``key`` was dirty already with a note (not ``None``), that note stays and is
+        returned; the caller may put its own in its place with :meth:`replace_note`. Otherwise
+        returns ``None``, or ``False`` (and does nothing) once the queue is shut down. Not a
+        checkpoint; never blocks.
+        """
         if self._shut:
             return False
         dirty = self._dirty
         size = len(dirty)
-        dirty.add(key)
-        if len(dirty) == size or key in self._processing:
-            return True
+        kept = dirty.setdefault(key, note)
+        if len(dirty) == size:
+            if kept is None:
+                dirty[key] = note
+            return kept
+        processing = self._processing
+        if processing and key in processing:
+            self._redo.add(key)
+            return None
         # _enqueue(key), inlined: this is every trigger's path.
         self._ready += 1
         self._adds_total += 1
@@ -150,7 +185,12 @@ class WorkQueue(Generic[K]):
         if self._observer is not None:
             self._queued_at[key] = trio.current_time()
             self._observer.on_add(key)
-        return True
+        return None
+
+    def replace_note(self, key: K, note: Any) -> None:
+        """Put ``note`` in place of the note of ``key``, which must be dirty (call it right
+        after :meth:`add_noted` returned the note ``key`` had). Not a checkpoint."""
+        self._dirty[key] = note
 
     def _enqueue(self, key: K) -> None:
         self._ready += 1
@@ -208,6 +248,13 @@ class WorkQueue(Generic[K]):
             self._failing.discard(key)
             self._limiter.forget(key)
 
+    @property
+    def failing_keys(self) -> AbstractSet[K]:
+        """The keys with rate-limited retries since they were last forgotten: a live view, the
+        same set for the queue's life (empty: :meth:`num_requeues` is 0 and :meth:`forget`
+        does nothing for every key)."""
+        return self._failing
+
     def num_requeues(self, key: K) -> int:
         """How many rate-limited retries ``key`` had since it was last forgotten."""
         return self._limiter.num_requeues(key) if self._failing and key in self._failing else 0
@@ -254,8 +301,8 @@ class WorkQueue(Generic[K]):
             raise QueueShutDown(f"work queue {self.name!r} is shut down")
         # _take(key), inlined: this is every run's path.
         self._ready -= 1
-        now = self._now()
-        self._dirty.discard(key)
+        now = self.handed_out_at = self._now()
+        self.handed_out_note = self._dirty.pop(key, None)
         self._processing[key] = now
         if self._waiting:
             self._waiting.pop(key, None)
@@ -265,8 +312,8 @@ class WorkQueue(Generic[K]):
 
     def _take(self, key: K) -> K:
         self._ready -= 1
-        now = self._now()
-        self._dirty.discard(key)
+        now = self.handed_out_at = self._now()
+        self.handed_out_note = self._dirty.pop(key, None)
         self._processing[key] = now
         if self._waiting:
             self._waiting.pop(key, None)
@@ -298,7 +345,9 @@ class WorkQueue(Generic[K]):
             if not self._processing:
                 self._idle.set()
             return
-        if key in self._dirty:
+        redo = self._redo
+        if redo and key in redo:
+            redo.discard(key)
             self._enqueue(key)
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -318,6 +367,7 @@ class WorkQueue(Generic[K]):
         for task in getters:
             trio.lowlevel.reschedule(task, outcome.Error(QueueShutDown(f"work queue {self.name!r} is shut down")))
         self._dirty.clear()
+        self._redo.clear()
         self._waiting.clear()
         self._heap.clear()
         self._queued_at.clear()

@@ -86,6 +86,36 @@ async def test_many_triggers_during_a_run_collapse_into_one_rerun_with_the_newes
     assert log.kinds() == [OutcomeKind.SUCCEEDED, OutcomeKind.SUCCEEDED]
 
 
+async def test_a_queued_key_runs_with_its_newest_trigger_by_sequence_whatever_came_after(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """While a key waits for a worker, an older observation delivered late and a plain re-add
+    (a delay that ended) keep the newest trigger; a rate-limited retry runs as a requeue."""
+    seen = []
+    release = trio.Event()
+
+    async def reconcile(ctx: RunContext) -> None:
+        seen.append((ctx.ref, ctx.trigger.sequence, ctx.trigger.reason))
+        if ctx.ref == B:
+            await release.wait()
+
+    manager, controller, log, _ = make(reconcile, max_concurrent=1)
+    async with running(manager):
+        controller.trigger(B, reason="b")
+        await trio.testing.wait_all_tasks_blocked()
+        controller.trigger(A, reason="first", sequence=5)
+        controller.trigger(A, reason="newest", sequence=10)
+        controller.trigger(A, reason="same", sequence=10)
+        controller.trigger(A, reason="late", sequence=7)
+        controller.queue.add(A)
+        release.set()
+        await trio.sleep(1)
+        controller.queue.add(A)
+        await trio.sleep(1)
+    assert [(ref, reason) for ref, _, reason in seen] == [(B, "b"), (A, "same"), (A, "requeue")]
+    assert seen[1][1] == 10
+
+
 async def test_supersede_cancel_run_cancels_and_reruns_with_newest(autojump_clock: trio.testing.MockClock) -> None:
     seen = []
     causes = []

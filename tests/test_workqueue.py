@@ -72,6 +72,51 @@ async def test_done_for_unknown_key_is_an_error() -> None:
         q.done("x")
 
 
+async def test_done_for_a_ready_key_is_an_error_and_leaves_it_ready() -> None:
+    q: WorkQueue[str] = WorkQueue()
+    q.add("a")
+    q.add("b")
+    with pytest.raises(ValueError, match=r"^done\(\) called for 'a', which is not being processed$"):
+        q.done("a")
+    assert not q.is_processing("a")
+    with pytest.raises(KeyError):
+        q.started_at("a")
+    q.add("a")
+    assert len(q) == 2
+    assert drain_nowait(q) == ["a", "b"]
+    assert q.statistics().processing == 2
+
+
+async def test_a_note_travels_with_its_key_to_the_worker_and_none_never_replaces_it(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    q: WorkQueue[str] = WorkQueue()
+    assert q.add_noted("a", "first") is None
+    assert q.add("a")
+    assert q.add_noted("a", "second") == "first", "a dirty key keeps its note and tells it"
+    q.replace_note("a", "second")
+    assert q.add_noted("b", None) is None
+    await trio.sleep(1)
+    assert await q.get() == "a"
+    assert (q.handed_out_note, q.handed_out_at) == ("second", q.started_at("a"))
+    assert q.add_noted("a", "while processing") is None
+    q.done("a")
+    assert q.get_nowait() == "b" and q.handed_out_note is None
+    assert q.get_nowait() == "a" and q.handed_out_note == "while processing"
+    q.shutdown()
+    assert q.add_noted("c", "late") is False
+
+
+async def test_failing_keys_is_a_live_view_of_the_keys_not_forgotten() -> None:
+    q: WorkQueue[str] = WorkQueue()
+    failing = q.failing_keys
+    assert not failing
+    q.add_rate_limited("a")
+    assert set(failing) == {"a"} and q.num_requeues("a") == 1
+    q.forget("a")
+    assert not failing
+
+
 async def test_get_waits_for_a_key(autojump_clock: trio.testing.MockClock) -> None:
     q: WorkQueue[str] = WorkQueue()
     got: list[str] = []
