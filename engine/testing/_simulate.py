@@ -1476,7 +1476,10 @@ class _Simulator:
         """Scale-out mode: a replica joins, leaves, crashes or is cut off; the note to trace."""
         assert self._target is not None and self._nursery is not None
         kind = fault.kind
-        alive = [r for _, r in sorted(self.current.items()) if r.alive and r.slot not in self.restarting]
+        # A scaled-down replica is stopping, not gone yet: it no longer counts (two scale-downs
+        # in one instant must still leave a replica).
+        alive = [r for _, r in sorted(self.current.items())
+                 if r.alive and r.slot not in self.restarting and r.slot not in self.retired]
         if kind is FaultKind.SCALE_UP:
             if len([s for s in self.current if s not in self.retired]) >= MAX_RING_REPLICAS:
                 return f"skipped: {MAX_RING_REPLICAS} replicas already"

@@ -275,3 +275,12 @@ def test_a_partitioned_replica_honours_the_leases_it_reads_on_reconnecting_for_a
     assert result.ok, result.report()
     owned = [e for e in result.trace if e.what == "owned"]
     assert any(e.text.startswith("what replica-4.1 owned when it crashed is owned again") for e in owned), owned
+
+
+def test_two_scale_downs_in_one_instant_leave_a_replica_mirror_seed_1224() -> None:
+    """Writes held for 120 s after a history rewind let every fault due meanwhile fire at one
+    instant: the second scale-down counted the replica the first was stopping as alive, and
+    stopped the last one (nothing ran again, and the seed never converged)."""
+    result = simulate(simulation_for("mirror"), 1224, scale_out=True)
+    assert result.ok, result.report()
+    assert any(e.what == "fault" and e.text.endswith("skipped: the last replica stays") for e in result.trace)
