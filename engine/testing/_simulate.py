@@ -130,6 +130,10 @@ _NOT_FAILURES = frozenset(
 )
 _TICK = 1.0
 _RESYNC = 120.0
+REWIND_RESYNC_BOUND = 600.0
+"""Seconds the writes stay held after a history rewind for the replicas to list again: long
+enough for a watcher backing off through the faults drawn before it (a throttle of 20-odd
+429s answered one per backoff) to reach the server and notice."""
 _WRITES = frozenset({"create", "update", "patch", "delete", "deletecollection"})
 LATE_WRITE_BOUND = 5.0
 """Seconds a write that arrived before its replica lost its lease may land after the loss
@@ -1571,7 +1575,7 @@ class _Simulator:
 
     async def _rewound(self, down: Fault, writes: Fault, seconds: float) -> None:
         """After a history rewind: down for ``seconds``, then reads only until every replica
-        listed each collection it watches again (at most ``_RESYNC`` seconds).
+        listed each collection it watches again (at most :data:`REWIND_RESYNC_BOUND` seconds).
 
         Writes after a restore reuse resourceVersions that clients saw before it; a client
         whose resourceVersion the server's counter has passed again when it reconnects cannot
@@ -1583,7 +1587,7 @@ class _Simulator:
         await trio.sleep(seconds)
         faults.remove(down)
         self.trace.add("sim", "fault", f"{down.kind} ended; writes wait for the replicas to list again")
-        deadline = trio.current_time() + _RESYNC
+        deadline = trio.current_time() + REWIND_RESYNC_BOUND
         while self.resyncing and trio.current_time() < deadline:
             live = {r.identity for r in self.current.values() if r.alive}
             self.resyncing = {w for w in self.resyncing if w[0] in live}

@@ -287,3 +287,12 @@ def test_two_scale_downs_in_one_instant_leave_a_replica_mirror_seed_1224() -> No
     result = simulate(simulation_for("mirror"), 1224, scale_out=True)
     assert result.ok, result.report()
     assert any(e.what == "fault" and e.text.endswith("skipped: the last replica stays") for e in result.trace)
+
+
+def test_writes_stay_held_after_a_rewind_until_a_replica_backing_off_through_throttles_lists_again_bundles_seed_120(
+) -> None:
+    """Its watch attempts met 14 429s one per backoff, so it reached the server 110 s after the
+    rewind; released at 120 s, the writes let the server's counter pass what it had seen
+    before it could notice, and it never converged."""
+    result = simulate(simulation_for("bundles"), 120)
+    assert result.ok, result.report()
