@@ -310,20 +310,30 @@ async def test_a_watch_that_ended_cleanly_is_not_resumed_on_a_restored_server_un
     assert f"went backwards (the server answered that resourceVersion {held} is too large" in caplog.text
 
 
-class RestoreBeforeFirstWatch(httpx.AsyncBaseTransport):
-    """Restores ``snapshot`` into the server just before the first watch request reaches it:
-    the server restarted on a restored etcd between the watcher's list and its watch."""
+class RestoreAtWatch(httpx.AsyncBaseTransport):
+    """Restores ``snapshot`` into the server once, at a watch request: just before it reaches
+    the server (``when="before"``: the server restarted on a restored etcd between the
+    watcher's list and its watch), or the moment the server answers it with an error
+    (``when="failed"``: between a watch's failed attempt and the next one)."""
 
-    def __init__(self, server: ApiServer) -> None:
+    def __init__(self, server: ApiServer, when: str) -> None:
         self.server = server
+        self.when = when
         self.transport = server.memory_transport()
         self.snapshot: Any = None
 
+    def _restore(self) -> None:
+        self.server.restore(self.snapshot)
+        self.snapshot = None
+
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        if request.url.params.get("watch") == "true" and self.snapshot is not None:
-            self.server.restore(self.snapshot)
-            self.snapshot = None
-        return await self.transport.handle_async_request(request)
+        watch = request.url.params.get("watch") == "true" and self.snapshot is not None
+        if watch and self.when == "before":
+            self._restore()
+        response = await self.transport.handle_async_request(request)
+        if watch and self.when == "failed" and response.status_code >= 500:
+            self._restore()
+        return response
 
 
 async def test_a_restore_between_the_list_and_its_watch_is_noticed(
@@ -333,7 +343,7 @@ async def test_a_restore_between_the_list_and_its_watch_is_noticed(
     the server accepts it and sends only changes newer than that, so without the check made
     once the watch is in place the watcher would sit on the undone objects (mirror seed 11290)."""
     events: list[WatcherEvent] = []
-    board = RestoreBeforeFirstWatch(api)
+    board = RestoreAtWatch(api, "before")
     retry = RetryPolicy(max_attempts=2, base_delay=0.05, max_delay=0.1)
     async with Client(Config.from_dict(api.kubeconfig), transport=board, retry=retry) as client, trio.open_nursery() as nursery:
         await client.create(CONFIGMAPS, cm("a"))
@@ -355,28 +365,11 @@ async def test_a_restore_between_the_list_and_its_watch_is_noticed(
     assert "went backwards (the server answered that resourceVersion" in caplog.text
 
 
-class RestoreOnFailedWatch(httpx.AsyncBaseTransport):
-    """Restores ``snapshot`` into the server the moment it answers a watch with an error: the
-    server restarted on a restored etcd between a watch's failed attempt and the next one."""
-
-    def __init__(self, server: ApiServer) -> None:
-        self.server = server
-        self.transport = server.memory_transport()
-        self.snapshot: Any = None
-
-    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        response = await self.transport.handle_async_request(request)
-        if request.url.params.get("watch") == "true" and response.status_code >= 500 and self.snapshot is not None:
-            self.server.restore(self.snapshot)
-            self.snapshot = None
-        return response
-
-
 async def test_a_watch_that_fails_to_establish_is_checked_again_before_the_next_attempt(
     api: ApiServer, caplog: pytest.LogCaptureFixture, autojump_clock: trio.testing.MockClock
 ) -> None:
     events: list[WatcherEvent] = []
-    board = RestoreOnFailedWatch(api)
+    board = RestoreAtWatch(api, "failed")
     retry = RetryPolicy(max_attempts=2, base_delay=0.05, max_delay=0.1)
     async with Client(Config.from_dict(api.kubeconfig), transport=board, retry=retry) as client, trio.open_nursery() as nursery:
         await client.create(CONFIGMAPS, cm("a"))
