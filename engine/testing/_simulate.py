@@ -1433,7 +1433,8 @@ class _Simulator:
             snapshot = self.snapshots.pop(next(i for i, f in enumerate(self.plan) if f is fault))
             lost = api.store.resource_version - snapshot.resource_version
             down = faults.fail(503, count=None, client=REPLICA)
-            writes = faults.fail(503, count=None, client=REPLICA, verbs=_WRITES)
+            writes = {rep.identity: faults.fail(503, count=None, client=f"{rep.identity}/", verbs=_WRITES)
+                      for rep in self.replicas if not rep.done.is_set()}
             before = _objects(api.store)
             api.restore(snapshot)
             self.log.mark_restore()
@@ -1573,14 +1574,20 @@ class _Simulator:
             faults.remove(held)
         self.trace.add("sim", "fault", "reorder ended")
 
-    async def _rewound(self, down: Fault, writes: Fault, seconds: float) -> None:
-        """After a history rewind: down for ``seconds``, then reads only until every replica
-        listed each collection it watches again (at most :data:`REWIND_RESYNC_BOUND` seconds).
+    async def _rewound(self, down: Fault, writes: dict[str, Fault], seconds: float) -> None:
+        """After a history rewind: down for ``seconds``, then each replica that was running
+        (``writes``: its hold of writes, by identity) may read but not write until it listed
+        each collection it watches again, or stopped (one stopping gracefully never lists
+        again: its draining runs' writes stay held until it is gone); at most
+        :data:`REWIND_RESYNC_BOUND` seconds.
 
         Writes after a restore reuse resourceVersions that clients saw before it; a client
         whose resourceVersion the server's counter has passed again when it reconnects cannot
         tell that history went back (as with an etcd restore without ``--bump-revision``), so
-        the simulation holds writes until the replicas have had the chance to notice.
+        the simulation holds a replica's writes until it has had the chance to notice. A run in
+        flight across the rewind decided on writes the rewind may have undone; a replica that
+        notices lists again, which triggers every key and supersedes such a run before its
+        writes are accepted again.
         """
         assert self._target is not None
         faults = self._target.faults
@@ -1588,20 +1595,29 @@ class _Simulator:
         faults.remove(down)
         self.trace.add("sim", "fault", f"{down.kind} ended; writes wait for the replicas to list again")
         deadline = trio.current_time() + REWIND_RESYNC_BOUND
-        while self.resyncing and trio.current_time() < deadline:
+        by_identity = {rep.identity: rep for rep in self.replicas}
+        while writes:
             live = {r.identity for r in self.current.values() if r.alive}
             self.resyncing = {w for w in self.resyncing if w[0] in live}
+            listing = {w[0] for w in self.resyncing}
+            for who in [w for w in writes if by_identity[w].done.is_set() or (w in live and w not in listing)]:
+                faults.remove(writes.pop(who))
+            if not writes or trio.current_time() >= deadline:
+                break
             await trio.sleep(_TICK / 10)
         for who in sorted({w[0] for w in self.resyncing}):
             self.forget_obligations(who)
         left = ", ".join(f"{who} {path}" + (f"?{labels}" if labels else "") for who, path, labels, _ in sorted(self.resyncing))
+        held = ", ".join(sorted(w for w in writes if w not in {x[0] for x in self.resyncing}))
         self.unsynced |= self.resyncing
         self.resyncing.clear()
-        faults.remove(writes)
+        for fault in writes.values():
+            faults.remove(fault)
         self.rewinds_pending -= 1
         if not self.rewinds_pending:
             self.writable.set()
-        self.trace.add("sim", "fault", "writes accepted again" + (f" (not listed again in time: {left})" if left else ""))
+        self.trace.add("sim", "fault", "writes accepted again" + (f" (not listed again in time: {left})" if left else "")
+                       + (f" (still stopping: {held})" if held else ""))
 
     async def _faults_over(self) -> None:
         assert self._target is not None
