@@ -157,7 +157,10 @@ class BundleReconciler:
             # finalizer on the server gets objects.
             live = await hold_finalizer(self.client, self.bundles, bundle, FINALIZER)
             if live is None or live["metadata"].get("deletionTimestamp"):
-                return None
+                # The watch event that shows the cache the deletion triggers the next run. A
+                # restore of the server's storage can undo the deletion before that event
+                # arrives, and then none ever does: look again after the interval.
+                return Result(requeue_after=spec.interval)
 
         await self._check_dependencies(ctx, bundle, spec)
 

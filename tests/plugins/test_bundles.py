@@ -175,6 +175,36 @@ async def test_a_bundle_deleted_while_its_finalizer_was_being_added_gets_nothing
         assert {o["metadata"]["name"] for o in await h.list("ConfigMap")} & {"a"} == set()
 
 
+@pytest.mark.kube_embedded(reason="delays the replica's watch and restores the server's storage")
+async def test_a_deletion_a_storage_restore_undid_before_the_cache_saw_it_leaves_the_bundle_reconciled(
+    kube_target: KubeTarget, kube_api: ApiServer
+) -> None:
+    """A new revision's run finds its Bundle being deleted on the server while the cache (its
+    watch late) does not show it yet, and leaves the deletion to the run its watch event will
+    trigger. A restore of the server's storage to before the deletion cuts the watch first: the
+    event never comes, and the relist shows the Bundle as the cache had it. The run requeued
+    after the interval, so the Bundle still ends Ready at the new revision. (Found by the
+    simulation, bundles seed 20014.)"""
+    async with open_bundles(plugin, kube_target, manifests=[
+            source("repo", "r1", [configmap("a", revision="r1")]), bundle("app", "repo")]) as h:
+        await h.wait_for(API + "/Bundle", "app", condition=lambda o: ready_at(o, "r1"), timeout=20)
+        before = len(h.runs_for(name="app", controller="bundles"))
+        late = h.faults.delay_watch(5, client=h.user_agent)
+        await h.patch(API + "/Source", "repo", {"spec": {"revision": "r2", "artifact": [configmap("a", revision="r2")]}})
+        snapshot = kube_api.snapshot()
+        await trio.sleep(1)
+        await h.delete(API + "/Bundle", "app")
+        deleted_at = trio.current_time()
+        await h.wait_runs(before + 1, name="app", controller="bundles", timeout=10)
+        assert trio.current_time() < deleted_at + 5, "the run came before the cache saw the deletion"
+        kube_api.restore(snapshot)
+        h.faults.remove(late)
+        app = await h.get(API + "/Bundle", "app")
+        assert app is not None and not app["metadata"].get("deletionTimestamp")
+        await h.wait_for(API + "/Bundle", "app", condition=lambda o: ready_at(o, "r2"), timeout=700)
+        assert (await h.get("ConfigMap", "a") or {}).get("data") == {"revision": "r2"}
+
+
 @pytest.mark.kube_embedded(reason="delays the replica's watch with fault injection")
 async def test_seed1_rapid_revisions_with_a_stale_cache_end_ready_at_the_final_revision(kube_target: KubeTarget) -> None:
     """50 Source revisions 10 ms apart while health checks run and watch delivery to the
