@@ -48,6 +48,13 @@ _REASONS = {
 }
 
 
+def _limit(value: str | None) -> int | None:
+    try:
+        return int(value) if value else None
+    except ValueError:
+        return None
+
+
 def _path_verb(request: Request) -> str:
     method = request.method.lower()
     return "get" if method == "head" else method
@@ -78,6 +85,11 @@ class ServedRequest:
     answered at the observer's ``trio.current_time()``."""
     reply: bytes = b""
     """The body answered when ``status`` is an error (a ``Status``); empty otherwise."""
+    limit: int | None = None
+    """The ``limit`` of a list (``None`` when absent or not a number): its answer held every
+    object selected only if there were no more than that."""
+    continued: bool = False
+    """Whether a list asked for a page after the first (``continue``)."""
 
 
 RequestObserver = Callable[[ServedRequest], None]
@@ -144,7 +156,8 @@ class Router:
                 request.method, request.path, info.verb, info.user_agent, target.rt.group, target.rt.kind,
                 target.namespace, target.name, target.subresource, response.status, request.body,
                 (request.query.get("labelSelector", ""), request.query.get("fieldSelector", "")), received_at,
-                response.body if response.status >= 400 else b"",
+                response.body if response.status >= 400 else b"", _limit(request.query.get("limit")),
+                bool(request.query.get("continue")),
             )
             for observer in self.observers:
                 observer(record)

@@ -362,6 +362,16 @@ class Watcher:
         """The last ``resourceVersion`` seen (list, event or bookmark): where a watch resumes."""
         return self._resource_version
 
+    @property
+    def label_selector(self) -> Selector | None:
+        """The label selector of its lists and watches."""
+        return self._label_selector
+
+    @property
+    def field_selector(self) -> Selector | None:
+        """The field selector of its lists and watches."""
+        return self._field_selector
+
     def statistics(self) -> WatcherStatistics:
         """A snapshot of the watcher's counters."""
         return WatcherStatistics(

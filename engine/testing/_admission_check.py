@@ -8,7 +8,8 @@ never the plugin's handler), made from outside the engine with three views of th
   which replica was asked about which object, when, and what it answered; at each call the
   objects of the kind that the server held then are noted (the truth when asked);
 * what the server sent each replica of the kind: every watch event (a watch observer) and
-  every full list it answered, with when: what that replica's caches may hold.
+  every full list it answered (not a page of a list cut by ``limit``), with when: what that
+  replica's caches may hold.
 
 A committed write (a create, or an update that changes more than status and server-set
 metadata) that the oracle finds inadmissible is judged against the webhook call that allowed
@@ -140,7 +141,9 @@ class AdmissionCheck:
             del history[0]
 
     def served(self, served: ServedRequest) -> None:
-        """A request observer: full lists of an oracle's kind are what was sent; a refused or
+        """A request observer: full lists of an oracle's kind are what was sent (not one page
+        of several, such as the one-item list a watcher asks whether the server still knows
+        its resourceVersion with: which objects it held is not known here); a refused or
         held-up read troubles its replica (its caches, which its webhooks read, may lag)."""
         actor = served.user_agent.split("/", 1)[0]
         now = trio.current_time()
@@ -157,6 +160,8 @@ class AdmissionCheck:
                 continue
             listed = {(_namespace(o), _name(o)): o for _, o in self.store.objects_of(rt.storage_key)
                       if served.namespace is None or _namespace(o) == served.namespace}
+            if served.continued or (served.limit is not None and served.limit < len(listed)):
+                return
             known = {(w[2], n) for (a, w, n) in self.sent if a == actor and w[:2] == (rt.group, rt.kind)
                      and (served.namespace is None or w[2] == served.namespace)}
             for ns, name in sorted(known | set(listed)):

@@ -94,7 +94,16 @@ from engine import (
 )
 from engine._keyspace import KeyRanges, fnv1a64
 from engine._text import summarize
-from engine.kube import AdmissionWebhook, Client, HashRing, KubeError, NotFoundError, WebhookServer, install_crds
+from engine.kube import (
+    AdmissionWebhook,
+    Client,
+    HashRing,
+    KubeError,
+    NotFoundError,
+    WebhookServer,
+    install_crds,
+    join_selectors,
+)
 
 from ..apiserver._api import ServedRequest
 from ..apiserver._faults import Fault
@@ -276,6 +285,16 @@ def _rv(obj: Mapping[str, Any]) -> int:
 
 def _objects(store: ObjectStorage) -> dict[tuple[str, str], dict[Any, Any]]:
     return {key: dict(store.objects_of(key)) for key in store.storage_keys()}
+
+
+def _informed(rep: _Replica) -> set[tuple[str, str, str]]:
+    """``(path, label selector, field selector)`` of the collections the informers of
+    ``rep`` list and watch."""
+    cluster = rep.harness.cluster if rep.harness is not None else None
+    if cluster is None:
+        return set()
+    return {(i.resource.path(namespace=i.namespace), join_selectors(i.watcher.label_selector) or "",
+             join_selectors(i.watcher.field_selector) or "") for i in cluster.informers}
 
 
 def _leads(rep: _Replica) -> bool:
@@ -558,6 +577,8 @@ class _Simulator:
     watched: set[tuple[str, str, str, str]] = attrs.field(factory=set)
     """``(replica identity, path, label selector, field selector)`` of every collection a
     replica has watched."""
+    listed: set[tuple[str, str, str, str]] = attrs.field(factory=set)
+    """The same of every collection a replica has listed (its informers' lists among others)."""
     resyncing: set[tuple[str, str, str, str]] = attrs.field(factory=set)
     """After a history rewind: the watched collections not listed again yet."""
     unsynced: set[tuple[str, str, str, str]] = attrs.field(factory=set)
@@ -863,6 +884,8 @@ class _Simulator:
             if watcher is not None:
                 watcher.watches[(served.path, *served.selectors)] = served
         if served.verb == "list" and served.status < 300:
+            if actor.startswith(REPLICA):
+                self.listed.add((actor, served.path, *served.selectors))
             self.resyncing.discard((actor, served.path, *served.selectors))
             self.unsynced.discard((actor, served.path, *served.selectors))
         if served.verb in ("list", "watch") and served.status >= 300 and self.obligations:
@@ -1441,6 +1464,10 @@ class _Simulator:
             self.rewound_at = trio.current_time()
             live = {r.identity for r in self.current.values() if r.alive}
             self.resyncing |= {w for w in self.watched if w[0] in live}
+            # A replica that listed before the rewind holds its resourceVersion even before
+            # its first watch is in place (bundles seed 20130).
+            informed = {(r.identity, *c) for r in self.current.values() if r.alive for c in _informed(r)}
+            self.resyncing |= self.listed & informed
             self.on_restore(before)
             self.rewinds_pending += 1
             if self.writable.is_set():

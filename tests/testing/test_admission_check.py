@@ -169,3 +169,34 @@ async def test_a_write_no_webhook_allowed_is_a_violation_unless_failure_policy_i
         assert w.verdicts == [(None, 'Bundle ns/c stored while its validating webhook could not be called (no endpoints '
                                      'available for service "engine-test-bundles"; failurePolicy Ignore), though c depends '
                                      'on itself')]
+
+
+async def test_only_a_list_that_held_every_object_counts_as_sent(autojump_clock: trio.testing.MockClock) -> None:
+    """A watcher's one-item list asking whether the server still knows its resourceVersion
+    (bundles seed 20130) sent one object at most, not the namespace: the others may be stale."""
+    async with _world() as w:
+
+        def listed(limit: int | None, continued: bool = False) -> None:
+            w.check.served(ServedRequest("GET", "/apis/x", "list", "replica-1.1/engine", GROUP, "Bundle", "ns", None,
+                                         None, 200, b"", received_at=trio.current_time(), limit=limit,
+                                         continued=continued))
+
+        w.store(_bundle("a"))
+        w.store(_bundle("b", "x"))
+        w.store(_bundle("c", "y"))
+        listed(1)
+        listed(1, continued=True)
+        listed(500, continued=True)
+        await trio.sleep(1)
+        w.ask("replica-1.1", _bundle("x", "b"))
+        w.store(_bundle("x", "b"))
+        listed(4)
+        await trio.sleep(1)
+        w.ask("replica-1.1", _bundle("y", "c"))
+        w.store(_bundle("y", "c"))
+        assert w.verdicts == [
+            (None, "Bundle ns/x stored though dependency cycle: x -> b -> x: replica-1.1, whose webhook allowed it at "
+                   "2.000s, may not have held b as stored then (a stale cache)"),
+            ("Bundle ns/y was stored though dependency cycle: y -> c -> y: replica-1.1's validating webhook allowed it "
+             "at 3.000s; the server had sent it c as stored (a webhook that accepts what it must refuse)", None),
+        ]

@@ -307,3 +307,16 @@ def test_a_replica_stopping_across_a_rewind_keeps_its_writes_held_until_it_is_go
     result = simulate(simulation_for("mirror"), 10608)
     assert result.ok, result.report()
     assert any(e.what == "end" and e.text.startswith("mirror-52 ConfigMap/sim/src2 shutdown") for e in result.trace)
+
+
+def test_writes_stay_held_after_a_rewind_for_a_replica_that_listed_before_it_but_had_no_watch_yet_bundles_seed_20130(
+) -> None:
+    """replica-1.2 listed the Bundles at resourceVersion 110 just before the rewind (back to
+    62), its first watch not yet in place; released at once, the writes brought the server's
+    counter back to 110 before its watcher asked, so it never noticed, and its webhook,
+    reading a cache without b2's new dependsOn, let b0 close the cycle b0 -> b2 -> b0."""
+    result = simulate(simulation_for("bundles"), 20130)
+    assert result.ok, result.report()
+    up = next(e.time for e in result.trace if e.text == "fail ended; writes wait for the replicas to list again")
+    released = next(e.time for e in result.trace if e.text.startswith("writes accepted again"))
+    assert released > up
