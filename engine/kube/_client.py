@@ -539,9 +539,10 @@ class Client:
         body: Any = None,
         content_type: str = "application/json",
         safe: bool,
+        retry: RetryPolicy | None = None,
     ) -> dict[str, Any]:
         response = await self._send(
-            method, path, params=params, body=body, content_type=content_type, safe=safe
+            method, path, params=params, body=body, content_type=content_type, safe=safe, retry=retry
         )
         return _decode_object(response, f"{method} {path}")
 
@@ -739,6 +740,7 @@ class Client:
         resource_version: str | None = None,
         resource_version_match: str | None = None,
         shard_selector: str | None = None,
+        retry: RetryPolicy | None = None,
     ) -> ObjectList:
         """List one page of objects; ``namespace=None`` lists across all namespaces.
 
@@ -747,7 +749,8 @@ class Client:
         ``shard_selector`` is sent as ``shardSelector`` (KEP-5866, see
         :meth:`KeyRanges.selector <engine.KeyRanges.selector>`); a server without the
         feature ignores it, and the continue token does not carry it: send it with every page.
-        Retried per the read policy. Cancellation: a checkpoint; nothing to undo.
+        Retried per the read policy: ``retry``, or the client's (``RetryPolicy(max_attempts=1)``
+        hands the first failure to the caller). Cancellation: a checkpoint; nothing to undo.
         """
         ns = namespace if resource.namespaced else None
         params = {
@@ -760,7 +763,7 @@ class Client:
             "shardSelector": shard_selector or None,
         }
         path = resource.path(namespace=ns)
-        body = await self._request_json("GET", path, params=params, safe=True)
+        body = await self._request_json("GET", path, params=params, safe=True, retry=retry)
         raw_items = body.get("items") or []
         if not isinstance(raw_items, list):
             raise ResponseError(f"the list answer of GET {path} must have an 'items' array")

@@ -25,7 +25,10 @@ Behaviour under failure
   event, the watcher asks the server whether it knows the ``resourceVersion`` the watch
   started from (a one-item list "not older than" it). Asked after the watch is in place, the
   question also covers a restore between the list (or the last event) and the watch's
-  arrival, which a question asked before would miss. While the server answers that list with
+  arrival, which a question asked before would miss. It is asked without the client's
+  retries: the server waits a few seconds before answering "too large", and each retry
+  would give new writes time to bring its counter back up to that ``resourceVersion``,
+  after which the restore cannot be told. While the server answers that list with
   ``5xx`` or ``429``, the watch is closed unread and the watcher backs off and tries again.
   Establishing a watch is not retried by the client: a failed attempt (the server down,
   perhaps restarting) reaches the watcher, which backs off and checks again with the next
@@ -448,7 +451,11 @@ class Watcher:
 
     async def _check_history(self, resource_version: str) -> None:
         """Raise :class:`_HistoryWentBack` if the server answers that ``resource_version`` is
-        newer than anything it has (a watch from there would wait silently). A server that
+        newer than anything it has (a watch from there would wait silently). Asked once,
+        without the client's retries: the first "too large" answer counts, as each retry
+        (the server waits some seconds before answering it) would give new writes time to
+        bring the server's counter back up to ``resource_version``, after which the rewind
+        can no longer be told. A server that
         cannot answer yet (``5xx``, ``429``) raises that error, so the watch is closed unread
         and the check made again with the next attempt: a server restarted on a restored etcd
         is down for a while, and watching without the check once it is back would go
@@ -463,6 +470,7 @@ class Watcher:
                 resource_version=resource_version,
                 resource_version_match="NotOlderThan",
                 shard_selector=self._shard_selector(),
+                retry=_ESTABLISH_ONCE,
             )
         except ApiError as exc:
             if _too_large(exc):

@@ -254,6 +254,37 @@ async def test_a_watch_answered_too_large_relists_from_scratch(
     )
 
 
+class CaughtUpServer(ScriptedServer):
+    """Answers the first history check "too large", and any later one as known: the server's
+    counter came back up to the resourceVersion asked about while it waited to answer."""
+
+    async def __call__(self, request: httpx.Request) -> httpx.Response:
+        if request.url.params.get("resourceVersionMatch") == "NotOlderThan" and not self.checked_rvs:
+            self.checked_rvs.append(request.url.params.get("resourceVersion"))
+            return httpx.Response(504, json=TOO_LARGE)
+        return await super().__call__(request)
+
+
+async def test_the_first_too_large_answer_to_a_history_check_counts_it_is_not_retried(
+    caplog: pytest.LogCaptureFixture, autojump_clock: trio.testing.MockClock
+) -> None:
+    """Each retry gives new writes time to bring the server's counter back up to the
+    resourceVersion held, after which the rewind cannot be told (bundles seed 20130: the
+    client retried the check four times over 15 s, and the fifth found the server there)."""
+    server = CaughtUpServer([("10", [item("a", "5")]), ("4", [])], [])
+    events: list[WatcherEvent] = []
+    retry = RetryPolicy(max_attempts=5, base_delay=0.05, max_delay=0.1)
+    async with Client(Config.from_dict(KUBECONFIG), transport=httpx.MockTransport(server), retry=retry) as client:
+        watcher = Watcher(client, CONFIGMAPS, idle_timeout=None, rng=random.Random(7))
+        with trio.move_on_after(60):
+            await watcher.run(events.append)
+    assert [(summary(e), getattr(e, "reset", None)) for e in events] == [
+        (("Restarted", ["a"]), False), (("Restarted", []), True)
+    ]
+    assert server.checked_rvs == ["10", "4"] and server.watch_rvs == ["10", "4"]
+    assert "went backwards (the server answered that resourceVersion 10 is too large" in caplog.text
+
+
 async def test_a_history_check_the_server_cannot_answer_yet_is_asked_again_with_the_next_watch(
     api: ApiServer, caplog: pytest.LogCaptureFixture, autojump_clock: trio.testing.MockClock
 ) -> None:
