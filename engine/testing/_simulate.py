@@ -1456,8 +1456,7 @@ class _Simulator:
             snapshot = self.snapshots.pop(next(i for i, f in enumerate(self.plan) if f is fault))
             lost = api.store.resource_version - snapshot.resource_version
             down = faults.fail(503, count=None, client=REPLICA)
-            writes = {rep.identity: faults.fail(503, count=None, client=f"{rep.identity}/", verbs=_WRITES)
-                      for rep in self.replicas if not rep.done.is_set()}
+            writes = self._hold_writes()
             before = _objects(api.store)
             api.restore(snapshot)
             self.log.mark_restore()
@@ -1600,6 +1599,14 @@ class _Simulator:
         if held is not None:
             faults.remove(held)
         self.trace.add("sim", "fault", "reorder ended")
+
+    def _hold_writes(self) -> dict[str, Fault]:
+        """After a history rewind: refuse the writes of each replica not gone yet (running,
+        starting or stopping), by identity; see :meth:`_rewound`."""
+        assert self._target is not None
+        faults = self._target.faults
+        return {rep.identity: faults.fail(503, count=None, client=f"{rep.identity}/", verbs=_WRITES)
+                for rep in self.replicas if not rep.done.is_set()}
 
     async def _rewound(self, down: Fault, writes: dict[str, Fault], seconds: float) -> None:
         """After a history rewind: down for ``seconds``, then each replica that was running

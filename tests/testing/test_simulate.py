@@ -298,17 +298,6 @@ def test_writes_stay_held_after_a_rewind_until_a_replica_backing_off_through_thr
     assert result.ok, result.report()
 
 
-def test_a_replica_stopping_across_a_rewind_keeps_its_writes_held_until_it_is_gone_mirror_seed_10608() -> None:
-    """replica-1.3 began a graceful stop in the instant of the rewind, with a run in flight whose
-    finalizer removal had been answered 429 after it deleted the source's copies. The rewind
-    brought the copies back; a stopping replica never lists again, so nothing superseded the run,
-    and when the writes were released (every *live* replica had listed again) its retry removed
-    the finalizer: the source went, its restored copies stayed."""
-    result = simulate(simulation_for("mirror"), 10608)
-    assert result.ok, result.report()
-    assert any(e.what == "end" and e.text.startswith("mirror-52 ConfigMap/sim/src2 shutdown") for e in result.trace)
-
-
 def test_writes_stay_held_after_a_rewind_for_a_replica_that_listed_before_it_but_had_no_watch_yet_bundles_seed_20130(
 ) -> None:
     """replica-1.2 listed the Bundles at resourceVersion 110 just before the rewind (back to
