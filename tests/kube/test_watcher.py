@@ -206,6 +206,17 @@ class ScriptedServer:
         return httpx.Response(200, stream=Stream())
 
 
+async def watch_for_a_minute(server: ScriptedServer, retry: RetryPolicy = RetryPolicy()) -> tuple[list[WatcherEvent], Watcher]:
+    """Run a watcher against ``server`` for 60 virtual seconds (``retry``: the client's read
+    policy): what it emitted, and itself."""
+    events: list[WatcherEvent] = []
+    async with Client(Config.from_dict(KUBECONFIG), transport=httpx.MockTransport(server), retry=retry) as client:
+        watcher = Watcher(client, CONFIGMAPS, idle_timeout=None, rng=random.Random(7))
+        with trio.move_on_after(60):
+            await watcher.run(events.append)
+    return events, watcher
+
+
 @pytest.mark.parametrize(
     ("watch", "why"),
     [
@@ -221,11 +232,7 @@ async def test_resource_versions_going_backwards_relist_from_scratch(
     watch: list[bytes], why: str, caplog: pytest.LogCaptureFixture, autojump_clock: trio.testing.MockClock
 ) -> None:
     server = ScriptedServer([("10", [item("a", "5")]), ("4", [item("a", "2")])], [[event_line("ADDED", item("b", "11")), *watch]])
-    events: list[WatcherEvent] = []
-    async with Client(Config.from_dict(KUBECONFIG), transport=httpx.MockTransport(server)) as client:
-        watcher = Watcher(client, CONFIGMAPS, idle_timeout=None, rng=random.Random(7))
-        with trio.move_on_after(60):
-            await watcher.run(events.append)
+    events, watcher = await watch_for_a_minute(server)
     assert [(summary(e), getattr(e, "reset", None)) for e in events] == [
         (("Restarted", ["a"]), False), (("Added", "b"), None), (("Restarted", ["a"]), True)
     ]
@@ -238,12 +245,7 @@ async def test_a_watch_answered_too_large_relists_from_scratch(
     caplog: pytest.LogCaptureFixture, autojump_clock: trio.testing.MockClock
 ) -> None:
     server = ScriptedServer([("10", [item("a", "5")]), ("4", [])], [httpx.Response(504, json=TOO_LARGE)])
-    events: list[WatcherEvent] = []
-    retry = RetryPolicy(max_attempts=1)
-    async with Client(Config.from_dict(KUBECONFIG), transport=httpx.MockTransport(server), retry=retry) as client:
-        watcher = Watcher(client, CONFIGMAPS, idle_timeout=None, rng=random.Random(7))
-        with trio.move_on_after(60):
-            await watcher.run(events.append)
+    events, watcher = await watch_for_a_minute(server, RetryPolicy(max_attempts=1))
     assert [(summary(e), getattr(e, "reset", None)) for e in events] == [
         (("Restarted", ["a"]), False), (("Restarted", []), True)
     ]
@@ -272,12 +274,7 @@ async def test_the_first_too_large_answer_to_a_history_check_counts_it_is_not_re
     resourceVersion held, after which the rewind cannot be told (bundles seed 20130: the
     client retried the check four times over 15 s, and the fifth found the server there)."""
     server = CaughtUpServer([("10", [item("a", "5")]), ("4", [])], [])
-    events: list[WatcherEvent] = []
-    retry = RetryPolicy(max_attempts=5, base_delay=0.05, max_delay=0.1)
-    async with Client(Config.from_dict(KUBECONFIG), transport=httpx.MockTransport(server), retry=retry) as client:
-        watcher = Watcher(client, CONFIGMAPS, idle_timeout=None, rng=random.Random(7))
-        with trio.move_on_after(60):
-            await watcher.run(events.append)
+    events, _ = await watch_for_a_minute(server, RetryPolicy(max_attempts=5, base_delay=0.05, max_delay=0.1))
     assert [(summary(e), getattr(e, "reset", None)) for e in events] == [
         (("Restarted", ["a"]), False), (("Restarted", []), True)
     ]
