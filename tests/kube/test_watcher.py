@@ -206,7 +206,10 @@ class ScriptedServer:
         return httpx.Response(200, stream=Stream())
 
 
-async def watch_for_a_minute(server: ScriptedServer, retry: RetryPolicy = RetryPolicy()) -> tuple[list[WatcherEvent], Watcher]:
+DEFAULT_RETRY = RetryPolicy()
+
+
+async def watch_for_a_minute(server: ScriptedServer, retry: RetryPolicy = DEFAULT_RETRY) -> tuple[list[WatcherEvent], Watcher]:
     """Run a watcher against ``server`` for 60 virtual seconds (``retry``: the client's read
     policy): what it emitted, and itself."""
     events: list[WatcherEvent] = []
