@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import collections
 import math
+import select
+import socket
 import ssl
 from collections.abc import AsyncIterator
 from types import TracebackType
@@ -30,19 +32,27 @@ _DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
 class _Connection:
-    """One HTTP/1.1 connection: its stream, the socket under it, what was received and not yet
-    parsed, and whether it may carry another request."""
+    """One HTTP/1.1 connection: its TLS stream (``None`` for plain TCP, which is read and
+    written on its socket directly), the socket under it, what was received and not yet parsed,
+    and whether it may carry another request."""
 
     __slots__ = ("stream", "socket", "buffer", "eof", "reusable", "expires_at", "closed")
 
-    def __init__(self, stream: trio.abc.Stream, socket: trio.socket.SocketType) -> None:
+    def __init__(self, stream: trio.SSLStream[trio.SocketStream] | None, sock: socket.socket | trio.socket.SocketType) -> None:
         self.stream = stream
-        self.socket = socket
+        self.socket = sock
         self.buffer = bytearray()
         self.eof = False
         self.reusable = False
         self.expires_at = math.inf
         self.closed = False
+
+
+def _has_input(sock: socket.socket | trio.socket.SocketType) -> bool:
+    """Whether ``sock`` has bytes (or the peer's close) waiting to be read. Not a checkpoint."""
+    poll = select.poll()
+    poll.register(sock, select.POLLIN)
+    return bool(poll.poll(0))
 
 
 def _timeouts(request: httpx.Request) -> dict[str, float | None]:
@@ -86,7 +96,7 @@ class ResponseStream(httpx.AsyncByteStream):
             while True:
                 data = self._body.read(conn.buffer, conn.eof)
                 if data is None:
-                    await self._transport._receive(conn, self._read_timeout)
+                    await self._transport._receive(conn, self._read_timeout, False)
                     continue
                 if data:
                     return data
@@ -111,6 +121,31 @@ class ResponseStream(httpx.AsyncByteStream):
         self._first.clear()
         if conn is not None:
             self._transport._discard(conn)
+
+
+async def _try_recv(sock: socket.socket) -> bytes | None:
+    """What ``sock`` has to read now (``b""`` at its close), then one yield to the scheduler;
+    ``None`` (without yielding) if it has nothing yet. Cancellation: a checkpoint if it read."""
+    await trio.lowlevel.checkpoint_if_cancelled()
+    try:
+        data = sock.recv(_READ_SIZE)
+    except BlockingIOError:
+        return None
+    await trio.lowlevel.cancel_shielded_checkpoint()
+    return data
+
+
+async def _wait_recv(sock: socket.socket) -> bytes:
+    """Wait until ``sock`` is readable, then read it (``b""`` at its close).
+
+    Cancellation: a checkpoint; nothing is read if cancelled.
+    """
+    while True:
+        await trio.lowlevel.wait_readable(sock)
+        try:
+            return sock.recv(_READ_SIZE)
+        except BlockingIOError:
+            pass
 
 
 def _raise_mapped(exc: BaseException, error: type[httpx.TransportError]) -> None:
@@ -179,7 +214,7 @@ class Transport(httpx.AsyncBaseTransport):
                 while idle:
                     self._discard(idle.pop())
                 break
-            if conn.socket.is_readable():
+            if _has_input(conn.socket):
                 # The server closed it (or sent something unasked): not reusable.
                 self._discard(conn)
                 continue
@@ -208,6 +243,7 @@ class Transport(httpx.AsyncBaseTransport):
         if self._closed:
             raise httpx.ConnectError("the transport is closed")
         stream: trio.abc.Stream | None = None
+        tls: trio.SSLStream[trio.SocketStream] | None = None
         try:
             with trio.fail_after(math.inf if timeout is None else timeout):
                 tcp = await trio.open_tcp_stream(self._host, self._port)
@@ -225,7 +261,13 @@ class Transport(httpx.AsyncBaseTransport):
                 await trio.aclose_forcefully(stream)
             _raise_mapped(exc, httpx.ConnectError)
             raise
-        return _Connection(stream, tcp.socket)
+        if tls is not None:
+            return _Connection(tls, tcp.socket)
+        # Plain TCP: the socket is taken out of trio's stream (its options, TCP_NODELAY among
+        # them, stay set) and read and written here directly; see _send and _receive.
+        sock = socket.socket(fileno=tcp.socket.detach())
+        sock.setblocking(False)
+        return _Connection(None, sock)
 
     def _release(self, conn: _Connection) -> None:
         """Put ``conn`` back for reuse if its exchange completed cleanly; else close it."""
@@ -247,6 +289,8 @@ class Transport(httpx.AsyncBaseTransport):
         if conn.closed:
             return
         conn.closed = True
+        if conn.stream is None:
+            trio.lowlevel.notify_closing(conn.socket)
         conn.socket.close()
         self._open -= 1
         if self._waiting:
@@ -254,25 +298,67 @@ class Transport(httpx.AsyncBaseTransport):
 
     # -- I/O -----------------------------------------------------------------------------------
 
-    async def _receive(self, conn: _Connection, timeout: float | None) -> None:
-        if timeout is None:
-            data = await conn.stream.receive_some(_READ_SIZE)
-        else:
-            with trio.CancelScope(deadline=trio.current_time() + timeout) as scope:
-                data = await conn.stream.receive_some(_READ_SIZE)
-            if scope.cancelled_caught:
-                raise httpx.ReadTimeout("timed out waiting for the answer")
+    async def _receive(self, conn: _Connection, timeout: float | None, expect_wait: bool = True) -> None:
+        """Receive what the server sent next into ``conn``'s buffer (``eof`` at its close).
+
+        A plain connection is read on its socket: when ``expect_wait`` (an answer to a request
+        just sent) it waits for the socket first; else it tries to read first, and yields to
+        the scheduler once after a read that did not wait, as trio's streams do. Raises
+        ``httpx.ReadTimeout`` if nothing came within ``timeout`` seconds.
+
+        Cancellation: a checkpoint, before anything is read.
+        """
+        stream = conn.stream
+        data: bytes | None = None
+        if stream is None and not expect_wait:
+            data = await _try_recv(conn.socket)
+        if data is None:
+            if timeout is None:
+                data = await (stream.receive_some(_READ_SIZE) if stream is not None else _wait_recv(conn.socket))
+            else:
+                with trio.CancelScope(deadline=trio.current_time() + timeout) as scope:
+                    data = await (stream.receive_some(_READ_SIZE) if stream is not None else _wait_recv(conn.socket))
+                if scope.cancelled_caught:
+                    raise httpx.ReadTimeout("timed out waiting for the answer")
         if data:
             conn.buffer += data
         else:
             conn.eof = True
 
     async def _send(self, conn: _Connection, data: bytes, timeout: float | None) -> None:
-        if timeout is None:
-            await conn.stream.send_all(data)
+        """Send ``data`` whole; ``httpx.WriteTimeout`` if the socket stayed full for ``timeout``.
+
+        A plain connection is written on its socket: a write the socket takes at once does not
+        yield to the scheduler (the answer's wait that follows does).
+
+        Cancellation: a cancelled caller sends nothing; once sending, a cancellation can leave
+        a part sent (the caller then discards the connection).
+        """
+        if conn.stream is not None:
+            if timeout is None:
+                await conn.stream.send_all(data)
+                return
+            with trio.CancelScope(deadline=trio.current_time() + timeout) as scope:
+                await conn.stream.send_all(data)
+            if scope.cancelled_caught:
+                raise httpx.WriteTimeout("timed out sending the request")
             return
-        with trio.CancelScope(deadline=trio.current_time() + timeout) as scope:
-            await conn.stream.send_all(data)
+        sock = conn.socket
+        await trio.lowlevel.checkpoint_if_cancelled()
+        try:
+            sent = sock.send(data)
+        except BlockingIOError:
+            sent = 0
+        if sent == len(data):
+            return
+        with trio.CancelScope(deadline=math.inf if timeout is None else trio.current_time() + timeout) as scope:
+            rest = memoryview(data)[sent:]
+            while rest:
+                await trio.lowlevel.wait_writable(sock)
+                try:
+                    rest = rest[sock.send(rest):]
+                except BlockingIOError:
+                    pass
         if scope.cancelled_caught:
             raise httpx.WriteTimeout("timed out sending the request")
 
