@@ -91,6 +91,19 @@ class KeyShapes:
             out[key] = value
         return out
 
+    def empty(self, items: dict[str, Any]) -> dict[str, Any]:
+        """An empty dictionary to copy the items of ``items`` into, in order: a key-sharing one
+        (as :meth:`build` makes) if its key sequence has a class, else an ordinary one. A
+        sighting of the sequence counts as for :meth:`build`."""
+        keys = tuple(items)
+        cls = self._classes.get(keys)
+        if cls is None:
+            cls = self._sighted(keys)
+            if cls is None:
+                return {}
+        out: dict[str, Any] = object.__new__(cls).__dict__
+        return out
+
     def _sighted(self, keys: tuple[str, ...]) -> type | None:
         if len(keys) > self.max_keys or not keys or len(self._classes) >= self.max_shapes:
             return None
@@ -115,7 +128,9 @@ def compact(obj: dict[str, Any], shapes: KeyShapes = _shapes) -> dict[str, Any]:
     """A copy of the decoded ``obj`` that shares keys, repeated values and key tables with
     other cached objects (see the module documentation). Only containers are copied; other
     values are the decoded ones. ``shapes`` defaults to one set shared by every informer."""
-    out: dict[str, Any] = {}
+    if not obj:
+        return {}
+    out = shapes.empty(obj)
     for key, value in obj.items():
         kind = type(value)
         if kind is str:
@@ -126,7 +141,7 @@ def compact(obj: dict[str, Any], shapes: KeyShapes = _shapes) -> dict[str, Any]:
         elif kind is list:
             value = _compact_list(value, shapes)
         out[_intern(key) if type(key) is str else key] = value
-    return shapes.build(out) or out
+    return out
 
 
 def _compact_list(items: list[Any], shapes: KeyShapes) -> list[Any]:
