@@ -96,7 +96,7 @@ class ResponseStream(httpx.AsyncByteStream):
             while True:
                 data = self._body.read(conn.buffer, conn.eof)
                 if data is None:
-                    await self._transport._receive(conn, self._read_timeout, False)
+                    await self._transport._receive(conn, self._read_timeout)
                     continue
                 if data:
                     return data
@@ -121,18 +121,6 @@ class ResponseStream(httpx.AsyncByteStream):
         self._first.clear()
         if conn is not None:
             self._transport._discard(conn)
-
-
-async def _try_recv(sock: socket.socket) -> bytes | None:
-    """What ``sock`` has to read now (``b""`` at its close), then one yield to the scheduler;
-    ``None`` (without yielding) if it has nothing yet. Cancellation: a checkpoint if it read."""
-    await trio.lowlevel.checkpoint_if_cancelled()
-    try:
-        data = sock.recv(_READ_SIZE)
-    except BlockingIOError:
-        return None
-    await trio.lowlevel.cancel_shielded_checkpoint()
-    return data
 
 
 async def _wait_recv(sock: socket.socket) -> bytes:
@@ -298,28 +286,23 @@ class Transport(httpx.AsyncBaseTransport):
 
     # -- I/O -----------------------------------------------------------------------------------
 
-    async def _receive(self, conn: _Connection, timeout: float | None, expect_wait: bool = True) -> None:
+    async def _receive(self, conn: _Connection, timeout: float | None) -> None:
         """Receive what the server sent next into ``conn``'s buffer (``eof`` at its close).
 
-        A plain connection is read on its socket: when ``expect_wait`` (an answer to a request
-        just sent) it waits for the socket first; else it tries to read first, and yields to
-        the scheduler once after a read that did not wait, as trio's streams do. Raises
+        A plain connection is read on its socket, once trio says it is readable (an answer,
+        or a watch's next event, is rarely there already when asked for). Raises
         ``httpx.ReadTimeout`` if nothing came within ``timeout`` seconds.
 
         Cancellation: a checkpoint, before anything is read.
         """
         stream = conn.stream
-        data: bytes | None = None
-        if stream is None and not expect_wait:
-            data = await _try_recv(conn.socket)
-        if data is None:
-            if timeout is None:
+        if timeout is None:
+            data = await (stream.receive_some(_READ_SIZE) if stream is not None else _wait_recv(conn.socket))
+        else:
+            with trio.CancelScope(deadline=trio.current_time() + timeout) as scope:
                 data = await (stream.receive_some(_READ_SIZE) if stream is not None else _wait_recv(conn.socket))
-            else:
-                with trio.CancelScope(deadline=trio.current_time() + timeout) as scope:
-                    data = await (stream.receive_some(_READ_SIZE) if stream is not None else _wait_recv(conn.socket))
-                if scope.cancelled_caught:
-                    raise httpx.ReadTimeout("timed out waiting for the answer")
+            if scope.cancelled_caught:
+                raise httpx.ReadTimeout("timed out waiting for the answer")
         if data:
             conn.buffer += data
         else:
