@@ -91,16 +91,16 @@ class KeyShapes:
             out[key] = value
         return out
 
-    def empty(self, items: dict[str, Any]) -> dict[str, Any]:
-        """An empty dictionary to copy the items of ``items`` into, in order: a key-sharing one
-        (as :meth:`build` makes) if its key sequence has a class, else an ordinary one. A
+    def empty(self, items: dict[str, Any]) -> dict[str, Any] | None:
+        """An empty key-sharing dictionary (as :meth:`build` makes) to copy the items of
+        ``items`` into, in order, or ``None`` if its key sequence has no class (yet). A
         sighting of the sequence counts as for :meth:`build`."""
         keys = tuple(items)
         cls = self._classes.get(keys)
         if cls is None:
             cls = self._sighted(keys)
             if cls is None:
-                return {}
+                return None
         out: dict[str, Any] = object.__new__(cls).__dict__
         return out
 
@@ -117,11 +117,30 @@ class KeyShapes:
             return None
         self._sightings.pop(keys, None)
         cls = type("CachedObjectKeys", (), {"__module__": __name__})
+        # The first instance dictionary puts its keys in the class's shared table, which then
+        # holds them for every dictionary built from it: interned ones.
+        table: dict[str, Any] = object.__new__(cls).__dict__
+        for key in keys:
+            table[_intern(key)] = None
         self._classes[keys] = cls
         return cls
 
 
 _shapes = KeyShapes()
+
+
+def _table_keeps_keys() -> bool:
+    """Whether a key-sharing dictionary stores the keys of its class's table rather than the
+    equal key objects it is given (CPython's split tables), so these need no interning."""
+    cls = type("Probe", (), {})
+    first, second = "probe-" + str(id(cls)), "probe-" + str(id(cls))
+    object.__new__(cls).__dict__[first] = None
+    out: dict[str, Any] = object.__new__(cls).__dict__
+    out[second] = None
+    return next(iter(out)) is first
+
+
+_TABLE_KEEPS_KEYS = _table_keeps_keys()
 
 
 def compact(obj: dict[str, Any], shapes: KeyShapes = _shapes) -> dict[str, Any]:
@@ -131,6 +150,21 @@ def compact(obj: dict[str, Any], shapes: KeyShapes = _shapes) -> dict[str, Any]:
     if not obj:
         return {}
     out = shapes.empty(obj)
+    if out is not None and _TABLE_KEEPS_KEYS:
+        # The keys are the shared table's (interned): the given ones need no interning.
+        for key, value in obj.items():
+            kind = type(value)
+            if kind is str:
+                if key in _REPEATED_VALUES:
+                    value = _intern(value)
+            elif kind is dict:
+                value = _compact_labels(value, shapes) if key == "labels" else compact(value, shapes)
+            elif kind is list:
+                value = _compact_list(value, shapes)
+            out[key] = value
+        return out
+    if out is None:
+        out = {}
     for key, value in obj.items():
         kind = type(value)
         if kind is str:
