@@ -36,10 +36,12 @@ class _Connection:
     written on its socket directly), the socket under it, what was received and not yet parsed,
     and whether it may carry another request."""
 
-    __slots__ = ("stream", "socket", "buffer", "eof", "reusable", "expires_at", "closed")
+    __slots__ = ("stream", "plain", "socket", "buffer", "eof", "reusable", "expires_at", "closed")
 
     def __init__(self, stream: trio.SSLStream[trio.SocketStream] | None, sock: socket.socket | trio.socket.SocketType) -> None:
         self.stream = stream
+        self.plain = sock if isinstance(sock, socket.socket) else None
+        """The socket of a plain TCP connection, read and written directly (``None`` with TLS)."""
         self.socket = sock
         self.buffer = bytearray()
         self.eof = False
@@ -121,6 +123,11 @@ class ResponseStream(httpx.AsyncByteStream):
         self._first.clear()
         if conn is not None:
             self._transport._discard(conn)
+
+
+async def _tls_receive(stream: trio.SSLStream[trio.SocketStream] | None) -> bytes | bytearray:
+    assert stream is not None
+    return await stream.receive_some(_READ_SIZE)
 
 
 async def _wait_recv(sock: socket.socket) -> bytes:
@@ -277,8 +284,8 @@ class Transport(httpx.AsyncBaseTransport):
         if conn.closed:
             return
         conn.closed = True
-        if conn.stream is None:
-            trio.lowlevel.notify_closing(conn.socket)
+        if conn.plain is not None:
+            trio.lowlevel.notify_closing(conn.plain)
         conn.socket.close()
         self._open -= 1
         if self._waiting:
@@ -295,12 +302,12 @@ class Transport(httpx.AsyncBaseTransport):
 
         Cancellation: a checkpoint, before anything is read.
         """
-        stream = conn.stream
+        plain = conn.plain
         if timeout is None:
-            data = await (stream.receive_some(_READ_SIZE) if stream is not None else _wait_recv(conn.socket))
+            data = await (_wait_recv(plain) if plain is not None else _tls_receive(conn.stream))
         else:
             with trio.CancelScope(deadline=trio.current_time() + timeout) as scope:
-                data = await (stream.receive_some(_READ_SIZE) if stream is not None else _wait_recv(conn.socket))
+                data = await (_wait_recv(plain) if plain is not None else _tls_receive(conn.stream))
             if scope.cancelled_caught:
                 raise httpx.ReadTimeout("timed out waiting for the answer")
         if data:
@@ -317,7 +324,9 @@ class Transport(httpx.AsyncBaseTransport):
         Cancellation: a cancelled caller sends nothing; once sending, a cancellation can leave
         a part sent (the caller then discards the connection).
         """
-        if conn.stream is not None:
+        sock = conn.plain
+        if sock is None:
+            assert conn.stream is not None
             if timeout is None:
                 await conn.stream.send_all(data)
                 return
@@ -326,7 +335,6 @@ class Transport(httpx.AsyncBaseTransport):
             if scope.cancelled_caught:
                 raise httpx.WriteTimeout("timed out sending the request")
             return
-        sock = conn.socket
         await trio.lowlevel.checkpoint_if_cancelled()
         try:
             sent = sock.send(data)
