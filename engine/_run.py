@@ -128,7 +128,7 @@ class _Shield:
     deadline, known to the run while it is open (a class rather than a generator: one per
     status write)."""
 
-    __slots__ = ("_run", "_seconds", "_scope")
+    __slots__ = ("_run", "_seconds", "_scope", "_shields")
 
     def __init__(self, run: Run, seconds: float) -> None:
         self._run = run
@@ -144,15 +144,14 @@ class _Shield:
         if not isinstance(shields, set):
             shields = run.shields = set()
         shields.add(scope)
+        self._shields = shields
         return scope
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> bool:
         scope = self._scope
-        shields = self._run.shields
-        assert isinstance(shields, set)
-        shields.discard(scope)
+        self._shields.discard(scope)
         return scope.__exit__(exc_type, exc, tb)
 
 

@@ -17,6 +17,7 @@ import math
 import select
 import socket
 import ssl
+import sys
 from collections.abc import AsyncIterator
 from types import TracebackType
 
@@ -51,7 +52,10 @@ class _Connection:
 
 
 def _has_input(sock: socket.socket | trio.socket.SocketType) -> bool:
-    """Whether ``sock`` has bytes (or the peer's close) waiting to be read. Not a checkpoint."""
+    """Whether ``sock`` has bytes (or the peer's close) waiting to be read, as trio's
+    ``is_readable`` tells. Not a checkpoint."""
+    if sys.platform == "win32":
+        return bool(select.select([sock], [], [], 0)[0])
     poll = select.poll()
     poll.register(sock, select.POLLIN)
     return bool(poll.poll(0))
