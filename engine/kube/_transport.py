@@ -8,6 +8,9 @@ and a longer one (a watch) is streamed and gives its connection back when read t
 An exchange that fails, is cancelled, or whose body is closed before its end closes its
 connection. Timeouts and keep-alive expiry run on trio's clock. Messages are written and parsed
 by :mod:`engine.kube._http1` (a request head in one join, a response parsed off one buffer).
+A plain TCP connection is read and written on its socket directly (a send that the socket takes
+at once, then one wait for readability per read); a TLS connection goes through
+``trio.SSLStream``.
 """
 
 from __future__ import annotations
