@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator, MutableMapping
 from contextlib import contextmanager
+from types import TracebackType
 from typing import Any
 
 import trio
@@ -122,6 +123,38 @@ class _RunLogger(logging.LoggerAdapter):  # type: ignore[type-arg]
         return msg, kwargs
 
 
+class _Shield:
+    """The context manager :meth:`RunContext.shield` returns: a shielded cancel scope with a
+    deadline, known to the run while it is open (a class rather than a generator: one per
+    status write)."""
+
+    __slots__ = ("_run", "_seconds", "_scope", "_shields")
+
+    def __init__(self, run: Run, seconds: float) -> None:
+        self._run = run
+        self._seconds = seconds
+
+    def __enter__(self) -> trio.CancelScope:
+        run = self._run
+        scope = self._scope = trio.CancelScope(shield=True, deadline=trio.current_time() + self._seconds)
+        scope.__enter__()
+        if run.forced:
+            scope.cancel(reason=run.cancel_reason)
+        shields = run.shields
+        if not isinstance(shields, set):
+            shields = run.shields = set()
+        shields.add(scope)
+        self._shields = shields
+        return scope
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> bool:
+        scope = self._scope
+        self._shields.discard(scope)
+        return scope.__exit__(exc_type, exc, tb)
+
+
 class RunContext:
     """What a reconciler receives: the key, the trigger, events, logging and cancellation tools.
 
@@ -214,8 +247,7 @@ class RunContext:
         finally:
             run.interruptible_depth -= 1
 
-    @contextmanager
-    def shield(self, seconds: float) -> Iterator[trio.CancelScope]:
+    def shield(self, seconds: float) -> _Shield:
         """Protect a final write (a status update) from the run's cancellation, for ``seconds``.
 
         Inside the block, a supersede, shutdown or deadline cancellation waits; after
@@ -225,18 +257,7 @@ class RunContext:
         """
         if seconds < 0:
             raise ValueError("seconds must be >= 0")
-        run = self._run
-        with trio.CancelScope(shield=True, deadline=trio.current_time() + seconds) as scope:
-            if run.forced:
-                scope.cancel(reason=run.cancel_reason)
-            shields = run.shields
-            if not isinstance(shields, set):
-                shields = run.shields = set()
-            shields.add(scope)
-            try:
-                yield scope
-            finally:
-                shields.discard(scope)
+        return _Shield(self._run, seconds)
 
     def __repr__(self) -> str:
         return f"<RunContext {self._run.id} {self._run.key} attempt={self._run.attempt}>"

@@ -305,12 +305,13 @@ class Cluster:
     ) -> None:
         """Trigger ``controller`` for each event on its primary objects that passes every predicate."""
         resource = informer.resource
+        reasons = {kind: f"{resource.kind} {kind.value.lower()}" for kind in WatchEventType}
 
         def handle(event: InformerEvent) -> None:
             if all(p(event) for p in predicates):
                 controller.trigger(
                     ref_for(resource, event.obj),
-                    reason=f"{resource.kind} {event.type.value.lower()}",
+                    reason=reasons[event.type],
                     revision=event.obj.get("metadata", {}).get("resourceVersion"),
                 )
 

@@ -91,6 +91,19 @@ class KeyShapes:
             out[key] = value
         return out
 
+    def empty(self, items: dict[str, Any]) -> dict[str, Any] | None:
+        """An empty key-sharing dictionary (as :meth:`build` makes) to copy the items of
+        ``items`` into, in order, or ``None`` if its key sequence has no class (yet). A
+        sighting of the sequence counts as for :meth:`build`."""
+        keys = tuple(items)
+        cls = self._classes.get(keys)
+        if cls is None:
+            cls = self._sighted(keys)
+            if cls is None:
+                return None
+        out: dict[str, Any] = object.__new__(cls).__dict__
+        return out
+
     def _sighted(self, keys: tuple[str, ...]) -> type | None:
         if len(keys) > self.max_keys or not keys or len(self._classes) >= self.max_shapes:
             return None
@@ -104,6 +117,11 @@ class KeyShapes:
             return None
         self._sightings.pop(keys, None)
         cls = type("CachedObjectKeys", (), {"__module__": __name__})
+        # The first instance dictionary puts its keys in the class's shared table, which then
+        # holds them for every dictionary built from it: interned ones.
+        table: dict[str, Any] = object.__new__(cls).__dict__
+        for key in keys:
+            table[_intern(key)] = None
         self._classes[keys] = cls
         return cls
 
@@ -111,11 +129,42 @@ class KeyShapes:
 _shapes = KeyShapes()
 
 
+def _table_keeps_keys() -> bool:
+    """Whether a key-sharing dictionary stores the keys of its class's table rather than the
+    equal key objects it is given (CPython's split tables), so these need no interning."""
+    cls = type("Probe", (), {})
+    first, second = "probe-" + str(id(cls)), "probe-" + str(id(cls))
+    object.__new__(cls).__dict__[first] = None
+    out: dict[str, Any] = object.__new__(cls).__dict__
+    out[second] = None
+    return next(iter(out)) is first
+
+
+_TABLE_KEEPS_KEYS = _table_keeps_keys()
+
+
 def compact(obj: dict[str, Any], shapes: KeyShapes = _shapes) -> dict[str, Any]:
     """A copy of the decoded ``obj`` that shares keys, repeated values and key tables with
     other cached objects (see the module documentation). Only containers are copied; other
     values are the decoded ones. ``shapes`` defaults to one set shared by every informer."""
-    out: dict[str, Any] = {}
+    if not obj:
+        return {}
+    out = shapes.empty(obj)
+    if out is not None and _TABLE_KEEPS_KEYS:
+        # The keys are the shared table's (interned): the given ones need no interning.
+        for key, value in obj.items():
+            kind = type(value)
+            if kind is str:
+                if key in _REPEATED_VALUES:
+                    value = _intern(value)
+            elif kind is dict:
+                value = _compact_labels(value, shapes) if key == "labels" else compact(value, shapes)
+            elif kind is list:
+                value = _compact_list(value, shapes)
+            out[key] = value
+        return out
+    if out is None:
+        out = {}
     for key, value in obj.items():
         kind = type(value)
         if kind is str:
@@ -126,7 +175,7 @@ def compact(obj: dict[str, Any], shapes: KeyShapes = _shapes) -> dict[str, Any]:
         elif kind is list:
             value = _compact_list(value, shapes)
         out[_intern(key) if type(key) is str else key] = value
-    return shapes.build(out) or out
+    return out
 
 
 def _compact_list(items: list[Any], shapes: KeyShapes) -> list[Any]:

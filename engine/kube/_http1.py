@@ -22,6 +22,7 @@ MAX_HEAD = 64 * 1024
 
 _TOKEN = re.compile(rb"[-!#$%&'*+.^_`|~0-9A-Za-z]+").fullmatch
 _FIELD_VALUE = re.compile(rb"[^\x00\r\n]*").fullmatch
+_TARGET = re.compile(rb"[^\x00\r\n ]+").fullmatch
 _STATUS_LINE = re.compile(rb"HTTP/1\.([01]) ([0-9]{3})(?: ([^\r\n]*))?").fullmatch
 _CHUNK_SIZE = re.compile(rb"([0-9A-Fa-f]{1,16})[ \t]*(?:;[^\r\n]*)?").fullmatch
 
@@ -30,17 +31,37 @@ class ProtocolError(Exception):
     """The server broke HTTP/1.1 (or the request would have)."""
 
 
+_KNOWN_NAMES = frozenset(
+    {
+        b"GET", b"POST", b"PUT", b"PATCH", b"DELETE", b"HEAD",
+        b"Host", b"Accept", b"Accept-Encoding", b"Authorization", b"Connection", b"Content-Length",
+        b"Content-Type", b"Transfer-Encoding", b"User-Agent",
+    }
+)
+"""Methods and header names known to be tokens, checked without the pattern."""
+
+
+_KNOWN_RESPONSE_NAMES = frozenset(
+    {
+        b"Audit-Id", b"Cache-Control", b"Connection", b"Content-Encoding", b"Content-Length",
+        b"Content-Type", b"Date", b"Transfer-Encoding", b"Warning",
+        b"X-Kubernetes-Pf-Flowschema-Uid", b"X-Kubernetes-Pf-Prioritylevel-Uid",
+    }
+)
+"""Response header names the API server sends, known to be tokens."""
+
+
 def request_head(method: bytes, target: bytes, headers: list[tuple[bytes, bytes]]) -> bytes:
     """The request line and headers, ending with the blank line.
 
     Raises :class:`ProtocolError` for a method, target, header name or value that would break
     the message (spaces or control characters where HTTP does not allow them).
     """
-    if not _TOKEN(method) or not target or b" " in target or not _FIELD_VALUE(target):
+    if (method not in _KNOWN_NAMES and not _TOKEN(method)) or not _TARGET(target):
         raise ProtocolError(f"the request line must be valid: {method!r} {target!r}")
     parts = [method, b" ", target, b" HTTP/1.1\r\n"]
     for name, value in headers:
-        if not _TOKEN(name) or not _FIELD_VALUE(value):
+        if (name not in _KNOWN_NAMES and not _TOKEN(name)) or not _FIELD_VALUE(value):
             raise ProtocolError(f"the request header {name!r} must have a valid name and value")
         parts += (name, b": ", value, b"\r\n")
     parts.append(b"\r\n")
@@ -85,39 +106,45 @@ def parse_head(buffer: bytearray, method: bytes) -> ResponseHead | None:
         if 100 <= status < 200 and status != 101:
             continue
         headers: list[tuple[bytes, bytes]] = []
+        lengths: list[bytes] = []
+        codings: list[bytes] = []
+        close = False
         for line in lines[1:]:
             name, colon, value = line.partition(b":")
-            if not colon or not _TOKEN(name):
+            if not colon or (name not in _KNOWN_RESPONSE_NAMES and not _TOKEN(name)):
                 raise ProtocolError(f"a response header line must be 'name: value', not {line[:80]!r}")
-            headers.append((name, value.strip(b" \t")))
+            value = value.strip(b" \t")
+            headers.append((name, value))
+            lower = name.lower()
+            if lower == b"content-length":
+                lengths += value.split(b",")
+            elif lower == b"transfer-encoding":
+                codings += value.split(b",")
+            elif lower == b"connection" and b"close" in value.lower():
+                close = True
         http11 = status_line[1] == b"1"
-        keep_alive = http11 and status != 101 and not any(
-            name.lower() == b"connection" and b"close" in value.lower() for name, value in headers
-        )
+        keep_alive = http11 and status != 101 and not close
         return ResponseHead(
-            status, status_line[3] or b"", headers, keep_alive, _framing(method, status, headers, http11)
+            status, status_line[3] or b"", headers, keep_alive, _framing(method, status, lengths, codings, http11)
         )
 
 
-def _framing(method: bytes, status: int, headers: list[tuple[bytes, bytes]], http11: bool) -> Body:
+def _framing(method: bytes, status: int, lengths: list[bytes], codings: list[bytes], http11: bool) -> Body:
+    """The body's framing from the ``Content-Length`` and ``Transfer-Encoding`` values (split at
+    commas, not yet stripped)."""
     if method == b"HEAD" or status in (204, 304) or status < 200:
         return Body(0)
-    lengths: set[bytes] = set()
-    codings: list[bytes] = []
-    for name, value in headers:
-        lower = name.lower()
-        if lower == b"content-length":
-            lengths.update(v.strip() for v in value.split(b","))
-        elif lower == b"transfer-encoding":
-            codings += [c.strip().lower() for c in value.split(b",") if c.strip()]
+    if codings:
+        codings = [c.strip().lower() for c in codings if c.strip()]
     if codings:
         if codings[-1] != b"chunked" or not http11:
             return Body(None)
         return Body(-1)
     if lengths:
-        if len(lengths) != 1:
+        distinct = {v.strip() for v in lengths}
+        if len(distinct) != 1:
             raise ProtocolError("a response must not give several Content-Length values")
-        (length,) = lengths
+        (length,) = distinct
         if not length.isdigit() or len(length) > 18:
             raise ProtocolError(f"a response's Content-Length must be a number, not {length[:40]!r}")
         return Body(int(length))

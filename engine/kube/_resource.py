@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 from urllib.parse import quote
@@ -9,6 +10,14 @@ from urllib.parse import quote
 import attrs
 
 __all__ = ["Resource", "split_api_version"]
+
+
+_UNRESERVED = re.compile(r"[A-Za-z0-9_.~-]+").fullmatch
+"""What ``quote(segment, safe="")`` leaves as it is (every valid object and namespace name)."""
+
+
+def _segment(text: str) -> str:
+    return text if _UNRESERVED(text) else quote(text, safe="")
 
 
 def split_api_version(api_version: str) -> tuple[str, str]:
@@ -66,12 +75,12 @@ class Resource:
         base = f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
         parts = [base]
         if self.namespaced and namespace is not None:
-            parts.append(f"namespaces/{quote(namespace, safe='')}")
+            parts.append(f"namespaces/{_segment(namespace)}")
         parts.append(self.plural)
         if name is not None:
             if not name:
                 raise ValueError("object name must not be empty")
-            parts.append(quote(name, safe=""))
+            parts.append(_segment(name))
             if subresource is not None:
                 parts.append(subresource)
         elif subresource is not None:

@@ -8,13 +8,19 @@ and a longer one (a watch) is streamed and gives its connection back when read t
 An exchange that fails, is cancelled, or whose body is closed before its end closes its
 connection. Timeouts and keep-alive expiry run on trio's clock. Messages are written and parsed
 by :mod:`engine.kube._http1` (a request head in one join, a response parsed off one buffer).
+A plain TCP connection is read and written on its socket directly (a send that the socket takes
+at once, then one wait for readability per read); a TLS connection goes through
+``trio.SSLStream``.
 """
 
 from __future__ import annotations
 
 import collections
 import math
+import select
+import socket
 import ssl
+import sys
 from collections.abc import AsyncIterator
 from types import TracebackType
 
@@ -30,19 +36,32 @@ _DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
 class _Connection:
-    """One HTTP/1.1 connection: its stream, the socket under it, what was received and not yet
-    parsed, and whether it may carry another request."""
+    """One HTTP/1.1 connection: its TLS stream (``None`` for plain TCP, which is read and
+    written on its socket directly), the socket under it, what was received and not yet parsed,
+    and whether it may carry another request."""
 
-    __slots__ = ("stream", "socket", "buffer", "eof", "reusable", "expires_at", "closed")
+    __slots__ = ("stream", "plain", "socket", "buffer", "eof", "reusable", "expires_at", "closed")
 
-    def __init__(self, stream: trio.abc.Stream, socket: trio.socket.SocketType) -> None:
+    def __init__(self, stream: trio.SSLStream[trio.SocketStream] | None, sock: socket.socket | trio.socket.SocketType) -> None:
         self.stream = stream
-        self.socket = socket
+        self.plain = sock if isinstance(sock, socket.socket) else None
+        """The socket of a plain TCP connection, read and written directly (``None`` with TLS)."""
+        self.socket = sock
         self.buffer = bytearray()
         self.eof = False
         self.reusable = False
         self.expires_at = math.inf
         self.closed = False
+
+
+def _has_input(sock: socket.socket | trio.socket.SocketType) -> bool:
+    """Whether ``sock`` has bytes (or the peer's close) waiting to be read, as trio's
+    ``is_readable`` tells. Not a checkpoint."""
+    if sys.platform == "win32":
+        return bool(select.select([sock], [], [], 0)[0])
+    poll = select.poll()
+    poll.register(sock, select.POLLIN)
+    return bool(poll.poll(0))
 
 
 def _timeouts(request: httpx.Request) -> dict[str, float | None]:
@@ -113,6 +132,24 @@ class ResponseStream(httpx.AsyncByteStream):
             self._transport._discard(conn)
 
 
+async def _tls_receive(stream: trio.SSLStream[trio.SocketStream] | None) -> bytes | bytearray:
+    assert stream is not None
+    return await stream.receive_some(_READ_SIZE)
+
+
+async def _wait_recv(sock: socket.socket) -> bytes:
+    """Wait until ``sock`` is readable, then read it (``b""`` at its close).
+
+    Cancellation: a checkpoint; nothing is read if cancelled.
+    """
+    while True:
+        await trio.lowlevel.wait_readable(sock)
+        try:
+            return sock.recv(_READ_SIZE)
+        except BlockingIOError:
+            pass
+
+
 def _raise_mapped(exc: BaseException, error: type[httpx.TransportError]) -> None:
     """Raise the ``httpx`` exception for a failure of the network or of the peer's protocol
     (``error`` for I/O failures); return for anything else (cancellation, httpx's own)."""
@@ -179,7 +216,7 @@ class Transport(httpx.AsyncBaseTransport):
                 while idle:
                     self._discard(idle.pop())
                 break
-            if conn.socket.is_readable():
+            if _has_input(conn.socket):
                 # The server closed it (or sent something unasked): not reusable.
                 self._discard(conn)
                 continue
@@ -208,6 +245,7 @@ class Transport(httpx.AsyncBaseTransport):
         if self._closed:
             raise httpx.ConnectError("the transport is closed")
         stream: trio.abc.Stream | None = None
+        tls: trio.SSLStream[trio.SocketStream] | None = None
         try:
             with trio.fail_after(math.inf if timeout is None else timeout):
                 tcp = await trio.open_tcp_stream(self._host, self._port)
@@ -225,7 +263,13 @@ class Transport(httpx.AsyncBaseTransport):
                 await trio.aclose_forcefully(stream)
             _raise_mapped(exc, httpx.ConnectError)
             raise
-        return _Connection(stream, tcp.socket)
+        if tls is not None:
+            return _Connection(tls, tcp.socket)
+        # Plain TCP: the socket is taken out of trio's stream (its options, TCP_NODELAY among
+        # them, stay set) and read and written here directly; see _send and _receive.
+        sock = socket.socket(fileno=tcp.socket.detach())
+        sock.setblocking(False)
+        return _Connection(None, sock)
 
     def _release(self, conn: _Connection) -> None:
         """Put ``conn`` back for reuse if its exchange completed cleanly; else close it."""
@@ -247,6 +291,8 @@ class Transport(httpx.AsyncBaseTransport):
         if conn.closed:
             return
         conn.closed = True
+        if conn.plain is not None:
+            trio.lowlevel.notify_closing(conn.plain)
         conn.socket.close()
         self._open -= 1
         if self._waiting:
@@ -255,11 +301,20 @@ class Transport(httpx.AsyncBaseTransport):
     # -- I/O -----------------------------------------------------------------------------------
 
     async def _receive(self, conn: _Connection, timeout: float | None) -> None:
+        """Receive what the server sent next into ``conn``'s buffer (``eof`` at its close).
+
+        A plain connection is read on its socket, once trio says it is readable (an answer,
+        or a watch's next event, is rarely there already when asked for). Raises
+        ``httpx.ReadTimeout`` if nothing came within ``timeout`` seconds.
+
+        Cancellation: a checkpoint, before anything is read.
+        """
+        plain = conn.plain
         if timeout is None:
-            data = await conn.stream.receive_some(_READ_SIZE)
+            data = await (_wait_recv(plain) if plain is not None else _tls_receive(conn.stream))
         else:
             with trio.CancelScope(deadline=trio.current_time() + timeout) as scope:
-                data = await conn.stream.receive_some(_READ_SIZE)
+                data = await (_wait_recv(plain) if plain is not None else _tls_receive(conn.stream))
             if scope.cancelled_caught:
                 raise httpx.ReadTimeout("timed out waiting for the answer")
         if data:
@@ -268,11 +323,40 @@ class Transport(httpx.AsyncBaseTransport):
             conn.eof = True
 
     async def _send(self, conn: _Connection, data: bytes, timeout: float | None) -> None:
-        if timeout is None:
-            await conn.stream.send_all(data)
+        """Send ``data`` whole; ``httpx.WriteTimeout`` if the socket stayed full for ``timeout``.
+
+        A plain connection is written on its socket: a write the socket takes at once does not
+        yield to the scheduler (the answer's wait that follows does).
+
+        Cancellation: a cancelled caller sends nothing; once sending, a cancellation can leave
+        a part sent (the caller then discards the connection).
+        """
+        sock = conn.plain
+        if sock is None:
+            assert conn.stream is not None
+            if timeout is None:
+                await conn.stream.send_all(data)
+                return
+            with trio.CancelScope(deadline=trio.current_time() + timeout) as scope:
+                await conn.stream.send_all(data)
+            if scope.cancelled_caught:
+                raise httpx.WriteTimeout("timed out sending the request")
             return
-        with trio.CancelScope(deadline=trio.current_time() + timeout) as scope:
-            await conn.stream.send_all(data)
+        await trio.lowlevel.checkpoint_if_cancelled()
+        try:
+            sent = sock.send(data)
+        except BlockingIOError:
+            sent = 0
+        if sent == len(data):
+            return
+        with trio.CancelScope(deadline=math.inf if timeout is None else trio.current_time() + timeout) as scope:
+            rest = memoryview(data)[sent:]
+            while rest:
+                await trio.lowlevel.wait_writable(sock)
+                try:
+                    rest = rest[sock.send(rest):]
+                except BlockingIOError:
+                    pass
         if scope.cancelled_caught:
             raise httpx.WriteTimeout("timed out sending the request")
 

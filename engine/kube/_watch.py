@@ -51,6 +51,8 @@ class WatchEvent:
 
 _MAX_LINE = 64 * 1024 * 1024
 
+_EVENT_TYPES = {member.value: member for member in WatchEventType}
+
 
 class WatchStream:
     """An open watch: an async context manager and an async iterator of :class:`WatchEvent`.
@@ -141,7 +143,7 @@ class WatchStream:
         try:
             if self._idle_timeout is None:
                 return bytes(await self._chunks.__anext__())
-            with trio.move_on_after(self._idle_timeout):
+            with trio.CancelScope(deadline=trio.current_time() + self._idle_timeout):
                 return bytes(await self._chunks.__anext__())
         except StopAsyncIteration:
             return None
@@ -209,9 +211,8 @@ class WatchStream:
         type_, obj = data.get("type"), data.get("object")
         if type_ == "ERROR":
             raise error_from_status(obj if isinstance(obj, dict) else None, code=500)
-        try:
-            event_type = WatchEventType(type_)
-        except ValueError:
+        event_type = _EVENT_TYPES.get(type_) if type(type_) is str else None
+        if event_type is None:
             self._skip("unknown event type", line)
             return None
         if not isinstance(obj, dict) or not isinstance(obj.get("metadata"), dict):

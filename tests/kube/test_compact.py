@@ -149,9 +149,20 @@ def test_keys_and_repeated_values_are_interned() -> None:
     for outer, inner in ((a, b), (a["metadata"], b["metadata"]), (a["data"], b["data"])):
         for key in outer:
             assert next(k for k in inner if k == key) is key
+            assert key is sys.intern(key)
     assert a["kind"] is b["kind"] and a["metadata"]["namespace"] is b["metadata"]["namespace"]
     assert a["metadata"]["labels"]["app"] is b["metadata"]["labels"]["app"]
     assert a["metadata"]["uid"] is not b["metadata"]["uid"]
+
+
+def test_the_keys_of_key_sharing_copies_are_interned() -> None:
+    shapes = KeyShapes()
+    copies = [compact(json.loads(json.dumps(configmap(i))), shapes) for i in range(KeyShapes.min_sightings + 2)]
+    assert len(shapes) == 6
+    last = copies[-1]
+    for part in (last, last["metadata"], last["metadata"]["labels"], last["data"]):
+        for key in part:
+            assert key is sys.intern(key)
 
 
 def test_keys_that_are_not_strings_are_kept_as_they_are() -> None:

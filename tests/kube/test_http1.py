@@ -43,6 +43,12 @@ def test_a_request_head_is_one_message() -> None:
         (b"G T", b"/", []),
         (b"GET", b"/", [(b"X", b"a\r\nInjected: 1")]),
         (b"GET", b"/", [(b"Bad Name", b"v")]),
+        (b"GET", b"/a\x00", []),
+        (b"GET", b"/a\n", []),
+        (b"GET", b"/", [(b"Host", b"a\rb")]),
+        (b"GET", b"/", [(b"User-Agent", b"a\nb")]),
+        (b"GET", b"/", [(b"Authorization", b"Bearer a\x00")]),
+        (b"GET", b"/", [(b"Host:", b"v")]),
     ],
 )
 def test_a_request_head_that_would_break_the_message_is_refused(method: bytes, target: bytes, headers: list[tuple[bytes, bytes]]) -> None:

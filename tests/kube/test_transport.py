@@ -272,6 +272,52 @@ async def test_a_read_timeout_raises_and_closes_the_connection(autojump_clock: t
         assert transport._open == 0
 
 
+async def test_a_body_larger_than_the_socket_takes_at_once_is_sent_whole() -> None:
+    body = bytes(range(256)) * (32 * 1024)
+    async with serving() as (server, client, transport):
+        response = await client.post("/json", content=body, timeout=httpx.Timeout(30))
+        assert response.json() == {"ok": True}
+        assert server.requests == [(1, "/json", body)]
+        assert (await client.get("/json")).headers["x-conn"] == "1"
+
+
+async def test_a_write_timeout_raises_and_closes_the_connection(autojump_clock: trio.testing.MockClock) -> None:
+    accepted: list[trio.SocketStream] = []
+    async with trio.open_nursery() as nursery:
+        listeners = await nursery.start(partial(trio.serve_tcp, _never_reads(accepted), 0, host="127.0.0.1"))
+        port = listeners[0].socket.getsockname()[1]
+        transport = Transport(f"http://127.0.0.1:{port}")
+        request = httpx.Request(
+            "POST", f"http://127.0.0.1:{port}/", content=b"x" * (64 * 1024 * 1024),
+            extensions={"timeout": {"write": 3.0}},
+        )
+        with pytest.raises(httpx.WriteTimeout, match="^timed out sending the request$"):
+            await transport.handle_async_request(request)
+        assert transport._open == 0
+        nursery.cancel_scope.cancel()
+
+
+def _never_reads(accepted: list[trio.SocketStream]) -> Any:
+    async def handle(stream: trio.SocketStream) -> None:
+        accepted.append(stream)
+        await trio.sleep_forever()
+
+    return handle
+
+
+async def test_a_request_cancelled_before_it_is_sent_sends_nothing() -> None:
+    async with serving() as (server, client, transport):
+        await client.get("/json")
+        with trio.CancelScope() as scope:
+            scope.cancel()
+            await client.get("/json")
+        assert scope.cancelled_caught
+        await trio.testing.wait_all_tasks_blocked()
+        assert [path for _, path, _ in server.requests] == ["/json"]
+        assert transport._open == 0
+        assert (await client.get("/json")).headers["x-conn"] == "2"
+
+
 async def test_an_unreachable_server_and_another_origin_are_transport_errors() -> None:
     with socket_bound() as port:
         transport = Transport(f"http://127.0.0.1:{port}")
