@@ -1456,7 +1456,8 @@ class _Simulator:
             snapshot = self.snapshots.pop(next(i for i, f in enumerate(self.plan) if f is fault))
             lost = api.store.resource_version - snapshot.resource_version
             down = faults.fail(503, count=None, client=REPLICA)
-            writes = self._hold_writes()
+            writes = faults.fail(503, count=None, client=REPLICA, verbs=_WRITES)
+            waiting = [rep for rep in self.replicas if not rep.done.is_set()]
             before = _objects(api.store)
             api.restore(snapshot)
             self.log.mark_restore()
@@ -1471,7 +1472,7 @@ class _Simulator:
             self.rewinds_pending += 1
             if self.writable.is_set():
                 self.writable = trio.Event()
-            self._nursery.start_soon(self._rewound, down, writes, fault.seconds)
+            self._nursery.start_soon(self._rewound, down, writes, waiting, fault.seconds)
             note = f"back to resourceVersion {snapshot.resource_version} ({lost} change(s) undone), watches cut"
         elif kind is FaultKind.RUNNER_RESTART:
             rep = self.current[fault.target % len(self.current)]
@@ -1600,28 +1601,22 @@ class _Simulator:
             faults.remove(held)
         self.trace.add("sim", "fault", "reorder ended")
 
-    def _hold_writes(self) -> dict[str, Fault]:
-        """After a history rewind: refuse the writes of each replica not gone yet (running,
-        starting or stopping), by identity; see :meth:`_rewound`."""
-        assert self._target is not None
-        faults = self._target.faults
-        return {rep.identity: faults.fail(503, count=None, client=f"{rep.identity}/", verbs=_WRITES)
-                for rep in self.replicas if not rep.done.is_set()}
-
-    async def _rewound(self, down: Fault, writes: dict[str, Fault], seconds: float) -> None:
-        """After a history rewind: down for ``seconds``, then each replica that was running
-        (``writes``: its hold of writes, by identity) may read but not write until it listed
-        each collection it watches again, or stopped (one stopping gracefully never lists
-        again: its draining runs' writes stay held until it is gone); at most
+    async def _rewound(self, down: Fault, writes: Fault, waiting: list[_Replica], seconds: float) -> None:
+        """After a history rewind: down for ``seconds``, then reads only (``writes`` holds the
+        replicas' writes, and the workload's wait) until each replica that had not stopped at
+        the rewind (``waiting``) listed again each collection it watches, or is gone; at most
         :data:`REWIND_RESYNC_BOUND` seconds.
 
         Writes after a restore reuse resourceVersions that clients saw before it; a client
         whose resourceVersion the server's counter has passed again when it reconnects cannot
-        tell that history went back (as with an etcd restore without ``--bump-revision``), so
-        the simulation holds a replica's writes until it has had the chance to notice. A run in
-        flight across the rewind decided on writes the rewind may have undone; a replica that
-        notices lists again, which triggers every key and supersedes such a run before its
-        writes are accepted again.
+        tell that history went back (as with an etcd restore without ``--bump-revision``), and
+        anyone's write moves that counter, so the simulation holds every write until each
+        replica has had the chance to notice. A run in flight across the rewind decided on
+        writes the rewind may have undone: a replica that notices lists again, which triggers
+        every key and supersedes such a run before writes are accepted again. A replica
+        stopping gracefully never lists again, so the writes wait until it is gone (mirror seed
+        10608: its draining run's retried finalizer removal let a source go while the copies
+        the run had deleted were back).
         """
         assert self._target is not None
         faults = self._target.faults
@@ -1629,29 +1624,26 @@ class _Simulator:
         faults.remove(down)
         self.trace.add("sim", "fault", f"{down.kind} ended; writes wait for the replicas to list again")
         deadline = trio.current_time() + REWIND_RESYNC_BOUND
-        by_identity = {rep.identity: rep for rep in self.replicas}
-        while writes:
+        while True:
             live = {r.identity for r in self.current.values() if r.alive}
             self.resyncing = {w for w in self.resyncing if w[0] in live}
             listing = {w[0] for w in self.resyncing}
-            for who in [w for w in writes if by_identity[w].done.is_set() or (w in live and w not in listing)]:
-                faults.remove(writes.pop(who))
-            if not writes or trio.current_time() >= deadline:
+            waiting = [r for r in waiting if not r.done.is_set() and (r.identity not in live or r.identity in listing)]
+            if not waiting or trio.current_time() >= deadline:
                 break
             await trio.sleep(_TICK / 10)
-        for who in sorted({w[0] for w in self.resyncing}):
+        for who in sorted(listing):
             self.forget_obligations(who)
         left = ", ".join(f"{who} {path}" + (f"?{labels}" if labels else "") for who, path, labels, _ in sorted(self.resyncing))
-        held = ", ".join(sorted(w for w in writes if w not in {x[0] for x in self.resyncing}))
+        stopping = ", ".join(sorted(r.identity for r in waiting if r.identity not in listing))
         self.unsynced |= self.resyncing
         self.resyncing.clear()
-        for fault in writes.values():
-            faults.remove(fault)
+        faults.remove(writes)
         self.rewinds_pending -= 1
         if not self.rewinds_pending:
             self.writable.set()
         self.trace.add("sim", "fault", "writes accepted again" + (f" (not listed again in time: {left})" if left else "")
-                       + (f" (still stopping: {held})" if held else ""))
+                       + (f" (not gone in time: {stopping})" if stopping else ""))
 
     async def _faults_over(self) -> None:
         assert self._target is not None
