@@ -516,9 +516,7 @@ class LiveStream(RunObserver):
                 chunk = objects[start:start + _CHUNK]
                 await ws.send_message(json.dumps({"type": "objects", "ts": time.time(), "objects": chunk}, default=str))
             await ws.send_message(json.dumps({"type": "events", "ts": time.time(), "events": events}, default=str))
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(self._drain_client_input, ws, nursery.cancel_scope)
-                await self._feed(client, ws)
+            await self._stream(client, ws)
         except ConnectionClosed:
             pass
         finally:
@@ -533,6 +531,19 @@ class LiveStream(RunObserver):
                 "live stream client disconnected",
                 extra={"remote": remote, "sent": client.sent, "skipped": client.skipped},
             )
+
+    async def _stream(self, client: _Client, ws: WebSocketConnection) -> None:
+        """Feed ``client`` until it closes the connection, which either side may notice first
+        (a send that fails, or the read of its input): either way this returns.
+
+        Cancellation: stops feeding; nothing to undo.
+        """
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._drain_client_input, ws, nursery.cancel_scope)
+            try:
+                await self._feed(client, ws)
+            except ConnectionClosed:
+                nursery.cancel_scope.cancel(reason="live stream client closed the connection")
 
     async def _feed(self, client: _Client, ws: WebSocketConnection) -> None:
         async for skipped, message in client.receive:

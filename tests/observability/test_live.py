@@ -393,3 +393,30 @@ async def test_notices_reach_hello_and_every_controllers_message_redacted() -> N
     assert message["notices"][:2] == [notices[0], "a second notice"]
     assert len(hello["notices"]) == 2 and len(message["notices"]) == 3
     assert not any(secret in json.dumps([hello, message]) for secret in ALL_SECRETS)
+
+
+async def test_a_client_gone_while_a_message_is_being_sent_ends_its_stream_quietly() -> None:
+    """The send can notice the close before the read of the client's input does; the failure
+    then comes out of the feed's nursery, and must end the stream as a close does, not the
+    server (a loaded CI run of test_live_state showed it)."""
+    from trio_websocket import CloseReason
+
+    from engine.observability import LiveStream
+    from engine.observability._live import _Client
+
+    class Gone:
+        async def send_message(self, message: str) -> None:
+            raise ConnectionClosed(CloseReason(1000, None))
+
+        async def get_message(self) -> str:
+            await trio.sleep_forever()
+            raise AssertionError("unreachable")
+
+    live = LiveStream(Manager(handle_signals=False))
+    send, receive = trio.open_memory_channel[tuple[int, dict[str, Any]]](4)
+    client = _Client(send=send, receive=receive, controllers=frozenset(), objects=frozenset(),
+                     namespaces=frozenset(), remote="test", buffered=1)
+    send.send_nowait((0, {"type": "controllers"}))
+    with trio.fail_after(5):
+        await live._stream(client, Gone())  # type: ignore[arg-type]
+    assert client.sent == 0
