@@ -317,6 +317,8 @@ class _Replica(RunObserver):
     running: dict[tuple[str, ObjectRef], Run] = attrs.field(factory=dict)
     last_trigger: dict[tuple[str, ObjectRef], tuple[int, Trigger]] = attrs.field(factory=dict)
     last_start: dict[tuple[str, ObjectRef], int] = attrs.field(factory=dict)
+    started_under: dict[tuple[str, ObjectRef], int] = attrs.field(factory=dict)
+    """Scale-out mode: the key (its uid's hash, as the gate knew it) each run started under."""
     waiting: dict[tuple[str, ObjectRef], tuple[ObjectRef, ...]] = attrs.field(factory=dict)
     pending: dict[tuple[str, ObjectRef], tuple[float, ObjectRef]] = attrs.field(factory=dict)
     failure_status: set[str] = attrs.field(factory=set)
@@ -417,6 +419,8 @@ class _Replica(RunObserver):
         self.waiting.pop(key, None)
         self.pending.pop(key, None)
         self.running[key] = run
+        if self.ring is not None and (known := self.ring.gate.key_of(run.key)) is not None:
+            self.started_under[key] = known
         sim.run_keys.add((run.key.kind, run.key.group, run.key.namespace or None, run.key.name))
         sim.place(self.identity, run)
         sim.trace.add(self.identity, "start", f"{run.id} {run.key} trigger #{run.trigger.sequence} attempt {run.attempt}")
@@ -986,15 +990,19 @@ class _Simulator:
             return
         key = fnv1a64(uid)
         what = self._describe(record)
-        own = rep.ring.gate.key_of(ObjectRef(served.kind, record.name, served.namespace or None, served.group))
-        if own is not None and own != key and own in rep.may_run_at(record.received_at):
+        ref = ObjectRef(served.kind, record.name, served.namespace or None, served.group)
+        # The keys the replica knows the name by: now, and when each run of it in progress
+        # started (the gate may have learnt a new uid since, while the run writes on).
+        known = {rep.ring.gate.key_of(ref)} | {rep.started_under.get(k) for k in rep.running if k[1] == ref}
+        received = rep.may_run_at(record.received_at)
+        own = next((k for k in sorted(k for k in known if k is not None) if k != key and k in received), None)
+        if own is not None:
             # docs/scale-out.md, known limits: the replica knows the name by an older uid (an
             # object deleted and re-created under its name); a run of the old object writes
             # the new one by name.
             self.trace.add(rep.identity, "recreated", f"{what}: written under the key of an older uid of that name, "
                            "which it owned (an object re-created under its name: a known limit)")
             key = own
-        ref = ObjectRef(served.kind, record.name, served.namespace or None, served.group)
         given_up = rep.given_up_at(key, record.received_at)
         # Given up at the very instant the write arrived, with no run of the key started there
         # since: the write is one of a run that ended then (sent before the run's cancellation

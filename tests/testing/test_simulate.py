@@ -309,3 +309,13 @@ def test_writes_stay_held_after_a_rewind_for_a_replica_that_listed_before_it_but
     up = next(e.time for e in result.trace if e.text == "fail ended; writes wait for the replicas to list again")
     released = next(e.time for e in result.trace if e.text.startswith("writes accepted again"))
     assert released > up
+
+
+def test_a_write_of_a_run_started_under_a_recreated_names_old_uid_is_the_known_limit_bundles_seed_1009() -> None:
+    """replica-2.1's run of Source s0 started under the old uid's key, which it owned; while
+    its shielded status write was on its way the replica learnt the re-created s0's uid (not in
+    its ranges). The write is the known limit of a name re-created, judged by the key the run
+    started under, not by what the gate knows when the write lands."""
+    result = simulate(simulation_for("bundles"), 1009, scale_out=True)
+    assert result.ok, result.report()
+    assert any(e.what == "recreated" and e.text.startswith("patch Source sim/s0/status") for e in result.trace)
