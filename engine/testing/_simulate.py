@@ -1651,7 +1651,7 @@ class _Simulator:
         if not self.rewinds_pending:
             self.writable.set()
         self.trace.add("sim", "fault", "writes accepted again" + (f" (not listed again in time: {left})" if left else "")
-                       + (f" (not gone in time: {stopping})" if stopping else ""))
+                       + (f" (still stopping or starting: {stopping})" if stopping else ""))
 
     async def _faults_over(self) -> None:
         assert self._target is not None
