@@ -150,19 +150,9 @@ def compact(obj: dict[str, Any], shapes: KeyShapes = _shapes) -> dict[str, Any]:
     if not obj:
         return {}
     out = shapes.empty(obj)
-    if out is not None and _TABLE_KEEPS_KEYS:
-        # The keys are the shared table's (interned): the given ones need no interning.
-        for key, value in obj.items():
-            kind = type(value)
-            if kind is str:
-                if key in _REPEATED_VALUES:
-                    value = _intern(value)
-            elif kind is dict:
-                value = _compact_labels(value, shapes) if key == "labels" else compact(value, shapes)
-            elif kind is list:
-                value = _compact_list(value, shapes)
-            out[key] = value
-        return out
+    # A key-sharing dictionary keeps its class table's keys (interned when the class was made):
+    # only a plain dictionary, or an interpreter that does not keep them, needs them interned.
+    intern_keys = out is None or not _TABLE_KEEPS_KEYS
     if out is None:
         out = {}
     for key, value in obj.items():
@@ -174,7 +164,9 @@ def compact(obj: dict[str, Any], shapes: KeyShapes = _shapes) -> dict[str, Any]:
             value = _compact_labels(value, shapes) if key == "labels" else compact(value, shapes)
         elif kind is list:
             value = _compact_list(value, shapes)
-        out[_intern(key) if type(key) is str else key] = value
+        if intern_keys and type(key) is str:
+            key = _intern(key)
+        out[key] = value
     return out
 
 

@@ -395,7 +395,9 @@ async def test_notices_reach_hello_and_every_controllers_message_redacted() -> N
     assert not any(secret in json.dumps([hello, message]) for secret in ALL_SECRETS)
 
 
-async def test_a_client_gone_while_a_message_is_being_sent_ends_its_stream_quietly() -> None:
+async def test_a_client_gone_while_a_message_is_being_sent_ends_its_stream_quietly(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
     """The send can notice the close before the read of the client's input does; the failure
     then comes out of the feed's nursery, and must end the stream as a close does, not the
     server (a loaded CI run of test_live_state showed it)."""
