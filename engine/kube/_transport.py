@@ -8,9 +8,9 @@ and a longer one (a watch) is streamed and gives its connection back when read t
 An exchange that fails, is cancelled, or whose body is closed before its end closes its
 connection. Timeouts and keep-alive expiry run on trio's clock. Messages are written and parsed
 by :mod:`engine.kube._http1` (a request head in one join, a response parsed off one buffer).
-A plain TCP connection is read and written on its socket directly (a send that the socket takes
-at once, then one wait for readability per read); a TLS connection goes through
-``trio.SSLStream``.
+Every connection is read and written on its socket directly (a send that the socket takes at
+once, then one wait for readability per read): a plain TCP socket, or the standard library's
+non-blocking ``ssl.SSLSocket`` for TLS, whose records OpenSSL encrypts and decrypts in place.
 """
 
 from __future__ import annotations
@@ -36,17 +36,14 @@ _DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
 class _Connection:
-    """One HTTP/1.1 connection: its TLS stream (``None`` for plain TCP, which is read and
-    written on its socket directly), the socket under it, what was received and not yet parsed,
-    and whether it may carry another request."""
+    """One HTTP/1.1 connection: its non-blocking socket (an ``ssl.SSLSocket`` for TLS), what
+    was received and not yet parsed, and whether it may carry another request."""
 
-    __slots__ = ("stream", "plain", "socket", "buffer", "eof", "reusable", "expires_at", "closed")
+    __slots__ = ("socket", "tls", "buffer", "eof", "reusable", "expires_at", "closed")
 
-    def __init__(self, stream: trio.SSLStream[trio.SocketStream] | None, sock: socket.socket | trio.socket.SocketType) -> None:
-        self.stream = stream
-        self.plain = sock if isinstance(sock, socket.socket) else None
-        """The socket of a plain TCP connection, read and written directly (``None`` with TLS)."""
+    def __init__(self, sock: socket.socket) -> None:
         self.socket = sock
+        self.tls = isinstance(sock, ssl.SSLSocket)
         self.buffer = bytearray()
         self.eof = False
         self.reusable = False
@@ -54,9 +51,11 @@ class _Connection:
         self.closed = False
 
 
-def _has_input(sock: socket.socket | trio.socket.SocketType) -> bool:
+def _has_input(sock: socket.socket) -> bool:
     """Whether ``sock`` has bytes (or the peer's close) waiting to be read, as trio's
-    ``is_readable`` tells. Not a checkpoint."""
+    ``is_readable`` tells; for TLS also bytes already decrypted and not read. Not a checkpoint."""
+    if isinstance(sock, ssl.SSLSocket) and sock.pending():
+        return True
     if sys.platform == "win32":
         return bool(select.select([sock], [], [], 0)[0])
     poll = select.poll()
@@ -132,11 +131,6 @@ class ResponseStream(httpx.AsyncByteStream):
             self._transport._discard(conn)
 
 
-async def _tls_receive(stream: trio.SSLStream[trio.SocketStream] | None) -> bytes | bytearray:
-    assert stream is not None
-    return await stream.receive_some(_READ_SIZE)
-
-
 async def _wait_recv(sock: socket.socket) -> bytes:
     """Wait until ``sock`` is readable, then read it (``b""`` at its close).
 
@@ -148,6 +142,52 @@ async def _wait_recv(sock: socket.socket) -> bytes:
             return sock.recv(_READ_SIZE)
         except BlockingIOError:
             pass
+
+
+async def _tls_recv(sock: ssl.SSLSocket) -> bytes:
+    """Read the next decrypted bytes of ``sock`` (``b""`` at its close, with or without the
+    peer's ``close_notify``, as ``https_compatible`` streams do).
+
+    OpenSSL reads no further than the record it decrypts (its read-ahead is off), so whatever
+    it has not yet decrypted is still in the socket, and a wait for readability is enough
+    unless decrypted bytes are pending. A record that is not whole yet, or one that carries no
+    data (a TLS 1.3 session ticket), waits again.
+
+    Cancellation: a checkpoint; nothing is read if cancelled.
+    """
+    if sock.pending():
+        await trio.lowlevel.checkpoint()
+    else:
+        await trio.lowlevel.wait_readable(sock)
+    while True:
+        try:
+            return sock.recv(_READ_SIZE)
+        except ssl.SSLWantReadError:
+            await trio.lowlevel.wait_readable(sock)
+        except ssl.SSLWantWriteError:
+            await trio.lowlevel.wait_writable(sock)
+
+
+async def _handshake(sock: ssl.SSLSocket) -> None:
+    """Complete the TLS handshake of ``sock`` (certificates are checked as its context says).
+
+    Cancellation: a checkpoint; a cancelled handshake leaves ``sock`` unusable.
+    """
+    while True:
+        try:
+            sock.do_handshake()
+            return
+        except ssl.SSLWantReadError:
+            await trio.lowlevel.wait_readable(sock)
+        except ssl.SSLWantWriteError:
+            await trio.lowlevel.wait_writable(sock)
+
+
+def _close(sock: socket.socket | None) -> None:
+    """Close ``sock`` at once (no TLS ``close_notify``), telling trio first. Synchronous."""
+    if sock is not None:
+        trio.lowlevel.notify_closing(sock)
+        sock.close()
 
 
 def _raise_mapped(exc: BaseException, error: type[httpx.TransportError]) -> None:
@@ -244,32 +284,25 @@ class Transport(httpx.AsyncBaseTransport):
     async def _connect(self, timeout: float | None) -> _Connection:
         if self._closed:
             raise httpx.ConnectError("the transport is closed")
-        stream: trio.abc.Stream | None = None
-        tls: trio.SSLStream[trio.SocketStream] | None = None
+        sock: socket.socket | None = None
         try:
             with trio.fail_after(math.inf if timeout is None else timeout):
                 tcp = await trio.open_tcp_stream(self._host, self._port)
-                stream = tcp
+                # The socket is taken out of trio's stream (its options, TCP_NODELAY among
+                # them, stay set) and read and written here directly; see _send and _receive.
+                sock = socket.socket(fileno=tcp.socket.detach())
+                sock.setblocking(False)
                 if self._ssl is not None:
-                    tls = trio.SSLStream(tcp, self._ssl, server_hostname=self._host, https_compatible=True)
-                    stream = tls
-                    await tls.do_handshake()
+                    sock = self._ssl.wrap_socket(sock, server_hostname=self._host, do_handshake_on_connect=False)
+                    await _handshake(sock)
         except trio.TooSlowError as exc:
-            if stream is not None:
-                await trio.aclose_forcefully(stream)
+            _close(sock)
             raise httpx.ConnectTimeout("timed out connecting") from exc
         except BaseException as exc:
-            if stream is not None:
-                await trio.aclose_forcefully(stream)
+            _close(sock)
             _raise_mapped(exc, httpx.ConnectError)
             raise
-        if tls is not None:
-            return _Connection(tls, tcp.socket)
-        # Plain TCP: the socket is taken out of trio's stream (its options, TCP_NODELAY among
-        # them, stay set) and read and written here directly; see _send and _receive.
-        sock = socket.socket(fileno=tcp.socket.detach())
-        sock.setblocking(False)
-        return _Connection(None, sock)
+        return _Connection(sock)
 
     def _release(self, conn: _Connection) -> None:
         """Put ``conn`` back for reuse if its exchange completed cleanly; else close it."""
@@ -291,9 +324,7 @@ class Transport(httpx.AsyncBaseTransport):
         if conn.closed:
             return
         conn.closed = True
-        if conn.plain is not None:
-            trio.lowlevel.notify_closing(conn.plain)
-        conn.socket.close()
+        _close(conn.socket)
         self._open -= 1
         if self._waiting:
             self._waiting.unpark()
@@ -303,18 +334,18 @@ class Transport(httpx.AsyncBaseTransport):
     async def _receive(self, conn: _Connection, timeout: float | None) -> None:
         """Receive what the server sent next into ``conn``'s buffer (``eof`` at its close).
 
-        A plain connection is read on its socket, once trio says it is readable (an answer,
-        or a watch's next event, is rarely there already when asked for). Raises
-        ``httpx.ReadTimeout`` if nothing came within ``timeout`` seconds.
+        The socket is read once trio says it is readable (an answer, or a watch's next event,
+        is rarely there already when asked for). Raises ``httpx.ReadTimeout`` if nothing came
+        within ``timeout`` seconds.
 
         Cancellation: a checkpoint, before anything is read.
         """
-        plain = conn.plain
+        recv = _tls_recv if conn.tls else _wait_recv
         if timeout is None:
-            data = await (_wait_recv(plain) if plain is not None else _tls_receive(conn.stream))
+            data = await recv(conn.socket)  # type: ignore[arg-type]
         else:
             with trio.CancelScope(deadline=trio.current_time() + timeout) as scope:
-                data = await (_wait_recv(plain) if plain is not None else _tls_receive(conn.stream))
+                data = await recv(conn.socket)  # type: ignore[arg-type]
             if scope.cancelled_caught:
                 raise httpx.ReadTimeout("timed out waiting for the answer")
         if data:
@@ -325,38 +356,36 @@ class Transport(httpx.AsyncBaseTransport):
     async def _send(self, conn: _Connection, data: bytes, timeout: float | None) -> None:
         """Send ``data`` whole; ``httpx.WriteTimeout`` if the socket stayed full for ``timeout``.
 
-        A plain connection is written on its socket: a write the socket takes at once does not
-        yield to the scheduler (the answer's wait that follows does).
+        It is written on the socket: a write the socket takes at once does not yield to the
+        scheduler (the answer's wait that follows does). A TLS write that OpenSSL could not
+        finish is repeated with the same bytes once the socket can take them (or, if OpenSSL
+        must read first, has something to read).
 
         Cancellation: a cancelled caller sends nothing; once sending, a cancellation can leave
         a part sent (the caller then discards the connection).
         """
-        sock = conn.plain
-        if sock is None:
-            assert conn.stream is not None
-            if timeout is None:
-                await conn.stream.send_all(data)
-                return
-            with trio.CancelScope(deadline=trio.current_time() + timeout) as scope:
-                await conn.stream.send_all(data)
-            if scope.cancelled_caught:
-                raise httpx.WriteTimeout("timed out sending the request")
-            return
+        sock = conn.socket
         await trio.lowlevel.checkpoint_if_cancelled()
+        wait = trio.lowlevel.wait_writable
         try:
             sent = sock.send(data)
-        except BlockingIOError:
+        except (BlockingIOError, ssl.SSLWantWriteError):
             sent = 0
+        except ssl.SSLWantReadError:
+            sent, wait = 0, trio.lowlevel.wait_readable
         if sent == len(data):
             return
         with trio.CancelScope(deadline=math.inf if timeout is None else trio.current_time() + timeout) as scope:
             rest = memoryview(data)[sent:]
             while rest:
-                await trio.lowlevel.wait_writable(sock)
+                await wait(sock)
+                wait = trio.lowlevel.wait_writable
                 try:
                     rest = rest[sock.send(rest):]
-                except BlockingIOError:
+                except (BlockingIOError, ssl.SSLWantWriteError):
                     pass
+                except ssl.SSLWantReadError:
+                    wait = trio.lowlevel.wait_readable
         if scope.cancelled_caught:
             raise httpx.WriteTimeout("timed out sending the request")
 

@@ -24,7 +24,8 @@ from engine.kube._transport import Transport
 class Server:
     """A loopback HTTP/1.1 server on h11. Every response names its connection (``x-conn``).
 
-    Paths: ``/json`` answers at once; ``/chunked`` sends three chunks, yielding between them;
+    Paths: ``/json`` answers at once; ``/big`` answers 250 KiB in one write (over TLS: many
+    records in one segment); ``/chunked`` sends three chunks, yielding between them;
     ``/stream`` sends one chunk and then waits for ``release`` (a watch); ``/close`` answers
     with ``Connection: close``; ``/hang`` never answers; ``/drop`` answers, then closes the
     connection without saying so (a server's idle timeout).
@@ -50,7 +51,7 @@ class Server:
         stream: trio.abc.Stream = tcp
         try:
             if self.ssl is not None:
-                tls = trio.SSLStream(tcp, self.ssl, server_side=True)
+                tls = trio.SSLStream(tcp, self.ssl, server_side=True, https_compatible=True)
                 await tls.do_handshake()
                 self.peer_certs.append(tls.getpeercert())
                 stream = tls
@@ -58,8 +59,8 @@ class Server:
         except (trio.BrokenResourceError, trio.ClosedResourceError, h11.RemoteProtocolError):
             pass
         finally:
-            self.closed += 1
             await trio.aclose_forcefully(stream)
+            self.closed += 1
 
     async def _serve(self, stream: trio.abc.Stream, conn_id: int) -> None:
         conn = h11.Connection(h11.SERVER)
@@ -101,6 +102,10 @@ class Server:
                            h11.Data(data=b"first\n"))
                 await until(self.release.wait, stream)
                 await send(h11.Data(data=b"last\n"), h11.EndOfMessage())
+            elif path == "/big":
+                payload = bytes(range(256)) * 1000
+                await send(h11.Response(status_code=200, headers=[*headers, ("content-length", str(len(payload)))]),
+                           h11.Data(data=payload), h11.EndOfMessage())
             elif path == "/close":
                 await send(h11.Response(status_code=200, headers=[*headers, ("connection", "close"), ("content-length", "0")]),
                            h11.EndOfMessage())
@@ -134,9 +139,29 @@ async def until(wait: Any, stream: trio.abc.Stream) -> None:
         raise trio.ClosedResourceError("the client closed the connection")
 
 
+_CA = trustme.CA()
+
+
+@pytest.fixture(params=[False, True], ids=["tcp", "tls"])
+def tls(request: pytest.FixtureRequest) -> bool:
+    """Whether the test runs over TLS (the transport's ``ssl.SSLSocket``) or plain TCP."""
+    return bool(request.param)
+
+
+def client_context() -> ssl.SSLContext:
+    context = ssl.create_default_context()
+    _CA.configure_trust(context)
+    return context
+
+
 @contextlib.asynccontextmanager
-async def serving(server: Server | None = None, **transport_options: Any) -> AsyncIterator[tuple[Server, httpx.AsyncClient, Transport]]:
-    """A server, and an httpx client on a :class:`Transport` to it."""
+async def serving(
+    server: Server | None = None, *, tls: bool = False, **transport_options: Any
+) -> AsyncIterator[tuple[Server, httpx.AsyncClient, Transport]]:
+    """A server, and an httpx client on a :class:`Transport` to it (over TLS with ``tls``)."""
+    if tls:
+        server = server or tls_server(_CA.issue_cert("127.0.0.1"))
+        transport_options.setdefault("ssl_context", client_context())
     server = server or Server()
     async with trio.open_nursery() as nursery:
         url = await server.start(nursery)
@@ -152,8 +177,8 @@ async def wait_closed(server: Server, count: int) -> None:
             await trio.sleep(0)
 
 
-async def test_sequential_requests_reuse_one_connection() -> None:
-    async with serving() as (server, client, transport):
+async def test_sequential_requests_reuse_one_connection(tls: bool) -> None:
+    async with serving(tls=tls) as (server, client, transport):
         for _ in range(5):
             response = await client.get("/json")
             assert response.json() == {"ok": True}
@@ -164,8 +189,8 @@ async def test_sequential_requests_reuse_one_connection() -> None:
         assert server.connections == 1
 
 
-async def test_concurrent_requests_open_connections_and_the_newest_idle_one_is_reused_first() -> None:
-    async with serving(max_idle=3) as (server, client, transport):
+async def test_concurrent_requests_open_connections_and_the_newest_idle_one_is_reused_first(tls: bool) -> None:
+    async with serving(max_idle=3, tls=tls) as (server, client, transport):
         async with trio.open_nursery() as nursery:
             for _ in range(5):
                 nursery.start_soon(client.get, "/chunked")
@@ -177,24 +202,24 @@ async def test_concurrent_requests_open_connections_and_the_newest_idle_one_is_r
         assert server.connections == 5
 
 
-async def test_a_streamed_body_read_to_the_end_gives_its_connection_back() -> None:
-    async with serving() as (server, client, transport):
+async def test_a_streamed_body_read_to_the_end_gives_its_connection_back(tls: bool) -> None:
+    async with serving(tls=tls) as (server, client, transport):
         async with client.stream("GET", "/chunked") as response:
             assert [chunk async for chunk in response.aiter_bytes()] == [b"a", b"b", b"c"]
         assert (await client.get("/json")).headers["x-conn"] == "1"
         assert server.connections == 1
 
 
-async def test_a_body_closed_before_its_end_closes_its_connection() -> None:
-    async with serving() as (server, client, transport):
+async def test_a_body_closed_before_its_end_closes_its_connection(tls: bool) -> None:
+    async with serving(tls=tls) as (server, client, transport):
         async with client.stream("GET", "/stream") as response:
             assert await response.aiter_bytes().__anext__() == b"first\n"
         await wait_closed(server, 1)
         assert (await client.get("/json")).headers["x-conn"] == "2"
 
 
-async def test_a_watch_like_stream_delivers_chunks_as_they_come_and_ends() -> None:
-    async with serving() as (server, client, transport):
+async def test_a_watch_like_stream_delivers_chunks_as_they_come_and_ends(tls: bool) -> None:
+    async with serving(tls=tls) as (server, client, transport):
         async with client.stream("GET", "/stream") as response:
             lines = response.aiter_lines()
             assert await lines.__anext__() == "first"
@@ -203,8 +228,8 @@ async def test_a_watch_like_stream_delivers_chunks_as_they_come_and_ends() -> No
         assert (await client.get("/json")).headers["x-conn"] == "1"
 
 
-async def test_a_cancelled_request_closes_its_connection() -> None:
-    async with serving() as (server, client, transport):
+async def test_a_cancelled_request_closes_its_connection(tls: bool) -> None:
+    async with serving(tls=tls) as (server, client, transport):
         with trio.move_on_after(5) as scope:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(client.get, "/hang")
@@ -215,8 +240,8 @@ async def test_a_cancelled_request_closes_its_connection() -> None:
         assert (await client.get("/json")).headers["x-conn"] == "2"
 
 
-async def test_a_cancelled_stream_read_closes_its_connection() -> None:
-    async with serving() as (server, client, transport):
+async def test_a_cancelled_stream_read_closes_its_connection(tls: bool) -> None:
+    async with serving(tls=tls) as (server, client, transport):
         async with client.stream("GET", "/stream") as response:
             chunks = response.aiter_bytes()
             await chunks.__anext__()
@@ -229,8 +254,8 @@ async def test_a_cancelled_stream_read_closes_its_connection() -> None:
         assert transport._open == 0
 
 
-async def test_connection_close_and_a_server_that_dropped_an_idle_connection_get_a_new_one() -> None:
-    async with serving() as (server, client, transport):
+async def test_connection_close_and_a_server_that_dropped_an_idle_connection_get_a_new_one(tls: bool) -> None:
+    async with serving(tls=tls) as (server, client, transport):
         assert (await client.get("/close")).headers["x-conn"] == "1"
         assert (await client.get("/drop")).headers["x-conn"] == "2"
         await wait_closed(server, 2)
@@ -238,8 +263,8 @@ async def test_connection_close_and_a_server_that_dropped_an_idle_connection_get
         assert response.headers["x-conn"] == "3"
 
 
-async def test_idle_connections_expire_on_trios_clock(mock_clock: trio.testing.MockClock) -> None:
-    async with serving(keepalive_expiry=5.0) as (server, client, transport):
+async def test_idle_connections_expire_on_trios_clock(mock_clock: trio.testing.MockClock, tls: bool) -> None:
+    async with serving(keepalive_expiry=5.0, tls=tls) as (server, client, transport):
         assert (await client.get("/json")).headers["x-conn"] == "1"
         mock_clock.jump(4)
         assert (await client.get("/json")).headers["x-conn"] == "1"
@@ -248,8 +273,8 @@ async def test_idle_connections_expire_on_trios_clock(mock_clock: trio.testing.M
         await wait_closed(server, 1)
 
 
-async def test_the_connection_limit_makes_a_request_wait_and_the_pool_timeout_bounds_it() -> None:
-    async with serving(max_connections=1) as (server, client, transport):
+async def test_the_connection_limit_makes_a_request_wait_and_the_pool_timeout_bounds_it(tls: bool) -> None:
+    async with serving(max_connections=1, tls=tls) as (server, client, transport):
         async with client.stream("GET", "/stream") as response:
             with pytest.raises(httpx.PoolTimeout):
                 await client.get("/json", timeout=httpx.Timeout(None, pool=0))
@@ -263,8 +288,8 @@ async def test_the_connection_limit_makes_a_request_wait_and_the_pool_timeout_bo
         assert [path for _, path, _ in server.requests] == ["/stream", "/json"]
 
 
-async def test_a_read_timeout_raises_and_closes_the_connection(autojump_clock: trio.testing.MockClock) -> None:
-    async with serving() as (server, client, transport):
+async def test_a_read_timeout_raises_and_closes_the_connection(autojump_clock: trio.testing.MockClock, tls: bool) -> None:
+    async with serving(tls=tls) as (server, client, transport):
         await client.get("/json")
         with pytest.raises(httpx.ReadTimeout):
             await client.get("/hang", timeout=httpx.Timeout(None, read=3))
@@ -272,23 +297,33 @@ async def test_a_read_timeout_raises_and_closes_the_connection(autojump_clock: t
         assert transport._open == 0
 
 
-async def test_a_body_larger_than_the_socket_takes_at_once_is_sent_whole() -> None:
+async def test_a_body_larger_than_the_socket_takes_at_once_is_sent_whole(tls: bool) -> None:
     body = bytes(range(256)) * (32 * 1024)
-    async with serving() as (server, client, transport):
+    async with serving(tls=tls) as (server, client, transport):
         response = await client.post("/json", content=body, timeout=httpx.Timeout(30))
         assert response.json() == {"ok": True}
         assert server.requests == [(1, "/json", body)]
         assert (await client.get("/json")).headers["x-conn"] == "1"
 
 
-async def test_a_write_timeout_raises_and_closes_the_connection(autojump_clock: trio.testing.MockClock) -> None:
+async def test_an_answer_of_many_records_in_one_write_is_read_whole(tls: bool) -> None:
+    async with serving(tls=tls) as (server, client, transport):
+        for _ in range(3):
+            response = await client.get("/big")
+            assert response.content == bytes(range(256)) * 1000
+        assert server.connections == 1
+
+
+async def test_a_write_timeout_raises_and_closes_the_connection(autojump_clock: trio.testing.MockClock, tls: bool) -> None:
     accepted: list[trio.SocketStream] = []
+    server = tls_server(_CA.issue_cert("127.0.0.1")).ssl if tls else None
     async with trio.open_nursery() as nursery:
-        listeners = await nursery.start(partial(trio.serve_tcp, _never_reads(accepted), 0, host="127.0.0.1"))
+        listeners = await nursery.start(partial(trio.serve_tcp, _never_reads(accepted, server), 0, host="127.0.0.1"))
         port = listeners[0].socket.getsockname()[1]
-        transport = Transport(f"http://127.0.0.1:{port}")
+        scheme = "https" if tls else "http"
+        transport = Transport(f"{scheme}://127.0.0.1:{port}", ssl_context=client_context() if tls else None)
         request = httpx.Request(
-            "POST", f"http://127.0.0.1:{port}/", content=b"x" * (64 * 1024 * 1024),
+            "POST", f"{scheme}://127.0.0.1:{port}/", content=b"x" * (64 * 1024 * 1024),
             extensions={"timeout": {"write": 3.0}},
         )
         with pytest.raises(httpx.WriteTimeout, match="^timed out sending the request$"):
@@ -297,16 +332,20 @@ async def test_a_write_timeout_raises_and_closes_the_connection(autojump_clock: 
         nursery.cancel_scope.cancel()
 
 
-def _never_reads(accepted: list[trio.SocketStream]) -> Any:
+def _never_reads(accepted: list[trio.SocketStream], context: ssl.SSLContext | None = None) -> Any:
+    """A connection handler that reads nothing (after the TLS handshake, with ``context``)."""
+
     async def handle(stream: trio.SocketStream) -> None:
         accepted.append(stream)
+        if context is not None:
+            await trio.SSLStream(stream, context, server_side=True).do_handshake()
         await trio.sleep_forever()
 
     return handle
 
 
-async def test_a_request_cancelled_before_it_is_sent_sends_nothing() -> None:
-    async with serving() as (server, client, transport):
+async def test_a_request_cancelled_before_it_is_sent_sends_nothing(tls: bool) -> None:
+    async with serving(tls=tls) as (server, client, transport):
         await client.get("/json")
         with trio.CancelScope() as scope:
             scope.cancel()
