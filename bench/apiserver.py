@@ -1,11 +1,12 @@
 """The embedded API server for the benchmark, in its own process, counting requests.
 
-    python bench/apiserver.py --write-kubeconfig PATH [--history-size N] [--watch-buffer N]
+    python bench/apiserver.py --write-kubeconfig PATH [--history-size N] [--watch-buffer N] [--tls]
 
 ``python -m engine apiserver`` plus two things the benchmark needs: larger watch history and
 per-watcher buffers (so that 30,000 objects created at full speed never force a relist), and
 request counts per client. Counts are keyed by User-Agent and ``VERB kind`` (``PATCH status``,
-``POST object``, ``GET watch``, ...) and served as JSON at ``GET /_bench/requests``.
+``POST object``, ``GET watch``, ...) and served as JSON at ``GET /_bench/requests``. With ``--tls`` it serves HTTPS with a generated CA and client
+certificates, as a real cluster's kubeconfig does (the kubeconfig it writes carries both).
 
 Counting wraps the server's private request router (``engine.apiserver._api.Router.handle``);
 the server itself is unchanged.
@@ -19,6 +20,7 @@ import os
 import signal
 import sys
 from collections import Counter
+from typing import Any
 
 import trio
 
@@ -49,12 +51,12 @@ def classify(request: Request) -> str:
 def install_counter() -> None:
     handle = Router.handle
 
-    async def counting(self: Router, request: Request) -> Response:
+    async def counting(self: Router, request: Request, **kwargs: Any) -> Response:
         if request.path == "/_bench/requests":
             body = json.dumps({"counts": dict(COUNTS)}).encode()
             return Response(200, [("Content-Type", "application/json")], body)
         COUNTS[f"{request.user_agent.split('/')[0]}|{classify(request)}"] += 1
-        return await handle(self, request)
+        return await handle(self, request, **kwargs)
 
     Router.handle = counting  # type: ignore[method-assign]
 
@@ -63,7 +65,7 @@ async def serve(args: argparse.Namespace) -> None:
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async with ApiServer(
             host=args.host, port=args.port, history_size=args.history_size, watch_buffer=args.watch_buffer,
-            feature_gates={"ShardedListAndWatch": args.sharded_watch},
+            tls=args.tls, feature_gates={"ShardedListAndWatch": args.sharded_watch},
         ) as api:
             api.write_kubeconfig(args.write_kubeconfig)
             print(f"listening on {api.url}", flush=True)
@@ -78,6 +80,7 @@ def main() -> None:
     parser.add_argument("--write-kubeconfig", required=True, metavar="PATH")
     parser.add_argument("--history-size", type=int, default=200_000)
     parser.add_argument("--watch-buffer", type=int, default=100_000)
+    parser.add_argument("--tls", action="store_true", help="serve HTTPS with client certificates")
     parser.add_argument("--sharded-watch", action="store_true", help="turn the ShardedListAndWatch gate on")
     args = parser.parse_args()
     install_counter()

@@ -104,6 +104,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--kubeconfig", help="run against this cluster instead of the embedded server")
     parser.add_argument("--context", help="kubeconfig context (with --kubeconfig)")
     parser.add_argument(
+        "--tls", action="store_true", help="the embedded server serves HTTPS with client certificates, as a cluster does"
+    )
+    parser.add_argument(
         "--repeat", type=int, default=1, help="run the operators R times, interleaved; the table shows medians (1)"
     )
     parser.add_argument("--burst", type=int, default=50, help="rapid patches to one object in workload C (50)")
@@ -145,10 +148,11 @@ def cpu_seconds(proc: psutil.Process) -> float:
 class ServerProcess:
     """The embedded API server as a subprocess."""
 
-    def __init__(self, workdir: str) -> None:
+    def __init__(self, workdir: str, tls: bool = False) -> None:
         self.kubeconfig = os.path.join(workdir, "kubeconfig")
         self.popen = subprocess.Popen(
-            [sys.executable, os.path.join(HERE, "apiserver.py"), "--write-kubeconfig", self.kubeconfig],
+            [sys.executable, os.path.join(HERE, "apiserver.py"), "--write-kubeconfig", self.kubeconfig]
+            + (["--tls"] if tls else []),
             stdout=subprocess.PIPE,
             text=True,
             env=child_env(),
@@ -162,7 +166,8 @@ class ServerProcess:
         self.proc = psutil.Process(self.popen.pid)
 
     def counts(self) -> Counter[str]:
-        answer = httpx.get(f"{self.url}/_bench/requests", timeout=30)
+        verify = Config.from_kubeconfig(self.kubeconfig).ssl_context() if self.url.startswith("https:") else True
+        answer = httpx.get(f"{self.url}/_bench/requests", timeout=30, verify=verify)
         return Counter(answer.json()["counts"])
 
     def stop(self) -> None:
@@ -650,12 +655,12 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     if args.profile:
         os.makedirs(args.profile_dir, exist_ok=True)
     workdir = tempfile.mkdtemp(prefix="vs-kopf-")
-    server = None if args.kubeconfig else ServerProcess(workdir)
+    server = None if args.kubeconfig else ServerProcess(workdir, tls=args.tls)
     kubeconfig = args.kubeconfig or (server.kubeconfig if server else "")
     report: dict[str, Any] = {
         "meta": {
             "when": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-            "server": "embedded (bench/apiserver.py)" if server else f"cluster from {args.kubeconfig}",
+            "server": f"embedded (bench/apiserver.py{' --tls' if args.tls else ''})" if server else f"cluster from {args.kubeconfig}",
             "python": platform.python_version(),
             "machine": f"{platform.machine()}, {psutil.cpu_count()} CPUs",
             "versions": versions(),
