@@ -1,6 +1,6 @@
 """CPU per status patch through the engine's client and transport, trees side by side.
 
-Run by hand:  python bench/patch_cost.py [--root DIR ...] [--count N] [--repeat R]
+Run by hand:  python bench/patch_cost.py [--root DIR ...] [--count N] [--repeat R] [--tls]
 
 Starts the embedded API server (``bench/apiserver.py``, its own process), installs the
 benchmark's Widget CRD and 200 Widgets, then, for each ``--root`` (a checkout, ``git archive
@@ -9,7 +9,8 @@ interleaved, runs a fresh client process that sends N merge patches of ``status`
 tasks with ``Client.patch_status(..., decode=False)``, as the benchmark's engine operator
 does, and reports the CPU time (user + system, ``time.process_time``) that process spent per
 patch, and the wall time per patch. Only the request path is measured: no watch, no cache, no
-controller. Prints every round and the median and minimum per root.
+controller. Prints every round and the median and minimum per root. With ``--tls`` the server
+serves HTTPS with client certificates, as a cluster does.
 """
 
 from __future__ import annotations
@@ -83,10 +84,11 @@ def main() -> None:
     parser.add_argument("--root", action="append", help="a tree to measure (repeatable; default: this one)")
     parser.add_argument("--count", type=int, default=4000, help="patches per round (4000)")
     parser.add_argument("--repeat", type=int, default=5, help="rounds per tree, interleaved (5)")
+    parser.add_argument("--tls", action="store_true", help="the server serves HTTPS with client certificates")
     args = parser.parse_args()
     roots = [os.path.abspath(root) for root in args.root or [os.path.dirname(HERE)]]
     with tempfile.TemporaryDirectory() as workdir:
-        server = vs_kopf.ServerProcess(workdir)
+        server = vs_kopf.ServerProcess(workdir, tls=args.tls)
         try:
             trio.run(populate, server.kubeconfig)
             cpu: dict[str, list[float]] = {root: [] for root in roots}
