@@ -293,7 +293,9 @@ class Transport(httpx.AsyncBaseTransport):
                 sock = socket.socket(fileno=tcp.socket.detach())
                 sock.setblocking(False)
                 if self._ssl is not None:
-                    sock = self._ssl.wrap_socket(sock, server_hostname=self._host, do_handshake_on_connect=False)
+                    sock = self._ssl.wrap_socket(
+                        sock, server_hostname=self._host, do_handshake_on_connect=False, suppress_ragged_eofs=True
+                    )
                     await _handshake(sock)
         except trio.TooSlowError as exc:
             _close(sock)

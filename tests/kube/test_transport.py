@@ -314,6 +314,29 @@ async def test_an_answer_of_many_records_in_one_write_is_read_whole(tls: bool) -
         assert server.connections == 1
 
 
+@pytest.mark.parametrize("close_notify", [True, False], ids=["close-notify", "ragged-eof"])
+async def test_a_tls_body_read_until_the_servers_close_ends_with_or_without_close_notify(close_notify: bool) -> None:
+    context = tls_server(_CA.issue_cert("127.0.0.1")).ssl
+    assert context is not None
+
+    async def handle(tcp: trio.SocketStream) -> None:
+        tls = trio.SSLStream(tcp, context, server_side=True, https_compatible=not close_notify)
+        request = b""
+        while b"\r\n\r\n" not in request:
+            request += await tls.receive_some(65536)
+        await tls.send_all(b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\nhello, ")
+        await tls.send_all(b"until the end")
+        await tls.aclose()
+
+    async with trio.open_nursery() as nursery:
+        listeners = await nursery.start(partial(trio.serve_tcp, handle, 0, host="127.0.0.1"))
+        url = f"https://127.0.0.1:{listeners[0].socket.getsockname()[1]}"
+        async with httpx.AsyncClient(base_url=url, transport=Transport(url, ssl_context=client_context())) as client:
+            response = await client.get("/")
+        assert response.content == b"hello, until the end"
+        nursery.cancel_scope.cancel()
+
+
 async def test_a_write_timeout_raises_and_closes_the_connection(autojump_clock: trio.testing.MockClock, tls: bool) -> None:
     accepted: list[trio.SocketStream] = []
     server = tls_server(_CA.issue_cert("127.0.0.1")).ssl if tls else None
