@@ -61,8 +61,26 @@ class _Origin:
 _NO_ORIGIN = _Origin(None, None)
 
 
+def _server_name(name: str) -> str:
+    """``name`` as the ASCII server name TLS sends and checks (IDNA); ``UnicodeError`` if it
+    cannot be one."""
+    return name.encode("idna").decode("ascii")
+
+
+def _check_server_name(instance: object, attribute: attrs.Attribute[str | None], value: str | None) -> None:
+    if value is not None:
+        try:
+            _server_name(value)
+        except UnicodeError:
+            raise ValueError(f"{attribute.name} must be a DNS name or an IP address") from None
+
+
 class _ServerNameSSLContext(ssl.SSLContext):
-    """An SSLContext that sends and verifies a fixed server name (kubeconfig tls-server-name)."""
+    """An SSLContext that sends and verifies a fixed server name (kubeconfig tls-server-name).
+
+    The name is encoded before the socket is touched: an unusable name raises ``UnicodeError``
+    and leaves the socket as it was (``ssl.SSLContext.wrap_socket`` detaches the socket first).
+    """
 
     engine_server_name: str | None = None
 
@@ -75,7 +93,7 @@ class _ServerNameSSLContext(ssl.SSLContext):
         session: ssl.SSLSession | None = None,
     ) -> ssl.SSLObject:
         if not server_side and self.engine_server_name:
-            server_hostname = self.engine_server_name
+            server_hostname = _server_name(self.engine_server_name)
         return super().wrap_bio(
             incoming, outgoing, server_side, server_hostname, session
         )
@@ -90,7 +108,7 @@ class _ServerNameSSLContext(ssl.SSLContext):
         session: ssl.SSLSession | None = None,
     ) -> ssl.SSLSocket:
         if not server_side and self.engine_server_name:
-            server_hostname = self.engine_server_name
+            server_hostname = _server_name(self.engine_server_name)
         return super().wrap_socket(
             sock,
             server_side,
@@ -119,7 +137,7 @@ class Config:
     """Name of the kubeconfig cluster used."""
     user: str | None = None
     """Name of the kubeconfig user used."""
-    tls_server_name: str | None = None
+    tls_server_name: str | None = attrs.field(default=None, validator=_check_server_name)
     """Server name sent in SNI and checked against the server certificate instead of the host."""
     insecure_skip_tls_verify: bool = False
     """Skip server certificate verification; only ever set when the kubeconfig says so."""
@@ -718,13 +736,19 @@ class _Merged:
             u_entry = self.users[user_name]
             user_origin = _Origin(u_entry.path, u_entry.field)
             values = _user_values(_Fields(u_entry))
+        tls_server_name = cl.get_str("tls-server-name")
+        if tls_server_name is not None:
+            try:
+                _server_name(tls_server_name)
+            except UnicodeError:
+                raise cl.error("tls-server-name", "must be a DNS name or an IP address") from None
         config = Config(
             server=server,
             namespace=namespace,
             context=name,
             cluster=cluster_name,
             user=user_name,
-            tls_server_name=cl.get_str("tls-server-name"),
+            tls_server_name=tls_server_name,
             insecure_skip_tls_verify=insecure,
             ca_file=ca_file,
             ca_data=ca_data,

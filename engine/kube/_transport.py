@@ -153,7 +153,8 @@ async def _tls_recv(sock: ssl.SSLSocket) -> bytes:
     unless decrypted bytes are pending. A record that is not whole yet, or one that carries no
     data (a TLS 1.3 session ticket), waits again.
 
-    Cancellation: a checkpoint; nothing is read if cancelled.
+    Cancellation: a checkpoint; no data is returned if cancelled, but OpenSSL may have taken
+    part of a record already, so the connection must not be used again (callers close it).
     """
     if sock.pending():
         await trio.lowlevel.checkpoint()
@@ -340,7 +341,8 @@ class Transport(httpx.AsyncBaseTransport):
         is rarely there already when asked for). Raises ``httpx.ReadTimeout`` if nothing came
         within ``timeout`` seconds.
 
-        Cancellation: a checkpoint, before anything is read.
+        Cancellation: a checkpoint; a cancelled receive adds nothing to the buffer (over TLS
+        it may leave part of a record taken, so callers close the connection).
         """
         recv = _tls_recv if conn.tls else _wait_recv
         if timeout is None:

@@ -3,6 +3,7 @@ from __future__ import annotations
 import base64
 import functools
 import os
+import socket
 import ssl
 import tempfile
 from pathlib import Path
@@ -637,6 +638,27 @@ def test_two_auth_methods_rejected() -> None:
         Config.from_dict(
             kubeconfig(user={"token": SECRET, "username": "a", "password": "b"})
         )
+
+
+@pytest.mark.parametrize("name", ["a" * 64 + ".example", "bad..name", "\u2028"])
+def test_a_tls_server_name_tls_cannot_send_is_rejected_naming_the_field(name: str) -> None:
+    with pytest.raises(
+        ConfigError,
+        match=r"^clusters\[name=c1\]\.cluster\.tls-server-name: must be a DNS name or an IP address$",
+    ):
+        Config.from_dict(kubeconfig(cluster={"tls-server-name": name}))
+
+
+def test_a_tls_server_name_is_checked_when_a_config_is_made_and_before_a_socket_is_wrapped() -> None:
+    bad = "a" * 64 + ".example"
+    with pytest.raises(ValueError, match="^tls_server_name must be a DNS name or an IP address$"):
+        Config(server="https://10.0.0.1:6443", tls_server_name=bad)
+    context = Config(server="https://10.0.0.1:6443", tls_server_name="kube.internal").ssl_context()
+    context.engine_server_name = bad  # type: ignore[attr-defined]
+    with socket.socket() as sock:
+        with pytest.raises(UnicodeError):
+            context.wrap_socket(sock, server_hostname="10.0.0.1", do_handshake_on_connect=False)
+        assert sock.fileno() != -1, "the socket was detached, and would leak"
 
 
 def test_insecure_with_ca_rejected() -> None:

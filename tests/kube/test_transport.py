@@ -494,6 +494,45 @@ async def test_tls_verification_is_on_by_default_and_failures_are_classified(tmp
     assert "x509: certificate is not valid for 127.0.0.1" in str(error)
 
 
+class _VerifiesInWrapSocket(ssl.SSLContext):
+    """A context that checks the peer in ``wrap_socket``, as ``truststore.SSLContext`` does on
+    macOS and Windows: it works only when the handshake is done there (``wrap_bio`` paths,
+    as httpx's transports take, are not checked here)."""
+
+    def wrap_socket(self, sock: Any, *args: Any, **kwargs: Any) -> ssl.SSLSocket:  # type: ignore[override]
+        wrapped = super().wrap_socket(sock, *args, **kwargs)
+        if not wrapped.getpeercert(binary_form=True):
+            wrapped.close()
+            raise ssl.SSLError("the peer sent no certificates to verify")
+        return wrapped
+
+
+class _WithVerify:
+    """A client configuration that is a :class:`Config` but for its TLS context."""
+
+    def __init__(self, config: Config, verify: ssl.SSLContext) -> None:
+        self._config, self._verify = config, verify
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._config, name)
+
+    def httpx_client_kwargs(self, **options: Any) -> dict[str, Any]:
+        return {**self._config.httpx_client_kwargs(**options), "verify": self._verify}
+
+
+async def test_a_tls_context_of_a_class_that_wraps_sockets_its_own_way_goes_through_httpxs_pool(tmp_path: Path) -> None:
+    verify = _VerifiesInWrapSocket(ssl.PROTOCOL_TLS_CLIENT)
+    _CA.configure_trust(verify)
+    server = tls_server(_CA.issue_cert("127.0.0.1"))
+    async with trio.open_nursery() as nursery:
+        url = await server.start(nursery)
+        config = _WithVerify(kubeconfig(url, tmp_path, {}), verify)
+        async with Client(config, retry=RetryPolicy(max_attempts=1)) as client:  # type: ignore[arg-type]
+            assert client._http is not None and client._sender is None
+            assert await client._request_json("GET", "/json", safe=True) == {"ok": True}
+        nursery.cancel_scope.cancel()
+
+
 # --- the client's request URLs ---
 
 
