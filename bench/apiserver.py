@@ -5,8 +5,9 @@
 ``python -m engine apiserver`` plus two things the benchmark needs: larger watch history and
 per-watcher buffers (so that 30,000 objects created at full speed never force a relist), and
 request counts per client. Counts are keyed by User-Agent and ``VERB kind`` (``PATCH status``,
-``POST object``, ``GET watch``, ...) and served as JSON at ``GET /_bench/requests``. With ``--tls`` it serves HTTPS with a generated CA and client
-certificates, as a real cluster's kubeconfig does (the kubeconfig it writes carries both).
+``POST object``, ``GET watch``, ...) and served as JSON at ``GET /_bench/requests``. With
+``--tls`` it serves HTTPS with a generated CA and client certificates, as a real cluster's
+kubeconfig does (the kubeconfig it writes carries both).
 
 Counting wraps the server's private request router (``engine.apiserver._api.Router.handle``);
 the server itself is unchanged.

@@ -27,7 +27,7 @@ import trio
 from .._keyspace import KeyRanges
 from . import _json
 from ._auth import BearerTokenAuth, TokenFileAuth
-from ._config import Config, _ServerNameSSLContext
+from ._config import Config, wraps_sockets_as_standard
 from ._errors import (
     ApiError,
     ClientStateError,
@@ -186,10 +186,6 @@ def _query_value(value: Any) -> str:
 _HTTPX_POOL_ONLY = frozenset({"proxy", "mounts", "cert", "http1", "http2", "limits", "trust_env", "transport"})
 
 
-_STANDARD_WRAP_SOCKET = (ssl.SSLContext.wrap_socket, _ServerNameSSLContext.wrap_socket)
-"""``wrap_socket`` methods the engine's transport can drive on a non-blocking socket."""
-
-
 def _needs_httpx_pool(kwargs: Mapping[str, Any], base: httpx.URL) -> bool:
     """Whether requests must go through ``httpx.AsyncClient`` and its own transports: a proxy
     (configured, or from ``HTTPS_PROXY`` and friends, which httpx honours), another setting
@@ -199,7 +195,7 @@ def _needs_httpx_pool(kwargs: Mapping[str, Any], base: httpx.URL) -> bool:
     if _HTTPX_POOL_ONLY & kwargs.keys() or base.scheme not in ("http", "https"):
         return True
     verify = kwargs.get("verify")
-    if isinstance(verify, ssl.SSLContext) and type(verify).wrap_socket not in _STANDARD_WRAP_SOCKET:
+    if isinstance(verify, ssl.SSLContext) and not wraps_sockets_as_standard(verify):
         return True
     proxies = urllib.request.getproxies()
     return bool(proxies.get(base.scheme) or proxies.get("all"))

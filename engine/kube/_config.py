@@ -119,6 +119,14 @@ class _ServerNameSSLContext(ssl.SSLContext):
         )
 
 
+def wraps_sockets_as_standard(context: ssl.SSLContext) -> bool:
+    """Whether ``context`` wraps a socket as ``ssl.SSLContext`` does, so that a non-blocking
+    socket can be wrapped first and its handshake driven after: a standard context or the
+    kubeconfig's own (:meth:`Config.ssl_context`), not a class that wraps sockets its own way
+    (``truststore.SSLContext`` verifies the peer inside ``wrap_socket``)."""
+    return type(context).wrap_socket in (ssl.SSLContext.wrap_socket, _ServerNameSSLContext.wrap_socket)
+
+
 @attrs.frozen(kw_only=True)
 class Config:
     """How to reach one API server as one user.
