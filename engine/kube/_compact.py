@@ -78,17 +78,12 @@ class KeyShapes:
     def build(self, items: dict[str, Any]) -> dict[str, Any] | None:
         """A key-sharing dictionary with the items of ``items``, in order, or ``None`` if its
         key sequence has no class (yet)."""
-        keys = tuple(items)
-        cls = self._classes.get(keys)
-        if cls is None:
-            cls = self._sighted(keys)
-            if cls is None:
-                return None
-        # Items are set on the instance dictionary, not with setattr, so that keys naming
-        # attributes of every class ("__class__", "__dict__") are stored like any other.
-        out: dict[str, Any] = object.__new__(cls).__dict__
-        for key, value in items.items():
-            out[key] = value
+        out = self.empty(items)
+        if out is not None:
+            # Items are set on the instance dictionary, not with setattr, so that keys naming
+            # attributes of every class ("__class__", "__dict__") are stored like any other.
+            for key, value in items.items():
+                out[key] = value
         return out
 
     def empty(self, items: dict[str, Any]) -> dict[str, Any] | None:
