@@ -52,6 +52,7 @@ from engine.kube import (
     SHARD_LABEL,
     Client,
     Cluster,
+    Config,
     ConversionWebhook,
     GoneError,
     HashRing,
@@ -66,6 +67,7 @@ from engine.kube import (
     Resource,
     WatchEventType,
     WebhookServer,
+    check_permissions,
     crd_rules,
     get_condition,
     install_crds,
@@ -556,8 +558,8 @@ async def _service_account_token(driver: Client, name: str, namespace: str) -> s
 
 
 async def _grant(
-    driver: Client, plugin: Plugin, cluster: Cluster, manager: Manager, namespace: str, watch_namespace: str | None,
-    ring: HashRing | None = None,
+    driver: Client, client: Client, plugin: Plugin, cluster: Cluster, manager: Manager, namespace: str,
+    watch_namespace: str | None, ring: HashRing | None = None,
 ) -> Permissions:
     rules: list[PolicyRule] = [*cluster.rules, *plugin.rules, *crd_rules(plugin.crds, install=False)]
     if ring is not None:
@@ -572,7 +574,21 @@ async def _grant(
                             cluster_name=f"{name}-{namespace}"):
         resource = await driver.resource(obj["apiVersion"], obj["kind"])
         await driver.apply(resource, obj, field_manager="engine-test", force=True)
+    await _wait_granted(client, merge_rules(rules), watch_namespace)
     return permissions
+
+
+async def _wait_granted(client: Client, rules: Sequence[PolicyRule], namespace: str | None,
+                        timeout: float = 10.0) -> None:
+    """Return once the server grants ``client`` every rule (its access reviews say so), or
+    after ``timeout``: a real kube-apiserver authorizes from caches of the RBAC objects, which
+    see a new Role or binding some milliseconds after it is written; a request before then is
+    refused, and the plugin's test would fail for a permission it was given.
+
+    Cancellation: a checkpoint; nothing to undo."""
+    with trio.move_on_after(timeout):
+        while await check_permissions(client, rules, namespace=namespace):
+            await trio.sleep(0.05)
 
 
 def _require_no_forbidden(client: Client) -> None:
@@ -629,6 +645,13 @@ async def register_in_process(
         return False
     api.webhook_transport = transport
     return True
+
+
+def _as_bearer(config: Config, token: str) -> Config:
+    """``config`` authenticated by ``token`` alone: a client certificate, basic auth or exec
+    plugin of its user would be tried first by the server and make the request the admin's."""
+    return attrs.evolve(config, token=token, token_file=None, client_cert_file=None, client_cert_data=None,
+                        client_key_file=None, client_key_data=None, username=None, password=None, exec=None)
 
 
 async def _register_webhooks(
@@ -758,7 +781,7 @@ async def open_plugin_test(
         if rbac:
             assert isinstance(subject, Plugin)
             token = await _service_account_token(driver, f"engine-{subject.name}", namespace)
-            options["config"] = attrs.evolve(target.config, token=token, token_file=None)
+            options["config"] = _as_bearer(target.config, token)
         client = await stack.enter_async_context(
             target.client(user_agent=f"{identity}/engine-test", rng=random.Random(identity), **options)
         )
@@ -814,7 +837,8 @@ async def open_plugin_test(
                 config={**subject.config, **(config or {})}, namespace=watch_namespace, shard=shard,
             ))
             if rbac:
-                harness.permissions = await _grant(driver, subject, cluster, manager, namespace, watch_namespace, ring)
+                harness.permissions = await _grant(driver, client, subject, cluster, manager, namespace,
+                                                   watch_namespace, ring)
         await harness.apply(manifests)
         if isinstance(subject, Plugin) and examples:
             await harness.apply(list(subject.examples))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import attrs
 import trio
 
 from engine import EventType
@@ -32,52 +33,82 @@ async def copy_namespaces(h: Any) -> set[str]:
     return {o["metadata"]["namespace"] for o in await h.list("ConfigMap", all_namespaces=True, label_selector=SOURCE_LABEL)}
 
 
+@attrs.frozen
+class Names:
+    """The namespaces and ``team`` labels of one test. On a real server namespaces outlive their
+    test (no namespace controller removes them, and other tests' copies stay in them), so there
+    each test's names start with its own namespace; on the embedded server they are as written."""
+
+    prefix: str = ""
+
+    @classmethod
+    def of(cls, target: KubeTarget) -> Names:
+        return cls("" if target.kind == "embedded" else f"{target.namespace}-")
+
+    def __call__(self, name: str) -> str:
+        return self.prefix + name
+
+    def namespace(self, name: str, team: str | None = None) -> dict[str, Any]:
+        return namespace(self(name), **({"team": self(team)} if team else {}))
+
+    def source(self) -> str:
+        return SOURCE.replace("namespace: src", f"namespace: {self('src')}").replace(
+            "namespace-selector: team=a", f"namespace-selector: team={self('a')}")
+
+    async def copies(self, h: Any) -> set[str]:
+        """The namespaces of this test's copies, as written (without the prefix)."""
+        return {ns.removeprefix(self.prefix) for ns in await copy_namespaces(h) if ns.startswith(self.prefix)}
+
+
 async def test_mirror_copies_follows_namespaces_and_cleans_up_with_its_finalizer(kube_target: KubeTarget) -> None:
-    namespaces = [namespace("src"), namespace("a1", team="a"), namespace("a2", team="a"), namespace("b1", team="b")]
-    async with open_plugin_test(mirror_plugin, kube_target, namespace="src", rbac=True, manifests=namespaces) as h:
-        await h.apply(SOURCE)
+    n = Names.of(kube_target)
+    namespaces = [n.namespace("src"), n.namespace("a1", team="a"), n.namespace("a2", team="a"),
+                  n.namespace("b1", team="b")]
+    async with open_plugin_test(mirror_plugin, kube_target, namespace=n("src"), rbac=True, manifests=namespaces) as h:
+        await h.apply(n.source())
         for ns in ("a1", "a2"):
-            await h.wait_for("ConfigMap", "settings", namespace=ns, condition=lambda o: o is not None)
-        assert await copy_namespaces(h) == {"a1", "a2"}
+            await h.wait_for("ConfigMap", "settings", namespace=n(ns), condition=lambda o: o is not None)
+        assert await n.copies(h) == {"a1", "a2"}
         source = await h.get("ConfigMap", "settings")
         assert source is not None and FINALIZER in source["metadata"]["finalizers"]
 
-        await h.apply(namespace("a3", team="a"))
-        await h.patch("Namespace", "a1", {"metadata": {"labels": {"team": "c"}}})
+        await h.apply(n.namespace("a3", team="a"))
+        await h.patch("Namespace", n("a1"), {"metadata": {"labels": {"team": n("c")}}})
         await h.patch("ConfigMap", "settings", {"data": {"color": "red"}})
         for ns in ("a2", "a3"):
-            await h.wait_for("ConfigMap", "settings", namespace=ns,
+            await h.wait_for("ConfigMap", "settings", namespace=n(ns),
                              condition=lambda o: (o or {}).get("data") == {"color": "red"})
-        await h.wait_deleted("ConfigMap", "settings", namespace="a1")
-        assert await copy_namespaces(h) == {"a2", "a3"}
+        await h.wait_deleted("ConfigMap", "settings", namespace=n("a1"))
+        assert await n.copies(h) == {"a2", "a3"}
 
-        await h.delete("ConfigMap", "settings", namespace="a2")
-        await h.wait_for("ConfigMap", "settings", namespace="a2",
+        await h.delete("ConfigMap", "settings", namespace=n("a2"))
+        await h.wait_for("ConfigMap", "settings", namespace=n("a2"),
                          condition=lambda o: (o or {}).get("data") == {"color": "red"})
 
         await h.delete("ConfigMap", "settings")
         await h.wait_deleted("ConfigMap", "settings")
-        assert await copy_namespaces(h) == set(), "every copy was deleted before the source went away"
+        assert await n.copies(h) == set(), "every copy was deleted before the source went away"
         assert await h.list("ConfigMap") == []
         assert [e for e in h.events if e.type is EventType.WARNING] == []
 
 
 async def test_unlabelled_source_releases_its_finalizer_and_user_configmaps_are_left_alone(kube_target: KubeTarget) -> None:
-    user_cm = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "settings", "namespace": "a2"},
+    n = Names.of(kube_target)
+    user_cm = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "settings", "namespace": n("a2")},
                "data": {"mine": "yes"}}
-    async with open_plugin_test(mirror_plugin, kube_target, namespace="src", rbac=True, manifests=[
-            namespace("src"), namespace("a1", team="a"), namespace("a2", team="a"), user_cm]) as h:
-        await h.apply(SOURCE)
-        await h.wait_for("ConfigMap", "settings", namespace="a1", condition=lambda o: o is not None)
-        mine = await h.get("ConfigMap", "settings", namespace="a2")
+    async with open_plugin_test(mirror_plugin, kube_target, namespace=n("src"), rbac=True, manifests=[
+            n.namespace("src"), n.namespace("a1", team="a"), n.namespace("a2", team="a"), user_cm]) as h:
+        await h.apply(n.source())
+        await h.wait_for("ConfigMap", "settings", namespace=n("a1"), condition=lambda o: o is not None)
+        mine = await h.get("ConfigMap", "settings", namespace=n("a2"))
         assert mine is not None and mine["data"] == {"mine": "yes"}, "a ConfigMap that is not our copy is not overwritten"
 
         await h.patch("ConfigMap", "settings", {"metadata": {"labels": {"mirror.engine.dev/enabled": None}}})
         await h.wait_for("ConfigMap", "settings", condition=lambda o: FINALIZER not in (
             (o or {}).get("metadata", {}).get("finalizers") or []))
-        assert await copy_namespaces(h) == set(), "copies were cleaned up"
+        assert await n.copies(h) == set(), "copies were cleaned up"
         await h.delete("ConfigMap", "settings")
-        assert await h.get("ConfigMap", "settings", namespace="a2")
+        assert await h.get("ConfigMap", "settings", namespace=n("a2"))
 
 
 async def test_a_source_seen_late_after_it_was_deleted_is_never_copied(kube_target: KubeTarget, kube_api: ApiServer) -> None:

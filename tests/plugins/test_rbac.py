@@ -13,7 +13,7 @@ from plugins.bundles import plugin as bundles_plugin
 from plugins.mirror import plugin as mirror_plugin
 
 from .._e2e import API, bundle, configmap, ready_at, source
-from .test_mirror import SOURCE, copy_namespaces, namespace
+from .test_mirror import Names
 
 
 async def test_bundles_converges_under_its_generated_role(kube_target: KubeTarget) -> None:
@@ -33,12 +33,12 @@ async def test_bundles_converges_under_its_generated_role(kube_target: KubeTarge
 @pytest.mark.kube_rbac
 async def test_mirror_copies_under_its_generated_cluster_role(kube_target: KubeTarget, kube_rbac: bool) -> None:
     assert kube_rbac
-    namespaces = [namespace("src"), namespace("a1", team="a")]
-    async with open_plugin_test(mirror_plugin, kube_target, namespace="src", manifests=namespaces,
-                                rbac=kube_rbac) as h:
-        await h.apply(SOURCE)
-        await h.wait_for("ConfigMap", "settings", namespace="a1", condition=lambda o: o is not None)
-        assert await copy_namespaces(h) == {"a1"}
+    n = Names.of(kube_target)
+    async with open_plugin_test(mirror_plugin, kube_target, namespace=n("src"),
+                                manifests=[n.namespace("src"), n.namespace("a1", team="a")], rbac=kube_rbac) as h:
+        await h.apply(n.source())
+        await h.wait_for("ConfigMap", "settings", namespace=n("a1"), condition=lambda o: o is not None)
+        assert await n.copies(h) == {"a1"}
         await h.delete("ConfigMap", "settings")
         await h.wait_deleted("ConfigMap", "settings")
         assert h.permissions is not None and h.permissions.cluster and not h.permissions.namespaces
