@@ -5,15 +5,20 @@ Every request of a user not in ``system:masters`` is decided by the stored RBAC 
 the RBAC authorizer decides it (:func:`authorize`): a rule of a Role bound in the request's
 namespace, or of a ClusterRole bound there or cluster-wide, must match its verb, API group,
 resource (``res/sub`` for a subresource, ``*`` for any), name (``resourceNames``) or, for
-other paths, its ``nonResourceURLs``. The ClusterRoles and ClusterRoleBindings a cluster
-bootstraps and controllers rely on (``cluster-admin`` for ``system:masters``,
-``system:discovery``, ``system:basic-user`` and ``system:public-info-viewer`` for every
-authenticated user) apply even when they are not stored. Aggregated ClusterRoles are not
-aggregated. A denial is the real server's 403 (:func:`forbidden`).
+other paths, its ``nonResourceURLs``. The ClusterRoles and ClusterRoleBindings of
+kube-apiserver's bootstrap policy that decide what every user may do apply even when they are
+not stored: ``cluster-admin`` for ``system:masters``; ``system:discovery`` and
+``system:basic-user`` (self reviews) for every authenticated user;
+``system:public-info-viewer`` (``/healthz``, ``/livez``, ``/readyz``, ``/version``) for
+everyone, ``system:unauthenticated`` included; ``system:service-account-issuer-discovery``
+for ``system:serviceaccounts``. (OpenShift's builds add ``system:openshift:public-info-viewer``
+for ``/.well-known``; upstream has no such role, nor has this server.) Aggregated
+ClusterRoles are not aggregated. A denial is the real server's 403 (:func:`forbidden`).
 
 ``SelfSubjectAccessReview``, ``SelfSubjectRulesReview`` and ``SelfSubjectReview`` answer for
-the caller, ``SubjectAccessReview`` for the user it names; reviews are answered (201) and
-never stored. ``serviceaccounts/{name}/token`` answers a TokenRequest with a token the server
+the caller (the impersonated user under impersonation), ``SubjectAccessReview`` for exactly
+the user, groups and uid it names; reviews are answered (201) in kube-apiserver 1.36's shape
+and never stored. ``serviceaccounts/{name}/token`` answers a TokenRequest with a token the server
 signed (see :mod:`._authn`), bound to a Secret or Pod when ``boundObjectRef`` names one.
 """
 
@@ -110,15 +115,23 @@ def _matches(values: list[Any], wanted: str) -> bool:
     return "*" in values or wanted in values
 
 
-def _subject_matches(subject: dict[str, Any], user: str, groups: tuple[str, ...]) -> bool:
+def _subject_matches(subject: dict[str, Any], user: str, groups: tuple[str, ...], namespace: str) -> bool:
     kind = subject.get("kind")
     if kind == "User":
         return subject.get("name") == user
     if kind == "Group":
         return subject.get("name") in groups
     if kind == "ServiceAccount":
-        return user == f"system:serviceaccount:{subject.get('namespace', '')}:{subject.get('name', '')}"
+        return user == f"system:serviceaccount:{subject.get('namespace') or namespace}:{subject.get('name', '')}"
     return False
+
+
+def _describe(subject: dict[str, Any], namespace: str) -> str:
+    """A subject as the RBAC authorizer's reasons name it."""
+    kind, name = str(subject.get("kind", "")), str(subject.get("name", ""))
+    if kind == "ServiceAccount":
+        name = f"{name}/{subject.get('namespace') or namespace}"
+    return f'{kind} "{name}"'
 
 
 _DISCOVERY_URLS = ["/api", "/api/*", "/apis", "/apis/*", "/healthz", "/livez", "/openapi", "/openapi/*", "/readyz", "/version", "/version/"]
@@ -135,6 +148,15 @@ BOOTSTRAP_ROLES: dict[str, list[dict[str, Any]]] = {
     "system:public-info-viewer": [
         {"nonResourceURLs": ["/healthz", "/livez", "/readyz", "/version", "/version/"], "verbs": ["get"]},
     ],
+    "system:service-account-issuer-discovery": [
+        {
+            "nonResourceURLs": [
+                "/.well-known/openid-configuration", "/.well-known/openid-configuration/",
+                "/openid/v1/jwks", "/openid/v1/jwks/",
+            ],
+            "verbs": ["get"],
+        },
+    ],
 }
 """The ClusterRoles a cluster bootstraps that the authorizer uses when they are not stored
 (a stored ClusterRole of the same name wins)."""
@@ -144,6 +166,7 @@ BOOTSTRAP_BINDINGS: dict[str, tuple[str, ...]] = {
     "system:discovery": ("system:authenticated",),
     "system:basic-user": ("system:authenticated",),
     "system:public-info-viewer": ("system:authenticated", "system:unauthenticated"),
+    "system:service-account-issuer-discovery": ("system:serviceaccounts",),
 }
 """The groups each bootstrap ClusterRole is bound to by the ClusterRoleBinding of the same
 name, used when that binding is not stored."""
@@ -223,38 +246,51 @@ def _role_rules(storage: ObjectStorage, ref: dict[str, Any], namespace: str) -> 
     return [_dict(r) for r in role.get("rules") or []]
 
 
-def _matching_rules(storage: ObjectStorage, user: UserInfo, namespace: str) -> list[tuple[dict[str, Any], Obj, str]]:
-    out: list[tuple[dict[str, Any], Obj, str]] = []
+def _matching_rules(
+    storage: ObjectStorage, user: UserInfo, namespace: str
+) -> list[tuple[dict[str, Any], Obj, str, dict[str, Any]]]:
+    """Every rule that applies to ``user`` in ``namespace``, with the binding that grants it,
+    the binding's namespace and the subject of it that names the user."""
+    out: list[tuple[dict[str, Any], Obj, str, dict[str, Any]]] = []
     for binding, ns in _bindings(storage, namespace):
-        if not any(_subject_matches(_dict(s), user.username, user.groups) for s in binding.get("subjects") or []):
+        subject = next(
+            (_dict(s) for s in binding.get("subjects") or [] if _subject_matches(_dict(s), user.username, user.groups, ns)),
+            None,
+        )
+        if subject is None:
             continue
-        out.extend((rule, binding, ns) for rule in _role_rules(storage, _dict(binding.get("roleRef")), ns))
+        out.extend((rule, binding, ns, subject) for rule in _role_rules(storage, _dict(binding.get("roleRef")), ns))
     return out
 
 
 def authorize(storage: ObjectStorage, user: UserInfo, attributes: Attributes) -> tuple[bool, str]:
     """Whether ``user`` may do what ``attributes`` say, as the RBAC authorizer decides it (a
-    user in ``system:masters`` may do everything), and the reason of an allowance."""
+    user in ``system:masters`` may do everything), and the reason of an allowance, worded as
+    kube-apiserver's (``RBAC: allowed by RoleBinding "b/ns" of Role "r" to ServiceAccount
+    "sa/ns"``)."""
     if user.admin:
         return True, ""
     namespace = attributes.namespace if attributes.is_resource else ""
-    for rule, binding, ns in _matching_rules(storage, user, namespace):
+    for rule, binding, ns, subject in _matching_rules(storage, user, namespace):
         if _rule_allows(rule, attributes):
             ref = _dict(binding.get("roleRef"))
-            kind = "RoleBinding" if ns else "ClusterRoleBinding"
-            where = f' of {ref.get("kind")} "{ref.get("name")}" to User "{user.username}"'
-            return True, f'RBAC: allowed by {kind} "{meta(binding).get("name")}"' + (f' in namespace "{ns}"' if ns else "") + where
+            name = str(meta(binding).get("name", ""))
+            source = f'RoleBinding "{name}/{ns}"' if ns else f'ClusterRoleBinding "{name}"'
+            return True, f'RBAC: allowed by {source} of {ref.get("kind")} "{ref.get("name")}" to {_describe(subject, ns)}'
     return False, ""
 
 
-def forbidden(user: UserInfo, attributes: Attributes) -> RequestRejected:
-    """The real server's 403 for a request ``user`` may not make."""
+def forbidden(user: UserInfo, attributes: Attributes, reason: str = "") -> RequestRejected:
+    """The real server's 403 for a request ``user`` may not make; ``reason``, when given, is
+    appended as kube-apiserver appends an authorizer's reason."""
     who = f'User "{user.username}"'
+    suffix = f": {reason}" if reason else ""
     if not attributes.is_resource:
-        return RequestRejected(403, "Forbidden", f'forbidden: {who} cannot {attributes.verb} path "{attributes.path}"', details={})
+        message = f'forbidden: {who} cannot {attributes.verb} path "{attributes.path}"{suffix}'
+        return RequestRejected(403, "Forbidden", message, details={})
     resource = attributes.resource + (f"/{attributes.subresource}" if attributes.subresource else "")
     scope = f'in the namespace "{attributes.namespace}"' if attributes.namespace else "at the cluster scope"
-    reason = f'{who} cannot {attributes.verb} resource "{resource}" in API group "{attributes.group}" {scope}'
+    reason = f'{who} cannot {attributes.verb} resource "{resource}" in API group "{attributes.group}" {scope}{suffix}'
     qualified = attributes.resource + (f".{attributes.group}" if attributes.group else "")
     subject = f'{qualified} "{attributes.name}"' if attributes.name else qualified
     details: dict[str, Any] = {}
@@ -267,15 +303,11 @@ def forbidden(user: UserInfo, attributes: Attributes) -> RequestRejected:
 
 
 def _rules_review(storage: ObjectStorage, user: UserInfo, namespace: str) -> dict[str, Any]:
-    if user.admin:
-        return {
-            "resourceRules": [{"verbs": ["*"], "apiGroups": ["*"], "resources": ["*"]}],
-            "nonResourceRules": [{"verbs": ["*"], "nonResourceURLs": ["*"]}],
-            "incomplete": False,
-        }
+    """The rules of every binding naming ``user`` (for ``system:masters`` too: its
+    ``cluster-admin`` binding gives it ``*``), cluster-wide ones first, duplicates kept."""
     resource_rules: list[dict[str, Any]] = []
     non_resource_rules: list[dict[str, Any]] = []
-    for rule, _binding, _ns in _matching_rules(storage, user, namespace):
+    for rule, _binding, _ns, _subject in _matching_rules(storage, user, namespace):
         if rule.get("nonResourceURLs"):
             non_resource_rules.append({"verbs": list(rule.get("verbs") or []), "nonResourceURLs": list(rule["nonResourceURLs"])})
         else:
@@ -288,11 +320,8 @@ def _rules_review(storage: ObjectStorage, user: UserInfo, namespace: str) -> dic
 
 
 def _spec_user(spec: dict[str, Any]) -> UserInfo:
-    user = str(spec.get("user", ""))
-    groups = [str(g) for g in spec.get("groups") or []]
-    if user.startswith("system:serviceaccount:"):
-        groups = [*groups, "system:serviceaccounts", f"system:serviceaccounts:{user.split(':')[2]}"]
-    return UserInfo(user, tuple(groups), str(spec.get("uid", "")))
+    groups = tuple(str(g) for g in spec.get("groups") or [])
+    return UserInfo(str(spec.get("user", "")), groups, str(spec.get("uid", "")))
 
 
 def _review_causes(spec: dict[str, Any], *, self_review: bool) -> list[CauseSpec]:
@@ -310,25 +339,32 @@ def review(
     storage: ObjectStorage, rt: ResourceType, namespace: str | None, body: Any, caller: UserInfo
 ) -> Obj:
     """Answer a create of the review type ``rt`` (not stored) by ``caller``; raises
-    :class:`RequestRejected` (400, 422)."""
+    :class:`RequestRejected` (400, 422).
+
+    As kube-apiserver 1.36 answers: a ``SelfSubjectReview`` is dated now; a
+    ``SelfSubjectRulesReview`` is its status alone (empty metadata and spec) and needs
+    ``spec.namespace`` (400 ``no namespace on request``); access reviews echo their spec.
+    """
     if not isinstance(body, dict):
         raise RequestRejected(400, "BadRequest", "the request body must be a JSON object")
     spec = _dict(body.get("spec"))
-    answer: Obj = {
-        "kind": rt.kind,
-        "apiVersion": rt.api_version,
-        "metadata": {**{k: v for k, v in _dict(body.get("metadata")).items() if k in ("name", "generateName", "labels", "annotations")}, "creationTimestamp": None},
-    }
-    if rt.namespaced:
-        answer["metadata"]["namespace"] = namespace
     plural = rt.plural
+    answer: Obj = {"kind": rt.kind, "apiVersion": rt.api_version}
     if plural == "selfsubjectreviews":
+        answer["metadata"] = {"creationTimestamp": format_time(storage.wall_clock())}
         answer["status"] = {"userInfo": caller.to_json()}
         return answer
     if plural == "selfsubjectrulesreviews":
-        answer["spec"] = spec
-        answer["status"] = _rules_review(storage, caller, str(spec.get("namespace", "")))
+        rules_namespace = str(spec.get("namespace") or "")
+        if not rules_namespace:
+            raise RequestRejected(400, "BadRequest", "no namespace on request")
+        answer["metadata"] = {}
+        answer["spec"] = {}
+        answer["status"] = _rules_review(storage, caller, rules_namespace)
         return answer
+    answer["metadata"] = {k: v for k, v in _dict(body.get("metadata")).items() if k in ("name", "generateName", "labels", "annotations")}
+    if rt.namespaced:
+        answer["metadata"]["namespace"] = namespace
     self_review = plural == "selfsubjectaccessreviews"
     causes = _review_causes(spec, self_review=self_review)
     if plural == "localsubjectaccessreviews":
@@ -387,7 +423,7 @@ def token_request(
         "exp": issued + seconds,
         "iat": issued,
         "iss": ISSUER,
-        "jti": str(meta(account).get("uid", "")),
+        "jti": tokens.new_jti(),
         "kubernetes.io": private,
         "nbf": issued,
         "sub": f"system:serviceaccount:{namespace}:{name}",

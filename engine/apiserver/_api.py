@@ -15,12 +15,13 @@ import trio
 from ..observability._http import Request, Response
 from ._access import Attributes, authorize, forbidden
 from ._admission import Admission
-from ._authn import ADMIN, Authenticator, UserInfo
+from ._authn import ANONYMOUS, Authenticator, UserInfo
 from ._conversion import Conversions
 from ._discovery import discovery_response
 from ._errors import RequestRejected
 from ._faults import Fault, Faults
 from ._handlers import handle_resource
+from ._impersonation import Impersonation, wanted_user
 from ._responses import json_response, status_response
 from ._routing import Target, flag, request_info, resolve
 from ._storage import ObjectStorage
@@ -99,9 +100,14 @@ RequestObserver = Callable[[ServedRequest], None]
 class Router:
     """Turns :class:`Request` objects into :class:`Response` objects.
 
-    Each request is authenticated (``tokens``, see :mod:`._authn`) and, with
-    ``authorization``, a user not in ``system:masters`` is authorized by RBAC (see
-    :mod:`._access`). ``bookmark_interval`` is in seconds of trio time.
+    Each request is authenticated (``tokens``, see :mod:`._authn`), its ``Impersonate-*``
+    headers are honoured (see :mod:`._impersonation`), and, with ``authorization``, a user not
+    in ``system:masters`` is authorized by RBAC (see :mod:`._access`). Without
+    ``authorization`` every authenticated user may do everything, but a request without
+    credentials (``system:unauthenticated``) is still authorized by RBAC: no server this
+    project starts lets an anonymous request read or write objects (a real kube-apiserver with
+    ``--authorization-mode=AlwaysAllow`` would). ``bookmark_interval`` is in seconds of trio
+    time.
     """
 
     store: ObjectStorage
@@ -122,6 +128,7 @@ class Router:
     conversions: Conversions = attrs.field(init=False, repr=False)
     """Converts the objects of custom resources whose CRD names a conversion webhook."""
     _watches: Watches = attrs.field(init=False, repr=False)
+    _impersonation: Impersonation = attrs.field(factory=Impersonation, init=False, repr=False)
 
     def __attrs_post_init__(self) -> None:
         self.admission = Admission(self.store, WebhookClient(self.store))
@@ -132,17 +139,20 @@ class Router:
         self._watches.conversions = self.conversions
         self.faults.connect_watches(self._watches.drop)
 
-    async def handle(self, request: Request, connection: UserInfo | None = ADMIN) -> Response:
-        """Answer one request that came on a connection authenticated as ``connection``
-        (``None``: nobody, so the request needs credentials of its own). A write of a request
-        still being answered when the storage is restored is refused with ``503`` (see
-        :meth:`ObjectStorage.fence_writes`). Cancellation propagates (the connection is then
-        closed)."""
+    async def handle(
+        self, request: Request, *, certificate: UserInfo | None = None, unauthenticated: UserInfo = ANONYMOUS
+    ) -> Response:
+        """Answer one request: ``certificate`` is the user of the client certificate its TLS
+        connection presented, ``unauthenticated`` who it is without credentials
+        (``system:anonymous`` unless the transport is trusted, see :mod:`._authn`). A write of
+        a request still being answered when the storage is restored is refused with ``503``
+        (see :meth:`ObjectStorage.fence_writes`). Cancellation propagates (the connection is
+        then closed)."""
         served: list[Any] = []
         received_at = trio.current_time()
         try:
             with self.store.fence_writes():
-                response = await self._answer(request, served, connection)
+                response = await self._answer(request, served, certificate, unauthenticated)
         except RequestRejected as exc:
             response = status_response(exc)
         except Exception:
@@ -163,23 +173,28 @@ class Router:
                 observer(record)
         return response
 
-    async def _answer(self, request: Request, served: list[Any], connection: UserInfo | None) -> Response:
-        user = self.tokens.authenticate(request.headers.get("authorization"), connection, self.store, self.store.wall_clock)
-        check = self.authorization and not user.admin
+    async def _answer(
+        self, request: Request, served: list[Any], certificate: UserInfo | None, unauthenticated: UserInfo
+    ) -> Response:
+        user = self.tokens.authenticate(
+            request.headers.get("authorization"), self.store, self.store.wall_clock,
+            certificate=certificate, unauthenticated=unauthenticated,
+        )
         path = request.path.rstrip("/") or "/"
-        if path == "/_faults" or path.startswith("/_faults/"):
-            if check:
-                self._authorize(user, Attributes(_path_verb(request), path=request.path, is_resource=False))
-            return self._admin(request, path)
-        target = resolve(self.store, path)
+        faults = path == "/_faults" or path.startswith("/_faults/")
+        target = None if faults else resolve(self.store, path)
         info = request_info(request, target)
         if target is not None:
             served[:] = [target, info]
-        if check:
-            if target is None:
-                self._authorize(user, Attributes(_path_verb(request), path=request.path, is_resource=False))
-            else:
-                self._authorize_resource(user, request, target, info.verb)
+        attributes = self._attributes(request, target, info.verb)
+        wanted = wanted_user(request.headers)
+        if wanted is not None:
+            user = self._impersonation.user(self._allowed, user, wanted, attributes)
+        self._authorize(user, attributes)
+        if target is not None:
+            self._authorize_create(user, request, target, attributes)
+        if faults:
+            return self._admin(request, path)
         fault = self.faults.take("latency", info)
         if fault is not None:
             await trio.sleep(fault.seconds)
@@ -199,20 +214,32 @@ class Router:
             admission=self.admission, conversions=self.conversions,
         )
 
-    def _authorize(self, user: UserInfo, attributes: Attributes) -> None:
-        if not authorize(self.store, user, attributes)[0]:
-            raise forbidden(user, attributes)
-
-    def _authorize_resource(self, user: UserInfo, request: Request, target: Target, verb: str) -> None:
+    @staticmethod
+    def _attributes(request: Request, target: Target | None, verb: str) -> Attributes:
+        """What the request asks to do, as the authorizer sees it."""
+        if target is None:
+            return Attributes(_path_verb(request), path=request.path, is_resource=False)
         if verb == "get" and flag(request.query, "watch"):
             verb = "watch"
-        attributes = Attributes(
+        return Attributes(
             verb, target.rt.plural, target.rt.group, target.subresource or "", target.namespace or "", target.name or ""
         )
-        self._authorize(user, attributes)
+
+    def _allowed(self, user: UserInfo, attributes: Attributes) -> bool:
+        if user.admin or (not self.authorization and not user.anonymous):
+            return True
+        return authorize(self.store, user, attributes)[0]
+
+    def _authorize(self, user: UserInfo, attributes: Attributes) -> None:
+        if not self._allowed(user, attributes):
+            raise forbidden(user, attributes)
+
+    def _authorize_create(self, user: UserInfo, request: Request, target: Target, attributes: Attributes) -> None:
+        if user.admin:
+            return
         # Only a request that would create the object needs ``create`` too: an update, or an
         # apply; any other patch of a missing object is answered 404 (as kube-apiserver does).
-        creates = verb == "update" or "apply-patch" in request.headers.get("content-type", "")
+        creates = attributes.verb == "update" or "apply-patch" in request.headers.get("content-type", "")
         if creates and target.name is not None and target.subresource is None:
             if self.store.lookup(target.rt, target.namespace, target.name) is None:
                 self._authorize(user, attrs.evolve(attributes, verb="create"))

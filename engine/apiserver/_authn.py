@@ -1,20 +1,30 @@
 """Authentication: who a request is.
 
-A request is authenticated, in this order, by:
+A request is authenticated, in the order kube-apiserver's authenticators run, by:
 
-- a bearer token (``Authorization: Bearer ...``): a service account token the server issued
+- a TLS client certificate the server's CA signed: the common name is the user, each
+  organization a group, plus ``system:authenticated``, with the credential id
+  ``X509SHA256=<hex digest of the certificate>`` in ``extra`` (the kubeconfig's certificate is
+  ``kubernetes-admin`` in ``system:masters``);
+- a bearer token (``Authorization: Bearer ...``): the server's admin token (the kubeconfig's
+  credential over plain HTTP, ``kubernetes-admin`` in ``system:masters``, as a
+  ``--token-auth-file`` line names a user), or a service account token the server issued
   (``serviceaccounts/{name}/token``, ``kubectl create token``), signed with the server's own
   key, valid until its expiry while its service account (and, if it is bound to one, its
-  Secret or Pod) still exists with the same uid. It names
-  ``system:serviceaccount:<namespace>:<name>`` in the groups ``system:serviceaccounts``,
-  ``system:serviceaccounts:<namespace>`` and ``system:authenticated``. Any other token,
-  expired or not, is refused (401);
-- a TLS client certificate the server's CA signed: the common name is the user, each
-  organization a group, plus ``system:authenticated`` (the kubeconfig's certificate is
-  ``embedded-admin`` in ``system:masters``);
-- the connection: a request without credentials over plain HTTP or the memory transport is
-  the kubeconfig's user, ``kubernetes-admin`` in ``system:masters`` (as the insecure port of
-  older kube-apiservers was); in TLS mode it is refused (401).
+  Secret or Pod) still exists with the same uid. A service account token names
+  ``system:serviceaccount:<namespace>:<name>`` (uid the service account's) in the groups
+  ``system:serviceaccounts``, ``system:serviceaccounts:<namespace>`` and
+  ``system:authenticated``, with the credential id ``JTI=<the token's jti>``. Any other token,
+  expired or not, is refused (401). An ``Authorization`` header of another scheme, or an
+  empty bearer token, is no credential (as kube-apiserver, which has no basic auth, ignores it);
+- neither: a request that came over a socket is ``system:anonymous`` in
+  ``system:unauthenticated`` (kube-apiserver's default ``--anonymous-auth=true``), whom the
+  bootstrap roles let read ``/healthz``, ``/livez``, ``/readyz`` and ``/version`` only (see
+  :mod:`._access`); one that came through the in-process memory or direct transport is the
+  kubeconfig's user. Those transports open no socket, so only code in the server's own process
+  reaches them, and it could read the store directly anyway.
+
+The admin token and the token signing key never appear in a repr, a log line or an error.
 """
 
 from __future__ import annotations
@@ -26,6 +36,7 @@ import hmac
 import json
 import random
 import secrets
+import uuid
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
@@ -34,8 +45,9 @@ import attrs
 from ._errors import RequestRejected
 from ._objects import Obj, meta
 from ._resources import ResourceType
+from ._tls import common_name
 
-__all__ = ["ADMIN", "Authenticator", "UserInfo", "organizations", "unauthorized"]
+__all__ = ["ADMIN", "ANONYMOUS", "Authenticator", "UserInfo", "bearer_token", "certificate_user", "organizations", "unauthorized"]
 
 ISSUER = "https://kubernetes.default.svc.cluster.local"
 
@@ -47,11 +59,18 @@ class UserInfo:
     username: str
     groups: tuple[str, ...] = ()
     uid: str = ""
+    extra: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    """``user.Info``'s extra, as ``(key, values)`` pairs."""
 
     @property
     def admin(self) -> bool:
         """Whether the user is in ``system:masters`` (allowed everything, never checked)."""
         return "system:masters" in self.groups
+
+    @property
+    def anonymous(self) -> bool:
+        """Whether the request carried no credentials (the group ``system:unauthenticated``)."""
+        return "system:unauthenticated" in self.groups
 
     def to_json(self) -> dict[str, Any]:
         """The ``userInfo`` of a review."""
@@ -59,16 +78,42 @@ class UserInfo:
         if self.uid:
             out["uid"] = self.uid
         out["groups"] = list(self.groups)
+        if self.extra:
+            out["extra"] = {key: list(values) for key, values in self.extra}
         return out
 
 
 ADMIN = UserInfo("kubernetes-admin", ("system:masters", "system:authenticated"))
 """The embedded server's administrator: the user of its kubeconfig."""
 
+ANONYMOUS = UserInfo("system:anonymous", ("system:unauthenticated",))
+"""Who a request without credentials over a socket is."""
+
 
 def unauthorized() -> RequestRejected:
     """The real server's 401 answer."""
     return RequestRejected(401, "Unauthorized", "Unauthorized")
+
+
+def bearer_token(authorization: str | None) -> str | None:
+    """The token of an ``Authorization: Bearer <token>`` header, as kube-apiserver reads it;
+    ``None`` for no header, another scheme or an empty token."""
+    parts = (authorization or "").strip().split(" ", 2)
+    if len(parts) < 2 or parts[0].lower() != "bearer" or not parts[1]:
+        return None
+    return parts[1]
+
+
+def certificate_user(peer: object, der: bytes | None) -> UserInfo | None:
+    """The user a verified client certificate names (``None`` without a common name):
+    ``getpeercert()``'s dict and the certificate's DER bytes."""
+    name = common_name(peer)
+    if name is None:
+        return None
+    extra: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    if der:
+        extra = (("authentication.kubernetes.io/credential-id", (f"X509SHA256={hashlib.sha256(der).hexdigest()}",)),)
+    return UserInfo(name, (*organizations(peer), "system:authenticated"), extra=extra)
 
 
 class _Lookup(Protocol):
@@ -94,20 +139,35 @@ def organizations(peer: object) -> tuple[str, ...]:
 
 @attrs.define(eq=False)
 class Authenticator:
-    """Issues and verifies the server's service account tokens.
+    """Issues and verifies the server's service account tokens, and holds its admin token.
 
-    ``seed`` makes the signing key (and so the tokens) reproducible; without it the key is
-    random. The key never leaves the server.
+    ``seed`` makes the signing key and the tokens' ``jti`` (and so the tokens) reproducible;
+    without it they are random. The admin token is random either way (nothing reproducible
+    depends on it). Neither the key nor the admin token leaves the server but through
+    :attr:`admin_token`.
     """
 
     seed: int | None = None
     _key: bytes = attrs.field(init=False, repr=False)
+    _admin_token: str = attrs.field(init=False, repr=False, factory=lambda: secrets.token_urlsafe(32))
+    _jti: random.Random = attrs.field(init=False, repr=False)
 
     def __attrs_post_init__(self) -> None:
         if self.seed is None:
             self._key = secrets.token_bytes(32)
+            self._jti = random.SystemRandom()
         else:
             self._key = random.Random(f"token-key-{self.seed}").randbytes(32)
+            self._jti = random.Random(f"token-jti-{self.seed}")
+
+    @property
+    def admin_token(self) -> str:
+        """The bearer token of ``kubernetes-admin`` (``system:masters``)."""
+        return self._admin_token
+
+    def new_jti(self) -> str:
+        """A fresh token id (a random UUID, as kube-apiserver's)."""
+        return str(uuid.UUID(int=self._jti.getrandbits(128), version=4))
 
     def _sign(self, signing_input: bytes) -> str:
         return _b64(hmac.new(self._key, signing_input, hashlib.sha256).digest())
@@ -147,10 +207,14 @@ class Authenticator:
             if bound is not None and not self._exists(storage, plural, namespace, bound):
                 raise unauthorized()
         name = str(account.get("name", ""))
+        extra: tuple[tuple[str, tuple[str, ...]], ...] = ()
+        if claims.get("jti"):
+            extra = (("authentication.kubernetes.io/credential-id", (f"JTI={claims['jti']}",)),)
         return UserInfo(
             f"system:serviceaccount:{namespace}:{name}",
             ("system:serviceaccounts", f"system:serviceaccounts:{namespace}", "system:authenticated"),
             str(account.get("uid", "")),
+            extra,
         )
 
     @staticmethod
@@ -164,18 +228,21 @@ class Authenticator:
     def authenticate(
         self,
         authorization: str | None,
-        connection: UserInfo | None,
         storage: _Lookup,
         now: Callable[[], float],
+        *,
+        certificate: UserInfo | None = None,
+        unauthenticated: UserInfo = ANONYMOUS,
     ) -> UserInfo:
         """Who a request is (see the module docstring): ``authorization`` is its
-        ``Authorization`` header, ``connection`` who its connection authenticated as
-        (``None``: nobody). Raises the 401 :class:`RequestRejected`."""
-        if authorization:
-            scheme, _, token = authorization.partition(" ")
-            if scheme.lower() != "bearer" or not token.strip():
-                raise unauthorized()
-            return self.verify(token.strip(), storage, now)
-        if connection is None:
-            raise unauthorized()
-        return connection
+        ``Authorization`` header, ``certificate`` the user of the client certificate its TLS
+        connection presented, ``unauthenticated`` who it is without credentials. Raises the
+        401 :class:`RequestRejected` for a token this server does not accept."""
+        if certificate is not None:
+            return certificate
+        token = bearer_token(authorization)
+        if token is None:
+            return unauthenticated
+        if hmac.compare_digest(token.encode(), self._admin_token.encode()):
+            return ADMIN
+        return self.verify(token, storage, now)

@@ -1,10 +1,12 @@
 """Decoding of Kubernetes protobuf request bodies for the few kinds kubectl sends that way.
 
 kubectl's typed commands (``create namespace``, ``create configmap``, ``create secret``,
-``create serviceaccount``, ``create token``) send ``application/vnd.kubernetes.protobuf``.
-This decodes the ``k8s\\x00`` envelope (``runtime.Unknown``) and ``Namespace``,
-``ConfigMap``, ``Secret``, ``ServiceAccount`` and ``authentication.k8s.io/v1``
-``TokenRequest`` into their JSON form.
+``create serviceaccount``, ``create token``, ``auth can-i``, ``auth whoami``) send
+``application/vnd.kubernetes.protobuf``. This decodes the ``k8s\\x00`` envelope
+(``runtime.Unknown``) and ``Namespace``, ``ConfigMap``, ``Secret``, ``ServiceAccount``,
+``authentication.k8s.io/v1`` ``TokenRequest`` and ``SelfSubjectReview``, and
+``authorization.k8s.io/v1`` ``SelfSubjectAccessReview``, ``SelfSubjectRulesReview``,
+``SubjectAccessReview`` and ``LocalSubjectAccessReview`` into their JSON form.
 Responses are always JSON (clients ask for protobuf *or* JSON). Other kinds are refused.
 """
 
@@ -38,6 +40,30 @@ _OBJECT_META: Schema = {
     13: ("ownerReferences", ("repeated", _OWNER_REF)),
     14: ("finalizers", "repeated_string"),
 }
+_SELECTOR: Schema = {
+    1: ("rawSelector", "string"),
+    2: ("requirements", ("repeated", {1: ("key", "string"), 2: ("operator", "string"), 3: ("values", "repeated_string")})),
+}
+_RESOURCE_ATTRIBUTES: Schema = {
+    1: ("namespace", "string"),
+    2: ("verb", "string"),
+    3: ("group", "string"),
+    4: ("version", "string"),
+    5: ("resource", "string"),
+    6: ("subresource", "string"),
+    7: ("name", "string"),
+    8: ("fieldSelector", _SELECTOR),
+    9: ("labelSelector", _SELECTOR),
+}
+_NON_RESOURCE_ATTRIBUTES: Schema = {1: ("path", "string"), 2: ("verb", "string")}
+_ACCESS_REVIEW_SPEC: Schema = {
+    1: ("resourceAttributes", _RESOURCE_ATTRIBUTES),
+    2: ("nonResourceAttributes", _NON_RESOURCE_ATTRIBUTES),
+    3: ("user", "string"),
+    4: ("groups", "repeated_string"),
+    5: ("extra", ("map", {1: ("items", "repeated_string")})),
+    6: ("uid", "string"),
+}
 _KINDS: dict[tuple[str, str], Schema] = {
     ("v1", "Namespace"): {
         1: ("metadata", _OBJECT_META),
@@ -69,6 +95,20 @@ _KINDS: dict[tuple[str, str], Schema] = {
             }),
             4: ("expirationSeconds", "int"),
         }),
+    },
+    ("authentication.k8s.io/v1", "SelfSubjectReview"): {1: ("metadata", _OBJECT_META)},
+    ("authorization.k8s.io/v1", "SelfSubjectAccessReview"): {
+        1: ("metadata", _OBJECT_META),
+        2: ("spec", {k: v for k, v in _ACCESS_REVIEW_SPEC.items() if k in (1, 2)}),
+    },
+    ("authorization.k8s.io/v1", "SelfSubjectRulesReview"): {
+        1: ("metadata", _OBJECT_META),
+        2: ("spec", {1: ("namespace", "string")}),
+    },
+    ("authorization.k8s.io/v1", "SubjectAccessReview"): {1: ("metadata", _OBJECT_META), 2: ("spec", _ACCESS_REVIEW_SPEC)},
+    ("authorization.k8s.io/v1", "LocalSubjectAccessReview"): {
+        1: ("metadata", _OBJECT_META),
+        2: ("spec", _ACCESS_REVIEW_SPEC),
     },
 }
 
@@ -147,6 +187,14 @@ def _message(data: bytes, schema: Schema) -> dict[str, Any]:
             if not isinstance(raw, bytes):
                 raise _malformed()
             out.setdefault(name, {})[key] = raw.decode() if kind == "map_string" else base64.b64encode(raw).decode()
+        elif isinstance(kind, tuple) and kind[0] == "map":
+            if not isinstance(value, bytes):
+                raise _malformed()
+            entry = dict(_fields(value))
+            raw = entry.get(2, b"")
+            if not isinstance(raw, bytes):
+                raise _malformed()
+            out.setdefault(name, {})[_text(entry.get(1, b""))] = _message(raw, kind[1]).get("items", [])
         elif isinstance(kind, tuple):
             if not isinstance(value, bytes):
                 raise _malformed()

@@ -21,14 +21,14 @@ import yaml
 
 from ..observability._http import API_SERVER_MAX_HEADER_BYTES, serve_http
 from ._api import RequestObserver, Router
-from ._authn import ADMIN, Authenticator, UserInfo, organizations
+from ._authn import ADMIN, Authenticator, certificate_user
 from ._controllers import Controllers
 from ._errors import ApiServerError
 from ._faults import Faults
 from ._memory import DirectTransport, MemoryTransport
 from ._shards import SHARDED_LIST_AND_WATCH, check_feature_gates
 from ._storage import ObjectStorage, StorageSnapshot
-from ._tls import TlsMaterial, common_name
+from ._tls import TlsMaterial
 from ._watch import WatchObserver
 
 __all__ = ["ApiServer"]
@@ -56,8 +56,9 @@ class ApiServer:
 
     ``listen=False`` opens no sockets at all: reach the server through :meth:`memory_transport`
     (the whole system then runs inside one trio run, under ``MockClock`` if you like).
-    ``tls=True`` serves HTTPS with a generated CA and requires a client certificate (requests
-    without one get 401); it needs ``trustme``. ``history_size`` bounds the change history
+    ``tls=True`` serves HTTPS with a generated CA and asks for client certificates (it needs
+    ``trustme``); otherwise the socket speaks plain HTTP. Either way the socket lets no one in
+    without credentials (see below). ``history_size`` bounds the change history
     watches replay from (older resourceVersions get 410); ``watch_buffer`` bounds each watcher's
     buffer (a watcher that falls that far behind loses its stream); ``bookmark_interval`` is
     the period of BOOKMARK events in seconds of trio time; ``seed`` makes uids and generated
@@ -74,18 +75,30 @@ class ApiServer:
     finalized (``PUT /api/v1/namespaces/{name}/finalize``). The API server's own cleanup of a
     deleted CustomResourceDefinition's objects runs either way.
 
-    Requests are authenticated and authorized as on a cluster. The kubeconfig's user
-    (requests without credentials over plain HTTP or the memory transport, and the client
-    certificate of :attr:`kubeconfig` in TLS mode) is ``kubernetes-admin`` in
-    ``system:masters`` and may do everything. A bearer token of a service account (from
+    Requests are authenticated and authorized as on a cluster (see :mod:`._authn`). The
+    kubeconfig's user is ``kubernetes-admin`` in ``system:masters`` and may do everything: the
+    credential :attr:`kubeconfig` carries (the client certificate in TLS mode, the bearer
+    token :attr:`admin_token` over plain HTTP; the admin token is accepted in TLS mode too),
+    and every request through :meth:`memory_transport` or :meth:`direct_transport` that
+    carries no credential of its own (those transports have no socket, so only this process
+    reaches them). A request over a socket without credentials is ``system:anonymous`` in
+    ``system:unauthenticated``, as kube-apiserver's anonymous authentication makes it, and the
+    bootstrap roles let it read ``/healthz``, ``/livez``, ``/readyz`` and ``/version`` only:
+    anything else is the real server's 403 (``secrets is forbidden: User
+    "system:anonymous" cannot list resource "secrets" ...``). kubectl sends no bearer token
+    over plain HTTP, so kubectl needs ``tls=True``; :class:`engine.kube.Client` and httpx
+    send it either way. A bearer token of a service account (from
     ``POST .../serviceaccounts/{name}/token`` or ``kubectl create token``, signed by this
     server) and a client certificate from the server's CA (common name the user,
     organizations the groups) name other users, whose every request is authorized by the
     stored Roles, ClusterRoles and their bindings as the RBAC authorizer does it, with the
     bootstrap roles a cluster has (discovery, ``/version``, self reviews for every
-    authenticated user); a denial is a 403 ``Forbidden`` Status, a token the server did not
-    issue (or expired, or whose service account is gone) a 401. ``authorization=False``
-    lets every authenticated user do everything (for tests that ask for it).
+    authenticated user); ``Impersonate-*`` headers (``kubectl --as``) are honoured as
+    kube-apiserver 1.36 honours them (see :mod:`._impersonation`); a denial is a 403
+    ``Forbidden`` Status, a token the server did not issue (or expired, or whose service
+    account is gone) a 401. ``authorization=False`` lets every authenticated user do
+    everything (for tests that ask for it); requests without credentials stay limited to
+    what RBAC lets ``system:anonymous`` do.
 
     ``feature_gates`` turns on features that a real server has behind a gate (unknown names are a
     ``ValueError``). ``{"ShardedListAndWatch": True}`` serves sharded list and watch
@@ -209,14 +222,10 @@ class ApiServer:
             logger.debug("TLS handshake failed: %s", exc)
             await trio.aclose_forcefully(stream)
             return
-        peer = ssl_stream.getpeercert()
-        identity = common_name(peer)
-        user = None
-        if identity is not None:
-            user = UserInfo(identity, (*organizations(peer), "system:authenticated"))
+        user = certificate_user(ssl_stream.getpeercert(), ssl_stream.getpeercert(binary_form=True))
         await serve_http(
-            ssl_stream, functools.partial(self._router.handle, connection=user), identity=identity,
-            max_header=API_SERVER_MAX_HEADER_BYTES,
+            ssl_stream, functools.partial(self._router.handle, certificate=user),
+            identity=user.username if user is not None else None, max_header=API_SERVER_MAX_HEADER_BYTES,
         )
 
     # ----- access -----
@@ -272,9 +281,20 @@ class ApiServer:
         return f"{'https' if self.tls else 'http'}://{host}:{self._bound_port}"
 
     @property
+    def admin_token(self) -> str:
+        """The bearer token of ``kubernetes-admin`` (``system:masters``), random per server:
+        what :attr:`kubeconfig` carries over plain HTTP, for clients that read no kubeconfig
+        (``httpx.AsyncClient(base_url=api.url, headers={"Authorization": f"Bearer
+        {api.admin_token}"})``). Never logged, and not in the repr."""
+        return self._router.tokens.admin_token
+
+    @property
     def kubeconfig(self) -> dict[str, Any]:
         """A kubeconfig (as a dict in kubeconfig YAML structure) whose cluster, user and context
-        are all named ``embedded``; in TLS mode it embeds the CA and the client certificate."""
+        are all named ``embedded``: in TLS mode it embeds the CA and the client certificate,
+        over plain HTTP the admin bearer token (:attr:`admin_token`). Either is
+        ``kubernetes-admin`` in ``system:masters``. With ``listen=False`` it names no
+        credential (the memory transport needs none)."""
         cluster: dict[str, Any] = {"server": self.url}
         user: dict[str, Any] = {}
         if self._tls_material is not None:
@@ -282,6 +302,8 @@ class ApiServer:
             cluster["certificate-authority-data"] = base64.b64encode(material.ca_pem).decode()
             user["client-certificate-data"] = base64.b64encode(material.client_cert_pem).decode()
             user["client-key-data"] = base64.b64encode(material.client_key_pem).decode()
+        elif self.listen:
+            user["token"] = self.admin_token
         return {
             "apiVersion": "v1",
             "kind": "Config",
@@ -324,7 +346,9 @@ class ApiServer:
         Use it with ``httpx.AsyncClient(transport=api.memory_transport(), base_url=api.url)``.
         Each connection is served by a task in the server's nursery, so the transport works
         only while the server runs; closing the server closes its connections (clients then see
-        ``httpx.ReadError``). Memory connections count as authenticated in TLS mode.
+        ``httpx.ReadError``). A request without credentials is the kubeconfig's user
+        (``kubernetes-admin``): only code in this process can reach the transport. Tokens sent
+        over it are checked as over a socket.
         """
         self._require_open()
 
@@ -342,7 +366,8 @@ class ApiServer:
         """An ``httpx.AsyncBaseTransport`` that hands requests to this server's handler with no
         HTTP encoding in between (see :class:`~engine.apiserver._memory.DirectTransport`): what
         the memory transport does, cheaper, for the simulator. Each request is answered by a
-        task in the server's nursery; requests count as authenticated in TLS mode."""
+        task in the server's nursery; a request without credentials is the kubeconfig's user,
+        as through :meth:`memory_transport`."""
         self._require_open()
 
         def spawn(serve: Callable[[], Any]) -> None:
@@ -353,11 +378,13 @@ class ApiServer:
             except RuntimeError as exc:
                 raise ApiServerError("the server is stopping") from exc
 
-        return DirectTransport(self._router.handle, spawn, identity="memory-transport")
+        return DirectTransport(
+            functools.partial(self._router.handle, unauthenticated=ADMIN), spawn, identity="memory-transport"
+        )
 
     async def _serve_memory(self, stream: trio.abc.Stream) -> None:
         await serve_http(
-            stream, functools.partial(self._router.handle, connection=ADMIN), identity="memory-transport",
+            stream, functools.partial(self._router.handle, unauthenticated=ADMIN), identity="memory-transport",
             max_header=API_SERVER_MAX_HEADER_BYTES,
         )
 

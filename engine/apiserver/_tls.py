@@ -15,7 +15,9 @@ from ._errors import ApiServerError
 
 __all__ = ["TlsMaterial", "CLIENT_IDENTITY", "common_name"]
 
-CLIENT_IDENTITY = "embedded-admin"
+CLIENT_IDENTITY = "kubernetes-admin"
+"""The common name of the kubeconfig's client certificate: the user the other transports' admin
+credentials name too."""
 
 
 @attrs.frozen

@@ -9,6 +9,11 @@ import trio
 from engine.apiserver import ApiServer
 
 
+def admin_headers(api: ApiServer) -> dict[str, str]:
+    """The credential of the server's kubeconfig user, for raw HTTP clients."""
+    return {"Authorization": f"Bearer {api.admin_token}"}
+
+
 @pytest.fixture
 async def api() -> AsyncIterator[ApiServer]:
     async with ApiServer(seed=1) as server:
@@ -18,7 +23,7 @@ async def api() -> AsyncIterator[ApiServer]:
 @pytest.fixture
 async def client(api: ApiServer) -> AsyncIterator[httpx.AsyncClient]:
     with trio.fail_after(30):
-        async with httpx.AsyncClient(base_url=api.url, timeout=10) as c:
+        async with httpx.AsyncClient(base_url=api.url, timeout=10, headers=admin_headers(api)) as c:
             yield c
 
 

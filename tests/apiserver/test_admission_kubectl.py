@@ -60,7 +60,7 @@ async def _answer(request: httpx.Request) -> httpx.Response:
 
 @pytest.fixture
 async def kubectl(tmp_path: Path) -> AsyncIterator[Any]:
-    async with ApiServer(webhook_transport=httpx.MockTransport(_answer)) as api:
+    async with ApiServer(tls=True, webhook_transport=httpx.MockTransport(_answer)) as api:
         config = tmp_path / "kubeconfig"
         api.write_kubeconfig(config)
         env = {**os.environ, "KUBECONFIG": str(config), "HOME": str(tmp_path)}

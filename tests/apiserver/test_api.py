@@ -8,7 +8,7 @@ import trio.testing
 
 from engine.apiserver import ApiServer
 
-from .conftest import CM, cm
+from .conftest import CM, admin_headers, cm
 
 
 def assert_status(r: httpx.Response, code: int, reason: str) -> dict[str, object]:
@@ -172,7 +172,7 @@ async def test_paging(client: httpx.AsyncClient) -> None:
 
 
 async def test_continue_token_expires_with_history() -> None:
-    async with ApiServer(history_size=2) as api, httpx.AsyncClient(base_url=api.url) as client:
+    async with ApiServer(history_size=2) as api, httpx.AsyncClient(base_url=api.url, headers=admin_headers(api)) as client:
         for i in range(3):
             await client.post(CM, json=cm(f"p{i}"))
         token = (await client.get(CM, params={"limit": "1"})).json()["metadata"]["continue"]
@@ -316,7 +316,7 @@ async def test_namespace_deletion_removes_contents(api: ApiServer, client: httpx
 
 
 async def test_without_controllers_nothing_is_collected() -> None:
-    async with ApiServer(controllers=False) as api, httpx.AsyncClient(base_url=api.url) as client:
+    async with ApiServer(controllers=False) as api, httpx.AsyncClient(base_url=api.url, headers=admin_headers(api)) as client:
         owner = (await client.post(CM, json=cm("owner"))).json()
         await client.post(CM, json=owned("child", owner))
         await client.delete(f"{CM}/owner")

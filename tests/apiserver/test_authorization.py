@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import ssl
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -12,6 +13,8 @@ import pytest
 import trio
 
 from engine.apiserver import ApiServer
+
+from .conftest import admin_headers
 
 AUTHZ = "/apis/authorization.k8s.io/v1"
 RBAC = "/apis/rbac.authorization.k8s.io/v1"
@@ -166,8 +169,10 @@ async def test_tokens_the_server_did_not_issue_are_401(api: ApiServer, client: h
     for bad in ("nonsense", f"{header}.{payload}.", f"{header}.{payload}x.{signature}", token + "x"):
         r = await client.get("/api/v1/namespaces", headers={"Authorization": f"Bearer {bad}"})
         assert (r.status_code, r.json()) == (401, unauthorized)
+    # kube-apiserver has no basic auth: such a header is no credential at all (anonymous)
     r = await client.get("/api", headers={"Authorization": "Basic dXNlcjpwYXNz"})
-    assert r.status_code == 401
+    assert (r.status_code, r.json()["message"]) == (403, 'forbidden: User "system:anonymous" cannot get path "/api"')
+    assert (await client.get("/version", headers={"Authorization": "Basic dXNlcjpwYXNz"})).status_code == 200
     assert (await client.delete(f"{SAS}/op")).status_code == 200
     r = await client.get("/api", headers={"Authorization": f"Bearer {token}"})
     assert r.status_code == 401
@@ -188,7 +193,9 @@ async def test_a_token_bound_to_a_secret_dies_with_it(client: httpx.AsyncClient)
 
 async def test_tokens_expire_by_the_servers_wall_clock() -> None:
     now = [1_700_000_000.0]
-    async with ApiServer(wall_clock=lambda: now[0]) as api, httpx.AsyncClient(base_url=api.url) as admin:
+    async with ApiServer(wall_clock=lambda: now[0]) as api, httpx.AsyncClient(
+        base_url=api.url, headers=admin_headers(api)
+    ) as admin:
         token = await token_for(admin, expirationSeconds=600)
         headers = {"Authorization": f"Bearer {token}"}
         now[0] += 599
@@ -198,10 +205,17 @@ async def test_tokens_expire_by_the_servers_wall_clock() -> None:
 
 
 async def test_authorization_off_lets_every_user_do_everything() -> None:
-    async with ApiServer(authorization=False) as api, httpx.AsyncClient(base_url=api.url) as admin:
+    async with ApiServer(authorization=False) as api, httpx.AsyncClient(
+        base_url=api.url, headers=admin_headers(api)
+    ) as admin:
         token = await token_for(admin)
         r = await admin.get("/api/v1/namespaces/kube-system/secrets", headers={"Authorization": f"Bearer {token}"})
         assert r.status_code == 200
+        async with httpx.AsyncClient(base_url=api.url) as anonymous:
+            r = await anonymous.get("/api/v1/namespaces/kube-system/secrets")
+            assert (r.status_code, r.json()["message"]) == (403, 'secrets is forbidden: User "system:anonymous" cannot '
+                                                            'list resource "secrets" in API group "" in the namespace '
+                                                            '"kube-system"')
 
 
 async def test_client_certificates_name_a_user_and_groups(tmp_path: Path) -> None:
@@ -222,16 +236,26 @@ async def test_client_certificates_name_a_user_and_groups(tmp_path: Path) -> Non
             r = await c.post("/apis/authentication.k8s.io/v1/selfsubjectreviews", json={})
             return r.status_code, r.json().get("status", {}).get("userInfo")
 
-        async with client(api.client_cert_pem) as admin, client(api.issue_client_certificate("jane", ["devs"])) as jane:
-            assert await whoami(admin) == (201, {"username": "embedded-admin",
-                                                 "groups": ["system:masters", "system:authenticated"]})
-            assert await whoami(jane) == (201, {"username": "jane", "groups": ["devs", "system:authenticated"]})
+        def credential_id(cert: tuple[bytes, bytes]) -> dict[str, list[str]]:
+            der = ssl.PEM_cert_to_DER_cert(cert[0].decode())
+            return {"authentication.kubernetes.io/credential-id": [f"X509SHA256={hashlib.sha256(der).hexdigest()}"]}
+
+        jane_cert = api.issue_client_certificate("jane", ["devs"])
+        assert api.client_cert_pem is not None
+        async with client(api.client_cert_pem) as admin, client(jane_cert) as jane:
+            assert await whoami(admin) == (201, {"username": "kubernetes-admin",
+                                                 "groups": ["system:masters", "system:authenticated"],
+                                                 "extra": credential_id(api.client_cert_pem)})
+            assert await whoami(jane) == (201, {"username": "jane", "groups": ["devs", "system:authenticated"],
+                                                "extra": credential_id(jane_cert)})
             r = await jane.get("/api/v1/namespaces")
             assert r.status_code == 403 and r.json()["message"].startswith('namespaces is forbidden: User "jane"')
             token = await token_for(admin)
-        async with client(None) as anonymous, client(None, token) as sa:
-            assert (await anonymous.get("/api")).status_code == 401
+        async with client(None) as anonymous, client(None, token) as sa, client(api.client_cert_pem, "x") as both:
+            assert (await anonymous.get("/api")).status_code == 403
+            assert (await anonymous.get("/version")).status_code == 200
             assert (await whoami(sa))[1]["username"] == SA_USER
+            assert (await whoami(both))[1]["username"] == "kubernetes-admin", "the certificate is checked first"
         with pytest.raises(ValueError, match=r"^a generated client certificate names at most one group \(organization\)$"):
             api.issue_client_certificate("x", ["a", "b"])
 

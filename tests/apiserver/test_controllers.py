@@ -6,7 +6,7 @@ import httpx
 
 from engine.apiserver import ApiServer
 
-from .conftest import CM, cm
+from .conftest import CM, admin_headers, cm
 
 CRD = {
     "metadata": {"name": "widgets.example.com"},
@@ -34,7 +34,7 @@ async def test_work_happens_after_the_answer(api: ApiServer) -> None:
 
 
 async def test_crd_deletion_removes_its_objects_first() -> None:
-    async with ApiServer(controllers=False) as api, httpx.AsyncClient(base_url=api.url) as client:
+    async with ApiServer(controllers=False) as api, httpx.AsyncClient(base_url=api.url, headers=admin_headers(api)) as client:
         await client.post(CRDS, json=CRD)
         await client.post(WIDGETS, json={"metadata": {"name": "w1"}})
         await client.post(WIDGETS, json={"metadata": {"name": "w2", "finalizers": ["hold"]}})
@@ -55,7 +55,7 @@ async def test_crd_deletion_removes_its_objects_first() -> None:
 
 
 async def test_without_controllers_finalizers_of_the_garbage_collector_stay() -> None:
-    async with ApiServer(controllers=False) as api, httpx.AsyncClient(base_url=api.url) as client:
+    async with ApiServer(controllers=False) as api, httpx.AsyncClient(base_url=api.url, headers=admin_headers(api)) as client:
         await client.post(CM, json=cm("owner"))
         r = await client.delete(f"{CM}/owner", params={"propagationPolicy": "Orphan"})
         assert r.json()["metadata"]["finalizers"] == ["orphan"]

@@ -92,7 +92,7 @@ class Kubectl:
 
 @pytest.fixture
 async def kubectl(tmp_path: Path) -> AsyncIterator[Kubectl]:
-    async with ApiServer() as api:
+    async with ApiServer(tls=True) as api:
         yield Kubectl(api, tmp_path)
 
 

@@ -74,7 +74,7 @@ def test_watch_from_start_and_admin_faults(server: ApiServer, tmp_path: Path) ->
     request = urllib.request.Request(
         f"{server.url}/_faults",
         data=json.dumps({"type": "fail", "status": 500, "count": 1, "resource": "configmaps"}).encode(),
-        headers={"content-type": "application/json"},
+        headers={"content-type": "application/json", "authorization": f"Bearer {server.admin_token}"},
         method="POST",
     )
     with urllib.request.urlopen(request, timeout=10) as response:

@@ -31,7 +31,10 @@ def test_decodes_a_configmap() -> None:
 
 def test_refuses_other_kinds_and_garbage() -> None:
     with pytest.raises(RequestRejected, match=(
-            r"^protobuf bodies are decoded only for authentication.k8s.io/v1 TokenRequest, v1 ConfigMap, "
+            r"^protobuf bodies are decoded only for authentication.k8s.io/v1 SelfSubjectReview, "
+            r"authentication.k8s.io/v1 TokenRequest, authorization.k8s.io/v1 LocalSubjectAccessReview, "
+            r"authorization.k8s.io/v1 SelfSubjectAccessReview, authorization.k8s.io/v1 SelfSubjectRulesReview, "
+            r"authorization.k8s.io/v1 SubjectAccessReview, v1 ConfigMap, "
             r"v1 Namespace, v1 Secret, v1 ServiceAccount, not apps/v1 Deployment; send application/json$")):
         decode_protobuf(envelope("apps/v1", "Deployment", b""))
     with pytest.raises(RequestRejected, match=r"^the protobuf request body is malformed$"):

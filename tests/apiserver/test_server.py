@@ -42,8 +42,9 @@ async def test_kubeconfig_for_plain_http(tmp_path: Path) -> None:
         config = yaml.safe_load(path.read_text())
         assert config == api.kubeconfig
         assert config["clusters"] == [{"name": "embedded", "cluster": {"server": api.url}}]
-        assert config["users"] == [{"name": "embedded", "user": {}}]
+        assert config["users"] == [{"name": "embedded", "user": {"token": api.admin_token}}]
         assert config["contexts"][0]["context"] == {"cluster": "embedded", "user": "embedded", "namespace": "default"}
+        assert api.admin_token not in repr(api)
 
 
 def test_arguments_are_checked() -> None:

@@ -49,13 +49,18 @@ async def test_tls_with_client_certificate() -> None:
                         break
 
 
-async def test_tls_refuses_clients_without_certificate() -> None:
+async def test_tls_clients_without_certificate_are_anonymous() -> None:
     with trio.fail_after(20):
         async with ApiServer(tls=True) as api:
             async with httpx.AsyncClient(base_url=api.url, verify=context(api, with_cert=False)) as client:
                 r = await client.get("/api/v1/namespaces")
-                assert r.status_code == 401
-                assert r.json()["reason"] == "Unauthorized"
+                assert r.status_code == 403
+                assert r.json()["message"] == (
+                    'namespaces is forbidden: User "system:anonymous" cannot list resource "namespaces" in API group "" '
+                    "at the cluster scope"
+                )
+                r = await client.get("/api/v1/namespaces", headers={"Authorization": f"Bearer {api.admin_token}"})
+                assert r.status_code == 200, "the admin token is accepted over HTTPS too"
             async with httpx.AsyncClient(base_url=api.url) as untrusting:
                 with pytest.raises(httpx.ConnectError):
                     await untrusting.get("/version")

@@ -13,7 +13,7 @@ import trio.testing
 
 from engine.apiserver import ApiServer
 
-from .conftest import CM, cm
+from .conftest import CM, admin_headers, cm
 
 
 class Watch:
@@ -80,7 +80,7 @@ async def test_watch_replays_from_resource_version(client: httpx.AsyncClient) ->
 
 
 async def test_watch_too_old_resource_version_answers_410() -> None:
-    async with ApiServer(history_size=3) as api, httpx.AsyncClient(base_url=api.url) as client:
+    async with ApiServer(history_size=3) as api, httpx.AsyncClient(base_url=api.url, headers=admin_headers(api)) as client:
         rv = (await client.post(CM, json=cm("a"))).json()["metadata"]["resourceVersion"]
         for i in range(5):
             await client.post(CM, json=cm(f"b{i}"))
@@ -152,7 +152,7 @@ async def test_watch_timeout_seconds_ends_stream(client: httpx.AsyncClient) -> N
 
 
 async def test_bookmarks_are_sent_periodically() -> None:
-    async with ApiServer(bookmark_interval=0.05) as api, httpx.AsyncClient(base_url=api.url) as client:
+    async with ApiServer(bookmark_interval=0.05) as api, httpx.AsyncClient(base_url=api.url, headers=admin_headers(api)) as client:
         rv = (await client.get(CM)).json()["metadata"]["resourceVersion"]
         params = {"watch": "1", "resourceVersion": rv, "allowWatchBookmarks": "true"}
         async with client.stream("GET", CM, params=params) as r:
@@ -181,7 +181,7 @@ async def test_send_initial_events_ends_with_marked_bookmark(client: httpx.Async
 
 
 async def test_slow_watcher_loses_its_stream_without_blocking_writers() -> None:
-    async with ApiServer(watch_buffer=2) as api, httpx.AsyncClient(base_url=api.url) as client:
+    async with ApiServer(watch_buffer=2) as api, httpx.AsyncClient(base_url=api.url, headers=admin_headers(api)) as client:
         rv = (await client.get(CM)).json()["metadata"]["resourceVersion"]
         api.faults.delay_watch(3600)
         async with client.stream("GET", CM, params={"watch": "1", "resourceVersion": rv}) as r:

@@ -674,6 +674,10 @@ async def test_tls_with_client_certificate() -> None:
         anonymous = api.kubeconfig
         anonymous["users"][0]["user"] = {}
         async with Client(Config.from_dict(anonymous), retry=RetryPolicy(max_attempts=1)) as client:
+            with pytest.raises(ForbiddenError, match='User "system:anonymous" cannot get resource "configmaps"'):
+                await client.get(CONFIGMAPS, "secure")
+        anonymous["users"][0]["user"] = {"token": "not-a-token-of-this-server"}
+        async with Client(Config.from_dict(anonymous), retry=RetryPolicy(max_attempts=1)) as client:
             with pytest.raises(UnauthorizedError):
                 await client.get(CONFIGMAPS, "secure")
 

@@ -105,7 +105,7 @@ def test_an_existing_cluster_from_the_kubeconfig_gives_each_test_its_own_namespa
         [line] = [line for line in result.outlines if "REAL-NAMESPACE" in line]
         namespace = line.split()[-1]
         assert namespace.startswith("engine-test-")
-        gone = httpx.get(f"{api.url}/api/v1/namespaces/{namespace}")
+        gone = httpx.get(f"{api.url}/api/v1/namespaces/{namespace}", headers={"Authorization": f"Bearer {api.admin_token}"})
         assert gone.status_code == 404, "the test's namespace is deleted after it"
 
 
@@ -168,7 +168,7 @@ def test_a_real_server_test_that_overruns_ends_before_pytest_timeout_and_the_nex
             "time), not available against a real kube-apiserver",
         ])
         [line] = [line for line in result.outlines if "OVERRUN-NAMESPACE" in line]
-        gone = httpx.get(f"{api.url}/api/v1/namespaces/{line.split()[-1]}")
+        gone = httpx.get(f"{api.url}/api/v1/namespaces/{line.split()[-1]}", headers={"Authorization": f"Bearer {api.admin_token}"})
         assert gone.status_code == 404 or gone.json()["metadata"].get("deletionTimestamp"), (
             "the overrunning test's namespace was deleted (or is being deleted by the namespace controller)"
         )
