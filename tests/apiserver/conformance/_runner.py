@@ -106,7 +106,9 @@ def target_client() -> Iterator[tuple[str, bool, httpx.Client]]:
         return
     from engine.apiserver import ApiServer
 
-    with ApiServer(seed=1, controllers=False).run_in_thread() as api, httpx.Client(base_url=api.url, timeout=30) as client:
+    with ApiServer(seed=1, controllers=False).run_in_thread() as api, httpx.Client(
+        base_url=api.url, timeout=30, headers={"Authorization": f"Bearer {api.admin_token}"}
+    ) as client:
         yield "embedded ApiServer", False, client
 
 
