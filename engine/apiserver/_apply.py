@@ -388,7 +388,7 @@ _NO_DEFAULT = SchemaNode().default
 
 
 def _key_text(item: dict[str, Any], keys: tuple[str, ...]) -> str:
-    return "[" + ",".join(f"{k}={json.dumps(item[k], ensure_ascii=False)}" for k in sorted(keys)) + "]"
+    return "[" + ",".join(f"{k}={json.dumps(item[k], ensure_ascii=False)}" for k in sorted(keys) if k in item) + "]"
 
 
 def _item_path(node: SchemaNode, index: int, item: Any) -> str:
@@ -407,10 +407,11 @@ def _item_problem(node: SchemaNode, item: Any) -> str | None:
         if not isinstance(item, dict):
             return "associative list with keys may not have non-map elements"
         item_fields = node.items.properties if node.items is not None else {}
-        for key in node.list_map_keys:
-            if key not in item and (key not in item_fields or item_fields[key].default is _NO_DEFAULT):
-                return f"associative list with keys has an element that omits key field {json.dumps(key)} " \
-                    "(and doesn't have default value)"
+        keys = node.list_map_keys
+        if keys and all(k not in item and (k not in item_fields or item_fields[k].default is _NO_DEFAULT) for k in keys):
+            listed = " ".join(json.dumps(k) for k in keys)
+            return f"associative list with keys has an element that omits all key fields [{listed}] " \
+                "(and doesn't have default values for any key fields)"
         return None
     if node.list_type == "set":
         if isinstance(item, dict):

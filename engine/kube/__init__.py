@@ -28,6 +28,7 @@ from ._client import join_selectors as join_selectors
 from ._client import PatchType as PatchType
 from ._retry import RetryPolicy as RetryPolicy
 from ._client import Selector as Selector
+from ._client import ServerVersion as ServerVersion
 from ._watch import WatchEvent as WatchEvent
 from ._watch import WatchEventType as WatchEventType
 from ._watch import WatchStream as WatchStream
@@ -294,6 +295,7 @@ __all__ = [
     "SHARD_LABEL",
     "STALLED",
     "Selector",
+    "ServerVersion",
     "ServerError",
     "Store",
     "TokenFileAuth",

@@ -53,6 +53,7 @@ __all__ = [
     "WatchEventType",
     "WatchStream",
     "Selector",
+    "ServerVersion",
     "error_from_status",
 ]
 
@@ -109,6 +110,32 @@ class ObjectList:
     shard_selector: str | None = None
     """``metadata.shardInfo.selector``: the ``shardSelector`` the server applied, as it
     echoes it (only servers that filter by it do, and only on lists of built-in kinds)."""
+
+
+@attrs.frozen
+class ServerVersion:
+    """What the API server says it is (``GET /version``), as ``kubectl version`` shows it."""
+
+    major: int
+    """``1`` for every Kubernetes release."""
+    minor: int
+    """``36`` for v1.36.2 (a distribution's ``"36+"`` is read as 36)."""
+    git_version: str
+    """The full version, ``v1.36.2`` (a distribution's build carries a suffix)."""
+
+    @classmethod
+    def from_json(cls, body: Mapping[str, Any]) -> ServerVersion:
+        """From the ``/version`` answer; :class:`ValueError` naming the field that is not a number."""
+        numbers = []
+        for field in ("major", "minor"):
+            digits = str(body.get(field, "")).rstrip("+")
+            if not digits.isdigit():
+                raise ValueError(f"/version field {field!r} is not a number: {body.get(field)!r}")
+            numbers.append(int(digits))
+        return cls(numbers[0], numbers[1], str(body.get("gitVersion", "")))
+
+    def __str__(self) -> str:
+        return self.git_version or f"v{self.major}.{self.minor}"
 
 
 _NAMESPACES = Resource("", "v1", "Namespace", "namespaces", False)
@@ -684,6 +711,17 @@ class Client:
         found = parse_resource_list(group, version, body)
         self._discovery[(group, version)] = found
         return found
+
+    async def server_version(self) -> ServerVersion:
+        """The server's version (``GET /version``, which anyone may read).
+
+        Cancellation: a checkpoint; nothing to undo.
+        """
+        body = await self._request_json("GET", "/version", safe=True)
+        try:
+            return ServerVersion.from_json(body)
+        except ValueError as exc:
+            raise ResponseError(str(exc)) from None
 
     async def discover(self) -> list[Resource]:
         """Walk ``/api`` and ``/apis``, refresh the whole discovery cache and return every type.

@@ -163,6 +163,7 @@ def run_with_deadline(fn: Callable[..., Any], *args: Any, deadline: float, **kwa
     return trio.run(bounded, **kwargs)
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     real_everywhere = config.getoption("kube_target") == "real"
     server = real_server_from_env()
@@ -176,8 +177,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 item.add_marker(pytest.mark.skip(
                     reason=f"needs the embedded API server ({', '.join(needs)}), not available against a real "
                     "kube-apiserver"))
-            elif server is None:
-                item.add_marker(pytest.mark.skip(reason=NO_REAL_SERVER))
+            else:
+                if item.get_closest_marker("kube_real") is None:
+                    item.add_marker(pytest.mark.kube_real)
+                if server is None:
+                    item.add_marker(pytest.mark.skip(reason=NO_REAL_SERVER))
             item.stash[_TARGET] = "real"
             fn = _test_function(item)
             timeout = timeout_of(item)

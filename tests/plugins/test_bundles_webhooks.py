@@ -1,6 +1,7 @@
-"""The bundles plugin's webhooks through the API server's admission chain, in-process
-(open_plugin_test registers them; no sockets, virtual time): a ``dependsOn`` cycle is refused
-with the cycle named, through other Bundles too; ``spec.interval`` is defaulted."""
+"""The bundles plugin's webhooks through the API server's admission chain (open_plugin_test
+registers them: in-process on the embedded server, over HTTPS on loopback for a real
+kube-apiserver under ``--kube-target=real``): a ``dependsOn`` cycle is refused with the cycle
+named, through other Bundles too; ``spec.interval`` is defaulted."""
 
 from __future__ import annotations
 
@@ -19,18 +20,18 @@ from engine.kube import (
     WebhookContext,
     WebhookServer,
 )
-from engine.testing import KubeTarget, open_plugin_test
+from engine.testing import KubeTarget
 from plugins.bundles import plugin
 from plugins.bundles._webhooks import default_bundle, validate_bundle
 
 from .._e2e import API, configmap
-from .test_bundles import bundle, raw_bundle, source
+from .test_bundles import bundle, open_bundles, raw_bundle, source
 
 DENIED = 'admission webhook "validate.bundles.engine.dev" denied the request: '
 
 
-async def test_a_bundle_that_depends_on_itself_is_refused(autojump_clock: trio.testing.MockClock) -> None:
-    async with ApiServer(listen=False) as api, open_plugin_test(plugin, KubeTarget.embedded(api)) as h:
+async def test_a_bundle_that_depends_on_itself_is_refused(kube_target: KubeTarget) -> None:
+    async with open_bundles(plugin, kube_target) as h:
         with pytest.raises(ApiError) as caught:
             await h.apply(bundle("app", "repo", depends_on=("app",)))
         assert str(caught.value).endswith(
@@ -38,9 +39,8 @@ async def test_a_bundle_that_depends_on_itself_is_refused(autojump_clock: trio.t
         assert await h.get(API + "/Bundle", "app") is None
 
 
-async def test_a_cycle_through_other_bundles_is_refused_naming_it(autojump_clock: trio.testing.MockClock) -> None:
-    async with ApiServer(listen=False) as api, open_plugin_test(
-            plugin, KubeTarget.embedded(api), manifests=[source("repo", "r1", [configmap("a")])]) as h:
+async def test_a_cycle_through_other_bundles_is_refused_naming_it(kube_target: KubeTarget) -> None:
+    async with open_bundles(plugin, kube_target, manifests=[source("repo", "r1", [configmap("a")])]) as h:
         await h.apply([bundle("a", "repo", depends_on=("b",)), bundle("b", "repo", depends_on=("c",))])
         with pytest.raises(ApiError) as caught:
             await h.apply(bundle("c", "repo", depends_on=("a",)))
@@ -53,10 +53,8 @@ async def test_a_cycle_through_other_bundles_is_refused_naming_it(autojump_clock
             await h.wait_for(API + "/Bundle", name, condition="Ready", timeout=60)
 
 
-async def test_a_bundle_without_an_interval_is_stored_with_the_default(
-    autojump_clock: trio.testing.MockClock,
-) -> None:
-    async with ApiServer(listen=False) as api, open_plugin_test(plugin, KubeTarget.embedded(api)) as h:
+async def test_a_bundle_without_an_interval_is_stored_with_the_default(kube_target: KubeTarget) -> None:
+    async with open_bundles(plugin, kube_target) as h:
         await h.apply([raw_bundle("plain", {"sourceRef": {"name": "repo"}}),
                        raw_bundle("hourly", {"sourceRef": {"name": "repo"}, "interval": "1h"})])
         plain, hourly = await h.get(API + "/Bundle", "plain"), await h.get(API + "/Bundle", "hourly")
@@ -64,11 +62,9 @@ async def test_a_bundle_without_an_interval_is_stored_with_the_default(
         assert hourly is not None and hourly["spec"]["interval"] == "1h"
 
 
-async def test_without_the_webhooks_the_schema_leaves_the_interval_out(
-    autojump_clock: trio.testing.MockClock,
-) -> None:
+async def test_without_the_webhooks_the_schema_leaves_the_interval_out(kube_target: KubeTarget) -> None:
     """The default comes from one place, the webhook (the CRD schema has none)."""
-    async with ApiServer(listen=False) as api, open_plugin_test(plugin, KubeTarget.embedded(api), webhooks=False) as h:
+    async with open_bundles(plugin, kube_target, webhooks=False) as h:
         await h.apply(raw_bundle("plain", {"sourceRef": {"name": "repo"}}))
         plain = await h.get(API + "/Bundle", "plain")
         assert plain is not None and "interval" not in plain["spec"]

@@ -178,8 +178,8 @@ async def test_resources_resolve_by_kind_plural_group_and_manifest(kube_target: 
         assert (await h.resource("widgets.test.dev")).kind == "Widget"
         assert (await h.resource(("test.dev/v1", "Widget"))).group == "test.dev"
         assert (await h.resource("test.dev/v1/Widget")).namespaced
-        with pytest.raises(HarnessError, match=r"^the API server serves no type named 'gizmo'$"):
-            await h.resource("gizmo")
+        with pytest.raises(HarnessError, match=r"^the API server serves no type named 'doohickey'$"):
+            await h.resource("doohickey")
         await h.apply(WIDGET_CRD | {"metadata": {"name": "events.test.dev"}, "spec": {
             **WIDGET_CRD["spec"], "names": {"kind": "Event", "plural": "events", "listKind": "EventList"}}})
         with pytest.raises(HarnessError, match=r"^'events' names several types \(events\.core, events\.events\.k8s\.io, "
