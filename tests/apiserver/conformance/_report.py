@@ -1,8 +1,8 @@
 """Where the target differs from the recording, step by step: ``python -m tests.apiserver.conformance._report``.
 
 Runs the whole script once (against the embedded server, or the kubeconfig's cluster when
-``ENGINE_CONFORMANCE_KUBECONFIG`` is set) and prints, for every step that differs, the
-differences by JSON path; ``--stale`` lists the ``_xfail.XFAIL`` entries that now pass (remove
+``ENGINE_CONFORMANCE_KUBECONFIG`` is set) and prints, for every step that differs from the
+recording of the target's version, the differences by JSON path; ``--stale`` lists the ``_xfail.XFAIL`` entries that now pass (remove
 them) and the failing steps that have none; ``--reasons`` prints a draft ``XFAIL`` entry for each
 failing step (a starting point for a precise reason, not a replacement for one).
 """
@@ -14,7 +14,6 @@ import sys
 
 from ._normalize import differences
 from ._runner import run_script
-from ._script import steps
 from ._xfail import XFAIL
 
 _PHRASES: list[tuple[str, str]] = [
@@ -62,8 +61,8 @@ def draft_reason(step_name: str, lines: list[str], expected: dict[str, object], 
 def main(argv: list[str]) -> int:
     transcript = run_script()
     failing = {}
-    for step in steps():
-        expected, actual = transcript.expected(step), transcript.actual(step)
+    for step in transcript.steps:
+        expected, actual = transcript.expected(step.name), transcript.actual(step.name)
         if expected != actual:
             failing[step.name] = (expected, actual, differences(expected, actual))
     if "--stale" in argv:
@@ -78,7 +77,10 @@ def main(argv: list[str]) -> int:
         for name, (expected, actual, lines) in failing.items():
             print(f"    {name!r}: {draft_reason(name, lines, expected, actual)!r},")
         return 0
-    print(f"{len(failing)} of {len(steps())} steps differ on the {transcript.target}")
+    print(
+        f"{len(failing)} of {len(transcript.steps)} steps differ on the {transcript.target} "
+        f"({transcript.server_version}) from kube-apiserver {transcript.version}"
+    )
     for name, (_, _, lines) in failing.items():
         print(f"\n{name}")
         for line in lines:

@@ -4,6 +4,11 @@ The target is the embedded server (``ApiServer().run_in_thread()``, real HTTP on
 the cluster of the kubeconfig named by ``ENGINE_CONFORMANCE_KUBECONFIG`` (its current context;
 client certificates, bearer tokens and CA data are understood). Every run uses a fresh run token
 in its namespace, group and object names, so it can be repeated on the same cluster.
+
+A run first reads the target's ``/version`` and expects the answers of the recording of that
+``major.minor`` (``_script.RECORDINGS``). Like client-go, it repeats a request the server
+answered 429 with a ``Retry-After`` (a real server's watch cache answers so while it initializes
+the storage of a freshly established CRD), after the seconds it names, up to 10 times.
 """
 
 from __future__ import annotations
@@ -26,9 +31,11 @@ import httpx
 import yaml
 
 from ._normalize import Bindings, Unbound, comparable, project, project_watch
-from ._script import ESTABLISHED, SERVED, TEARDOWN, Step, steps
+from ._script import ESTABLISHED, SERVED, TEARDOWN, Step, recording_version, steps
 
 KUBECONFIG_ENV = "ENGINE_CONFORMANCE_KUBECONFIG"
+RETRIES = 10
+"""How often a request answered 429 with ``Retry-After`` is repeated (client-go's default)."""
 
 
 @attrs.define
@@ -45,18 +52,31 @@ class Transcript:
 
     target: str
     real: bool
+    version: str
+    """The recording compared against (``"1.36"``): the ``major.minor`` of the target's ``/version``."""
+    server_version: str
+    """The target's ``gitVersion`` (``"v1.36.2"``)."""
     outcomes: dict[str, Outcome] = attrs.field(factory=dict)
 
-    def expected(self, step: Step) -> dict[str, Any]:
+    @property
+    def steps(self) -> tuple[Step, ...]:
+        """The script with this run's expectations (those of :attr:`version`)."""
+        return steps(self.version)
+
+    def step(self, name: str) -> Step:
+        return next(s for s in self.steps if s.name == name)
+
+    def expected(self, name: str) -> dict[str, Any]:
+        step = self.step(name)
         if step.authored:
             return {"status": step.response["status"]}
         return comparable(dict(step.response))
 
-    def actual(self, step: Step) -> dict[str, Any]:
-        outcome = self.outcomes[step.name]
+    def actual(self, name: str) -> dict[str, Any]:
+        outcome = self.outcomes[name]
         if outcome.actual is None:
             return {"error": outcome.error}
-        if step.authored:
+        if self.step(name).authored:
             return {"status": outcome.actual.get("status")}
         return comparable(dict(outcome.actual))
 
@@ -112,6 +132,17 @@ def target_client() -> Iterator[tuple[str, bool, httpx.Client]]:
         yield "embedded ApiServer", False, client
 
 
+def _retry_after(response: httpx.Response) -> float | None:
+    """The seconds to wait before repeating a request answered 429 with ``Retry-After``
+    (client-go's rule), or ``None`` when the answer is not to be repeated."""
+    if response.status_code != 429:
+        return None
+    try:
+        return max(0.0, float(response.headers["retry-after"]))
+    except (KeyError, ValueError):
+        return None
+
+
 def _dig(obj: Any, dotted: str) -> Any:
     for part in dotted.split("."):
         obj = obj[part]
@@ -142,11 +173,17 @@ class Runner:
         elif request.get("body") is not None:
             content = json.dumps(bindings.denormalize(request["body"])).encode()
         params = {k: bindings.denormalize(v) for k, v in (request.get("query") or {}).items()}
-        start = time.monotonic()
-        response = self.client.request(
-            request["method"], bindings.denormalize(request["path"]), params=params, content=content, headers=headers
-        )
-        return response, time.monotonic() - start
+        for attempt in range(RETRIES + 1):
+            start = time.monotonic()
+            response = self.client.request(
+                request["method"], bindings.denormalize(request["path"]), params=params, content=content, headers=headers
+            )
+            elapsed = time.monotonic() - start
+            wait = _retry_after(response)
+            if wait is None or attempt == RETRIES:
+                break
+            time.sleep(wait)
+        return response, elapsed
 
     def watch(self, step: Step) -> dict[str, Any]:
         request = step.request
@@ -161,34 +198,41 @@ class Runner:
         events: list[dict[str, Any]] = []
         error: str | None = None
         timeout = httpx.Timeout(30, read=read_timeout)
-        with self.client.stream(
-            "GET", self.bindings.denormalize(request["path"]), params=params, timeout=timeout
-        ) as response:
-            status = response.status_code
-            if status != 200:
-                response.read()
-                return {
-                    "watch": {
-                        "http_status": status,
-                        "types": [],
-                        "events": [],
-                        "bookmark_seen": False,
-                        "error": response.text,
-                    }
-                }
-            try:
-                for line in response.iter_lines():
-                    if line.strip():
-                        events.append(json.loads(line))
-                    if self.real:
+        path = self.bindings.denormalize(request["path"])
+        for attempt in range(RETRIES + 1):
+            with self.client.stream("GET", path, params=params, timeout=timeout) as response:
+                status = response.status_code
+                if status != 200:
+                    response.read()
+                    wait = _retry_after(response)
+                    if wait is not None and attempt < RETRIES:
+                        time.sleep(wait)
                         continue
-                    seen = len([e for e in events if e.get("type") != "BOOKMARK"])
-                    if seen > expected or (bookmark and seen == expected and events and events[-1].get("type") == "BOOKMARK"):
-                        break
-            except httpx.ReadTimeout:
-                pass
-            except httpx.HTTPError as exc:
-                error = f"{type(exc).__name__}: {exc}"
+                    return {
+                        "watch": {
+                            "http_status": status,
+                            "types": [],
+                            "events": [],
+                            "bookmark_seen": False,
+                            "error": response.text,
+                        }
+                    }
+                try:
+                    for line in response.iter_lines():
+                        if line.strip():
+                            events.append(json.loads(line))
+                        if self.real:
+                            continue
+                        seen = len([e for e in events if e.get("type") != "BOOKMARK"])
+                        if seen > expected or (
+                            bookmark and seen == expected and events and events[-1].get("type") == "BOOKMARK"
+                        ):
+                            break
+                except httpx.ReadTimeout:
+                    pass
+                except httpx.HTTPError as exc:
+                    error = f"{type(exc).__name__}: {exc}"
+                break
         return project_watch(status, events, error)
 
     def run_step(self, step: Step) -> Outcome:
@@ -234,13 +278,23 @@ class Runner:
                 self.send(request)
 
 
+def target_version(client: httpx.Client) -> tuple[str, str]:
+    """``(recording version, gitVersion)`` of the target, from its ``/version``: ``("1.36", "v1.36.2")``."""
+    response = client.get("/version")
+    response.raise_for_status()
+    info = response.json()
+    return recording_version(str(info["major"]), str(info["minor"])), str(info["gitVersion"])
+
+
 def run_script() -> Transcript:
-    """Run every step against the configured target and return the transcript."""
+    """Run every step against the configured target, expecting the answers of the recording
+    of its version, and return the transcript."""
     with target_client() as (description, real, client):
+        version, server_version = target_version(client)
         runner = Runner(client, real=real)
-        transcript = Transcript(target=description, real=real)
+        transcript = Transcript(target=description, real=real, version=version, server_version=server_version)
         try:
-            for step in steps():
+            for step in transcript.steps:
                 transcript.outcomes[step.name] = runner.run_step(step)
         finally:
             runner.teardown()

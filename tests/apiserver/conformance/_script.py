@@ -1,7 +1,10 @@
 """The script: the recorded steps in order, plus the steps the recording holds out that the
 recorded ones depend on (written here, marked ``authored``), plus request and expectation fixes.
 
-The published recording is 205 of the 326 steps that were run against the real server; the
+There is one recording per Kubernetes version (:data:`RECORDINGS`): the same 205 requests,
+answered by a real kube-apiserver of that version. ``steps(version)`` holds that version's
+answers as the expectations; a run takes the version of its target's ``/version``. The
+published recording is 205 of the 326 steps that were run against the real server; the
 121 held-out steps include setup that later steps rely on (the first namespace, ``cm1``, the
 ``widgets`` and ``shapes`` CRDs, ``sel-a``, ``gz2``, ``sp2``, the ``d-*`` objects of the delete
 responses...). The authored steps recreate that state as the recorded answers show it; their
@@ -21,7 +24,16 @@ from typing import Any
 
 import attrs
 
-DATA = Path(__file__).parent / "data" / "real-kube-apiserver-1.32.json"
+DATA = Path(__file__).parent / "data"
+
+RECORDINGS: dict[str, Path] = {
+    "1.32": DATA / "real-kube-apiserver-1.32.json",
+    "1.36": DATA / "real-kube-apiserver-1.36.json",
+}
+"""``major.minor`` -> the recording of a real kube-apiserver of that version (1.32.6, 1.36.2)."""
+
+LATEST = "1.36"
+"""The version the embedded server answers as."""
 
 NS = "/api/v1/namespaces/diffapi-{run}"
 NSX = "/api/v1/namespaces/diffapi-{run}-x"
@@ -293,7 +305,16 @@ AUTHORED: list[tuple[str, str, list[Step]]] = [
                 _req("GET", f"{NS}/configmaps"),
                 200,
                 bind={"$list-rv": "metadata.resourceVersion"},
-            )
+            ),
+            # A write after the list (of a kind no step lists): a real server's watch cache
+            # sends a BOOKMARK only with a resourceVersion newer than the watch's, which it
+            # learns from etcd's progress notifications once anything was written; without one,
+            # whether the BOOKMARK comes depends on the server's own lease renewals.
+            _setup(
+                "setup.watch_progress",
+                _req("POST", f"{NS}/secrets", {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "progress"}}),
+                201,
+            ),
         ],
     ),
     (
@@ -806,10 +827,21 @@ TEARDOWN: list[dict[str, Any]] = [
 """Best effort after a run, so that a real cluster keeps nothing (errors are ignored)."""
 
 
+def recording_version(major: str, minor: str) -> str:
+    """The key of :data:`RECORDINGS` for a server whose ``/version`` says ``major`` and
+    ``minor`` (a distribution's ``"36+"`` is 36); ``KeyError`` when there is no recording of it."""
+    version = f"{major}.{minor.rstrip('+')}"
+    if version not in RECORDINGS:
+        raise KeyError(f"no recording of kube-apiserver {version} (recordings: {', '.join(RECORDINGS)})")
+    return version
+
+
 @functools.cache
-def steps() -> tuple[Step, ...]:
-    """Every step, in the order they run."""
-    recorded = json.loads(DATA.read_text())
+def steps(version: str = LATEST) -> tuple[Step, ...]:
+    """Every step, in the order they run, expecting the answers of kube-apiserver ``version``
+    (a key of :data:`RECORDINGS`). The versions differ in answers only: the requests and the
+    step names are the same in every recording."""
+    recorded = json.loads(RECORDINGS[version].read_text())
     before: dict[str, list[Step]] = {}
     after: dict[str, list[Step]] = {}
     for anchor, where, authored in AUTHORED:
