@@ -335,15 +335,24 @@ def _review_causes(spec: dict[str, Any], *, self_review: bool) -> list[CauseSpec
     return causes
 
 
+def _fields_v1(value: dict[str, Any]) -> dict[str, Any]:
+    return {
+        f"f:{k}": {".": {}, **_fields_v1(v)} if isinstance(v, dict) else {}
+        for k, v in value.items()
+        if v not in ("", None, [], {}, False)
+    }
+
+
 def review(
-    storage: ObjectStorage, rt: ResourceType, namespace: str | None, body: Any, caller: UserInfo
+    storage: ObjectStorage, rt: ResourceType, namespace: str | None, body: Any, caller: UserInfo, manager: str = ""
 ) -> Obj:
     """Answer a create of the review type ``rt`` (not stored) by ``caller``; raises
     :class:`RequestRejected` (400, 422).
 
     As kube-apiserver 1.36 answers: a ``SelfSubjectReview`` is dated now; a
     ``SelfSubjectRulesReview`` is its status alone (empty metadata and spec) and needs
-    ``spec.namespace`` (400 ``no namespace on request``); access reviews echo their spec.
+    ``spec.namespace`` (400 ``no namespace on request``); access reviews echo their spec and,
+    undated, carry the ``managedFields`` entry of ``manager`` for the spec they were sent.
     """
     if not isinstance(body, dict):
         raise RequestRejected(400, "BadRequest", "the request body must be a JSON object")
@@ -374,6 +383,12 @@ def review(
     if causes:
         raise invalid_causes(rt, str(meta(body).get("name", "")), causes)
     answer["spec"] = spec
+    if manager:
+        answer["metadata"]["managedFields"] = [{
+            "manager": manager, "operation": "Update", "apiVersion": rt.api_version,
+            "time": format_time(storage.wall_clock()), "fieldsType": "FieldsV1",
+            "fieldsV1": {"f:spec": _fields_v1(spec)},
+        }]
     allowed, reason = authorize(storage, caller if self_review else _spec_user(spec), Attributes.from_review(spec))
     status: dict[str, Any] = {"allowed": allowed}
     if reason:

@@ -382,7 +382,7 @@ async def _handle(
     if sub is None and info.verb not in rt.verbs:
         raise RequestRejected(405, "MethodNotAllowed", "the server does not allow this method on the requested resource")
     if rt.storage_key in REVIEW_TYPES:
-        return json_response(201, review(storage, rt, ns, decode_body(request), caller))
+        return json_response(201, review(storage, rt, ns, decode_body(request), caller, _manager(request)))
     if sub == "token":
         if info.verb != "create":
             raise RequestRejected(405, "MethodNotAllowed", "the server does not allow this method on the requested resource")

@@ -1,12 +1,14 @@
 """Decoding of Kubernetes protobuf request bodies for the few kinds kubectl sends that way.
 
 kubectl's typed commands (``create namespace``, ``create configmap``, ``create secret``,
-``create serviceaccount``, ``create token``, ``auth can-i``, ``auth whoami``) send
+``create serviceaccount``, ``create token``, ``create role``, ``create rolebinding``,
+``create clusterrole``, ``create clusterrolebinding``, ``auth can-i``, ``auth whoami``) send
 ``application/vnd.kubernetes.protobuf``. This decodes the ``k8s\\x00`` envelope
 (``runtime.Unknown``) and ``Namespace``, ``ConfigMap``, ``Secret``, ``ServiceAccount``,
-``authentication.k8s.io/v1`` ``TokenRequest`` and ``SelfSubjectReview``, and
+``authentication.k8s.io/v1`` ``TokenRequest`` and ``SelfSubjectReview``,
 ``authorization.k8s.io/v1`` ``SelfSubjectAccessReview``, ``SelfSubjectRulesReview``,
-``SubjectAccessReview`` and ``LocalSubjectAccessReview`` into their JSON form.
+``SubjectAccessReview`` and ``LocalSubjectAccessReview``, and ``rbac.authorization.k8s.io/v1``
+``Role``, ``ClusterRole``, ``RoleBinding`` and ``ClusterRoleBinding`` into their JSON form.
 Responses are always JSON (clients ask for protobuf *or* JSON). Other kinds are refused.
 """
 
@@ -64,6 +66,23 @@ _ACCESS_REVIEW_SPEC: Schema = {
     5: ("extra", ("map", {1: ("items", "repeated_string")})),
     6: ("uid", "string"),
 }
+_POLICY_RULE: Schema = {
+    1: ("verbs", "repeated_string"),
+    2: ("apiGroups", "repeated_string"),
+    3: ("resources", "repeated_string"),
+    4: ("resourceNames", "repeated_string"),
+    5: ("nonResourceURLs", "repeated_string"),
+}
+_LABEL_SELECTOR: Schema = {
+    1: ("matchLabels", "map_string"),
+    2: ("matchExpressions", ("repeated", {1: ("key", "string"), 2: ("operator", "string"), 3: ("values", "repeated_string")})),
+}
+_BINDING: Schema = {
+    1: ("metadata", _OBJECT_META),
+    2: ("subjects", ("repeated", {1: ("kind", "string"), 2: ("apiGroup", "string"), 3: ("name", "string"), 4: ("namespace", "string")})),
+    3: ("roleRef", {1: ("apiGroup", "string"), 2: ("kind", "string"), 3: ("name", "string")}),
+}
+_RBAC = "rbac.authorization.k8s.io/v1"
 _KINDS: dict[tuple[str, str], Schema] = {
     ("v1", "Namespace"): {
         1: ("metadata", _OBJECT_META),
@@ -110,6 +129,14 @@ _KINDS: dict[tuple[str, str], Schema] = {
         1: ("metadata", _OBJECT_META),
         2: ("spec", _ACCESS_REVIEW_SPEC),
     },
+    (_RBAC, "Role"): {1: ("metadata", _OBJECT_META), 2: ("rules", ("repeated", _POLICY_RULE))},
+    (_RBAC, "ClusterRole"): {
+        1: ("metadata", _OBJECT_META),
+        2: ("rules", ("repeated", _POLICY_RULE)),
+        3: ("aggregationRule", {1: ("clusterRoleSelectors", ("repeated", _LABEL_SELECTOR))}),
+    },
+    (_RBAC, "RoleBinding"): _BINDING,
+    (_RBAC, "ClusterRoleBinding"): _BINDING,
 }
 
 

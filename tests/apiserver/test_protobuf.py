@@ -34,7 +34,9 @@ def test_refuses_other_kinds_and_garbage() -> None:
             r"^protobuf bodies are decoded only for authentication.k8s.io/v1 SelfSubjectReview, "
             r"authentication.k8s.io/v1 TokenRequest, authorization.k8s.io/v1 LocalSubjectAccessReview, "
             r"authorization.k8s.io/v1 SelfSubjectAccessReview, authorization.k8s.io/v1 SelfSubjectRulesReview, "
-            r"authorization.k8s.io/v1 SubjectAccessReview, v1 ConfigMap, "
+            r"authorization.k8s.io/v1 SubjectAccessReview, rbac.authorization.k8s.io/v1 ClusterRole, "
+            r"rbac.authorization.k8s.io/v1 ClusterRoleBinding, rbac.authorization.k8s.io/v1 Role, "
+            r"rbac.authorization.k8s.io/v1 RoleBinding, v1 ConfigMap, "
             r"v1 Namespace, v1 Secret, v1 ServiceAccount, not apps/v1 Deployment; send application/json$")):
         decode_protobuf(envelope("apps/v1", "Deployment", b""))
     with pytest.raises(RequestRejected, match=r"^the protobuf request body is malformed$"):
