@@ -93,6 +93,19 @@ def test_kube_target_real_skips_what_needs_the_embedded_server(suite: pytest.Pyt
     ])
 
 
+def test_under_kube_target_real_the_marker_kube_real_selects_what_runs_on_the_real_server(
+    suite: pytest.Pytester,
+) -> None:
+    """``--kube-target=real -m kube_real``: the tests that use the fixtures and need nothing only
+    the embedded server has, and those marked; not what needs virtual time or fault injection."""
+    result = suite.runpytest("-p", "no:cacheprovider", "--kube-target=real", "-m", "kube_real", "--collect-only", "-q")
+    selected = sorted(line.split("::")[1] for line in result.outlines if line.startswith("test_suite.py::"))
+    assert selected == ["test_embedded_under_virtual_time", "test_real"]
+    result.stdout.fnmatch_lines(["2/4 tests collected (2 deselected)*"])
+    default = suite.runpytest("-p", "no:cacheprovider", "-m", "kube_real", "--collect-only", "-q")
+    default.stdout.fnmatch_lines(["1/4 tests collected (3 deselected)*"])
+
+
 def test_an_existing_cluster_from_the_kubeconfig_gives_each_test_its_own_namespace(
     suite: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
