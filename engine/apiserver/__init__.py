@@ -1,4 +1,4 @@
-"""The embedded Kubernetes API server: a kube-apiserver 1.32 look-alike in one trio process.
+"""The embedded Kubernetes API server: a kube-apiserver 1.36 look-alike in one trio process.
 
 Start with :class:`ApiServer`::
 

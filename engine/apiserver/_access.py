@@ -400,7 +400,8 @@ def review(
 def token_request(
     storage: ObjectStorage, tokens: Authenticator, rt: ResourceType, namespace: str | None, name: str, body: Any
 ) -> Obj:
-    """Answer ``POST serviceaccounts/{name}/token`` with a token ``tokens`` signed; raises
+    """Answer ``POST serviceaccounts/{name}/token`` with a token ``tokens`` signed (its
+    ``metadata`` names the service account, with its uid, as 1.36 answers); raises
     :class:`RequestRejected` (404 for a missing service account or bound object, 422 for a
     too short expiry or a bound object of another kind than Secret or Pod)."""
     now = storage.wall_clock
@@ -447,7 +448,12 @@ def token_request(
     return {
         "kind": "TokenRequest",
         "apiVersion": "authentication.k8s.io/v1",
-        "metadata": {"name": name, "namespace": namespace, "creationTimestamp": format_time(issued)},
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "uid": meta(account).get("uid"),
+            "creationTimestamp": format_time(issued),
+        },
         "spec": {"audiences": audiences, "expirationSeconds": seconds, "boundObjectRef": spec.get("boundObjectRef")},
         "status": {"token": token, "expirationTimestamp": format_time(issued + seconds)},
     }

@@ -1,4 +1,4 @@
-"""Admission webhooks, called as kube-apiserver 1.32 calls them.
+"""Admission webhooks, called as kube-apiserver 1.36 calls them.
 
 On a create, update, patch or delete, the stored ``MutatingWebhookConfiguration`` objects
 (sorted by name, webhooks in order) are consulted first: each matching webhook gets an

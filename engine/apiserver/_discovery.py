@@ -18,16 +18,21 @@ __all__ = ["SERVER_VERSION", "discovery_response"]
 
 SERVER_VERSION = {
     "major": "1",
-    "minor": "32",
-    "gitVersion": "v1.32.0-engine.testing",
+    "minor": "36",
+    "emulationMajor": "1",
+    "emulationMinor": "36",
+    "minCompatibilityMajor": "1",
+    "minCompatibilityMinor": "35",
+    "gitVersion": "v1.36.0-engine.testing",
     "gitCommit": "0000000000000000000000000000000000000000",
     "gitTreeState": "clean",
     "buildDate": "2026-01-01T00:00:00Z",
-    "goVersion": "go1.23.0",
+    "goVersion": "go1.26.0",
     "compiler": "gc",
     "platform": "linux/amd64",
 }
-"""What ``/version`` answers."""
+"""What ``/version`` answers: the fields of kube-apiserver 1.36, whose emulation version is
+its own release and whose minimum compatibility version the one before."""
 
 
 def _groups(types: list[ResourceType]) -> dict[str, list[ResourceType]]:

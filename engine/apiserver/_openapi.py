@@ -112,7 +112,7 @@ def openapi_document(types: list[ResourceType], *, sharding: bool = False) -> di
             }
     return {
         "openapi": "3.0.0",
-        "info": {"title": "Kubernetes", "version": "v1.32.0-engine.testing"},
+        "info": {"title": "Kubernetes", "version": "1.36"},
         "paths": paths,
         "components": {"schemas": dict(_SHARD_SCHEMAS) if sharding else {}},
     }

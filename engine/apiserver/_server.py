@@ -107,7 +107,7 @@ class ApiServer:
     ``metadata.namespace``, a malformed one is a 500, and lists of built-in kinds echo it in
     ``metadata.shardInfo``. Off (the default, as on a real server) the parameter is ignored.
     Stored ``MutatingWebhookConfiguration`` and ``ValidatingWebhookConfiguration`` objects are
-    honoured as kube-apiserver 1.32 honours them (see :mod:`._admission`), and custom resources
+    honoured as kube-apiserver 1.36 honours them (see :mod:`._admission`), and custom resources
     whose CRD names a conversion webhook are converted through it (see :mod:`._conversion`).
     Webhook calls go over HTTPS, checked with the configuration's ``caBundle``, unless
     ``webhook_transport`` (an ``httpx.AsyncBaseTransport``, assignable at any time) is set:

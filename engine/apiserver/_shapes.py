@@ -69,7 +69,7 @@ _POD_SPEC = Shape(
 )
 
 _TEMPLATE = Shape(fields={"metadata": METADATA, "spec": _POD_SPEC})
-_EMPTY_TEMPLATE: dict[str, Any] = {"metadata": {"creationTimestamp": None}, "spec": {"containers": None}}
+_EMPTY_TEMPLATE: dict[str, Any] = {"metadata": {}, "spec": {"containers": None}}
 
 
 def _root(fields: Mapping[str, Shape] | None = None, empty: Mapping[str, Any] | None = None) -> Shape:
@@ -117,7 +117,7 @@ _BUILTIN: dict[tuple[str, str], Shape] = {
         {
             "spec": {
                 "schedule": "",
-                "jobTemplate": {"metadata": {"creationTimestamp": None}, "spec": {"template": _EMPTY_TEMPLATE}},
+                "jobTemplate": {"metadata": {}, "spec": {"template": _EMPTY_TEMPLATE}},
             },
             "status": {},
         },

@@ -111,13 +111,11 @@ def default_pod_spec(spec: Any) -> None:
 
 
 def default_template(template: Any) -> None:
-    """Fill a PodTemplateSpec's defaults in place (``metadata.creationTimestamp: null``, as the
-    real server answers templates, and the pod spec's defaults)."""
+    """Fill a PodTemplateSpec's defaults in place (``metadata``, ``{}`` when the request has
+    none, as a 1.36 server answers templates, and the pod spec's defaults)."""
     if not isinstance(template, dict):
         return
-    metadata = template.setdefault("metadata", {})
-    if isinstance(metadata, dict):
-        metadata.setdefault("creationTimestamp", None)
+    template.setdefault("metadata", {})
     default_pod_spec(template.get("spec"))
 
 
@@ -187,7 +185,7 @@ def _default_cronjob(spec: dict[str, Any]) -> None:
     spec.setdefault("failedJobsHistoryLimit", 1)
     job_template = spec.setdefault("jobTemplate", {})
     if isinstance(job_template, dict):
-        job_template.setdefault("metadata", {}).setdefault("creationTimestamp", None)
+        job_template.setdefault("metadata", {})
         job_spec = job_template.setdefault("spec", {})
         if isinstance(job_spec, dict):
             default_template(job_spec.get("template"))

@@ -57,6 +57,7 @@ async def test_token_request(client: httpx.AsyncClient) -> None:
     assert r.status_code == 201
     answer = r.json()
     assert answer["kind"] == "TokenRequest" and answer["spec"]["boundObjectRef"] is None
+    assert answer["metadata"]["uid"] == sa["metadata"]["uid"]
     payload = answer["status"]["token"].split(".")[1]
     claims = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
     assert claims["sub"] == "system:serviceaccount:default:op" and claims["aud"] == ["x"]

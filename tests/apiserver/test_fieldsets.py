@@ -27,7 +27,7 @@ def test_typed_empty_fields_and_keyed_lists() -> None:
         "spec": {
             "selector": {"matchLabels": {"app": "w"}},
             "template": {
-                "metadata": {"creationTimestamp": None},
+                "metadata": {},
                 "spec": {"containers": [{"name": "c", "image": "i"}]},
             },
             "strategy": {},
