@@ -1,4 +1,12 @@
-"""``python -m engine apiserver``: run the embedded API server from the command line."""
+"""``python -m engine apiserver``: run the embedded API server from the command line.
+
+It serves HTTPS with a generated CA by default, and the kubeconfig it writes carries a client
+certificate in ``system:masters``: kubectl sends no bearer token over plain HTTP, so this is
+what makes kubectl work while no request without credentials gets in (such a request is
+``system:anonymous`` and may read ``/healthz``, ``/livez``, ``/readyz`` and ``/version``
+only, as on a cluster). ``--plain-http`` serves HTTP; its kubeconfig carries a bearer token
+instead, which engine.kube and httpx send but kubectl does not.
+"""
 
 from __future__ import annotations
 
@@ -17,11 +25,18 @@ __all__ = ["main", "server_from_args"]
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m engine apiserver",
-        description="Run the embedded Kubernetes-compatible API server until SIGINT or SIGTERM.",
+        description="Run the embedded Kubernetes-compatible API server until SIGINT or SIGTERM. It serves HTTPS "
+        "with a generated CA; the kubeconfig it writes authenticates with a client certificate in system:masters. "
+        "A request without credentials is system:anonymous, which may read only /healthz, /livez, /readyz and "
+        "/version.",
     )
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     parser.add_argument("--port", type=int, default=0, help="port to listen on; 0 picks a free one (default)")
-    parser.add_argument("--tls", action="store_true", help="serve HTTPS with a generated CA and client certificates")
+    scheme = parser.add_mutually_exclusive_group()
+    scheme.add_argument("--plain-http", action="store_true",
+                        help="serve plain HTTP instead; the kubeconfig then carries an admin bearer token, which "
+                        "engine.kube and httpx send but kubectl does not send over HTTP (so kubectl cannot use it)")
+    scheme.add_argument("--tls", action="store_true", help="serve HTTPS (the default; kept for older command lines)")
     parser.add_argument("--write-kubeconfig", metavar="PATH", help="write a kubeconfig for the server to PATH")
     parser.add_argument(
         "--no-controllers",
@@ -63,7 +78,7 @@ def server_from_args(args: argparse.Namespace) -> ApiServer:
     return ApiServer(
         host=args.host,
         port=args.port,
-        tls=args.tls,
+        tls=not args.plain_http,
         history_size=args.history_size,
         bookmark_interval=args.bookmark_interval,
         controllers=not args.no_controllers,

@@ -311,7 +311,7 @@ async def _follow(
 ) -> int:
     headers = [(b"authorization", f"Bearer {token}".encode())] if token else None
     state = LiveState()
-    shown = args.url
+    shown = _without_token(str(args.url))
     try:
         async with open_websocket_url(url, extra_headers=headers, connect_timeout=args.timeout) as ws:
             hello = json.loads(await ws.get_message())
@@ -385,6 +385,15 @@ async def _read_snapshot(ws: Any, state: LiveState, timeout: float) -> None:
         state.apply(message)
         if message.get("type") == _SNAPSHOT_END:
             return
+
+
+def _without_token(url: str) -> str:
+    """``url`` with the value of a ``token`` query parameter hidden, for messages."""
+    parts = urlsplit(url)
+    if not parts.query:
+        return url
+    query = "&".join("token=REDACTED" if item.split("=", 1)[0] == "token" else item for item in parts.query.split("&"))
+    return str(urlunsplit((parts.scheme, parts.netloc, parts.path, query, parts.fragment)))
 
 
 def _reason(exc: BaseException) -> str:

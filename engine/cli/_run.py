@@ -2,8 +2,13 @@
 
 Flags follow controller-runtime based managers (``--kubeconfig``, ``--leader-elect``,
 ``--metrics-bind-address``, ``--health-probe-bind-address``...). ``--embedded`` starts the
-embedded API server, installs the plugins' CRDs, applies their example manifests, writes a
-kubeconfig for ``kubectl``, and runs until Ctrl-C.
+embedded API server (HTTPS with a generated CA unless ``--apiserver-plain-http``; its
+kubeconfig's client certificate is the only way in besides tokens it issues: a request without
+credentials is ``system:anonymous``), installs the plugins' CRDs, applies their example
+manifests, writes a kubeconfig for ``kubectl``, and runs until Ctrl-C. The live stream and
+dashboard (``--live-bind-address``) always need a token: ``--live-token`` or
+``$ENGINE_LIVE_TOKEN``, else a random one, printed in the dashboard's URL on stdout (never
+logged).
 
 Every flag is checked before anything is written to the cluster: the values themselves (exit
 code 2, usage errors), then the plugins are loaded and the metrics, probe and live-stream
@@ -56,8 +61,11 @@ PROGRESS_ENV = "ENGINE_PROGRESS"
 _DESCRIPTION = """\
 Run plugins against a cluster (--kubeconfig, as controller-runtime managers do) or against
 the embedded API server (--embedded), until SIGTERM or Ctrl-C; a second signal forces the
-stop. --embedded installs the plugins' CRDs, applies their example objects and writes a
-kubeconfig for kubectl. Plugins' admission and conversion webhooks are served over HTTPS
+stop. --embedded serves the API over HTTPS with a generated CA, installs the plugins' CRDs,
+applies their example objects and writes a kubeconfig for kubectl (a client certificate;
+requests without credentials are system:anonymous, which may read /healthz, /livez, /readyz and
+/version only). The live stream and dashboard need a token; without --live-token a random one
+is made and printed in their URLs. Plugins' admission and conversion webhooks are served over HTTPS
 (--webhook-bind-address, --webhook-cert-dir); --embedded registers them with the server.
 
 Exit codes: 0 after a graceful stop, 1 when start-up or the run fails (one "error:" line
@@ -88,6 +96,9 @@ def _parser() -> argparse.ArgumentParser:
     target.add_argument("--context", help="kubeconfig context to use (default: current-context)")
     target.add_argument("--embedded", action="store_true", help="start the embedded API server and run against it")
     target.add_argument("--apiserver-port", type=int, default=0, help="--embedded: API server port (default: a free one)")
+    target.add_argument("--apiserver-plain-http", action="store_true",
+                        help="--embedded: serve plain HTTP instead of HTTPS; the kubeconfig then carries an admin "
+                             "bearer token, which the runner sends but kubectl does not send over HTTP")
     target.add_argument("--write-kubeconfig", metavar="PATH", default=None,
                         help="--embedded: where to write the kubeconfig "
                              "(default: $XDG_CACHE_HOME/engine/embedded.kubeconfig, else ~/.cache/engine/...)")
@@ -138,8 +149,8 @@ def _parser() -> argparse.ArgumentParser:
     ops.add_argument("--live-bind-address", default="0", metavar="ADDRESS",
                      help='live stream and dashboard address, e.g. ":8082"; "0" disables (default)')
     ops.add_argument("--live-token", metavar="TOKEN", default=None,
-                     help=f"bearer token the live stream and dashboard require (default: ${TOKEN_ENV}; "
-                          "none when unset)")
+                     help=f"bearer token the live stream and dashboard require (default: ${TOKEN_ENV}; when unset, "
+                          "a random one, printed in the dashboard and live-stream URLs)")
     hooks = p.add_argument_group("webhooks")
     hooks.add_argument("--webhook-bind-address", default=None, metavar="ADDRESS",
                        help="serve the plugins' admission and conversion webhooks over HTTPS here "
@@ -393,7 +404,7 @@ async def _start_and_run(args: argparse.Namespace, box: list[_Running], progress
         if args.embedded:
             from ..apiserver import ApiServer
 
-            api = await stack.enter_async_context(ApiServer(port=args.apiserver_port))
+            api = await stack.enter_async_context(ApiServer(port=args.apiserver_port, tls=not args.apiserver_plain_http))
             kubeconfig = Path(args.write_kubeconfig).resolve() if args.write_kubeconfig else default_kubeconfig_path()
             kubeconfig.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
             api.write_kubeconfig(kubeconfig)
@@ -580,16 +591,22 @@ def _observability(manager: Manager, args: argparse.Namespace) -> Observability 
 
 
 def _print_addresses(obs: Observability | None) -> None:
+    """Print where the endpoints listen. A live token the user gave is never printed; one
+    the stream made up (no ``--live-token``) is, in the URLs, since nobody else knows it."""
     if obs is None:
         return
     for what, address in (("metrics", obs.metrics_address), ("health probes", obs.health_probe_address)):
         if address is not None:
             print(f"{what} on http://{address[0]}:{address[1]}", flush=True)
-    if obs.live_url is not None:
-        print(f"live stream on {obs.live_url} (python -m engine live {obs.live_url})", flush=True)
-    if obs.dashboard_url is not None:
-        token = " (add ?token=<the live token>)" if obs.live is not None and obs.live.needs_token else ""
-        print(f"dashboard at {obs.dashboard_url}{token}", flush=True)
+    live = obs.live
+    if live is None or live.url is None or live.dashboard_url is None:
+        return
+    if live.token_generated:
+        print(f"live stream on {live.url} (python -m engine live {live.url} --token {live.token})", flush=True)
+        print(f"dashboard at {live.dashboard_url}?token={live.token}", flush=True)
+    else:
+        print(f"live stream on {live.url} (python -m engine live {live.url} --token <the live token>)", flush=True)
+        print(f"dashboard at {live.dashboard_url} (add ?token=<the live token>)", flush=True)
 
 
 def _progress_enabled(args: argparse.Namespace) -> bool:

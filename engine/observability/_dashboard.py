@@ -2,9 +2,10 @@
 
 The page is three static files shipped as package data (``engine/observability/dashboard/``):
 plain HTML, CSS and JavaScript, no build step, nothing loaded from elsewhere. The page opens
-the websocket ``/live`` on the same address and draws from its messages. With a live-stream
-token, ``/`` needs it too: ``?token=<token>`` (a browser cannot set headers when it navigates
-or opens a websocket) or ``Authorization: Bearer <token>``; the page passes it on to ``/live``.
+the websocket ``/live`` on the same address and draws from its messages. ``/`` needs the
+live stream's token (every stream has one): ``?token=<token>`` (a browser cannot set headers
+when it navigates or opens a websocket) or ``Authorization: Bearer <token>``; the page passes it
+on to ``/live``.
 The script and stylesheet are the same public files as in the package and carry no data,
 so they are served without the token.
 """

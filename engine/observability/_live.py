@@ -2,9 +2,11 @@
 
 Connect to ``ws://HOST:PORT/live``, optionally filtered with query parameters ``controller``,
 ``object`` (``Kind/namespace/name``, as ``str(ObjectRef)``) and ``namespace``, each repeatable.
-With a token configured the handshake must carry ``Authorization: Bearer <token>`` or the
-query parameter ``token`` (browsers cannot set headers on a websocket). The same address serves
-the live dashboard, a web page, at ``/`` (see ``engine._dashboard``).
+The handshake must carry the stream's token, as ``Authorization: Bearer <token>`` or the query
+parameter ``token`` (browsers cannot set headers on a websocket); without one given, the stream
+makes up a random token (:attr:`LiveStream.token`), so nobody reads the stream without
+credentials. The same address serves the live dashboard, a web page, at ``/`` (see
+``engine._dashboard``), which needs the token too.
 
 Messages (every one has ``type`` and ``ts``, wall-clock seconds):
 
@@ -40,6 +42,7 @@ from __future__ import annotations
 import hmac
 import json
 import logging
+import secrets
 import time
 from collections.abc import Callable, Iterable, Iterator
 from functools import partial
@@ -139,8 +142,9 @@ class LiveStream(RunObserver):
     Construct it with the manager (before :meth:`Manager.run`): it adds itself as an observer
     and as the event sink ``"live"``. Serve it with :meth:`serve` in the services nursery.
     ``client_buffer`` is each client's buffer, in messages; ``max_clients`` caps connections
-    (more are refused with 503); ``token`` requires ``Authorization: Bearer <token>``
-    (compared in constant time, never logged). When the manager stops, a shutdown hook gives
+    (more are refused with 503); ``token`` is what the handshake must carry as
+    ``Authorization: Bearer <token>`` or ``?token=`` (compared in constant time, never logged,
+    not in the repr): without it a random one is made (read it from :attr:`token`). When the manager stops, a shutdown hook gives
     clients up to ``flush_timeout`` seconds in all to receive what is buffered for them (run
     steps up to the last ``shutdown``); what reaches sinks later may not be sent.
     ``max_objects`` bounds what the stream remembers for late clients (:class:`LiveState`);
@@ -165,7 +169,8 @@ class LiveStream(RunObserver):
         if max_clients < 1:
             raise ValueError("max_clients must be >= 1")
         self.manager = manager
-        self._token = token.encode() if token else None
+        self._token_generated = not token
+        self._token = (token or secrets.token_urlsafe(24)).encode()
         self._client_buffer = client_buffer
         self._max_clients = max_clients
         self._flush_timeout = flush_timeout
@@ -220,8 +225,20 @@ class LiveStream(RunObserver):
 
     @property
     def needs_token(self) -> bool:
-        """Whether the stream and the dashboard ask for a token."""
-        return self._token is not None
+        """Whether the stream and the dashboard ask for a token: always (kept for callers that
+        asked before every stream had one)."""
+        return True
+
+    @property
+    def token(self) -> str:
+        """The token the stream and the dashboard's page require (the one given, or the random
+        one made up without it)."""
+        return self._token.decode()
+
+    @property
+    def token_generated(self) -> bool:
+        """Whether :attr:`token` was made up here (no token was given)."""
+        return self._token_generated
 
     def statistics(self) -> LiveStatistics:
         return LiveStatistics(
@@ -454,8 +471,6 @@ class LiveStream(RunObserver):
             nursery.cancel_scope.cancel(reason="live stream connection handled")
 
     def _token_ok(self, authorization: bytes | None, query_tokens: Iterable[str]) -> bool:
-        if self._token is None:
-            return True
         if authorization is not None:
             scheme, _, credentials = authorization.partition(b" ")
             if scheme.lower() == b"bearer":

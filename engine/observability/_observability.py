@@ -33,8 +33,12 @@ class Observability:
     interface, port 0 an ephemeral port (read it back from :attr:`metrics_address` and friends
     once the manager started). When metrics and probes are given the same address (not port 0)
     they share one server. Metrics are collected whether or not they are served; read them
-    from :attr:`registry`. ``live_token`` makes the live stream require
-    ``Authorization: Bearer <token>``; ``live_client_buffer`` is each live client's buffer, in
+    from :attr:`registry`. ``live_token`` is what the live stream and dashboard require
+    (``Authorization: Bearer <token>`` or ``?token=``); without it a random one is made
+    (``obs.live.token``), so the stream never serves anyone without credentials. Metrics and
+    probes carry no object data and are served without credentials, as controller-runtime
+    serves them; bind them to loopback (the default for ``":port"``) or protect them in front.
+    ``live_client_buffer`` is each live client's buffer, in
     messages (beyond it messages to that client are skipped and counted). ``process_metrics``
     adds prometheus-client's ``process_*`` and ``python_*`` collectors.
 

@@ -36,6 +36,12 @@ def setup(**kwargs: Any) -> tuple[Manager, Controller, Observability, Recorder]:
     return manager, controller, obs, recorder
 
 
+def stream(obs: Observability) -> list[str]:
+    """The live command's arguments for this stream: its URL and the token it made up."""
+    assert obs.live is not None
+    return [str(obs.live_url), "--token", obs.live.token]
+
+
 class Signalling(io.StringIO):
     """A stderr for main() in a thread: sets a trio event once a line contains ``marker``."""
 
@@ -59,7 +65,7 @@ async def test_watch_main_against_a_running_manager_prints_lines_then_the_table(
     codes: list[int] = []
 
     async def watch() -> None:
-        codes.append(await trio.to_thread.run_sync(lambda: main([str(obs.live_url), "--count", "7"], stdout=out, stderr=err)))
+        codes.append(await trio.to_thread.run_sync(lambda: main([*stream(obs), "--count", "7"], stdout=out, stderr=err)))
 
     with trio.fail_after(10):
         async with running(manager):
@@ -90,8 +96,8 @@ async def test_python_m_engine_watch_subprocess_follow_and_ctrl_c() -> None:
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     with trio.fail_after(15):
         async with running(manager):
-            for argv, interrupt in (([str(obs.live_url), "--follow", "--count", "3"], False),
-                                    ([str(obs.live_url), "--follow"], True)):
+            for argv, interrupt in (([*stream(obs), "--follow", "--count", "3"], False),
+                                    ([*stream(obs), "--follow"], True)):
                 process = await trio.lowlevel.open_process(
                     [sys.executable, "-m", "engine", "watch", *argv],
                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
@@ -205,7 +211,7 @@ async def test_once_shows_every_object_seen_even_after_their_runs_ended() -> Non
 
     def once() -> None:
         out = io.StringIO()
-        result.append((main([str(obs.live_url), "--once"], stdout=out, stderr=io.StringIO()), out.getvalue()))
+        result.append((main([*stream(obs), "--once"], stdout=out, stderr=io.StringIO()), out.getvalue()))
 
     with trio.fail_after(10):
         async with running(manager):

@@ -322,7 +322,7 @@ async def test_kubectl_applies_the_manifests_to_the_embedded_server(tmp_path: Pa
     replicated = await _manifests_of("--plugin", "bundles", "--replicas", "2")
     assert b"kind: PodDisruptionBudget" in replicated
     kubeconfig = tmp_path / "kubeconfig"
-    async with ApiServer() as api:
+    async with ApiServer(tls=True) as api:
         api.write_kubeconfig(kubeconfig)
         for ns in ("engine-system", "demo"):
             assert (await _kubectl(kubeconfig, "create", "namespace", ns))[0] == 0

@@ -46,10 +46,11 @@ async def _kubectl(kubeconfig: Path, *args: str, stdin: bytes | None = None) -> 
     return out
 
 
-def _token_kubeconfig(path: Path, server: str, token: str) -> Path:
+def _token_kubeconfig(path: Path, api: ApiServer, token: str) -> Path:
+    """A kubeconfig with the server's cluster (its URL and CA) and only ``token`` as credential."""
     path.write_text(yaml.safe_dump({
         "apiVersion": "v1", "kind": "Config",
-        "clusters": [{"name": "c", "cluster": {"server": server}}],
+        "clusters": [{"name": "c", "cluster": api.kubeconfig["clusters"][0]["cluster"]}],
         "users": [{"name": "sa", "user": {"token": token}}],
         "contexts": [{"name": "sa", "context": {"cluster": "c", "user": "sa", "namespace": "engine-system"}}],
         "current-context": "sa",
@@ -60,7 +61,7 @@ def _token_kubeconfig(path: Path, server: str, token: str) -> Path:
 
 async def test_the_generated_role_is_enough_and_a_bare_service_account_is_refused(tmp_path: Path) -> None:
     served: list[ServedRequest] = []
-    async with ApiServer() as api:
+    async with ApiServer(tls=True) as api:
         api.add_request_observer(served.append)
         admin = tmp_path / "admin.kubeconfig"
         api.write_kubeconfig(admin)
@@ -73,7 +74,7 @@ async def test_the_generated_role_is_enough_and_a_bare_service_account_is_refuse
         await _kubectl(admin, "apply", "-f", "-", stdin=yaml.safe_dump_all(installed).encode())
         await _kubectl(admin, "apply", "-f", str(EXAMPLES))
         token = (await _kubectl(admin, "create", "token", "engine-bundles", "-n", "engine-system")).strip()
-        operator = _token_kubeconfig(tmp_path / "sa.kubeconfig", api.url, token)
+        operator = _token_kubeconfig(tmp_path / "sa.kubeconfig", api, token)
 
         async with runner(operator, "--plugin", "bundles", "--skip-crd-install", "--progress", "never"):
             with trio.fail_after(60):
@@ -91,7 +92,7 @@ async def test_the_generated_role_is_enough_and_a_bare_service_account_is_refuse
 
         await _kubectl(admin, "create", "serviceaccount", "nobody", "-n", "engine-system")
         bare = (await _kubectl(admin, "create", "token", "nobody", "-n", "engine-system")).strip()
-        nobody = _token_kubeconfig(tmp_path / "nobody.kubeconfig", api.url, bare)
+        nobody = _token_kubeconfig(tmp_path / "nobody.kubeconfig", api, bare)
         code, out, err = await _run(sys.executable, "-m", "engine", "run", "--kubeconfig", str(nobody),
                                     "--plugin", "bundles", "--skip-crd-install", "--progress", "never",
                                     "--log-format", "json", "--log-level", "error")

@@ -71,8 +71,12 @@ async def test_kubectl_sees_a_cycle_refused_and_the_interval_defaulted(tmp_path:
         assert code == 0, out
         code, out = await _kubectl(kubeconfig, "get", "bundle", "plain", "-o", "jsonpath={.spec.interval}")
         assert (code, out) == (0, "10m")
-        url = next(line.split()[3] for line in run.lines if line.startswith("live stream on "))
-        async with open_websocket_url(url) as ws:
+        [live] = [line.split() for line in run.lines if line.startswith("live stream on ")]
+        url, token = live[3], live[-1].removesuffix(")")
+        assert live[4:] == ["(python", "-m", "engine", "live", url, "--token", f"{token})"], "a token made up for the run"
+        assert f"dashboard at {url.replace('ws://', 'http://').removesuffix('live')}?token={token}" in run.lines
+        assert token not in run.err.decode(), "printed for the user, never logged"
+        async with open_websocket_url(f"{url}?token={token}") as ws:
             hello = json.loads(await ws.get_message())
         mutate, validate = hello["notices"]
         assert re.fullmatch(r"webhook /mutate/default.bundles.engine.dev: \d+ requests, 0 denied, 0 errors, "

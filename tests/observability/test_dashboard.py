@@ -100,14 +100,16 @@ async def test_page_and_assets_are_served_next_to_live_with_their_content_types(
         async with running(manager):
             assert obs.live_address is not None
             base = "http://{}:{}".format(*obs.live_address)
+            assert obs.live is not None
+            token = obs.live.token
             async with httpx.AsyncClient(base_url=base) as http:
-                page = await http.get("/")
+                page = await http.get("/", params={"token": token})
                 script = await http.get("/dashboard.js")
                 style = await http.get("/dashboard.css")
-                head = await http.head("/")
+                head = await http.head("/", params={"token": token})
                 missing = await http.get("/nope")
                 live_without_upgrade = await http.get("/live")
-            async with open_websocket_url(obs.live_url) as ws:
+            async with open_websocket_url(f"{obs.live_url}?token={token}") as ws:
                 assert json.loads(await ws.get_message())["type"] == "hello"
     assert page.status_code == 200
     assert page.headers["content-type"] == "text/html; charset=utf-8"
@@ -163,9 +165,10 @@ async def test_clients_that_reset_or_send_nothing_do_not_stop_the_server() -> No
             await reset.send_all(b"GET / HTTP/1.1\r\nHost: x\r\n")
             reset.socket.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
             await reset.aclose()
+            assert obs.live is not None
             async with httpx.AsyncClient() as http:
-                page = await http.get(f"http://{host}:{port}/")
-            async with open_websocket_url(obs.live_url) as ws:
+                page = await http.get(f"http://{host}:{port}/", params={"token": obs.live.token})
+            async with open_websocket_url(f"{obs.live_url}?token={obs.live.token}") as ws:
                 assert json.loads(await ws.get_message())["type"] == "hello"
     assert page.status_code == 200
 
@@ -194,9 +197,8 @@ async def test_embedded_demo_in_a_browser(tmp_path: Path) -> None:
             nursery.start_soon(runner._pump, proc.stderr, runner._log)
             with trio.fail_after(60):
                 await runner.wait_for(lambda r: any("running;" in line for line in r.stdout) or r.closed == 2)
-            live = next((line.split()[3] for line in runner.stdout if line.startswith("live stream on ")), None)
-            assert live is not None, runner.stdout
-            page_url = live.replace("ws://", "http://").removesuffix("/live") + "/"
+            page_url = next((line.split()[2] for line in runner.stdout if line.startswith("dashboard at ")), None)
+            assert page_url is not None and "/?token=" in page_url, runner.stdout
             async with Client(Config.from_kubeconfig(kubeconfig), user_agent="dashboard-test") as client:
                 await _add_variety(client)
             with trio.fail_after(90):

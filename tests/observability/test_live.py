@@ -93,7 +93,7 @@ async def test_lifecycle_sequence_per_key_and_events() -> None:
         async with trio.open_nursery() as nursery:
             async with running(manager):
                 assert obs.live_url is not None and obs.live_url.startswith("ws://127.0.0.1:")
-                ws = await nursery.start(_connect, obs.live_url)
+                ws = await nursery.start(_connect, authed(obs))
                 hello = json.loads(await ws.get_message())
                 nursery.start_soon(collect, ws, messages, lambda m: m.get("step") == "shutdown")
                 for ref in (OK, BAD, LATER, TERM, DEP):
@@ -163,7 +163,7 @@ async def test_no_secret_reaches_a_live_stream_client() -> None:
         async with trio.open_nursery() as nursery:
             async with running(manager):
                 assert obs.live_url is not None
-                ws = await nursery.start(_connect, obs.live_url)
+                ws = await nursery.start(_connect, authed(obs))
                 raw.append(await ws.get_message())
 
                 async def read_all() -> None:
@@ -177,7 +177,7 @@ async def test_no_secret_reaches_a_live_stream_client() -> None:
                 await recorder.wait_until(lambda: len(recorder.finished) == len(refs))
                 while sum('"CallFailed"' in m for m in raw) < len(refs):
                     await trio.sleep(0.01)
-                late_ws = await nursery.start(_connect, obs.live_url)
+                late_ws = await nursery.start(_connect, authed(obs))
                 for _ in range(3):
                     late.append(await late_ws.get_message())
             nursery.cancel_scope.cancel()
@@ -189,6 +189,12 @@ async def test_no_secret_reaches_a_live_stream_client() -> None:
     for secret in ALL_SECRETS:
         for text in raw + late:
             assert secret not in text, secret
+
+
+def authed(obs: Observability) -> str:
+    """The live stream's URL with its token (every stream has one; this one made it up)."""
+    assert obs.live is not None and obs.live_url is not None
+    return f"{obs.live_url}?token={obs.live.token}"
 
 
 async def _connect(url: str, *, task_status: trio.TaskStatus[WebSocketConnection] = trio.TASK_STATUS_IGNORED) -> None:
@@ -210,10 +216,10 @@ async def test_filters_by_controller_object_and_namespace() -> None:
     seen: dict[str, list[dict[str, Any]]] = {"ctl": [], "obj": [], "ns": []}
     with trio.fail_after(10):
         async with running(manager):
-            url = obs.live_url
-            async with open_websocket_url(f"{url}?controller=b") as ctl, \
-                    open_websocket_url(f"{url}?object={OK}&object={TERM}") as obj, \
-                    open_websocket_url(f"{url}?namespace=other") as ns:
+            url = authed(obs)
+            async with open_websocket_url(f"{url}&controller=b") as ctl, \
+                    open_websocket_url(f"{url}&object={OK}&object={TERM}") as obj, \
+                    open_websocket_url(f"{url}&namespace=other") as ns:
                 hellos = [json.loads(await w.get_message()) for w in (ctl, obj, ns)]
                 a.trigger(OK)
                 a.trigger(BAD)
@@ -260,7 +266,7 @@ async def test_bearer_token_is_required_and_never_logged(caplog: pytest.LogCaptu
     assert all(token not in r.getMessage() and token not in str(vars(r)) for r in caplog.records)
 
 
-async def _stuck_client(address: tuple[str, int] | None) -> trio.SocketStream:
+async def _stuck_client(address: tuple[str, int] | None, token: str) -> trio.SocketStream:
     """A websocket client that completes the handshake and then never reads."""
     assert address is not None
     sock = trio.socket.socket()
@@ -269,7 +275,7 @@ async def _stuck_client(address: tuple[str, int] | None) -> trio.SocketStream:
     stream = trio.SocketStream(sock)
     key = base64.b64encode(os.urandom(16))
     await stream.send_all(
-        b"GET /live HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+        b"GET /live?token=" + token.encode() + b" HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
         b"Sec-WebSocket-Key: " + key + b"\r\nSec-WebSocket-Version: 13\r\n\r\n"
     )
     response = b""
@@ -303,7 +309,8 @@ async def test_a_client_that_never_reads_does_not_slow_the_engine() -> None:
     with trio.fail_after(15):
         async with running(manager):
             alone = await batch("alone")
-            stuck = await _stuck_client(obs.live_address)
+            assert obs.live is not None
+            stuck = await _stuck_client(obs.live_address, obs.live.token)
             await trio.testing.wait_all_tasks_blocked()
             assert obs.live.statistics().clients == 1
             with_stuck = await batch("stuck")
@@ -334,7 +341,7 @@ async def test_a_slow_client_is_told_how_many_messages_it_missed() -> None:
     messages: list[dict[str, Any]] = []
     with trio.fail_after(10):
         async with running(manager):
-            async with open_websocket_url(str(obs.live_url)) as ws:
+            async with open_websocket_url(authed(obs)) as ws:
                 await ws.get_message()
                 for i in range(10):
                     controller.trigger(ObjectRef("K", f"k{i}"))
@@ -358,10 +365,10 @@ async def test_too_many_clients_are_refused() -> None:
     obs.live._max_clients = 1
     with trio.fail_after(10):
         async with running(manager):
-            async with open_websocket_url(str(obs.live_url)) as ws:
+            async with open_websocket_url(authed(obs)) as ws:
                 await ws.get_message()
                 with pytest.raises(ConnectionRejected) as rejected:
-                    async with open_websocket_url(str(obs.live_url)):
+                    async with open_websocket_url(authed(obs)):
                         pass
     assert rejected.value.status_code == 503
 
@@ -384,7 +391,7 @@ async def test_notices_reach_hello_and_every_controllers_message_redacted() -> N
     obs.live.add_notices(lambda: [f"token {SECRET_TEXTS[0]}"])
     with trio.fail_after(10):
         async with running(manager):
-            async with open_websocket_url(obs.live_url) as ws:
+            async with open_websocket_url(authed(obs)) as ws:
                 hello = json.loads(await ws.get_message())
                 notices.append("a second notice")
                 while (message := json.loads(await ws.get_message()))["type"] != "controllers":

@@ -152,7 +152,7 @@ async def test_late_client_gets_objects_in_chunks_then_events_then_stats_and_rea
                 c.trigger(ObjectRef("Widget", f"n{n}", "ns"), revision="r1")
             await recorder.wait_until(lambda: len(recorder.finished) == total)
             assert live.url is not None
-            async with open_websocket_url(live.url, max_message_size=16 * 1024 * 1024) as ws:
+            async with open_websocket_url(f"{live.url}?token={live.token}", max_message_size=16 * 1024 * 1024) as ws:
                 hello = json.loads(await ws.get_message())
                 chunks = [json.loads(await ws.get_message()) for _ in range(3)]
                 events = json.loads(await ws.get_message())
