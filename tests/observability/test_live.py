@@ -239,6 +239,25 @@ async def test_filters_by_controller_object_and_namespace() -> None:
     assert steps(seen["obj"], OK) == ["queued", "started", "succeeded"]
 
 
+async def test_a_stream_given_no_token_makes_one_up_and_refuses_clients_without_it() -> None:
+    manager = Manager(handle_signals=False)
+    obs = Observability(manager, live_bind_address=":0")
+    assert obs.live is not None and obs.live.token_generated and len(obs.live.token) >= 32
+    assert obs.live.token not in repr(obs.live)
+    with trio.fail_after(10):
+        async with running(manager):
+            assert obs.live_url is not None and obs.live_address is not None
+            for url in (obs.live_url, f"{obs.live_url}?token=", f"{obs.live_url}?token=wrong"):
+                with pytest.raises(ConnectionRejected) as rejected:
+                    async with open_websocket_url(url):
+                        pass
+                assert rejected.value.status_code == 401
+            page = await get(obs.live_address, "/")
+            async with open_websocket_url(authed(obs)) as ws:
+                assert json.loads(await ws.get_message())["type"] == "hello"
+    assert page.status_code == 401
+
+
 async def test_bearer_token_is_required_and_never_logged(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.DEBUG)
     token = "s3cret-live-token"
