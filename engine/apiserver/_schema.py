@@ -78,6 +78,12 @@ class FieldError:
         return cls(reason, field, f"Invalid value: {go_value(value)}" + (f": {detail}" if detail else ""))
 
     @classmethod
+    def invalid_unshown(cls, field: str, detail: str) -> FieldError:
+        """``Invalid value: <detail>``: an invalid value the message leaves out, as 1.36 words a
+        failed CEL rule on an object or a list."""
+        return cls("FieldValueInvalid", field, f"Invalid value: {detail}")
+
+    @classmethod
     def type_invalid(cls, field: str, value: Any, detail: str) -> FieldError:
         return cls.invalid(field, value, detail, "FieldValueTypeInvalid")
 
@@ -96,7 +102,8 @@ class FieldError:
 
     @classmethod
     def too_many(cls, field: str, actual: int, maximum: int) -> FieldError:
-        return cls("FieldValueTooMany", field, f"Too many: {actual}: must have at most {maximum} items")
+        noun = "item" if maximum == 1 else "items"
+        return cls("FieldValueTooMany", field, f"Too many: {actual}: must have at most {maximum} {noun}")
 
     @classmethod
     def duplicate(cls, field: str, value: Any) -> FieldError:
@@ -134,9 +141,10 @@ def go_float(f: float) -> str:
 
 
 def go_value(value: Any) -> str:
-    """``value`` as the real server prints a bad value in a field error."""
+    """``value`` as kube-apiserver 1.36 prints a bad value in a field error: scalars as Go's
+    ``%v`` and JSON strings, ``null``, objects and lists as compact JSON with sorted keys."""
     if value is None:
-        return '"null"'
+        return "null"
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, int):
@@ -145,20 +153,12 @@ def go_value(value: Any) -> str:
         return go_float(value)
     if isinstance(value, str):
         return json.dumps(value, ensure_ascii=False)
-    return _go_syntax(value)
+    return compact_json(value)
 
 
-def _go_syntax(value: Any) -> str:
-    if isinstance(value, dict):
-        inner = ", ".join(f"{json.dumps(k)}:{_go_syntax(v)}" for k, v in sorted(value.items()))
-        return "map[string]interface {}{" + inner + "}"
-    if isinstance(value, list):
-        return "[]interface {}{" + ", ".join(_go_syntax(v) for v in value) + "}"
-    if value is None:
-        return "interface {}(nil)"
-    if isinstance(value, str):
-        return json.dumps(value, ensure_ascii=False)
-    return go_value(value)
+def compact_json(value: Any) -> str:
+    """``value`` as Go's ``encoding/json`` writes it: no spaces, map keys sorted."""
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), sort_keys=True)
 
 
 _NOT_CHECKED = FieldError.invalid(
@@ -513,7 +513,7 @@ class SchemaNode:
         for allowed in self.enum:
             if _enum_equal(value, allowed):
                 return []
-        supported = [a if isinstance(a, str) else json.dumps(a) for a in self.enum]
+        supported = [a if isinstance(a, str) else compact_json(a) for a in self.enum]
         return [FieldError.not_supported(field, value, supported)]
 
     def _check_object(self, value: dict[str, Any], name: str, prefix: str, old: Any) -> list[FieldError]:
@@ -561,7 +561,7 @@ class SchemaNode:
                 failure = rule.check(value, None if old is _MISSING else old, has_old=old is not _MISSING)
                 if failure is not None:
                     field = f"{path}.{rule.field_path}" if rule.field_path and path else (rule.field_path or path)
-                    errors.append(_rule_error(failure, field or "<nil>", self.schema_type))
+                    errors.append(_rule_error(failure, field or "<nil>", self.schema_type, value))
         if isinstance(value, dict):
             olds = old if isinstance(old, dict) else {}
             for key, item in value.items():
@@ -587,14 +587,18 @@ class SchemaNode:
             yield from self.items.walk(f"{path}.items")
 
 
-def _rule_error(failure: _cel.Failure, field: str, schema_type: str) -> FieldError:
+def _rule_error(failure: _cel.Failure, field: str, schema_type: str, value: Any) -> FieldError:
+    """A failed rule's error as 1.36 words it: the value of ``self`` shown when it is a scalar,
+    left out when it is an object or a list."""
     if failure.reason == "FieldValueForbidden":
         return FieldError.forbidden(field, failure.message)
     if failure.reason == "FieldValueRequired":
         return FieldError.required(field, failure.message)
     if failure.reason == "FieldValueDuplicate":
         return FieldError.duplicate(field, schema_type)
-    return FieldError.invalid(field, schema_type, failure.message)
+    if isinstance(value, (dict, list)):
+        return FieldError.invalid_unshown(field, failure.message)
+    return FieldError.invalid(field, value, failure.message)
 
 
 def _enum_equal(value: Any, allowed: Any) -> bool:

@@ -12,11 +12,13 @@ without kube-controller-manager (``observedGeneration`` stays where a client lef
 from __future__ import annotations
 
 import copy
+import json
 import re
 from typing import Any
 
 from ._objects import Obj, meta
 from ._resources import ResourceType
+from ._schema import compact_json
 from ._status import CauseSpec, invalid_causes
 
 __all__ = [
@@ -363,10 +365,24 @@ def _validate_templated(spec: dict[str, Any], causes: list[CauseSpec], restart: 
                     (
                         "FieldValueInvalid",
                         "spec.template.metadata.labels",
-                        f"Invalid value: {labels}: `selector` does not match template `labels`",
+                        f"Invalid value: {compact_json(labels)}: `selector` does not match template `labels`",
                     )
                 )
     _validate_pod_spec(template.get("spec"), "spec.template.spec", causes, restart)
+
+
+def _selector_json(selector: Any) -> str:
+    """A ``LabelSelector`` as 1.36 prints it in a field error: its JSON, fields in the API's
+    order, empty ones left out."""
+    if not isinstance(selector, dict):
+        return "null"
+    ordered = {k: selector[k] for k in ("matchLabels", "matchExpressions") if selector.get(k)}
+    if isinstance(ordered.get("matchExpressions"), list):
+        ordered["matchExpressions"] = [
+            {k: e[k] for k in ("key", "operator", "values") if k in e} if isinstance(e, dict) else e
+            for e in ordered["matchExpressions"]
+        ]
+    return json.dumps(ordered, ensure_ascii=False, separators=(",", ":"))
 
 
 def validate(rt: ResourceType, obj: Obj, old: Obj | None) -> list[CauseSpec]:
@@ -393,7 +409,8 @@ def validate(rt: ResourceType, obj: Obj, old: Obj | None) -> list[CauseSpec]:
             if strategy.get("type") == "Recreate" and strategy.get("rollingUpdate") is not None:
                 causes.append(("FieldValueForbidden", "spec.strategy.rollingUpdate", "Forbidden: may not be specified when strategy `type` is 'Recreate'"))
         if old is not None and spec.get("selector") != _dict(old.get("spec")).get("selector"):
-            causes.append(("FieldValueInvalid", "spec.selector", f"Invalid value: {spec.get('selector')}: field is immutable"))
+            shown = _selector_json(spec.get("selector"))
+            causes.append(("FieldValueInvalid", "spec.selector", f"Invalid value: {shown}: field is immutable"))
     elif key == ("batch", "jobs"):
         for field in ("parallelism", "completions", "backoffLimit", "activeDeadlineSeconds"):
             _nonnegative(spec, field, causes)

@@ -31,7 +31,7 @@ async def test_deployment_defaults_generation_and_scale(client: httpx.AsyncClien
     created = (await client.post(DEPLOYS, json=deployment())).json()
     spec = created["spec"]
     assert spec["replicas"] == 1 and spec["revisionHistoryLimit"] == 10 and spec["progressDeadlineSeconds"] == 600
-    assert spec["template"]["metadata"]["creationTimestamp"] is None
+    assert spec["template"]["metadata"] == {"labels": {"app": "web"}}
     pod = spec["template"]["spec"]
     assert (pod["restartPolicy"], pod["dnsPolicy"], pod["schedulerName"]) == ("Always", "ClusterFirst", "default-scheduler")
     assert pod["containers"][0]["terminationMessagePath"] == "/dev/termination-log"
