@@ -8,13 +8,17 @@ Events, and the leader election Lease when there is more than one replica), a Se
 metrics, the Deployment, and a PodDisruptionBudget when there is more than one replica.
 
 When a plugin declares webhooks (:attr:`engine.kube.Plugin.webhooks`): a Service
-``<name>-webhook`` on port 9443, the Deployment serves them there with the certificate of the
-Secret ``<name>-webhook-cert`` (mounted at ``/etc/engine/webhook-certs``), the
+``<name>-webhook`` on port 9443, the Deployment serves them there, the
 ``MutatingWebhookConfiguration`` and ``ValidatingWebhookConfiguration`` (printed last) call that
 Service, and CRDs with a conversion webhook get their ``conversion`` stanza. No ``caBundle`` is
-written: each of these objects carries ``cert-manager.io/inject-ca-from: <namespace>/<name>-webhook``
-for cert-manager's CA injector; ``--cert-manager`` adds the self-signed Issuer and the
-Certificate of that name that writes the Secret (without it, provide both).
+written: by default the runner provisions its certificate itself (``run --webhook-service``,
+:class:`engine.kube.CertRotator`): it keeps a CA and a serving certificate in the Secret
+``<name>-webhook-cert`` (printed empty, filled by the runner; its Role may get and update only
+that Secret) and writes the CA into those configurations and conversion stanzas (its
+ClusterRole may get and update only those). With ``--cert-manager`` cert-manager does it: a
+self-signed Issuer and a Certificate write the Secret, mounted at ``/etc/engine/webhook-certs``,
+and the objects carry ``cert-manager.io/inject-ca-from: <namespace>/<name>-webhook`` for its CA
+injector.
 
 The same command line always gives the same bytes. With ``-o DIR`` each kind goes to its own
 file there, with a ``kustomization.yaml`` listing them.
@@ -51,7 +55,8 @@ PROBE_PORT = 8081
 WEBHOOK_PORT = 9443
 """The webhook server's port: the container's, the webhook Service's and the configurations'."""
 WEBHOOK_CERT_DIR = "/etc/engine/webhook-certs"
-"""Where the Deployment mounts the Secret holding the webhook server's ``tls.crt`` and ``tls.key``."""
+"""Where the Deployment mounts cert-manager's Secret holding the webhook server's ``tls.crt``
+and ``tls.key`` (``--cert-manager``)."""
 RUN_AS = 65532
 """The uid and gid the runner image's user has (the Containerfile's ``engine`` user)."""
 SHUTDOWN_MARGIN = 15
@@ -68,8 +73,10 @@ metrics, the Deployment running `python -m engine run` and, when --replicas > 1,
 PodDisruptionBudget. With -o DIR, one file per kind and a kustomization.yaml.
 
 Plugins with webhooks also get a webhook Service, the Mutating/ValidatingWebhookConfiguration
-and CRD conversion stanzas; their caBundle is left to cert-manager's CA injector (the
-cert-manager.io/inject-ca-from annotation; --cert-manager adds the Issuer and Certificate).
+and CRD conversion stanzas, and an empty Secret in which the runner keeps the CA and serving
+certificate it makes, writing the CA into their caBundle itself (no cert-manager needed). With
+--cert-manager, a cert-manager Issuer and Certificate write that Secret instead and its CA
+injector fills the caBundle (the cert-manager.io/inject-ca-from annotation).
 
 Exit codes: 0 when written, 1 when a plugin cannot be loaded or set up, 2 for a bad flag.
 """
@@ -101,8 +108,9 @@ def _parser() -> argparse.ArgumentParser:
                    help=f"the runner's --grace-period; the pod's terminationGracePeriodSeconds is "
                         f"{SHUTDOWN_MARGIN} s more (default {DEFAULT_GRACE_PERIOD:g})")
     p.add_argument("--cert-manager", action="store_true",
-                   help="plugins with webhooks: also emit a self-signed cert-manager Issuer and the Certificate "
-                        "whose CA the CA injector writes into the webhook configurations")
+                   help="plugins with webhooks: let cert-manager make the serving certificate (a self-signed "
+                        "Issuer and a Certificate; its CA injector writes the caBundle) instead of the runner "
+                        "(default: the runner keeps it in a Secret and writes the caBundle itself)")
     p.add_argument("-o", "--output-dir", metavar="DIR",
                    help="write one file per kind and a kustomization.yaml into DIR instead of printing")
     return p
@@ -154,6 +162,7 @@ def manifests(
     from ..kube import (
         EVENT_RULES,
         INJECT_CA_ANNOTATION,
+        CertProvisioning,
         Permissions,
         PolicyRule,
         leader_election_rules,
@@ -169,10 +178,12 @@ def manifests(
                     namespace=install_namespace),)
         if scale_out else leader_election_rules(install_namespace)
     )
-    all_rules = [*rules, *EVENT_RULES, *(lease_rules if leader else ())]
-    permissions = Permissions.resolve(all_rules, namespace=namespace)
     webhooks = [webhook for plugin in plugins for webhook in plugin.webhooks]
-    inject = {INJECT_CA_ANNOTATION: f"{install_namespace}/{name}-webhook"}
+    provision = CertProvisioning(f"{name}-webhook", install_namespace, name) if webhooks and not cert_manager else None
+    all_rules = [*rules, *EVENT_RULES, *(lease_rules if leader else ()),
+                 *(provision.rules(webhooks) if provision is not None else ())]
+    permissions = Permissions.resolve(all_rules, namespace=namespace)
+    inject = {INJECT_CA_ANNOTATION: f"{install_namespace}/{name}-webhook"} if cert_manager else {}
     client_config = service_client_config(f"{name}-webhook", install_namespace, WEBHOOK_PORT)
     crds = sorted(with_conversion([crd for plugin in plugins for crd in plugin.crds], webhooks,
                                   client_config=client_config, annotations=inject),
@@ -197,9 +208,13 @@ def manifests(
         })
         if cert_manager:
             objects.extend(_cert_manager(name=name, install_namespace=install_namespace, labels=labels))
+        else:
+            objects.append({"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+                            "metadata": {"name": f"{name}-webhook-cert", "namespace": install_namespace,
+                                         "labels": labels}})
     objects.append(_deployment(plugins, namespace=namespace, install_namespace=install_namespace, name=name,
                                image=image, replicas=replicas, grace_period=grace_period, labels=labels,
-                               scale_out=scale_out, webhooks=bool(webhooks)))
+                               scale_out=scale_out, webhooks=bool(webhooks), cert_manager=cert_manager))
     if leader:
         objects.append({
             "apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
@@ -248,6 +263,7 @@ def _deployment(
     labels: Mapping[str, str],
     scale_out: bool = False,
     webhooks: bool = False,
+    cert_manager: bool = False,
 ) -> dict[str, Any]:
     args = [f"--plugin={plugin.name}" for plugin in plugins]
     if namespace is not None:
@@ -268,10 +284,14 @@ def _deployment(
     mounts: list[dict[str, Any]] = [{"name": "tmp", "mountPath": "/tmp"}]
     volumes: list[dict[str, Any]] = [{"name": "tmp", "emptyDir": {}}]
     if webhooks:
-        args += [f"--webhook-bind-address=0.0.0.0:{WEBHOOK_PORT}", f"--webhook-cert-dir={WEBHOOK_CERT_DIR}"]
+        args.append(f"--webhook-bind-address=0.0.0.0:{WEBHOOK_PORT}")
         ports.append({"name": "webhook", "containerPort": WEBHOOK_PORT, "protocol": "TCP"})
-        mounts.append({"name": "webhook-certs", "mountPath": WEBHOOK_CERT_DIR, "readOnly": True})
-        volumes.append({"name": "webhook-certs", "secret": {"secretName": f"{name}-webhook-cert"}})
+        if cert_manager:
+            args.append(f"--webhook-cert-dir={WEBHOOK_CERT_DIR}")
+            mounts.append({"name": "webhook-certs", "mountPath": WEBHOOK_CERT_DIR, "readOnly": True})
+            volumes.append({"name": "webhook-certs", "secret": {"secretName": f"{name}-webhook-cert"}})
+        else:
+            args += [f"--webhook-service={install_namespace}/{name}-webhook", f"--webhook-configuration={name}"]
     container = {
         "name": "engine",
         "image": image,

@@ -160,6 +160,15 @@ def _parser() -> argparse.ArgumentParser:
                        help="directory with tls.crt and tls.key (re-read when they change, as cert-manager "
                             "rotates them) and, for --embedded to register, ca.crt; default: a CA and certificate "
                             "made at start")
+    hooks.add_argument("--webhook-service", metavar="NAMESPACE/NAME", default=None,
+                       help="provision the serving certificate for the webhooks behind this Service: a CA and "
+                            "certificate kept (issued, renewed) in the Secret NAME-cert of NAMESPACE and the CA "
+                            "written into the caBundle of the webhook configurations (--webhook-configuration) and "
+                            "CRD conversions that call the Service, as cert-controller does; not with "
+                            "--webhook-cert-dir")
+    hooks.add_argument("--webhook-configuration", metavar="NAME", default=None,
+                       help="with --webhook-service: the name of the Mutating/ValidatingWebhookConfiguration "
+                            "(default: the name `manifests` gives them, engine-<plugins>)")
     ops.add_argument("--progress", choices=["auto", "always", "never"], default="auto",
                      help=f"print each object's progress (ready, failed, rollouts, shutdown) on stdout: "
                           f"auto does so when stdout is a terminal (default auto; ${PROGRESS_ENV} overrides auto)")
@@ -208,6 +217,16 @@ def _check(args: argparse.Namespace) -> None:
             parse_bind_address(args.webhook_bind_address)
         except ValueError as exc:
             raise _UsageError(f"--webhook-bind-address: {exc}") from None
+    if args.webhook_service is not None:
+        namespace, _, name = args.webhook_service.partition("/")
+        if not (namespace and name and "/" not in name):
+            raise _UsageError(f"--webhook-service must be NAMESPACE/NAME, got {args.webhook_service!r}")
+        if args.webhook_cert_dir:
+            raise _UsageError("--webhook-service provisions the certificate: not with --webhook-cert-dir")
+        if args.embedded:
+            raise _UsageError("--webhook-service is for a cluster's Service: not with --embedded")
+    elif args.webhook_configuration is not None:
+        raise _UsageError("--webhook-configuration needs --webhook-service")
     seen: dict[tuple[str, int], str] = {}
     for flag, address in _addresses(args):
         try:
@@ -254,7 +273,7 @@ async def _check_listeners(args: argparse.Namespace) -> None:
 async def _webhook_serving(args: argparse.Namespace, plugins: list[Plugin]) -> WebhookServing | None:
     """How to serve the plugins' webhooks (``None``: not at all), the address bound once and
     the certificate read, so that neither fails once the cluster is touched."""
-    from ..kube import DEFAULT_WEBHOOK_PORT, WebhookCertificates, WebhookError, WebhookServing
+    from ..kube import DEFAULT_WEBHOOK_PORT, CertProvisioning, WebhookCertificates, WebhookError, WebhookServing
     from ..observability import parse_bind_address
 
     if not any(plugin.webhooks for plugin in plugins):
@@ -271,6 +290,10 @@ async def _webhook_serving(args: argparse.Namespace, plugins: list[Plugin]) -> W
                             f"{_os_reason(exc)}") from exc
     for listener in listeners:
         await listener.aclose()
+    if args.webhook_service is not None:
+        namespace, _, service = args.webhook_service.partition("/")
+        configuration = args.webhook_configuration or default_lease_name([p.name for p in plugins])
+        return WebhookServing((host, port), provision=CertProvisioning(service, namespace, configuration))
     try:
         if args.webhook_cert_dir:
             certificates = WebhookCertificates.from_dir(args.webhook_cert_dir)
@@ -535,6 +558,11 @@ async def _host(
                 obs.live.add_notices(host.webhook_server.summary)
             registered = " (registered with the API server)" if host.webhooks_registered else ""
             print(f"webhooks on {host.webhook_server.url}{registered}", flush=True)
+            rotator = host.cert_rotator
+            if rotator is not None:
+                issued = "issued into" if rotator.issued else "read from"
+                print(f"webhook certificate for {rotator.hosts[0]} {issued} Secret {rotator.namespace}/{rotator.secret}"
+                      f"; its CA is in {counted(rotator.injected, 'caBundle')} written now", flush=True)
         print("running; press Ctrl-C to stop", flush=True)
     return reports[0]
 

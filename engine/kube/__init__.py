@@ -161,6 +161,8 @@ if _typing.TYPE_CHECKING:
     from ._webhook_server import WebhookError as WebhookError
     from ._webhook_server import WebhookServer as WebhookServer
     from ._webhook_server import WebhookTransport as WebhookTransport
+    from ._webhook_certs import CertProvisioning as CertProvisioning
+    from ._webhook_certs import CertRotator as CertRotator
     from ._webhook_config import INJECT_CA_ANNOTATION as INJECT_CA_ANNOTATION
     from ._webhook_config import register_webhooks as register_webhooks
     from ._webhook_config import service_client_config as service_client_config
@@ -192,6 +194,8 @@ _LAZY = {
     "PluginError": "engine.kube._plugin",
     "PluginHost": "engine.kube._plugin",
     "WebhookServing": "engine.kube._plugin",
+    "CertProvisioning": "engine.kube._webhook_certs",
+    "CertRotator": "engine.kube._webhook_certs",
     "install_crds": "engine.kube._plugin",
     "load_plugin": "engine.kube._plugin",
     "load_plugins": "engine.kube._plugin",
@@ -358,6 +362,8 @@ __all__ = [
     "WebhookError",
     "WebhookServer",
     "WebhookTransport",
+    "CertProvisioning",
+    "CertRotator",
     "INJECT_CA_ANNOTATION",
     "register_webhooks",
     "service_client_config",

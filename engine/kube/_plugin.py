@@ -30,8 +30,9 @@ from ._metrics import WebhookCollector
 from ._rbac import PolicyRule, crd_rules, merge_rules, rules_for
 from ._resource import Resource
 from ._ring import HashRing
+from ._webhook_certs import CertProvisioning, CertRotator
 from ._webhook_config import register_webhooks, url_client_config
-from ._webhook_server import DEFAULT_WEBHOOK_PORT, WebhookCertificates, WebhookServer
+from ._webhook_server import DEFAULT_WEBHOOK_PORT, WebhookCertificates, WebhookServer, server_context
 from ._webhooks import AdmissionWebhook, ConversionWebhook, Webhook
 
 if TYPE_CHECKING:
@@ -353,6 +354,8 @@ class PluginHost:
     """The server of the plugins' webhooks, when :func:`run_plugins` serves them."""
     webhooks_registered: bool = False
     """Whether their configurations were registered with the API server."""
+    cert_rotator: CertRotator | None = None
+    """What keeps the webhook server's certificate, with :attr:`WebhookServing.provision`."""
 
 
 @attrs.frozen
@@ -366,6 +369,10 @@ class WebhookServing:
     register: bool = False
     """Register the configurations with a ``url`` clientConfig and the CA bundle (the embedded
     server, development); in a cluster ``manifests`` installs them."""
+    provision: CertProvisioning | None = None
+    """Issue and renew the serving certificate in a Secret and write its CA into the
+    configurations (:class:`CertRotator`) instead of reading it from ``certificates``' files
+    or cert-manager's Secret."""
 
 
 async def run_plugins(
@@ -496,14 +503,21 @@ async def run_plugins(
     if not host.plugins:
         reasons = "; ".join(str(e) for e in errors)
         raise PluginError("no plugin could be set up" + (f": {reasons}" if reasons else ""))
-    host.rules = merge_rules([*needed, *_manager_rules(manager), *(scale_out.rules if scale_out else ())])
+    declared = [webhook for plugin in host.plugins for webhook in plugin.webhooks]
+    provision = webhooks.provision if webhooks is not None and declared else None
+    host.rules = merge_rules([*needed, *_manager_rules(manager), *(scale_out.rules if scale_out else ()),
+                              *(provision.rules(declared) if provision else ())])
     if check_access:
         await _require_access(client, [r for r in host.rules if r not in checked], host.plugins, namespace)
-    declared = [webhook for plugin in host.plugins for webhook in plugin.webhooks]
     async with trio.open_nursery() as services:
         if webhooks is not None and declared:
+            certificates = webhooks.certificates
+            if provision is not None:
+                certificates = certificates or WebhookCertificates(server_context())
+                host.cert_rotator = provision.rotator(client, declared, certificates)
+                await services.start(host.cert_rotator.run)
             server = host.webhook_server = WebhookServer(
-                declared, certificates=webhooks.certificates, host=webhooks.address[0], port=webhooks.address[1],
+                declared, certificates=certificates, host=webhooks.address[0], port=webhooks.address[1],
                 cluster=cluster, client=client,
             )
             await services.start(server.serve)

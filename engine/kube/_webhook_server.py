@@ -47,7 +47,7 @@ class WebhookError(KubeError):
     """The webhook server cannot start: its certificate cannot be read, its address not bound."""
 
 
-def _server_context() -> ssl.SSLContext:
+def server_context() -> ssl.SSLContext:
     """TLS 1.2 or later, HTTP/1.1 offered by ALPN (the API server speaks HTTP/2 only when asked)."""
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
@@ -56,7 +56,7 @@ def _server_context() -> ssl.SSLContext:
 
 
 def _load_context(cert: Path, key: Path) -> ssl.SSLContext:
-    context = _server_context()
+    context = server_context()
     context.load_cert_chain(cert, key)
     return context
 
@@ -105,7 +105,7 @@ class WebhookCertificates:
 
         ca = trustme.CA(organization_name="engine webhooks")
         server = ca.issue_cert(*hosts)
-        context = _server_context()
+        context = server_context()
         server.configure_cert(context)
         return cls(context, ca.cert_pem.bytes())
 

@@ -67,8 +67,13 @@ def _role(kind: str, rules: list[dict[str, Any]], namespace: str | None = None) 
     return {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": kind, "metadata": meta, "rules": rules}
 
 
-WEBHOOK_ARGS = ["--webhook-bind-address=0.0.0.0:9443", "--webhook-cert-dir=/etc/engine/webhook-certs"]
-INJECT = {"cert-manager.io/inject-ca-from": "engine-system/engine-bundles-webhook"}
+WEBHOOK_ARGS = ["--webhook-bind-address=0.0.0.0:9443", "--webhook-service=engine-system/engine-bundles-webhook",
+                "--webhook-configuration=engine-bundles"]
+CONFIGURATION_RULES = [
+    _rule("admissionregistration.k8s.io", "mutatingwebhookconfigurations", "get update", ("engine-bundles",)),
+    _rule("admissionregistration.k8s.io", "validatingwebhookconfigurations", "get update", ("engine-bundles",)),
+]
+CERT_ROLE_RULES = [_rule("", "secrets", "get update", ("engine-bundles-webhook-cert",))]
 
 
 def _webhook_entry(name: str, path: str, namespace: str | None) -> dict[str, Any]:
@@ -85,7 +90,7 @@ def _webhook_entry(name: str, path: str, namespace: str | None) -> dict[str, Any
 
 
 def _configurations(namespace: str | None) -> list[dict[str, Any]]:
-    meta = {"name": "engine-bundles", "labels": LABELS, "annotations": INJECT}
+    meta = {"name": "engine-bundles", "labels": LABELS}
     mutating = {**_webhook_entry("default.bundles.engine.dev", "/mutate/default.bundles.engine.dev", namespace),
                 "reinvocationPolicy": "Never"}
     return [
@@ -103,6 +108,8 @@ WEBHOOK_SERVICE = {
     "spec": {"selector": LABELS, "ports": [{"name": "webhook", "port": 9443, "targetPort": "webhook",
                                             "protocol": "TCP"}]},
 }
+CERT_SECRET = {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+               "metadata": {"name": "engine-bundles-webhook-cert", "namespace": "engine-system", "labels": LABELS}}
 
 
 def _deployment(args: list[str], *, replicas: int, grace: int, strategy: dict[str, Any]) -> dict[str, Any]:
@@ -137,12 +144,9 @@ def _deployment(args: list[str], *, replicas: int, grace: int, strategy: dict[st
                             "readOnlyRootFilesystem": True, "allowPrivilegeEscalation": False,
                             "capabilities": {"drop": ["ALL"]}, "seccompProfile": {"type": "RuntimeDefault"},
                         },
-                        "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"},
-                                         {"name": "webhook-certs", "mountPath": "/etc/engine/webhook-certs",
-                                          "readOnly": True}],
+                        "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
                     }],
-                    "volumes": [{"name": "tmp", "emptyDir": {}},
-                                {"name": "webhook-certs", "secret": {"secretName": "engine-bundles-webhook-cert"}}],
+                    "volumes": [{"name": "tmp", "emptyDir": {}}],
                 },
             },
         },
@@ -173,12 +177,15 @@ def test_one_replica_for_a_namespace_gets_a_role_there_and_no_leader_election(
     assert docs[:2] == [dict(crd) for crd in sorted(load_plugin("bundles").crds, key=lambda c: c["metadata"]["name"])]
     assert docs[2:] == [
         *COMMON,
-        _role("ClusterRole", [CRD_RULE]),
+        _role("ClusterRole", [*CONFIGURATION_RULES, CRD_RULE]),
         _binding("ClusterRole"),
         _role("Role", BUNDLES_RULES, "demo"),
         _binding("Role", "demo"),
+        _role("Role", CERT_ROLE_RULES, "engine-system"),
+        _binding("Role", "engine-system"),
         SERVICE,
         WEBHOOK_SERVICE,
+        CERT_SECRET,
         _deployment(["--plugin=bundles", "--namespace=demo", "--skip-crd-install", "--grace-period=15", *PROBES],
                     replicas=1, grace=30, strategy={"type": "Recreate"}),
         *_configurations("demo"),
@@ -194,12 +201,14 @@ def test_replicas_elect_a_leader_with_a_lease_in_the_engine_namespace_and_get_a_
     assert (code, err) == (0, "")
     assert list(yaml.safe_load_all(out))[2:] == [
         *COMMON,
-        _role("ClusterRole", [BUNDLES_RULES[0], CRD_RULE, *BUNDLES_RULES[1:]]),
+        _role("ClusterRole", [BUNDLES_RULES[0], *CONFIGURATION_RULES, CRD_RULE, *BUNDLES_RULES[1:]]),
         _binding("ClusterRole"),
-        _role("Role", [_rule("coordination.k8s.io", "leases", "create get update")], "engine-system"),
+        _role("Role", [*CERT_ROLE_RULES, _rule("coordination.k8s.io", "leases", "create get update")],
+              "engine-system"),
         _binding("Role", "engine-system"),
         SERVICE,
         WEBHOOK_SERVICE,
+        CERT_SECRET,
         _deployment(["--plugin=bundles", "--skip-crd-install", "--leader-elect", "--leader-election-id=engine-bundles",
                      "--leader-election-namespace=engine-system", "--grace-period=20.5", *PROBES],
                     replicas=2, grace=36,
@@ -217,7 +226,8 @@ def test_scale_out_replicas_divide_the_objects_through_a_ring_of_leases(capsys: 
     docs = list(yaml.safe_load_all(out))
     role = next(d for d in docs if d["kind"] == "Role")
     assert role["metadata"]["namespace"] == "engine-system"
-    assert role["rules"] == [_rule("coordination.k8s.io", "leases", "create delete get list update watch")]
+    assert role["rules"] == [*CERT_ROLE_RULES,
+                             _rule("coordination.k8s.io", "leases", "create delete get list update watch")]
     deployment = next(d for d in docs if d["kind"] == "Deployment")
     args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
     assert "--scale-out" in args and "--leader-elect" not in args
@@ -240,13 +250,16 @@ def test_the_same_input_gives_the_same_bytes_and_plugins_are_named_in_order(
         ("ClusterRoleBinding", "engine-bundles-mirror", None),
         ("Role", "engine-bundles-mirror", "demo"),
         ("RoleBinding", "engine-bundles-mirror", "demo"),
+        ("Role", "engine-bundles-mirror", "engine-system"),
+        ("RoleBinding", "engine-bundles-mirror", "engine-system"),
         ("Service", "engine-bundles-mirror-metrics", "engine-system"),
         ("Service", "engine-bundles-mirror-webhook", "engine-system"),
+        ("Secret", "engine-bundles-mirror-webhook-cert", "engine-system"),
         ("Deployment", "engine-bundles-mirror", "engine-system"),
         ("MutatingWebhookConfiguration", "engine-bundles-mirror", None),
         ("ValidatingWebhookConfiguration", "engine-bundles-mirror", None),
     ]
-    assert docs[10]["spec"]["template"]["spec"]["containers"][0]["args"][:2] == ["--plugin=mirror", "--plugin=bundles"]
+    assert docs[13]["spec"]["template"]["spec"]["containers"][0]["args"][:2] == ["--plugin=mirror", "--plugin=bundles"]
 
 
 def test_output_dir_gets_one_file_per_kind_and_a_kustomization(
@@ -256,7 +269,7 @@ def test_output_dir_gets_one_file_per_kind_and_a_kustomization(
     target = tmp_path / "deploy"
     code, out, err = _run(capsys, "--plugin", "bundles", "--replicas", "3", "-o", str(target))
     files = ["customresourcedefinition.yaml", "namespace.yaml", "serviceaccount.yaml", "clusterrole.yaml",
-             "clusterrolebinding.yaml", "role.yaml", "rolebinding.yaml", "service.yaml", "deployment.yaml",
+             "clusterrolebinding.yaml", "role.yaml", "rolebinding.yaml", "service.yaml", "secret.yaml", "deployment.yaml",
              "poddisruptionbudget.yaml", "mutatingwebhookconfiguration.yaml", "validatingwebhookconfiguration.yaml"]
     assert (code, out, err) == (0, "".join(f"wrote {target / f}\n" for f in [*files, "kustomization.yaml"]), "")
     assert sorted(p.name for p in target.iterdir()) == sorted([*files, "kustomization.yaml"])

@@ -73,6 +73,11 @@ def _kubeconfig(tmp_path: Path, *, server: str = "http://127.0.0.1:1", user: dic
      "error: --scale-out-handover-grace must be a number of seconds >= 0, got -1"),
     (("--webhook-bind-address", "9443:x"),
      "error: --webhook-bind-address: bind address must be 'host:port', ':port' or '0' to disable, got '9443:x'"),
+    (("--webhook-service", "engine-webhook"), "error: --webhook-service must be NAMESPACE/NAME, got 'engine-webhook'"),
+    (("--webhook-service", "ops/a/b"), "error: --webhook-service must be NAMESPACE/NAME, got 'ops/a/b'"),
+    (("--webhook-service", "ops/hook", "--webhook-cert-dir", "/certs"),
+     "error: --webhook-service provisions the certificate: not with --webhook-cert-dir"),
+    (("--webhook-configuration", "engine-bundles"), "error: --webhook-configuration needs --webhook-service"),
 ])
 def test_a_bad_flag_is_one_error_line_and_exit_code_2(tmp_path: Path, flags: tuple[str, ...], message: str) -> None:
     out = _run("--kubeconfig", str(_kubeconfig(tmp_path)), "--plugin", "bundles", *flags)
