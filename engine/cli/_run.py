@@ -561,8 +561,10 @@ async def _host(
             rotator = host.cert_rotator
             if rotator is not None:
                 issued = "issued into" if rotator.issued else "read from"
+                bundles = (f"its CA written into {counted(rotator.injected, 'caBundle')}" if rotator.injected
+                           else "the caBundles already held its CA")
                 print(f"webhook certificate for {rotator.hosts[0]} {issued} Secret {rotator.namespace}/{rotator.secret}"
-                      f"; its CA is in {counted(rotator.injected, 'caBundle')} written now", flush=True)
+                      f"; {bundles}", flush=True)
         print("running; press Ctrl-C to stop", flush=True)
     return reports[0]
 

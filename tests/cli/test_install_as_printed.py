@@ -167,6 +167,8 @@ async def test_the_printed_install_serves_its_webhooks_with_the_certificate_the_
         text = log.read_text()
         assert token.strip() not in text
         assert "webhook certificate issued for engine-bundles-webhook.engine-system.svc" in text
+        assert ("webhook certificate for engine-bundles-webhook.engine-system.svc issued into Secret "
+                "engine-system/engine-bundles-webhook-cert; its CA written into 2 caBundles") in text
     finally:
         if runner is not None and runner.returncode is None:
             runner.kill()
