@@ -28,7 +28,7 @@ import trio
 from ._client import Client
 from ._errors import AlreadyExistsError, ApiError, ConflictError, KubeError, NotFoundError, TransportError
 from ._rbac import PolicyRule
-from ._webhook_server import WebhookCertificates, _load_context
+from ._webhook_server import WebhookCertificates, load_server_context
 from ._webhooks import AdmissionWebhook, ConversionWebhook, Webhook
 
 __all__ = ["CertProvisioning", "CertRotator", "issue_serving_certificate"]
@@ -356,7 +356,7 @@ class CertRotator:
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
             with os.fdopen(fd, "wb") as file:
                 file.write(content)
-        self.certificates.context = _load_context(cert, key)
+        self.certificates.context = load_server_context(cert, key)
         self.certificates.ca_bundle = data["ca.crt"]
         self._current = current
         self.loaded += 1

@@ -55,7 +55,8 @@ def server_context() -> ssl.SSLContext:
     return context
 
 
-def _load_context(cert: Path, key: Path) -> ssl.SSLContext:
+def load_server_context(cert: Path, key: Path) -> ssl.SSLContext:
+    """A :func:`server_context` holding the certificate chain and key read from these files."""
     context = server_context()
     context.load_cert_chain(cert, key)
     return context
@@ -91,7 +92,7 @@ class WebhookCertificates:
         cert, key = path / "tls.crt", path / "tls.key"
         try:
             seen = _fingerprint([cert, key])
-            context = _load_context(cert, key)
+            context = load_server_context(cert, key)
             ca = (path / "ca.crt").read_bytes() if (path / "ca.crt").exists() else None
         except (OSError, ssl.SSLError) as exc:
             reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
@@ -122,7 +123,7 @@ class WebhookCertificates:
             seen = _fingerprint([cert, key])
             if seen == self._seen:
                 return False
-            context = _load_context(cert, key)
+            context = load_server_context(cert, key)
         except (OSError, ssl.SSLError) as exc:
             logger.error("cannot reload the webhook certificate from %s: %s", self.directory, exc)
             return False
