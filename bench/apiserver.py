@@ -27,9 +27,9 @@ import trio
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
+from engine._http import Request, Response  # noqa: E402
 from engine.apiserver import ApiServer  # noqa: E402
 from engine.apiserver._api import Router  # noqa: E402
-from engine.observability._http import Request, Response  # noqa: E402
 
 COUNTS: Counter[str] = Counter()
 

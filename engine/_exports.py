@@ -3,7 +3,7 @@
 Each public package (``engine``, ``engine.observability``, ``engine.kube``,
 ``engine.kube.lowlevel``, ``engine.testing``, ``engine.cli``) imports its names from private
 modules, lists them in ``__all__`` and calls :func:`publish`, so ``repr()``, tracebacks and
-docs show ``engine.kube.Client`` rather than ``engine.kube._client.Client``. Names that moved
+docs show ``engine.kube.Client`` rather than ``engine.kube._client._client.Client``. Names that moved
 keep working through :func:`moved_names`, which warns once per access. Names whose modules
 pull in what a plain runner does not need (the webhook server and its HTTP stack, Prometheus
 collectors, plugin hosting) are served by :func:`lazy_names`: imported on first access.
@@ -73,7 +73,7 @@ def lazy_names(
     """A module ``__getattr__`` and ``__dir__`` that import each ``lazy`` name on first access.
 
     ``lazy`` maps a public name to the private module defining it (``"WebhookServer":
-    "engine.kube._webhook_server"``). The first access imports the module, presents the value
+    "engine.kube._webhooks._server"``). The first access imports the module, presents the value
     as the package's (as :func:`publish` does) and stores it in ``namespace``, so later accesses
     are plain attribute reads. Any other name goes to ``fallback`` (a :func:`moved_names`
     ``__getattr__``). ``__dir__`` lists the lazy names beside the loaded ones.

@@ -102,13 +102,13 @@ _NOT_FOR_A_PLAIN_RUNNER = (
     "wsproto",
     "h11",
     "engine.observability",
-    "engine.kube._metrics",
-    "engine.kube._plugin",
-    "engine.kube._webhooks",
-    "engine.kube._webhook_server",
-    "engine.kube._webhook_config",
-    "engine.kube._ring",
-    "engine.kube._leader",
+    "engine.kube._hosting._metrics",
+    "engine.kube._hosting._plugin",
+    "engine.kube._webhooks._review",
+    "engine.kube._webhooks._server",
+    "engine.kube._webhooks._configuration",
+    "engine.kube._coordination._ring",
+    "engine.kube._coordination._leader",
 )
 """What ``import engine.kube`` leaves to the first use of a name that needs it."""
 
@@ -126,9 +126,9 @@ def test_a_name_imported_on_first_access_is_the_defining_modules_object_presente
     code = (
         "import sys, engine.kube as k; "
         "server = k.WebhookServer; "
-        "from engine.kube._webhook_server import WebhookServer; "
+        "from engine.kube._webhooks._server import WebhookServer; "
         "print(server is WebhookServer, server.__module__, 'WebhookServer' in vars(k), "
-        "'WebhookServer' in dir(k), 'engine.kube._webhook_server' in sys.modules)"
+        "'WebhookServer' in dir(k), 'engine.kube._webhooks._server' in sys.modules)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["True", "engine.kube", "True", "True", "True"]
@@ -166,7 +166,7 @@ def _imported_modules(source: str, package: str) -> list[tuple[int, str]]:
 
 def test_core_does_not_import_the_outer_layers_anywhere_in_its_source() -> None:
     files = _core_files()
-    assert ENGINE / "_manager.py" in files and ENGINE / "observability" / "_http.py" in files
+    assert ENGINE / "_manager.py" in files and ENGINE / "_http.py" in files
     offending = [
         f"{path.relative_to(ENGINE.parent)}:{line} imports {module}"
         for path in files
@@ -236,3 +236,65 @@ def test_no_import_cycle_among_the_modules_of_any_package() -> None:
     for name in graph:
         graph[name] = {m for m in graph[name] if m in graph and m != name and not name.startswith(m + ".")}
     assert _cycle(graph) is None
+
+
+KUBE_PARTS = {"_client": 0, "_access": 1, "_runtime": 2, "_coordination": 3, "_webhooks": 3, "_hosting": 4}
+"""The private sub-packages of ``engine.kube`` by rank: each imports only parts of lower rank
+(coordination and webhooks share one, so neither imports the other)."""
+
+
+def _kube_part_of(module: str) -> str | None:
+    parts = module.split(".")
+    if parts[:2] != ["engine", "kube"]:
+        return None
+    if len(parts) == 2 or parts[2] not in KUBE_PARTS:
+        return "engine.kube"
+    return parts[2]
+
+
+def _kube_part_offences(path: Path) -> list[str]:
+    own = path.relative_to(ENGINE / "kube").parts[0]
+    package = ".".join(path.relative_to(ENGINE.parent).parts[:-1])
+    offending = []
+    for line, module in _imported_modules(path.read_text(), package):
+        part = _kube_part_of(module)
+        if part is None or part == own:
+            continue
+        if part == "engine.kube" or KUBE_PARTS[part] >= KUBE_PARTS[own]:
+            offending.append(f"{path.relative_to(ENGINE.parent)}:{line} ({own}) imports {module}")
+    return offending
+
+
+def test_every_kube_module_belongs_to_a_part() -> None:
+    kube = ENGINE / "kube"
+    assert sorted(p.name for p in kube.glob("*.py")) == ["__init__.py", "lowlevel.py"]
+    assert sorted(p.name for p in kube.iterdir() if p.is_dir() and p.name != "__pycache__") == sorted(KUBE_PARTS)
+
+
+@pytest.mark.parametrize("part", sorted(KUBE_PARTS))
+def test_each_kube_part_imports_only_the_parts_below_it(part: str) -> None:
+    files = sorted((ENGINE / "kube" / part).rglob("*.py"))
+    assert files
+    assert [offence for path in files for offence in _kube_part_offences(path)] == []
+
+
+def test_the_kube_part_check_sees_an_upward_and_a_sideways_import(tmp_path: Path) -> None:
+    client = ENGINE / "kube" / "_client" / "_planted.py"
+    webhooks = ENGINE / "kube" / "_webhooks" / "_planted.py"
+    cases = {
+        client: "from .._coordination._ring import HashRing\nfrom engine.kube import Cluster\n",
+        webhooks: "from .._coordination._lease import Lease\nfrom .._runtime._cluster import Cluster\n",
+    }
+    found = {}
+    for path, source in cases.items():
+        path.write_text(source)
+        try:
+            found[path] = _kube_part_offences(path)
+        finally:
+            path.unlink()
+    assert [o.split(" imports ")[1] for o in found[client]] == [
+        "engine.kube._coordination._ring", "engine.kube._coordination._ring.HashRing", "engine.kube", "engine.kube.Cluster",
+    ]
+    assert [o.split(" imports ")[1] for o in found[webhooks]] == [
+        "engine.kube._coordination._lease", "engine.kube._coordination._lease.Lease",
+    ]

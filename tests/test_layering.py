@@ -176,8 +176,8 @@ def f(storage: ObjectStorage) -> None:
     getattr(storage, '_rv')
     _storage.ObjectStorage
     _run._r
-from ..kube._store import _ObjectFaults
-from ..kube import _store
+from ..kube._runtime._store import _ObjectFaults
+from ..kube._runtime import _store
 """
     found = _private_touches(source, "engine.apiserver._probe")
     assert sorted((line, name) for name, line, _ in found) == [

@@ -12,7 +12,7 @@ from typing import Any
 import attrs
 import trio
 
-from ..observability._http import Request, Response
+from .._http import Request, Response
 from ._access import Attributes, authorize, forbidden
 from ._admission import Admission
 from ._authn import ANONYMOUS, Authenticator, UserInfo

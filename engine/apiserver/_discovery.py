@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..observability._http import Request, Response
+from .._http import Request, Response
 from ._errors import RequestRejected
 from ._openapi import gv_path, openapi_document, openapi_index
 from ._resources import ResourceType

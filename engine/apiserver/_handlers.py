@@ -15,7 +15,7 @@ from typing import Any
 import attrs
 import yaml
 
-from ..observability._http import Request, Response
+from .._http import Request, Response
 from ._access import review, token_request
 from ._admission import Admission, AdmissionRequest
 from ._authn import ADMIN, Authenticator, UserInfo

@@ -15,7 +15,7 @@ import httpx
 import trio
 import trio.testing
 
-from ..observability._http import AbortStream, Handler, Request, Response
+from .._http import AbortStream, Handler, Request, Response
 from ._errors import ApiServerError
 
 __all__ = ["MemoryTransport", "MemoryBackend", "DirectTransport"]
@@ -228,7 +228,7 @@ class _DirectStream(httpx.AsyncByteStream):
 
 class DirectTransport(httpx.AsyncBaseTransport):
     """An ``httpx.AsyncBaseTransport`` that hands each request to the server's handler as a
-    :class:`~engine.observability._http.Request` and its answer back as an ``httpx.Response``,
+    :class:`~engine._http.Request` and its answer back as an ``httpx.Response``,
     with no HTTP/1.1 bytes in between: the in-memory transport's behaviour at a fraction of
     its cost, for the simulator.
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ..observability._http import Response
+from .._http import Response
 from ._errors import RequestRejected
 from ._events import from_storage
 from ._resources import BUILTIN_TYPES, ResourceType

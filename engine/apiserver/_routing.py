@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import attrs
 
-from ..observability._http import Request
+from .._http import Request
 from ._errors import RequestRejected
 from ._faults import RequestInfo
 from ._resources import ResourceType

@@ -19,7 +19,7 @@ import httpx
 import trio
 import yaml
 
-from ..observability._http import API_SERVER_MAX_HEADER_BYTES, serve_http
+from .._http import API_SERVER_MAX_HEADER_BYTES, serve_http
 from ._api import RequestObserver, Router
 from ._authn import ADMIN, Authenticator, certificate_user
 from ._controllers import Controllers

@@ -11,7 +11,7 @@ from typing import Any
 import attrs
 import trio
 
-from ..observability._http import AbortStream, Request, Response
+from .._http import AbortStream, Request, Response
 from ._conversion import Conversions
 from ._errors import RequestRejected
 from ._events import field_selector

@@ -13,98 +13,98 @@ live stream's websocket stack and ``prometheus_client``, which a plain runner do
 import typing as _typing
 
 
-# --- configuration (engine.kube._config) ---
-from ._auth import BearerTokenAuth as BearerTokenAuth
-from ._auth import TokenFileAuth as TokenFileAuth
-from ._config import Config as Config
-from ._errors import ConfigError as ConfigError
-from ._errors import KubeError as KubeError
+# --- configuration (engine.kube._client._config) ---
+from ._client._auth import BearerTokenAuth as BearerTokenAuth
+from ._client._auth import TokenFileAuth as TokenFileAuth
+from ._client._config import Config as Config
+from ._client._errors import ConfigError as ConfigError
+from ._client._errors import KubeError as KubeError
 
-# --- client, watch streams, retries, resources and API errors (engine.kube._client, _watch, _retry, _errors) ---
-from ._client import Client as Client
-from ._client import ClientConfig as ClientConfig
-from ._client import ObjectList as ObjectList
-from ._client import join_selectors as join_selectors
-from ._client import PatchType as PatchType
-from ._retry import RetryPolicy as RetryPolicy
-from ._client import Selector as Selector
-from ._client import ServerVersion as ServerVersion
-from ._watch import WatchEvent as WatchEvent
-from ._watch import WatchEventType as WatchEventType
-from ._watch import WatchStream as WatchStream
-from ._errors import error_from_status as error_from_status
-from ._errors import AlreadyExistsError as AlreadyExistsError
-from ._errors import ApiError as ApiError
-from ._errors import BadRequestError as BadRequestError
-from ._errors import ClientStateError as ClientStateError
-from ._errors import ConflictError as ConflictError
-from ._errors import ForbiddenError as ForbiddenError
-from ._errors import GoneError as GoneError
-from ._errors import InvalidError as InvalidError
-from ._errors import NotFoundError as NotFoundError
-from ._errors import ResourceNotFoundError as ResourceNotFoundError
-from ._errors import ResponseError as ResponseError
-from ._errors import ServerError as ServerError
-from ._errors import TLSVerificationError as TLSVerificationError
-from ._errors import TooManyRequestsError as TooManyRequestsError
-from ._errors import TransportError as TransportError
-from ._errors import UnauthorizedError as UnauthorizedError
-from ._errors import WatchStalledError as WatchStalledError
-from ._resource import Resource as Resource
+# --- client, watch streams, retries, resources and API errors (engine.kube._client._client, _watch, _retry, _errors) ---
+from ._client._client import Client as Client
+from ._client._client import ClientConfig as ClientConfig
+from ._client._client import ObjectList as ObjectList
+from ._client._client import join_selectors as join_selectors
+from ._client._client import PatchType as PatchType
+from ._client._retry import RetryPolicy as RetryPolicy
+from ._client._client import Selector as Selector
+from ._client._client import ServerVersion as ServerVersion
+from ._client._watch import WatchEvent as WatchEvent
+from ._client._watch import WatchEventType as WatchEventType
+from ._client._watch import WatchStream as WatchStream
+from ._client._errors import error_from_status as error_from_status
+from ._client._errors import AlreadyExistsError as AlreadyExistsError
+from ._client._errors import ApiError as ApiError
+from ._client._errors import BadRequestError as BadRequestError
+from ._client._errors import ClientStateError as ClientStateError
+from ._client._errors import ConflictError as ConflictError
+from ._client._errors import ForbiddenError as ForbiddenError
+from ._client._errors import GoneError as GoneError
+from ._client._errors import InvalidError as InvalidError
+from ._client._errors import NotFoundError as NotFoundError
+from ._client._errors import ResourceNotFoundError as ResourceNotFoundError
+from ._client._errors import ResponseError as ResponseError
+from ._client._errors import ServerError as ServerError
+from ._client._errors import TLSVerificationError as TLSVerificationError
+from ._client._errors import TooManyRequestsError as TooManyRequestsError
+from ._client._errors import TransportError as TransportError
+from ._client._errors import UnauthorizedError as UnauthorizedError
+from ._client._errors import WatchStalledError as WatchStalledError
+from ._client._resource import Resource as Resource
 
-# --- watchers, stores and informers (engine.kube._watcher, _store, _informer) ---
-from ._watcher import Added as Added
-from ._watcher import Bookmark as Bookmark
-from ._watcher import Deleted as Deleted
-from ._watcher import Modified as Modified
-from ._watcher import Restarted as Restarted
-from ._watcher import Watcher as Watcher
-from ._watcher import WatcherEvent as WatcherEvent
-from ._watcher import WatcherStatistics as WatcherStatistics
-from ._informer import Handler as Handler
-from ._informer import Informer as Informer
-from ._informer import InformerEvent as InformerEvent
-from ._informer import InformerStatistics as InformerStatistics
-from ._informer import Transform as Transform
-from ._informer import strip_managed_fields as strip_managed_fields
-from ._store import NAMESPACE_INDEX as NAMESPACE_INDEX
-from ._store import OWNER_INDEX as OWNER_INDEX
-from ._store import IndexFunc as IndexFunc
-from ._store import ObjectKey as ObjectKey
-from ._store import Store as Store
-from ._store import object_key as object_key
+# --- watchers, stores and informers (engine.kube._runtime._watcher, _store, _informer) ---
+from ._runtime._watcher import Added as Added
+from ._runtime._watcher import Bookmark as Bookmark
+from ._runtime._watcher import Deleted as Deleted
+from ._runtime._watcher import Modified as Modified
+from ._runtime._watcher import Restarted as Restarted
+from ._runtime._watcher import Watcher as Watcher
+from ._runtime._watcher import WatcherEvent as WatcherEvent
+from ._runtime._watcher import WatcherStatistics as WatcherStatistics
+from ._runtime._informer import Handler as Handler
+from ._runtime._informer import Informer as Informer
+from ._runtime._informer import InformerEvent as InformerEvent
+from ._runtime._informer import InformerStatistics as InformerStatistics
+from ._runtime._informer import Transform as Transform
+from ._runtime._informer import strip_managed_fields as strip_managed_fields
+from ._runtime._store import NAMESPACE_INDEX as NAMESPACE_INDEX
+from ._runtime._store import OWNER_INDEX as OWNER_INDEX
+from ._runtime._store import IndexFunc as IndexFunc
+from ._runtime._store import ObjectKey as ObjectKey
+from ._runtime._store import Store as Store
+from ._runtime._store import object_key as object_key
 
-# --- controllers on a cluster: watches, status (engine.kube._cluster, _status) ---
-from ._cluster import REQUESTED_AT_ANNOTATION as REQUESTED_AT_ANNOTATION
-from ._cluster import SHARD_LABEL as SHARD_LABEL
-from ._cluster import Cluster as Cluster
-from ._cluster import Predicate as Predicate
-from ._cluster import annotation_changed as annotation_changed
-from ._cluster import any_of as any_of
-from ._cluster import generation_changed as generation_changed
-from ._cluster import labels_match as labels_match
-from ._cluster import ref_for as ref_for
-from ._cluster import requested_at_changed as requested_at_changed
-from ._forbidden import ForbiddenLog as ForbiddenLog
-from ._forbidden import MissingPermission as MissingPermission
+# --- controllers on a cluster: watches, status (engine.kube._runtime._cluster, _status) ---
+from ._runtime._cluster import REQUESTED_AT_ANNOTATION as REQUESTED_AT_ANNOTATION
+from ._runtime._cluster import SHARD_LABEL as SHARD_LABEL
+from ._runtime._cluster import Cluster as Cluster
+from ._runtime._cluster import Predicate as Predicate
+from ._runtime._cluster import annotation_changed as annotation_changed
+from ._runtime._cluster import any_of as any_of
+from ._runtime._cluster import generation_changed as generation_changed
+from ._runtime._cluster import labels_match as labels_match
+from ._runtime._cluster import ref_for as ref_for
+from ._runtime._cluster import requested_at_changed as requested_at_changed
+from ._client._forbidden import ForbiddenLog as ForbiddenLog
+from ._client._forbidden import MissingPermission as MissingPermission
 
-# --- RBAC rules (engine.kube._rbac) ---
-from ._rbac import EVENT_RULES as EVENT_RULES
-from ._rbac import OPERATION_VERBS as OPERATION_VERBS
-from ._rbac import Permissions as Permissions
-from ._rbac import PolicyRule as PolicyRule
-from ._rbac import crd_rules as crd_rules
-from ._rbac import leader_election_rules as leader_election_rules
-from ._rbac import merge_rules as merge_rules
-from ._rbac import role_objects as role_objects
-from ._rbac import rules_for as rules_for
-from ._status import READY as READY
-from ._status import RECONCILING as RECONCILING
-from ._status import STALLED as STALLED
-from ._status import get_condition as get_condition
-from ._status import is_ready as is_ready
-from ._status import patch_status as patch_status
-from ._status import set_condition as set_condition
+# --- RBAC rules (engine.kube._access._rbac) ---
+from ._access._rbac import EVENT_RULES as EVENT_RULES
+from ._access._rbac import OPERATION_VERBS as OPERATION_VERBS
+from ._access._rbac import Permissions as Permissions
+from ._access._rbac import PolicyRule as PolicyRule
+from ._access._rbac import crd_rules as crd_rules
+from ._access._rbac import leader_election_rules as leader_election_rules
+from ._access._rbac import merge_rules as merge_rules
+from ._access._rbac import role_objects as role_objects
+from ._access._rbac import rules_for as rules_for
+from ._runtime._status import READY as READY
+from ._runtime._status import RECONCILING as RECONCILING
+from ._runtime._status import STALLED as STALLED
+from ._runtime._status import get_condition as get_condition
+from ._runtime._status import is_ready as is_ready
+from ._runtime._status import patch_status as patch_status
+from ._runtime._status import set_condition as set_condition
 
 from .._exports import lazy_names as _lazy_names
 from .._exports import moved_names as _moved_names
@@ -113,122 +113,122 @@ from .._exports import publish as _publish
 # --- imported on first access: plugins, webhooks, Prometheus collectors, leader election,
 # Leases, Event sinks, finalizers, permission checks, the ring ---
 if _typing.TYPE_CHECKING:
-    from ._event_sink import KubernetesEventSink as KubernetesEventSink
-    from ._lease import Lease as Lease
-    from ._leader import LeaderElector as LeaderElector
-    from ._leader import LeaderElectorStatistics as LeaderElectorStatistics
-    from ._ring import HashRing as HashRing
-    from ._ring import RING_LABEL as RING_LABEL
-    from ._ring import RingConflictError as RingConflictError
-    from ._ring import RingStatistics as RingStatistics
-    from ._ring import ring_ranges as ring_ranges
-    from ._finalizer import hold_finalizer as hold_finalizer
-    from ._finalizer import set_finalizer as set_finalizer
-    from ._access import MissingPermissionsError as MissingPermissionsError
-    from ._access import check_permissions as check_permissions
-    from ._access import whoami as whoami
-    from ._metrics import InformerCollector as InformerCollector
-    from ._metrics import RingCollector as RingCollector
-    from ._plugin import ENTRY_POINT_GROUP as ENTRY_POINT_GROUP
-    from ._plugin import Plugin as Plugin
-    from ._plugin import PluginContext as PluginContext
-    from ._plugin import PluginError as PluginError
-    from ._plugin import PluginHost as PluginHost
-    from ._plugin import WebhookServing as WebhookServing
-    from ._plugin import install_crds as install_crds
-    from ._plugin import load_plugin as load_plugin
-    from ._plugin import load_plugins as load_plugins
-    from ._plugin import plugin_rules as plugin_rules
-    from ._plugin import run_plugins as run_plugins
-    from ._metrics import ForbiddenCollector as ForbiddenCollector
-    from ._webhooks import AdmissionDenied as AdmissionDenied
-    from ._webhooks import AdmissionOperation as AdmissionOperation
-    from ._webhooks import AdmissionRequest as AdmissionRequest
-    from ._webhooks import AdmissionResponse as AdmissionResponse
-    from ._webhooks import AdmissionRule as AdmissionRule
-    from ._webhooks import AdmissionWebhook as AdmissionWebhook
-    from ._webhooks import ConversionRequest as ConversionRequest
-    from ._webhooks import ConversionWebhook as ConversionWebhook
-    from ._webhooks import MalformedReview as MalformedReview
-    from ._webhooks import WebhookContext as WebhookContext
-    from ._webhooks import WebhookDispatcher as WebhookDispatcher
-    from ._webhooks import WebhookStatistics as WebhookStatistics
-    from ._webhooks import handler_deadline as handler_deadline
-    from ._webhooks import json_patch as json_patch
-    from ._webhook_server import DEFAULT_WEBHOOK_PORT as DEFAULT_WEBHOOK_PORT
-    from ._webhook_server import MAX_REVIEW_BYTES as MAX_REVIEW_BYTES
-    from ._webhook_server import WebhookCertificates as WebhookCertificates
-    from ._webhook_server import WebhookError as WebhookError
-    from ._webhook_server import WebhookServer as WebhookServer
-    from ._webhook_server import WebhookTransport as WebhookTransport
-    from ._webhook_certs import CertProvisioning as CertProvisioning
-    from ._webhook_certs import CertRotator as CertRotator
-    from ._webhook_config import INJECT_CA_ANNOTATION as INJECT_CA_ANNOTATION
-    from ._webhook_config import register_webhooks as register_webhooks
-    from ._webhook_config import service_client_config as service_client_config
-    from ._webhook_config import url_client_config as url_client_config
-    from ._webhook_config import webhook_configurations as webhook_configurations
-    from ._webhook_config import with_conversion as with_conversion
-    from ._metrics import WebhookCollector as WebhookCollector
+    from ._runtime._event_sink import KubernetesEventSink as KubernetesEventSink
+    from ._coordination._lease import Lease as Lease
+    from ._coordination._leader import LeaderElector as LeaderElector
+    from ._coordination._leader import LeaderElectorStatistics as LeaderElectorStatistics
+    from ._coordination._ring import HashRing as HashRing
+    from ._coordination._ring import RING_LABEL as RING_LABEL
+    from ._coordination._ring import RingConflictError as RingConflictError
+    from ._coordination._ring import RingStatistics as RingStatistics
+    from ._coordination._ring import ring_ranges as ring_ranges
+    from ._runtime._finalizer import hold_finalizer as hold_finalizer
+    from ._runtime._finalizer import set_finalizer as set_finalizer
+    from ._access._review import MissingPermissionsError as MissingPermissionsError
+    from ._access._review import check_permissions as check_permissions
+    from ._access._review import whoami as whoami
+    from ._hosting._metrics import InformerCollector as InformerCollector
+    from ._hosting._metrics import RingCollector as RingCollector
+    from ._hosting._plugin import ENTRY_POINT_GROUP as ENTRY_POINT_GROUP
+    from ._hosting._plugin import Plugin as Plugin
+    from ._hosting._plugin import PluginContext as PluginContext
+    from ._hosting._plugin import PluginError as PluginError
+    from ._hosting._plugin import PluginHost as PluginHost
+    from ._hosting._plugin import WebhookServing as WebhookServing
+    from ._hosting._plugin import install_crds as install_crds
+    from ._hosting._plugin import load_plugin as load_plugin
+    from ._hosting._plugin import load_plugins as load_plugins
+    from ._hosting._plugin import plugin_rules as plugin_rules
+    from ._hosting._plugin import run_plugins as run_plugins
+    from ._hosting._metrics import ForbiddenCollector as ForbiddenCollector
+    from ._webhooks._review import AdmissionDenied as AdmissionDenied
+    from ._webhooks._review import AdmissionOperation as AdmissionOperation
+    from ._webhooks._review import AdmissionRequest as AdmissionRequest
+    from ._webhooks._review import AdmissionResponse as AdmissionResponse
+    from ._webhooks._review import AdmissionRule as AdmissionRule
+    from ._webhooks._review import AdmissionWebhook as AdmissionWebhook
+    from ._webhooks._review import ConversionRequest as ConversionRequest
+    from ._webhooks._review import ConversionWebhook as ConversionWebhook
+    from ._webhooks._review import MalformedReview as MalformedReview
+    from ._webhooks._review import WebhookContext as WebhookContext
+    from ._webhooks._review import WebhookDispatcher as WebhookDispatcher
+    from ._webhooks._review import WebhookStatistics as WebhookStatistics
+    from ._webhooks._review import handler_deadline as handler_deadline
+    from ._webhooks._review import json_patch as json_patch
+    from ._webhooks._server import DEFAULT_WEBHOOK_PORT as DEFAULT_WEBHOOK_PORT
+    from ._webhooks._server import MAX_REVIEW_BYTES as MAX_REVIEW_BYTES
+    from ._webhooks._server import WebhookCertificates as WebhookCertificates
+    from ._webhooks._server import WebhookError as WebhookError
+    from ._webhooks._server import WebhookServer as WebhookServer
+    from ._webhooks._server import WebhookTransport as WebhookTransport
+    from ._webhooks._certificates import CertProvisioning as CertProvisioning
+    from ._webhooks._certificates import CertRotator as CertRotator
+    from ._webhooks._configuration import INJECT_CA_ANNOTATION as INJECT_CA_ANNOTATION
+    from ._webhooks._configuration import register_webhooks as register_webhooks
+    from ._webhooks._configuration import service_client_config as service_client_config
+    from ._webhooks._configuration import url_client_config as url_client_config
+    from ._webhooks._configuration import webhook_configurations as webhook_configurations
+    from ._webhooks._configuration import with_conversion as with_conversion
+    from ._hosting._metrics import WebhookCollector as WebhookCollector
 
 _LAZY = {
-    "KubernetesEventSink": "engine.kube._event_sink",
-    "Lease": "engine.kube._lease",
-    "LeaderElector": "engine.kube._leader",
-    "LeaderElectorStatistics": "engine.kube._leader",
-    "HashRing": "engine.kube._ring",
-    "RING_LABEL": "engine.kube._ring",
-    "RingConflictError": "engine.kube._ring",
-    "RingStatistics": "engine.kube._ring",
-    "ring_ranges": "engine.kube._ring",
-    "hold_finalizer": "engine.kube._finalizer",
-    "set_finalizer": "engine.kube._finalizer",
-    "MissingPermissionsError": "engine.kube._access",
-    "check_permissions": "engine.kube._access",
-    "whoami": "engine.kube._access",
-    "InformerCollector": "engine.kube._metrics",
-    "RingCollector": "engine.kube._metrics",
-    "ENTRY_POINT_GROUP": "engine.kube._plugin",
-    "Plugin": "engine.kube._plugin",
-    "PluginContext": "engine.kube._plugin",
-    "PluginError": "engine.kube._plugin",
-    "PluginHost": "engine.kube._plugin",
-    "WebhookServing": "engine.kube._plugin",
-    "CertProvisioning": "engine.kube._webhook_certs",
-    "CertRotator": "engine.kube._webhook_certs",
-    "install_crds": "engine.kube._plugin",
-    "load_plugin": "engine.kube._plugin",
-    "load_plugins": "engine.kube._plugin",
-    "plugin_rules": "engine.kube._plugin",
-    "run_plugins": "engine.kube._plugin",
-    "ForbiddenCollector": "engine.kube._metrics",
-    "AdmissionDenied": "engine.kube._webhooks",
-    "AdmissionOperation": "engine.kube._webhooks",
-    "AdmissionRequest": "engine.kube._webhooks",
-    "AdmissionResponse": "engine.kube._webhooks",
-    "AdmissionRule": "engine.kube._webhooks",
-    "AdmissionWebhook": "engine.kube._webhooks",
-    "ConversionRequest": "engine.kube._webhooks",
-    "ConversionWebhook": "engine.kube._webhooks",
-    "MalformedReview": "engine.kube._webhooks",
-    "WebhookContext": "engine.kube._webhooks",
-    "WebhookDispatcher": "engine.kube._webhooks",
-    "WebhookStatistics": "engine.kube._webhooks",
-    "handler_deadline": "engine.kube._webhooks",
-    "json_patch": "engine.kube._webhooks",
-    "DEFAULT_WEBHOOK_PORT": "engine.kube._webhook_server",
-    "MAX_REVIEW_BYTES": "engine.kube._webhook_server",
-    "WebhookCertificates": "engine.kube._webhook_server",
-    "WebhookError": "engine.kube._webhook_server",
-    "WebhookServer": "engine.kube._webhook_server",
-    "WebhookTransport": "engine.kube._webhook_server",
-    "INJECT_CA_ANNOTATION": "engine.kube._webhook_config",
-    "register_webhooks": "engine.kube._webhook_config",
-    "service_client_config": "engine.kube._webhook_config",
-    "url_client_config": "engine.kube._webhook_config",
-    "webhook_configurations": "engine.kube._webhook_config",
-    "with_conversion": "engine.kube._webhook_config",
-    "WebhookCollector": "engine.kube._metrics",
+    "KubernetesEventSink": "engine.kube._runtime._event_sink",
+    "Lease": "engine.kube._coordination._lease",
+    "LeaderElector": "engine.kube._coordination._leader",
+    "LeaderElectorStatistics": "engine.kube._coordination._leader",
+    "HashRing": "engine.kube._coordination._ring",
+    "RING_LABEL": "engine.kube._coordination._ring",
+    "RingConflictError": "engine.kube._coordination._ring",
+    "RingStatistics": "engine.kube._coordination._ring",
+    "ring_ranges": "engine.kube._coordination._ring",
+    "hold_finalizer": "engine.kube._runtime._finalizer",
+    "set_finalizer": "engine.kube._runtime._finalizer",
+    "MissingPermissionsError": "engine.kube._access._review",
+    "check_permissions": "engine.kube._access._review",
+    "whoami": "engine.kube._access._review",
+    "InformerCollector": "engine.kube._hosting._metrics",
+    "RingCollector": "engine.kube._hosting._metrics",
+    "ENTRY_POINT_GROUP": "engine.kube._hosting._plugin",
+    "Plugin": "engine.kube._hosting._plugin",
+    "PluginContext": "engine.kube._hosting._plugin",
+    "PluginError": "engine.kube._hosting._plugin",
+    "PluginHost": "engine.kube._hosting._plugin",
+    "WebhookServing": "engine.kube._hosting._plugin",
+    "CertProvisioning": "engine.kube._webhooks._certificates",
+    "CertRotator": "engine.kube._webhooks._certificates",
+    "install_crds": "engine.kube._hosting._plugin",
+    "load_plugin": "engine.kube._hosting._plugin",
+    "load_plugins": "engine.kube._hosting._plugin",
+    "plugin_rules": "engine.kube._hosting._plugin",
+    "run_plugins": "engine.kube._hosting._plugin",
+    "ForbiddenCollector": "engine.kube._hosting._metrics",
+    "AdmissionDenied": "engine.kube._webhooks._review",
+    "AdmissionOperation": "engine.kube._webhooks._review",
+    "AdmissionRequest": "engine.kube._webhooks._review",
+    "AdmissionResponse": "engine.kube._webhooks._review",
+    "AdmissionRule": "engine.kube._webhooks._review",
+    "AdmissionWebhook": "engine.kube._webhooks._review",
+    "ConversionRequest": "engine.kube._webhooks._review",
+    "ConversionWebhook": "engine.kube._webhooks._review",
+    "MalformedReview": "engine.kube._webhooks._review",
+    "WebhookContext": "engine.kube._webhooks._review",
+    "WebhookDispatcher": "engine.kube._webhooks._review",
+    "WebhookStatistics": "engine.kube._webhooks._review",
+    "handler_deadline": "engine.kube._webhooks._review",
+    "json_patch": "engine.kube._webhooks._review",
+    "DEFAULT_WEBHOOK_PORT": "engine.kube._webhooks._server",
+    "MAX_REVIEW_BYTES": "engine.kube._webhooks._server",
+    "WebhookCertificates": "engine.kube._webhooks._server",
+    "WebhookError": "engine.kube._webhooks._server",
+    "WebhookServer": "engine.kube._webhooks._server",
+    "WebhookTransport": "engine.kube._webhooks._server",
+    "INJECT_CA_ANNOTATION": "engine.kube._webhooks._configuration",
+    "register_webhooks": "engine.kube._webhooks._configuration",
+    "service_client_config": "engine.kube._webhooks._configuration",
+    "url_client_config": "engine.kube._webhooks._configuration",
+    "webhook_configurations": "engine.kube._webhooks._configuration",
+    "with_conversion": "engine.kube._webhooks._configuration",
+    "WebhookCollector": "engine.kube._hosting._metrics",
 }
 """Public names imported on first access, and the module that defines each."""
 

@@ -20,18 +20,18 @@ Until the next major version these names are also reachable from :mod:`engine.ku
 """
 
 from .._exports import publish as _publish
-from ._auth import ExecAuth as ExecAuth
-from ._auth import ExecConfig as ExecConfig
-from ._auth import ExecCredential as ExecCredential
-from ._events import CORE_EVENTS_RESOURCE as CORE_EVENTS_RESOURCE
-from ._events import EVENTS_RESOURCE as EVENTS_RESOURCE
-from ._events import build_event as build_event
-from ._events import create_event as create_event
-from ._events import patch_event_series as patch_event_series
-from ._lease import LEASE_RESOURCE as LEASE_RESOURCE
-from ._lease import create_lease as create_lease
-from ._lease import get_lease as get_lease
-from ._lease import update_lease as update_lease
+from ._client._auth import ExecAuth as ExecAuth
+from ._client._auth import ExecConfig as ExecConfig
+from ._client._auth import ExecCredential as ExecCredential
+from ._coordination._lease import LEASE_RESOURCE as LEASE_RESOURCE
+from ._coordination._lease import create_lease as create_lease
+from ._coordination._lease import get_lease as get_lease
+from ._coordination._lease import update_lease as update_lease
+from ._runtime._events import CORE_EVENTS_RESOURCE as CORE_EVENTS_RESOURCE
+from ._runtime._events import EVENTS_RESOURCE as EVENTS_RESOURCE
+from ._runtime._events import build_event as build_event
+from ._runtime._events import create_event as create_event
+from ._runtime._events import patch_event_series as patch_event_series
 
 __all__ = [
     "CORE_EVENTS_RESOURCE",

@@ -5,7 +5,7 @@ alone (:class:`EngineMetrics`, :class:`Probes`, :class:`LiveStream`).
 """
 
 from .._exports import publish as _publish
-from ._http import parse_bind_address as parse_bind_address
+from .._http import parse_bind_address as parse_bind_address
 from ._live import LiveStatistics as LiveStatistics
 from ._live import LiveStream as LiveStream
 from ._metrics import EngineMetrics as EngineMetrics

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from importlib import resources
 
-from ._http import Handler, Request, Response
+from .._http import Handler, Request, Response
 
 __all__ = ["dashboard_routes", "DASHBOARD_ASSETS"]
 

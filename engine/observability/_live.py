@@ -55,13 +55,13 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from trio_websocket import ConnectionClosed, WebSocketConnection, WebSocketRequest, wrap_server_stream
 
 from .._events import Event
+from .._http import HTTPServer, PrefixedStream, Request, is_websocket_upgrade, open_listeners, read_request_head
 from .._observer import RunObserver
 from .._outcome import Outcome, OutcomeKind
 from .._refs import ObjectRef, Trigger
 from .._run import Run
 from .._text import redact, summarize
 from ._dashboard import dashboard_routes
-from ._http import HTTPServer, PrefixedStream, Request, is_websocket_upgrade, open_listeners, read_request_head
 from ._live_state import LiveState
 
 if TYPE_CHECKING:

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import trio
 from prometheus_client import CollectorRegistry
 
-from ._http import BindAddress, HTTPServer, Request, Response, parse_bind_address
+from .._http import BindAddress, HTTPServer, Request, Response, parse_bind_address
 from ._live import LiveStream
 from ._metrics import EngineMetrics
 from ._probes import Check, Probes

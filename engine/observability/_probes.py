@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 import trio
 
 from .._errors import EngineError
-from ._http import Request, Response
+from .._http import Request, Response
 
 if TYPE_CHECKING:
     from .._manager import Manager

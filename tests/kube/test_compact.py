@@ -1,4 +1,4 @@
-"""Tests of engine.kube._compact: the informer's compact copies of decoded objects."""
+"""Tests of engine.kube._runtime._compact: the informer's compact copies of decoded objects."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from engine.kube._compact import KeyShapes, compact
+from engine.kube._runtime._compact import KeyShapes, compact
 
 cpython_only = pytest.mark.skipif(
     sys.implementation.name != "cpython", reason="key-sharing dictionaries are CPython's"

@@ -1,5 +1,5 @@
 """What the client says when the API server cannot be reached or its certificate fails
-verification (engine.kube._errors.transport_error), over real sockets."""
+verification (engine.kube._client._errors.transport_error), over real sockets."""
 
 from __future__ import annotations
 

@@ -1,11 +1,11 @@
-"""The transport's HTTP/1.1 messages (engine.kube._http1): request heads, response heads and
+"""The transport's HTTP/1.1 messages (engine.kube._client._http1): request heads, response heads and
 bodies by their framing, fed whole and one byte at a time."""
 
 from __future__ import annotations
 
 import pytest
 
-from engine.kube._http1 import ProtocolError, ResponseHead, parse_head, request_head
+from engine.kube._client._http1 import ProtocolError, ResponseHead, parse_head, request_head
 
 
 def read_all(raw: bytes, method: bytes = b"GET", *, step: int | None = None, eof: bool = False) -> tuple[ResponseHead, bytes, bytearray]:

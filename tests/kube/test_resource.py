@@ -1,4 +1,4 @@
-"""Resource paths (engine.kube._resource): names and namespaces escaped as path segments."""
+"""Resource paths (engine.kube._client._resource): names and namespaces escaped as path segments."""
 
 from __future__ import annotations
 

@@ -309,7 +309,7 @@ async def test_a_cluster_restricts_its_sharded_informers_and_reports_the_filter(
 
 
 def test_only_kube_apiserver_groups_answer_the_probe() -> None:
-    from engine.kube._client import _builtin_group
+    from engine.kube._client._client import _builtin_group
 
     assert _builtin_group("") and _builtin_group("apps") and _builtin_group("coordination.k8s.io")
     assert not _builtin_group("example.com") and not _builtin_group("metrics.k8s.io")

@@ -1,4 +1,4 @@
-"""Status conditions (engine.kube._status)."""
+"""Status conditions (engine.kube._runtime._status)."""
 
 from __future__ import annotations
 

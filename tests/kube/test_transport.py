@@ -1,4 +1,4 @@
-"""The client's default transport (engine.kube._transport) over real loopback sockets: reuse,
+"""The client's default transport (engine.kube._client._transport) over real loopback sockets: reuse,
 streaming, early close, cancellation, expiry, limits, timeouts and TLS."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import trio.testing
 import trustme
 
 from engine.kube import Client, Config, NotFoundError, RetryPolicy, TLSVerificationError
-from engine.kube._transport import Transport
+from engine.kube._client._transport import Transport
 
 
 class Server:

@@ -27,7 +27,7 @@ from engine.kube import (
     KubeError,
     WebhookCertificates,
 )
-from engine.kube._webhook_server import server_context
+from engine.kube._webhooks._server import server_context
 
 NAMESPACE, SERVICE = "ops", "engine-widgets-webhook"
 HOSTS = [f"{SERVICE}.{NAMESPACE}.svc", f"{SERVICE}.{NAMESPACE}.svc.cluster.local"]

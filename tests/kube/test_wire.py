@@ -15,7 +15,7 @@ import trio
 
 from engine.apiserver import ApiServer
 from engine.kube import Client, Config, NotFoundError, PatchType, RetryPolicy, WatchEventType, _json
-from engine.kube._transport import ResponseStream, Transport
+from engine.kube._client._transport import ResponseStream, Transport
 from tests.kube.test_client import CONFIGMAPS, cm, kubeconfig, status
 
 

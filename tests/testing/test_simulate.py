@@ -182,7 +182,7 @@ def test_a_leader_that_keeps_reconciling_after_losing_its_lease_is_caught(
 ) -> None:
     """Fencing broken on purpose (the elector forgets to call its ``on_lost`` callbacks): the
     simulator reports two runs at once. The allowance after a history rewind does not hide it."""
-    from engine.kube._leader import LeaderElector
+    from engine.kube._coordination._leader import LeaderElector
 
     def lose_without_telling(self: LeaderElector, reason: str) -> None:
         self._callbacks = []

@@ -17,26 +17,26 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import trio
 
-from .._errors import EngineError
-from .._manager import Manager, ShutdownReport
-from .._text import summarize
-from ._access import MissingPermissionsError, check_permissions, whoami
-from ._client import Client
-from ._cluster import SHARD_LABEL, Cluster
-from ._errors import ConfigError, NotFoundError, ResourceNotFoundError, TransportError, UnauthorizedError
-from ._event_sink import KubernetesEventSink
-from ._leader import LeaderElector
+from ..._errors import EngineError
+from ..._manager import Manager, ShutdownReport
+from ..._text import summarize
+from .._access._rbac import PolicyRule, crd_rules, merge_rules, rules_for
+from .._access._review import MissingPermissionsError, check_permissions, whoami
+from .._client._client import Client
+from .._client._errors import ConfigError, NotFoundError, ResourceNotFoundError, TransportError, UnauthorizedError
+from .._client._resource import Resource
+from .._coordination._leader import LeaderElector
+from .._coordination._ring import HashRing
+from .._runtime._cluster import SHARD_LABEL, Cluster
+from .._runtime._event_sink import KubernetesEventSink
+from .._webhooks._certificates import CertProvisioning, CertRotator
+from .._webhooks._configuration import register_webhooks, url_client_config
+from .._webhooks._review import AdmissionWebhook, ConversionWebhook, Webhook
+from .._webhooks._server import DEFAULT_WEBHOOK_PORT, WebhookCertificates, WebhookServer, server_context
 from ._metrics import WebhookCollector
-from ._rbac import PolicyRule, crd_rules, merge_rules, rules_for
-from ._resource import Resource
-from ._ring import HashRing
-from ._webhook_certs import CertProvisioning, CertRotator
-from ._webhook_config import register_webhooks, url_client_config
-from ._webhook_server import DEFAULT_WEBHOOK_PORT, WebhookCertificates, WebhookServer, server_context
-from ._webhooks import AdmissionWebhook, ConversionWebhook, Webhook
 
 if TYPE_CHECKING:
-    from ..observability import Observability
+    from ...observability import Observability
 
 __all__ = [
     "Plugin",

@@ -75,10 +75,10 @@ import trio
 
 from engine._backoff import jittered_backoff
 
-from .._errors import LifecycleError
-from .._keyspace import KeyRanges, fnv1a64
-from ._client import Client, ObjectList, Selector
-from ._errors import (
+from ..._errors import LifecycleError
+from ..._keyspace import KeyRanges, fnv1a64
+from .._client._client import Client, ObjectList, Selector
+from .._client._errors import (
     ApiError,
     GoneError,
     ResponseError,
@@ -87,9 +87,9 @@ from ._errors import (
     TransportError,
     WatchStalledError,
 )
-from ._resource import Resource
-from ._retry import RetryPolicy
-from ._watch import WatchEventType
+from .._client._resource import Resource
+from .._client._retry import RetryPolicy
+from .._client._watch import WatchEventType
 
 __all__ = [
     "Watcher",

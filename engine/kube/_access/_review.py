@@ -15,11 +15,11 @@ import logging
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from ._client import Client
-from ._errors import ForbiddenError, KubeError, NotFoundError
-from ._forbidden import MissingPermission
+from .._client._client import Client
+from .._client._errors import ForbiddenError, KubeError, NotFoundError
+from .._client._forbidden import MissingPermission
+from .._client._resource import Resource
 from ._rbac import Permissions, PolicyRule
-from ._resource import Resource
 
 __all__ = [
     "MissingPermissionsError",

@@ -18,9 +18,9 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from ._client import Client
-from ._errors import ResourceNotFoundError
-from ._webhooks import AdmissionWebhook, ConversionWebhook, Webhook
+from .._client._client import Client
+from .._client._errors import ResourceNotFoundError
+from ._review import AdmissionWebhook, ConversionWebhook, Webhook
 
 __all__ = [
     "ClientConfig",

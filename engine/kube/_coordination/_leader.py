@@ -53,10 +53,10 @@ from engine._backoff import jittered_backoff
 from engine._errors import ManagerStateError
 from engine._text import summarize
 
-from ._client import Client
-from ._errors import AlreadyExistsError, ConflictError, KubeError, NotFoundError
+from .._access._rbac import PolicyRule, leader_election_rules
+from .._client._client import Client
+from .._client._errors import AlreadyExistsError, ConflictError, KubeError, NotFoundError
 from ._lease import Lease, create_lease, get_lease, update_lease
-from ._rbac import PolicyRule, leader_election_rules
 
 __all__ = ["LeaderElector", "LeaderElectorStatistics"]
 

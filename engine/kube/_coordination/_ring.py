@@ -53,12 +53,12 @@ from engine._manager import Manager
 from engine._ownership import OwnershipGate
 from engine._text import summarize
 
-from ._client import Client
-from ._cluster import Cluster
-from ._errors import AlreadyExistsError, ConflictError, GoneError, KubeError, NotFoundError
+from .._access._rbac import PolicyRule
+from .._client._client import Client
+from .._client._errors import AlreadyExistsError, ConflictError, GoneError, KubeError, NotFoundError
+from .._client._watch import WatchEvent, WatchEventType
+from .._runtime._cluster import Cluster
 from ._lease import LEASE_RESOURCE, Lease, create_lease, update_lease
-from ._rbac import PolicyRule
-from ._watch import WatchEvent, WatchEventType
 
 __all__ = ["HashRing", "RingConflictError", "RingStatistics", "ring_ranges", "RING_LABEL"]
 

@@ -1,4 +1,4 @@
-"""The shared HTTP/1.1 server (engine.observability._http), over in-memory streams."""
+"""The shared HTTP/1.1 server (engine._http), over in-memory streams."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator
 import trio
 import trio.testing
 
-from engine.observability._http import AbortStream, HTTPServer, Request, Response, serve_http
+from engine._http import AbortStream, HTTPServer, Request, Response, serve_http
 
 
 async def _read_until(stream: trio.abc.Stream, marker: bytes) -> bytes:

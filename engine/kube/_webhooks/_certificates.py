@@ -25,11 +25,11 @@ from typing import Any
 import attrs
 import trio
 
-from ._client import Client
-from ._errors import AlreadyExistsError, ApiError, ConflictError, KubeError, NotFoundError, TransportError
-from ._rbac import PolicyRule
-from ._webhook_server import WebhookCertificates, load_server_context
-from ._webhooks import AdmissionWebhook, ConversionWebhook, Webhook
+from .._access._rbac import PolicyRule
+from .._client._client import Client
+from .._client._errors import AlreadyExistsError, ApiError, ConflictError, KubeError, NotFoundError, TransportError
+from ._review import AdmissionWebhook, ConversionWebhook, Webhook
+from ._server import WebhookCertificates, load_server_context
 
 __all__ = ["CertProvisioning", "CertRotator", "issue_serving_certificate"]
 

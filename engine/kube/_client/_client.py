@@ -1,7 +1,7 @@
 """An httpx-based Kubernetes API client for trio.
 
 Which failed requests are retried, and after how long, is described in
-:mod:`engine.kube._retry`; watch streams are read by :class:`WatchStream` (``_watch``). All
+:mod:`engine.kube._client._retry`; watch streams are read by :class:`WatchStream` (``_watch``). All
 waiting uses trio's clock, so it runs in virtual time under ``trio.testing.MockClock``.
 Request and response headers are never logged, so bearer tokens never reach the logs.
 """
@@ -24,7 +24,7 @@ import attrs
 import httpx
 import trio
 
-from .._keyspace import KeyRanges
+from ..._keyspace import KeyRanges
 from . import _json
 from ._auth import BearerTokenAuth, TokenFileAuth
 from ._config import Config, wraps_sockets_as_standard
@@ -251,7 +251,7 @@ class Client:
 
     ``config`` is an :class:`engine.kube.Config` (anything with ``namespace`` and
     ``httpx_client_kwargs()``). Requests go through the engine's own HTTP/1.1 transport
-    (``engine.kube._transport``: one origin, reused connections, TLS from the config), or
+    (``engine.kube._client._transport``: one origin, reused connections, TLS from the config), or
     through ``httpx.AsyncClient``'s pool when a proxy applies (``proxy-url``, or
     ``HTTPS_PROXY`` and friends). ``transport`` replaces the network transport (for example
     ``ApiServer.memory_transport()`` or an ``httpx.MockTransport``); with it, proxy and TLS

@@ -33,13 +33,13 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 import attrs
 import trio
 
-from .._errors import EngineError
-from .._text import summarize
-from ..observability._http import Request, Response
+from ..._errors import EngineError
+from ..._http import Request, Response
+from ..._text import summarize
 
 if TYPE_CHECKING:
-    from ._client import Client
-    from ._cluster import Cluster
+    from .._client._client import Client
+    from .._runtime._cluster import Cluster
 
 __all__ = [
     "AdmissionDenied",

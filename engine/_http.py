@@ -22,7 +22,7 @@ import attrs
 import h11
 import trio
 
-from .._errors import EngineError
+from ._errors import EngineError
 
 __all__ = [
     "PrefixedStream",

@@ -1,6 +1,6 @@
 """Informers: a :class:`Watcher` feeding a :class:`Store`, and handlers called on each change.
 
-The watcher lists, watches, resumes and relists (see :mod:`engine.kube._watcher` for its
+The watcher lists, watches, resumes and relists (see :mod:`engine.kube._runtime._watcher` for its
 behaviour under failure); the store applies each of its events (:meth:`Store.apply`, its only
 writer); the informer then hands every change the store reports to the handlers. A relist
 after 410 Gone thus reaches handlers as the difference against the store: ``ADDED`` for new
@@ -26,12 +26,12 @@ Before an object reaches the store, the informer's ``transform`` (if any) is app
 ``DELETED`` watch event), and the store and handlers see only the result, like client-go's ``SetTransform``. :func:`strip_managed_fields` is the usual one
 (:meth:`Cluster.informer <engine.kube.Cluster.informer>` applies it by default). Then the
 object is copied into a compact form that shares interned strings and dictionary key tables
-with the other cached objects (:mod:`engine.kube._compact`); it is still made of plain
+with the other cached objects (:mod:`engine.kube._runtime._compact`); it is still made of plain
 ``dict`` and ``list`` objects.
 
 An informer restricted to :class:`~engine.KeyRanges` (``key_ranges=``,
 :meth:`Informer.set_key_ranges`) caches and hands to handlers only the objects whose
-``metadata.uid`` hashes into them (see :mod:`engine.kube._watcher` for how the server is
+``metadata.uid`` hashes into them (see :mod:`engine.kube._runtime._watcher` for how the server is
 asked to filter too, where it can). When the ranges change, objects that leave them are
 dropped from the store **silently**: no ``DELETED`` reaches the handlers, since the objects
 still exist (whatever runs for them is stopped elsewhere, by the ring's gate); objects that
@@ -51,13 +51,13 @@ from typing import Any
 import attrs
 import trio
 
-from .._errors import LifecycleError
-from .._keyspace import KeyRanges
-from ._client import Client, Selector
+from ..._errors import LifecycleError
+from ..._keyspace import KeyRanges
+from .._client._client import Client, Selector
+from .._client._resource import Resource
+from .._client._watch import WatchEventType
 from ._compact import compact
-from ._resource import Resource
 from ._store import InformerEvent, Store, object_key
-from ._watch import WatchEventType
 from ._watcher import Added, Deleted, Modified, Restarted, Watcher, WatcherEvent
 
 __all__ = ["Informer", "InformerEvent", "InformerStatistics", "Handler", "Transform", "strip_managed_fields"]

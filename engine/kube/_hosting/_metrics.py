@@ -24,12 +24,12 @@ from collections.abc import Iterator
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from .._keyspace import fnv1a64
-from ._client import Client
-from ._cluster import Cluster
-from ._ring import HashRing
-from ._webhook_server import WebhookServer
-from ._webhooks import LATENCY_BUCKETS
+from ..._keyspace import fnv1a64
+from .._client._client import Client
+from .._coordination._ring import HashRing
+from .._runtime._cluster import Cluster
+from .._webhooks._review import LATENCY_BUCKETS
+from .._webhooks._server import WebhookServer
 
 __all__ = ["ForbiddenCollector", "InformerCollector", "RingCollector", "WebhookCollector"]
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ._client import Client, PatchType
-from ._errors import ConflictError, InvalidError, NotFoundError
-from ._resource import Resource
+from .._client._client import Client, PatchType
+from .._client._errors import ConflictError, InvalidError, NotFoundError
+from .._client._resource import Resource
 
 __all__ = ["hold_finalizer", "set_finalizer"]
 

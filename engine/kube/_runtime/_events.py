@@ -14,9 +14,9 @@ from typing import Any, Literal
 
 from engine._text import truncate
 
-from ._client import Client, PatchType
-from ._lease import format_microtime
-from ._resource import Resource
+from .._client._client import Client, PatchType
+from .._client._resource import Resource
+from .._client._wire import format_microtime
 
 __all__ = [
     "EVENTS_RESOURCE",

@@ -7,7 +7,7 @@ out in one write; a response whose body already arrived with its head is returne
 and a longer one (a watch) is streamed and gives its connection back when read to the end.
 An exchange that fails, is cancelled, or whose body is closed before its end closes its
 connection. Timeouts and keep-alive expiry run on trio's clock. Messages are written and parsed
-by :mod:`engine.kube._http1` (a request head in one join, a response parsed off one buffer).
+by :mod:`engine.kube._client._http1` (a request head in one join, a response parsed off one buffer).
 Every connection is read and written on its socket directly (a send that the socket takes at
 once, then one wait for readability per read): a plain TCP socket, or the standard library's
 non-blocking ``ssl.SSLSocket`` for TLS, whose records OpenSSL encrypts and decrypts in place.

@@ -13,8 +13,8 @@ from typing import Any
 
 from engine._text import redact, truncate
 
-from ._client import Client, PatchType
-from ._resource import Resource
+from .._client._client import Client, PatchType
+from .._client._resource import Resource
 
 __all__ = [
     "READY",

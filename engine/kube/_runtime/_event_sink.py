@@ -23,8 +23,9 @@ from engine._events import Event
 from engine._refs import ObjectRef
 from engine._text import summarize
 
-from ._client import Client
-from ._errors import (
+from .._access._rbac import EVENT_RULES, PolicyRule
+from .._client._client import Client
+from .._client._errors import (
     AlreadyExistsError,
     KubeError,
     NotFoundError,
@@ -33,9 +34,8 @@ from ._errors import (
     TooManyRequestsError,
     TransportError,
 )
+from .._client._retry import retry_after_of
 from ._events import EVENTS_RESOURCE, build_event, create_event, patch_event_series
-from ._rbac import EVENT_RULES, PolicyRule
-from ._retry import retry_after_of
 
 __all__ = ["KubernetesEventSink"]
 

@@ -9,8 +9,9 @@ from typing import Any
 
 import attrs
 
-from ._client import Client
-from ._resource import Resource
+from .._client._client import Client
+from .._client._resource import Resource
+from .._client._wire import format_microtime, parse_microtime
 
 __all__ = ["Lease", "LEASE_RESOURCE", "get_lease", "create_lease", "update_lease"]
 
@@ -25,27 +26,6 @@ LEASE_RESOURCE = Resource(
     verbs=["create", "delete", "get", "list", "patch", "update", "watch"],
 )
 """The ``coordination.k8s.io/v1`` ``leases`` resource (stable, so not looked up)."""
-
-_MICROTIME = "%Y-%m-%dT%H:%M:%S.%fZ"
-
-
-def format_microtime(when: dt.datetime) -> str:
-    """Format an aware datetime as a Kubernetes ``MicroTime`` (UTC, microseconds)."""
-    if when.tzinfo is None:
-        raise ValueError("MicroTime values must be timezone-aware datetimes")
-    return when.astimezone(dt.UTC).strftime(_MICROTIME)
-
-
-def parse_microtime(value: Any) -> dt.datetime | None:
-    """Parse a Kubernetes ``MicroTime`` or ``Time`` string; ``None`` for absent or malformed."""
-    if not isinstance(value, str) or not value:
-        return None
-    try:
-        parsed = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=dt.UTC)
-
 
 @attrs.frozen
 class Lease:

@@ -1,7 +1,7 @@
 """The webhook server: HTTPS with the project's HTTP server, its certificates, an in-process transport.
 
 :class:`WebhookServer` serves a :class:`WebhookDispatcher` with
-:func:`~engine.observability._http.serve_http` over a :class:`trio.SSLStream` on one address
+:func:`~engine._http.serve_http` over a :class:`trio.SSLStream` on one address
 (controller-runtime's port 9443, loopback unless told otherwise). Its certificate comes from a
 directory holding ``tls.crt`` and ``tls.key`` (cert-manager's Secret layout), re-read when the
 files change, or from a CA and certificate it makes itself (:meth:`WebhookCertificates.generate`),
@@ -23,13 +23,13 @@ import attrs
 import httpx
 import trio
 
-from ..observability._http import BindAddress, Request, Response, open_listeners, serve_http
-from ._errors import KubeError
-from ._webhooks import Webhook, WebhookDispatcher
+from ..._http import BindAddress, Request, Response, open_listeners, serve_http
+from .._client._errors import KubeError
+from ._review import Webhook, WebhookDispatcher
 
 if TYPE_CHECKING:
-    from ._client import Client
-    from ._cluster import Cluster
+    from .._client._client import Client
+    from .._runtime._cluster import Cluster
 
 __all__ = ["WebhookCertificates", "WebhookError", "WebhookServer", "WebhookTransport", "MAX_REVIEW_BYTES",
            "DEFAULT_WEBHOOK_PORT"]

@@ -21,7 +21,7 @@ from typing import Any
 
 import attrs
 
-from ._resource import Resource
+from .._client._resource import Resource
 
 __all__ = [
     "EVENT_RULES",

@@ -9,7 +9,7 @@ from typing import Any
 
 import attrs
 
-from ._watch import WatchEventType
+from .._client._watch import WatchEventType
 from ._watcher import Added, Bookmark, Deleted, Modified, Restarted, WatcherEvent
 
 __all__ = [

@@ -89,7 +89,7 @@ class ConfigError(KubeError):
         super().__init__(f"{': '.join(where)}: {message}" if where else message)
 
 
-# --- API errors (engine.kube._client, built by error_from_status) ---
+# --- API errors (engine.kube._client._client, built by error_from_status) ---
 
 
 class ApiError(KubeError):
@@ -309,7 +309,7 @@ def error_from_status(
     return cls(message, code=code, reason=reason, status=body)
 
 
-# --- transport failures (engine.kube._client, engine.kube._watch) ---
+# --- transport failures (engine.kube._client._client, engine.kube._client._watch) ---
 
 # OpenSSL X509_V_ERR_* codes, worded as Go's crypto/x509 (and so kubectl) words them.
 _UNKNOWN_AUTHORITY = frozenset({2, 18, 19, 20, 21})

@@ -5,7 +5,7 @@ store holds the triggering object (read-your-trigger), and goes through ``Contro
 so a supersede is always paired with its enqueue. Predicates, mappers and key functions run
 inside those handlers: one that raises for an object skips that object for that watch only,
 and is logged once per object and ``resourceVersion`` and counted by the informer (see
-:mod:`engine.kube._informer`); every other object and watch goes on.
+:mod:`engine.kube._runtime._informer`); every other object and watch goes on.
 """
 
 from __future__ import annotations
@@ -17,15 +17,15 @@ from typing import Any
 
 import trio
 
-from .._controller import Controller
-from .._keyspace import KeyRanges, fnv1a64
-from .._manager import Manager
-from .._refs import ObjectRef
-from .._sources import MappedSource
-from ._client import Client, Selector, WatchEventType
+from ..._controller import Controller
+from ..._keyspace import KeyRanges, fnv1a64
+from ..._manager import Manager
+from ..._refs import ObjectRef
+from ..._sources import MappedSource
+from .._access._rbac import PolicyRule, rules_for
+from .._client._client import Client, Selector, WatchEventType
+from .._client._resource import Resource, split_api_version
 from ._informer import Informer, InformerEvent, Transform, strip_managed_fields
-from ._rbac import PolicyRule, rules_for
-from ._resource import Resource, split_api_version
 from ._status import is_ready
 
 __all__ = [

@@ -1,0 +1,1 @@
+"""The wire client: configuration, credentials, HTTP transport, requests, watches, errors."""

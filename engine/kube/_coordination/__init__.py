@@ -1,0 +1,1 @@
+"""Coordination between replicas: Leases, leader election and the hash ring."""

@@ -1,0 +1,1 @@
+"""Plugin hosting: loading plugins, running them, their metrics."""

@@ -1,0 +1,1 @@
+"""Admission and conversion webhooks: declarations, the HTTPS server, configurations, certificates."""
