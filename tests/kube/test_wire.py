@@ -14,7 +14,8 @@ import pytest
 import trio
 
 from engine.apiserver import ApiServer
-from engine.kube import Client, Config, NotFoundError, PatchType, RetryPolicy, WatchEventType, _json
+from engine.kube import Client, Config, NotFoundError, PatchType, RetryPolicy, WatchEventType
+from engine.kube._client import _json
 from engine.kube._client._transport import ResponseStream, Transport
 from tests.kube.test_client import CONFIGMAPS, cm, kubeconfig, status
 
