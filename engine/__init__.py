@@ -28,7 +28,6 @@ from ._events import EventSink as EventSink
 from ._events import EventSinkStatistics as EventSinkStatistics
 from ._events import EventType as EventType
 from ._events import ObjectEvents as ObjectEvents
-from ._exports import moved_names as _moved_names
 from ._exports import publish as _publish
 from ._keyspace import KeyRange as KeyRange
 from ._keyspace import KeyRanges as KeyRanges
@@ -136,10 +135,3 @@ __all__ = [
 ]
 
 _publish(globals())
-__getattr__ = _moved_names(
-    __name__,
-    dict.fromkeys(
-        ["CheckFailed", "EngineMetrics", "LiveStatistics", "LiveStream", "Observability", "Probes", "parse_bind_address"],
-        "engine.observability",
-    ),
-)

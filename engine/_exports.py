@@ -3,8 +3,7 @@
 Each public package (``engine``, ``engine.observability``, ``engine.kube``,
 ``engine.kube.lowlevel``, ``engine.testing``, ``engine.cli``) imports its names from private
 modules, lists them in ``__all__`` and calls :func:`publish`, so ``repr()``, tracebacks and
-docs show ``engine.kube.Client`` rather than ``engine.kube._client._client.Client``. Names that moved
-keep working through :func:`moved_names`, which warns once per access. Names whose modules
+docs show ``engine.kube.Client`` rather than ``engine.kube._client._client.Client``. Names whose modules
 pull in what a plain runner does not need (the webhook server and its HTTP stack, Prometheus
 collectors, plugin hosting) are served by :func:`lazy_names`: imported on first access.
 """
@@ -12,11 +11,10 @@ collectors, plugin hosting) are served by :func:`lazy_names`: imported on first 
 from __future__ import annotations
 
 import importlib
-import warnings
 from collections.abc import Callable, Mapping
 from typing import Any
 
-__all__ = ["publish", "moved_names", "lazy_names"]
+__all__ = ["publish", "lazy_names"]
 
 
 def _present(value: Any, package: str) -> None:
@@ -42,48 +40,21 @@ def publish(namespace: dict[str, Any]) -> None:
             _present(namespace[name], package)
 
 
-def moved_names(package: str, moved: Mapping[str, str]) -> Callable[[str], Any]:
-    """A module ``__getattr__`` that serves each ``moved`` name from its new public module.
-
-    ``moved`` maps an old name to the module it now lives in (``"create_lease":
-    "engine.kube.lowlevel"``), or to ``"module:new_name"`` when it was renamed too. Each access
-    emits a :class:`DeprecationWarning` naming the new import; any other name raises
-    :class:`AttributeError` as a module would.
-    """
-
-    def __getattr__(name: str) -> Any:
-        target = moved.get(name)
-        if target is None:
-            raise AttributeError(f"module {package!r} has no attribute {name!r}")
-        module, _, new_name = target.partition(":")
-        new_name = new_name or name
-        warnings.warn(
-            f"{package}.{name} is deprecated: use {module}.{new_name}",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return getattr(importlib.import_module(module), new_name)
-
-    return __getattr__
-
-
-def lazy_names(
-    namespace: dict[str, Any], lazy: Mapping[str, str], fallback: Callable[[str], Any]
-) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
+def lazy_names(namespace: dict[str, Any], lazy: Mapping[str, str]) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
     """A module ``__getattr__`` and ``__dir__`` that import each ``lazy`` name on first access.
 
     ``lazy`` maps a public name to the private module defining it (``"WebhookServer":
     "engine.kube._webhooks._server"``). The first access imports the module, presents the value
     as the package's (as :func:`publish` does) and stores it in ``namespace``, so later accesses
-    are plain attribute reads. Any other name goes to ``fallback`` (a :func:`moved_names`
-    ``__getattr__``). ``__dir__`` lists the lazy names beside the loaded ones.
+    are plain attribute reads. Any other name raises :class:`AttributeError` as a module's
+    would. ``__dir__`` lists the lazy names beside the loaded ones.
     """
     package = namespace["__name__"]
 
     def __getattr__(name: str) -> Any:
         module = lazy.get(name)
         if module is None:
-            return fallback(name)
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
         value = getattr(importlib.import_module(module), name)
         _present(value, package)
         namespace[name] = value

@@ -7,6 +7,7 @@ import re
 import subprocess
 import sys
 import types
+import warnings
 from pathlib import Path
 
 import pytest
@@ -71,23 +72,15 @@ def test_each_public_object_is_exported_from_exactly_one_public_package() -> Non
 
 
 @pytest.mark.parametrize(
-    ("old", "new"),
-    [
-        ("engine.Observability", "engine.observability.Observability"),
-        ("engine.parse_bind_address", "engine.observability.parse_bind_address"),
-        ("engine.kube.create_lease", "engine.kube.lowlevel.create_lease"),
-        ("engine.testing.Store", "engine.apiserver.ObjectStorage"),
-        ("engine.testing.ApiServer", "engine.apiserver.ApiServer"),
-        ("engine.testing.RequestRejected", "engine.apiserver.RequestRejected"),
-        ("engine.testing.ObjectStorage", "engine.apiserver.ObjectStorage"),
-    ],
+    "old", ["engine.Observability", "engine.parse_bind_address", "engine.kube.create_lease", "engine.testing.Store",
+            "engine.testing.ApiServer", "engine.testing.ObjectStorage"],
 )
-def test_moved_names_still_work_with_a_deprecation_warning(old: str, new: str) -> None:
-    old_package, _, old_name = old.rpartition(".")
-    new_package, _, new_name = new.rpartition(".")
-    with pytest.warns(DeprecationWarning, match=rf"^{re.escape(old)} is deprecated: use {re.escape(new)}$"):
-        value = getattr(importlib.import_module(old_package), old_name)
-    assert value is getattr(importlib.import_module(new_package), new_name)
+def test_names_of_the_unreleased_layout_are_gone_with_a_plain_attribute_error(old: str) -> None:
+    package, _, name = old.rpartition(".")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(AttributeError, match=rf"^module {re.escape(repr(package))} has no attribute {re.escape(repr(name))}$"):
+            getattr(importlib.import_module(package), name)
 
 
 def test_core_does_not_import_the_outer_layers_at_run_time() -> None:

@@ -107,7 +107,6 @@ from ._runtime._status import patch_status as patch_status
 from ._runtime._status import set_condition as set_condition
 
 from .._exports import lazy_names as _lazy_names
-from .._exports import moved_names as _moved_names
 from .._exports import publish as _publish
 
 # --- imported on first access: plugins, webhooks, Prometheus collectors, leader election,
@@ -376,7 +375,4 @@ __all__ = [
 ]
 
 _publish(globals())
-__getattr__, __dir__ = _lazy_names(globals(), _LAZY, _moved_names(__name__, dict.fromkeys(
-    ["CORE_EVENTS_RESOURCE", "EVENTS_RESOURCE", "LEASE_RESOURCE", "ExecAuth", "ExecConfig", "ExecCredential", "build_event", "create_event", "create_lease", "get_lease", "patch_event_series", "update_lease"],
-    "engine.kube.lowlevel",
-)))
+__getattr__, __dir__ = _lazy_names(globals(), _LAZY)

@@ -17,7 +17,6 @@ The embedded API server itself lives in :mod:`engine.apiserver`; its names are s
 from here, with a ``DeprecationWarning``, until the next release.
 """
 
-from .._exports import moved_names as _moved_names
 from .._exports import publish as _publish
 from ._envtest import EnvTest as EnvTest
 from ._errors import EnvTestError as EnvTestError
@@ -62,21 +61,3 @@ __all__ = [
 ]
 
 _publish(globals())
-_MOVED_TO_APISERVER = (
-    "ApiServer",
-    "ApiServerError",
-    "Fault",
-    "FaultScope",
-    "Faults",
-    "MemoryTransport",
-    "ObjectStorage",
-    "RequestRejected",
-    "ResourceType",
-    "StorageSnapshot",
-)
-"""The names this package served before the embedded API server became :mod:`engine.apiserver`."""
-
-__getattr__ = _moved_names(
-    __name__,
-    {**dict.fromkeys(_MOVED_TO_APISERVER, "engine.apiserver"), "Store": "engine.apiserver:ObjectStorage"},
-)

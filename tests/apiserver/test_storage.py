@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import random
-import warnings
 
 import pytest
 import trio
 import trio.testing
 
-import engine.testing
 from engine.apiserver import ObjectStorage, RequestRejected, ResourceType
 from engine.apiserver._selectors import parse_field_selector, parse_label_selector
 
@@ -151,17 +149,6 @@ def test_lookup_answers_none_where_get_answers_404() -> None:
     assert storage.lookup(rt, "default", "missing") is None
     with pytest.raises(RequestRejected, match=r'^configmaps "missing" not found$'):
         storage.get(rt, "default", "missing")
-
-
-def test_store_is_a_deprecated_alias_of_object_storage() -> None:
-    with pytest.warns(DeprecationWarning, match=r"^engine\.testing\.Store is deprecated: use engine\.apiserver\.ObjectStorage$"):
-        assert engine.testing.Store is ObjectStorage
-    with pytest.warns(DeprecationWarning):
-        from engine.testing import Store  # noqa: F401
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        with pytest.raises(AttributeError, match=r"^module 'engine.testing' has no attribute 'Nope'$"):
-            engine.testing.Nope  # noqa: B018
 
 
 def test_restore_puts_objects_and_the_resource_version_back() -> None:

@@ -1,4 +1,4 @@
-"""engine.kube.lowlevel holds the rarely needed helpers; engine.kube still reaches them, warning."""
+"""engine.kube.lowlevel holds the rarely needed helpers, apart from the engine.kube face."""
 
 from __future__ import annotations
 
@@ -8,18 +8,11 @@ import engine.kube
 import engine.kube.lowlevel
 
 
-def test_moved_names_are_reachable_from_engine_kube_with_a_deprecation_warning() -> None:
+def test_lowlevel_names_are_not_in_the_engine_kube_face() -> None:
     for name in engine.kube.lowlevel.__all__:
-        assert name not in vars(engine.kube)
-        with pytest.warns(DeprecationWarning, match=rf"^engine\.kube\.{name} is deprecated: use engine\.kube\.lowlevel\.{name}$"):
-            value = getattr(engine.kube, name)
-        assert value is getattr(engine.kube.lowlevel, name)
-
-
-def test_from_import_of_a_moved_name_warns() -> None:
-    with pytest.warns(DeprecationWarning, match=r"^engine\.kube\.create_lease is deprecated: use engine\.kube\.lowlevel\.create_lease$"):
-        from engine.kube import create_lease
-    assert create_lease is engine.kube.lowlevel.create_lease
+        assert name not in vars(engine.kube) and name not in dir(engine.kube)
+        with pytest.raises(AttributeError):
+            getattr(engine.kube, name)
 
 
 def test_unknown_names_still_raise_attribute_error() -> None:
