@@ -291,3 +291,33 @@ def test_the_kube_part_check_sees_an_upward_and_a_sideways_import(tmp_path: Path
     assert [o.split(" imports ")[1] for o in found[webhooks]] == [
         "engine.kube._coordination._lease", "engine.kube._coordination._lease.Lease",
     ]
+
+
+def _private_module_imports(path: Path) -> list[str]:
+    """Imports in ``path`` of a private module of another package than its own: the core's
+    private modules (``engine._text``) are shared by every package below ``engine``, and the
+    parts of ``engine.kube`` by one another; anything else goes through the package's face."""
+    parts = path.relative_to(ENGINE.parent).with_suffix("").parts
+    own = parts[1] if len(parts) > 2 else None
+    found = []
+    for line, module in _imported_modules(path.read_text(), ".".join(parts[:-1])):
+        names = module.split(".")
+        if names[0] == "engine" and len(names) > 2 and names[1] != own and names[2].startswith("_"):
+            found.append(f"{path.relative_to(ENGINE.parent)}:{line} imports {module}")
+    return found
+
+
+def test_no_package_imports_another_packages_private_modules() -> None:
+    files = [p for p in sorted(ENGINE.rglob("*.py")) if "__pycache__" not in p.parts]
+    assert [found for path in files for found in _private_module_imports(path)] == []
+
+
+def test_the_private_module_check_sees_one(tmp_path: Path) -> None:
+    planted = ENGINE / "cli" / "_planted.py"
+    planted.write_text("from ..testing._simulate import DEFAULT_BOUND\nfrom ..testing import simulate\nfrom .._text import summarize\n")
+    try:
+        found = _private_module_imports(planted)
+    finally:
+        planted.unlink()
+    assert found == ["engine/cli/_planted.py:1 imports engine.testing._simulate",
+                     "engine/cli/_planted.py:1 imports engine.testing._simulate.DEFAULT_BOUND"]

@@ -24,8 +24,10 @@ Beside the API, the server runs what a cluster's controller manager would (garba
 namespace clean-up), after the requests, as a cluster does: ``await api.settle()`` waits for
 it, and ``ApiServer(controllers=False)`` answers as an API server alone.
 
-This package imports the core and :mod:`engine.kube` only; the test tools in
-:mod:`engine.testing` use it, never the other way round.
+This package imports the core only; the test tools in :mod:`engine.testing` use it, never the
+other way round. :class:`Change` (one stored change) and :class:`RequestInfo` (what a fault's
+predicate sees) are the types storage observers and faults receive; the selector parsers and
+:func:`check_feature_gates` read what the real server reads, as it reads it.
 """
 
 from .._exports import publish as _publish
@@ -35,19 +37,25 @@ from ._errors import RequestRejected as RequestRejected
 from ._faults import Fault as Fault
 from ._faults import Faults as Faults
 from ._faults import FaultScope as FaultScope
+from ._faults import RequestInfo as RequestInfo
 from ._memory import DirectTransport as DirectTransport
 from ._memory import MemoryTransport as MemoryTransport
 from ._requestlog import LeaseHolding as LeaseHolding
 from ._requestlog import RequestLog as RequestLog
 from ._requestlog import RequestRecord as RequestRecord
 from ._resources import ResourceType as ResourceType
+from ._selectors import parse_field_selector as parse_field_selector
+from ._selectors import parse_label_selector as parse_label_selector
 from ._server import ApiServer as ApiServer
+from ._shards import check_feature_gates as check_feature_gates
+from ._storage import Change as Change
 from ._storage import ObjectStorage as ObjectStorage
 from ._storage import StorageSnapshot as StorageSnapshot
 
 __all__ = [
     "ApiServer",
     "ApiServerError",
+    "Change",
     "DirectTransport",
     "Fault",
     "FaultScope",
@@ -57,10 +65,14 @@ __all__ = [
     "ObjectStorage",
     "RequestLog",
     "RequestRecord",
+    "RequestInfo",
     "RequestRejected",
     "ResourceType",
     "ServedRequest",
     "StorageSnapshot",
+    "check_feature_gates",
+    "parse_field_selector",
+    "parse_label_selector",
 ]
 
 _publish(globals())

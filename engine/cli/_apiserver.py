@@ -16,8 +16,7 @@ import sys
 
 import trio
 
-from ..apiserver._server import ApiServer
-from ..apiserver._shards import check_feature_gates
+from ..apiserver import ApiServer, check_feature_gates
 
 __all__ = ["main", "server_from_args"]
 

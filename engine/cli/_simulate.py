@@ -13,9 +13,16 @@ import sys
 import time
 
 from ..kube import PluginError, load_plugin
-from ..testing._schedule import parse_fault_kinds
-from ..testing._simulate import DEFAULT_BOUND, DEFAULT_DURATION, SimulationResult, simulate_seeds
-from ..testing._simulation import Simulation, find_simulation, load_simulation
+from ..testing import (
+    DEFAULT_BOUND,
+    DEFAULT_DURATION,
+    Simulation,
+    SimulationResult,
+    find_simulation,
+    load_simulation,
+    parse_fault_kinds,
+    simulate_seeds,
+)
 from ._progress import SeedProgress
 
 __all__ = ["main"]

@@ -11,10 +11,10 @@ and ``kube_cluster``.
 :func:`simulate` runs a plugin through a seeded workload and fault schedule with trio's
 scheduling fixed by the seed, checks the engine's guarantees at every step, and replays a
 seed exactly (``python -m engine simulate``); a :class:`Simulation` says what the workload is
-and what converged means for a plugin.
+and what converged means for a plugin; :func:`find_simulation` finds a plugin's as
+``python -m engine simulate`` does, and :func:`load_simulation` loads one by ``module:attr``.
 
-The embedded API server itself lives in :mod:`engine.apiserver`; its names are still served
-from here, with a ``DeprecationWarning``, until the next release.
+The embedded API server itself lives in :mod:`engine.apiserver`.
 """
 
 from .._exports import publish as _publish
@@ -25,6 +25,9 @@ from ._errors import WaitTimeout as WaitTimeout
 from ._harness import PluginHarness as PluginHarness
 from ._harness import open_plugin_test as open_plugin_test
 from ._schedule import FaultKind as FaultKind
+from ._schedule import parse_fault_kinds as parse_fault_kinds
+from ._simulate import DEFAULT_BOUND as DEFAULT_BOUND
+from ._simulate import DEFAULT_DURATION as DEFAULT_DURATION
 from ._simulate import SimulationResult as SimulationResult
 from ._simulate import simulate as simulate
 from ._simulate import simulate_seeds as simulate_seeds
@@ -33,12 +36,16 @@ from ._simulation import ClusterState as ClusterState
 from ._simulation import Inadmissible as Inadmissible
 from ._simulation import Simulation as Simulation
 from ._simulation import Step as Step
+from ._simulation import find_simulation as find_simulation
+from ._simulation import load_simulation as load_simulation
 from ._simulation import simulation_for as simulation_for
 from ._target import KubeTarget as KubeTarget
 from ._target import open_embedded_target as open_embedded_target
 from ._trace import TraceEntry as TraceEntry
 
 __all__ = [
+    "DEFAULT_BOUND",
+    "DEFAULT_DURATION",
     "AdmissionOracle",
     "ClusterState",
     "EnvTest",
@@ -53,8 +60,11 @@ __all__ = [
     "Step",
     "TraceEntry",
     "WaitTimeout",
+    "find_simulation",
+    "load_simulation",
     "open_embedded_target",
     "open_plugin_test",
+    "parse_fault_kinds",
     "simulate",
     "simulate_seeds",
     "simulation_for",

@@ -41,9 +41,7 @@ from typing import Any
 import attrs
 import trio
 
-from ..apiserver._api import ServedRequest
-from ..apiserver._faults import RequestInfo
-from ..apiserver._storage import Change, ObjectStorage
+from ..apiserver import Change, ObjectStorage, RequestInfo, ServedRequest
 from ._simulation import AdmissionOracle, Inadmissible
 from ._webhook_service import WebhookCall
 

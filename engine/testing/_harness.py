@@ -78,8 +78,7 @@ from engine.kube import (
 )
 
 from .._text import truncate
-from ..apiserver._faults import Faults
-from ..apiserver._server import ApiServer
+from ..apiserver import ApiServer, Faults
 from ._errors import HarnessError, WaitTimeout
 from ._target import KubeTarget, ensure_namespace
 

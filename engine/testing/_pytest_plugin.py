@@ -49,7 +49,7 @@ import trio.testing
 from engine import Manager
 from engine.kube import Client, Cluster, Config
 
-from ..apiserver._server import ApiServer
+from ..apiserver import ApiServer
 from ._envtest import ENV_ASSETS, ENV_USE_EXISTING_CLUSTER, EnvTest, RealServer, real_server_from_env
 from ._target import KubeTarget, open_embedded_target, open_namespace
 

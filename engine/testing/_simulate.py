@@ -105,10 +105,7 @@ from engine.kube import (
     join_selectors,
 )
 
-from ..apiserver._api import ServedRequest
-from ..apiserver._faults import Fault
-from ..apiserver._requestlog import RequestLog, RequestRecord
-from ..apiserver._storage import Change, ObjectStorage, StorageSnapshot
+from ..apiserver import Change, Fault, ObjectStorage, RequestLog, RequestRecord, ServedRequest, StorageSnapshot
 from ._admission_check import AdmissionCheck
 from ._determinism import deterministic_scheduling
 from ._harness import (

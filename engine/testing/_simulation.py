@@ -20,9 +20,7 @@ import attrs
 
 from engine.kube import Plugin, PluginError, get_condition, load_plugin
 
-from ..apiserver._requestlog import RequestLog
-from ..apiserver._selectors import parse_field_selector, parse_label_selector
-from ..apiserver._storage import ObjectStorage
+from ..apiserver import ObjectStorage, RequestLog, parse_field_selector, parse_label_selector
 
 __all__ = [
     "AdmissionOracle",

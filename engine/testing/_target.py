@@ -19,8 +19,7 @@ import trio
 
 from engine.kube import AlreadyExistsError, Client, Config, NotFoundError
 
-from ..apiserver._faults import Faults
-from ..apiserver._server import ApiServer
+from ..apiserver import ApiServer, Faults
 from ._errors import HarnessError
 
 __all__ = ["KubeTarget", "TargetKind", "open_embedded_target", "open_namespace"]
