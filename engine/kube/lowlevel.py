@@ -14,15 +14,16 @@ something those pieces do not.
 * Exec credential plugins: :class:`ExecConfig` (a kubeconfig ``user.exec`` stanza),
   :class:`ExecCredential` (what a plugin returned) and :class:`ExecAuth` (the httpx auth that
   runs the plugin and caches its credential).
-
-Until the next major version these names are also reachable from :mod:`engine.kube`, with a
-``DeprecationWarning``.
+* resourceVersions: :func:`resource_version_of` (an object's) and :func:`resource_version_number`
+  (the revision one holds, for telling which of two is newer where that is all one needs).
 """
 
 from .._exports import publish as _publish
 from ._client._auth import ExecAuth as ExecAuth
 from ._client._auth import ExecConfig as ExecConfig
 from ._client._auth import ExecCredential as ExecCredential
+from ._client._wire import resource_version_number as resource_version_number
+from ._client._wire import resource_version_of as resource_version_of
 from ._coordination._lease import LEASE_RESOURCE as LEASE_RESOURCE
 from ._coordination._lease import create_lease as create_lease
 from ._coordination._lease import get_lease as get_lease
@@ -46,6 +47,8 @@ __all__ = [
     "get_lease",
     "patch_event_series",
     "update_lease",
+    "resource_version_number",
+    "resource_version_of",
 ]
 
 _publish(globals())

@@ -104,6 +104,7 @@ from engine.kube import (
     install_crds,
     join_selectors,
 )
+from engine.kube.lowlevel import resource_version_number, resource_version_of
 
 from ..apiserver import Change, Fault, ObjectStorage, RequestLog, RequestRecord, ServedRequest, StorageSnapshot
 from ._admission_check import AdmissionCheck
@@ -271,13 +272,6 @@ class _Owed:
     key: int | None = None
     """The object's key-space position (scale-out mode: a replica owes only while its ring
     has an interest in it; its sharded informers hold nothing else)."""
-
-
-def _rv(obj: Mapping[str, Any]) -> int:
-    try:
-        return int((obj.get("metadata") or {}).get("resourceVersion") or 0)
-    except ValueError:
-        return 0
 
 
 def _objects(store: ObjectStorage) -> dict[tuple[str, str], dict[Any, Any]]:
@@ -1085,7 +1079,7 @@ class _Simulator:
                     continue
                 sample = new if new is not None else old
                 assert sample is not None
-                rv = _rv(new) if new is not None else store.resource_version
+                rv = (resource_version_number(resource_version_of(new)) or 0) if new is not None else store.resource_version
                 self._owe(storage_key[0], sample, [o for o in (old, new) if o is not None],
                           _state(old) if old is not None else None, _state(new) if new is not None else None,
                           " (history rewind)", rv)

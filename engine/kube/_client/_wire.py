@@ -1,11 +1,18 @@
-"""Values in the API's own wire formats: ``MicroTime`` and ``Time`` timestamps."""
+"""Values in the API's own wire formats: ``MicroTime`` and ``Time`` timestamps, resourceVersions.
+
+A ``resourceVersion`` is opaque to clients by the API conventions; every server this engine
+talks to (kube-apiserver on etcd, the embedded server) writes etcd's revision, a decimal
+integer, and the engine compares two only to notice that the server's history went back (an
+etcd restore). :func:`resource_version_number` is the one place that reads one as a number.
+"""
 
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["format_microtime", "parse_microtime"]
+__all__ = ["format_microtime", "parse_microtime", "resource_version_of", "resource_version_number"]
 
 _MICROTIME = "%Y-%m-%dT%H:%M:%S.%fZ"
 
@@ -26,3 +33,18 @@ def parse_microtime(value: Any) -> dt.datetime | None:
     except ValueError:
         return None
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=dt.UTC)
+
+
+def resource_version_of(obj: Mapping[str, Any]) -> str | None:
+    """``metadata.resourceVersion`` of ``obj`` when it is a non-empty string, else ``None``."""
+    meta = obj.get("metadata")
+    rv = meta.get("resourceVersion") if isinstance(meta, Mapping) else None
+    return rv if isinstance(rv, str) and rv else None
+
+
+def resource_version_number(rv: str | None) -> int | None:
+    """The revision a ``resourceVersion`` holds, or ``None`` for none or one that is not a
+    decimal integer (an opaque value some other server wrote)."""
+    if rv is None or not rv.isascii() or not rv.isdigit():
+        return None
+    return int(rv)

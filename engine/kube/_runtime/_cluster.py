@@ -25,6 +25,7 @@ from ..._sources import MappedSource
 from .._access._rbac import PolicyRule, rules_for
 from .._client._client import Client, Selector, WatchEventType
 from .._client._resource import Resource, split_api_version
+from .._client._wire import resource_version_number, resource_version_of
 from ._informer import Informer, InformerEvent, Transform, strip_managed_fields
 from ._status import is_ready
 
@@ -68,15 +69,13 @@ def generation_changed(event: InformerEvent) -> bool:
     return bool(
         old.get("generation") != new.get("generation")
         or old.get("deletionTimestamp") != new.get("deletionTimestamp")
-        or _rv_number(new) < _rv_number(old)
+        or _went_back(event.old, event.obj)
     )
 
 
-def _rv_number(meta: Mapping[str, Any]) -> int:
-    try:
-        return int(meta.get("resourceVersion") or 0)
-    except (TypeError, ValueError):
-        return 0
+def _went_back(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
+    before, after = resource_version_number(resource_version_of(old)), resource_version_number(resource_version_of(new))
+    return before is not None and after is not None and after < before
 
 
 def annotation_changed(key: str) -> Predicate:

@@ -10,6 +10,7 @@ from typing import Any
 import attrs
 
 from .._client._watch import WatchEventType
+from .._client._wire import resource_version_of
 from ._watcher import Added, Bookmark, Deleted, Modified, Restarted, WatcherEvent
 
 __all__ = [
@@ -54,11 +55,6 @@ def object_key(obj: Mapping[str, Any]) -> ObjectKey:
     return (meta.get("namespace") or None, meta["name"])
 
 
-def _rv(obj: Mapping[str, Any]) -> str | None:
-    rv = obj.get("metadata", {}).get("resourceVersion")
-    return rv if isinstance(rv, str) else None
-
-
 def _uid(obj: Mapping[str, Any]) -> str | None:
     uid = obj.get("metadata", {}).get("uid")
     return uid if isinstance(uid, str) else None
@@ -85,7 +81,7 @@ class _ObjectFaults:
         """Count ``exc``, raised by ``site`` (``ident`` tells equal names apart) for ``obj``,
         and log it unless it was logged for this object and ``resourceVersion`` already."""
         self.count += 1
-        key, rv = object_key(obj), _rv(obj)
+        key, rv = object_key(obj), resource_version_of(obj)
         logged_rv, sites = self._logged.get(key, (None, set()))
         if logged_rv != rv:
             sites = set()
@@ -275,7 +271,7 @@ class Store:
         """
         if isinstance(event, Added | Modified):
             current = self._get(object_key(event.obj))
-            if current is not None and _rv(current) == _rv(event.obj):
+            if current is not None and resource_version_of(current) == resource_version_of(event.obj):
                 return []
             return self._changes(event.obj, self._put(event.obj))
         if isinstance(event, Deleted):
@@ -318,7 +314,7 @@ class Store:
             names.add(name)
             in_namespace = cached.get(namespace)
             current = None if in_namespace is None else in_namespace.get(name)
-            if not reset and current is not None and _rv(current) == _rv(obj):
+            if not reset and current is not None and resource_version_of(current) == resource_version_of(obj):
                 continue
             planned.append((obj, self._index_values(obj)))
         changes = [change for obj, values in planned for change in self._changes(obj, self._insert(obj, values))]

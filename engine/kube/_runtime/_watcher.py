@@ -90,6 +90,7 @@ from .._client._errors import (
 from .._client._resource import Resource
 from .._client._retry import RetryPolicy
 from .._client._watch import WatchEventType
+from .._client._wire import resource_version_number
 
 __all__ = [
     "Watcher",
@@ -190,15 +191,8 @@ class _HistoryWentBack(Exception):
     """The server's resourceVersions went backwards; the message says how it was noticed."""
 
 
-def _int_rv(rv: str | None) -> int | None:
-    try:
-        return int(rv) if rv else None
-    except ValueError:
-        return None
-
-
 def _older(rv: str | None, than: str | None) -> bool:
-    new, held = _int_rv(rv), _int_rv(than)
+    new, held = resource_version_number(rv), resource_version_number(than)
     return new is not None and held is not None and new < held
 
 
