@@ -36,33 +36,30 @@ retried; they never escape :meth:`LeaderElector.run`.
 
 from __future__ import annotations
 
-import datetime as dt
 import enum
 import logging
 import math
 import random
 import socket
-import time
 import uuid
 from collections.abc import Callable
 
 import attrs
 import trio
 
-from engine._backoff import jittered_backoff
 from engine._errors import ManagerStateError
 from engine._text import summarize
 
 from .._access._rbac import PolicyRule, leader_election_rules
 from .._client._client import Client
 from .._client._errors import AlreadyExistsError, ConflictError, KubeError, NotFoundError
+from ._keeper import FencingKeeper, LeaseClock
 from ._lease import Lease, create_lease, get_lease, update_lease
 
 __all__ = ["LeaderElector", "LeaderElectorStatistics"]
 
 logger = logging.getLogger("engine.kube.leader")
 
-_MICROSECOND = dt.timedelta(microseconds=1)
 _RELEASE_ATTEMPTS = 3
 
 
@@ -169,21 +166,21 @@ class LeaderElector:
         self.retry_period = retry_period
         self._duration_seconds = max(1, math.ceil(lease_duration))
         self._state = _State.UNSTARTED
-        self._leading = False
         self._acquired = trio.Event()
         self._callbacks: list[Callable[[str], None]] = []
         self._observed: Lease | None = None
         self._observed_spec: tuple[object, ...] | None = None
         self._observed_at: float | None = None
         self._leading_since: float | None = None
-        self._renewed_at: float | None = None
         self._acquisitions = 0
-        self._failed = 0
         self._lost_reason: str | None = None
         self._run_scope: trio.CancelScope | None = None
         self._run_done = trio.Event()
-        self._wall_offset: float | None = None
-        self._last_written: dt.datetime | None = None
+        self._keeper = FencingKeeper(
+            renew_deadline=renew_deadline, retry_period=retry_period, rng=self._rng,
+            subject=f"lease {namespace}/{name}", logger=logger,
+        )
+        self._clock = LeaseClock()
 
     def __repr__(self) -> str:
         return (
@@ -237,9 +234,9 @@ class LeaderElector:
             transitions=lease.lease_transitions if lease is not None else None,
             observed_at=self._observed_at,
             leading_since=self._leading_since,
-            last_renewal=self._renewed_at,
+            last_renewal=self._keeper.renewed_at,
             acquisitions=self._acquisitions,
-            failed_attempts=self._failed,
+            failed_attempts=self._keeper.failed,
             lost_reason=self._lost_reason,
         )
 
@@ -273,7 +270,7 @@ class LeaderElector:
                 await self._loop()
         finally:
             if self._leading:
-                self._leading = False
+                self._keeper.dropped()
                 logger.warning(
                     "stopped leading lease %s/%s without releasing it; it expires after %ss",
                     self.namespace, self.name, self._duration_seconds,
@@ -283,55 +280,29 @@ class LeaderElector:
             self._run_done.set()
 
     async def _loop(self) -> None:
+        keeper = self._keeper
         while True:
             started = trio.current_time()
-            if self._leading:
-                assert self._renewed_at is not None
-                deadline = self._renewed_at + self.renew_deadline
-                if started >= deadline:
-                    self._lose(
-                        f"the lease could not be renewed within renew_deadline ({self.renew_deadline:g}s)"
-                    )
-                    return
-            else:
-                deadline = started + self.renew_deadline
-            succeeded = False
-            with trio.move_on_at(deadline) as attempt:
-                try:
-                    succeeded = await self._try_acquire_or_renew()
-                except KubeError as exc:
-                    self._failed += 1
-                    logger.warning(
-                        "%s lease %s/%s failed: %s",
-                        "renewing" if self._leading else "acquiring",
-                        self.namespace, self.name, summarize(exc),
-                    )
-            if attempt.cancelled_caught:
-                self._failed += 1
-                logger.warning(
-                    "%s lease %s/%s did not finish within %gs",
-                    "renewing" if self._leading else "acquiring",
-                    self.namespace, self.name, self.renew_deadline,
-                )
-            if succeeded:
-                self._renewed_at = started
-                if not self._leading:
+            if keeper.expired(started):
+                self._lose(f"the lease could not be renewed within renew_deadline ({self.renew_deadline:g}s)")
+                return
+            leading = self._leading
+            if await keeper.attempt(started, self._try_acquire_or_renew, "renewing" if leading else "acquiring"):
+                keeper.renewed(started)
+                if not leading:
                     self._become_leader(started)
-            elif self._leading:
+            elif leading:
                 holder = self.holder
                 if holder is not None and holder != self.identity:
                     self._lose(f"the lease is now held by {holder!r}")
                     return
-            wake = trio.current_time() + jittered_backoff(
-                0, base=self.retry_period, cap=self.retry_period, rng=self._rng
-            )
-            if self._leading:
-                assert self._renewed_at is not None
-                wake = min(wake, self._renewed_at + self.renew_deadline)
-            await trio.sleep_until(wake)
+            await trio.sleep_until(keeper.next_wake())
+
+    @property
+    def _leading(self) -> bool:
+        return self._keeper.holding
 
     def _become_leader(self, now: float) -> None:
-        self._leading = True
         self._leading_since = now
         self._acquisitions += 1
         logger.info(
@@ -341,7 +312,7 @@ class LeaderElector:
         self._acquired.set()
 
     def _lose(self, reason: str) -> None:
-        self._leading = False
+        self._keeper.dropped()
         self._acquired = trio.Event()
         self._state = _State.LOST
         self._lost_reason = reason
@@ -353,15 +324,6 @@ class LeaderElector:
                 logger.exception("an on_lost callback of lease %s/%s failed", self.namespace, self.name)
 
     # -- the lease -------------------------------------------------------------------------------
-
-    def _now(self) -> dt.datetime:
-        if self._wall_offset is None:
-            self._wall_offset = time.time() - trio.current_time()
-        when = dt.datetime.fromtimestamp(self._wall_offset + trio.current_time(), dt.UTC)
-        if self._last_written is not None and when <= self._last_written:
-            when = self._last_written + _MICROSECOND
-        self._last_written = when
-        return when
 
     def _observe(self, lease: Lease) -> None:
         spec = _spec(lease)
@@ -386,7 +348,7 @@ class LeaderElector:
         try:
             current = await get_lease(self._client, self.name, namespace=self.namespace)
         except NotFoundError:
-            now = self._now()
+            now = self._clock.now()
             fresh = Lease(
                 name=self.name,
                 namespace=self.namespace,
@@ -412,7 +374,7 @@ class LeaderElector:
         return True
 
     def _renewal(self, current: Lease) -> Lease:
-        now = self._now()
+        now = self._clock.now()
         ours = current.holder_identity == self.identity
         transitions = current.lease_transitions or 0
         return attrs.evolve(
@@ -440,7 +402,7 @@ class LeaderElector:
         may not have been applied.
         """
         was_leading = self._leading
-        self._leading = False
+        self._keeper.dropped()
         if self._state in (_State.UNSTARTED, _State.RUNNING):
             self._state = _State.RELEASED
         running = self._run_scope is not None
@@ -473,7 +435,7 @@ class LeaderElector:
                     self.namespace, self.name, self.identity,
                 )
                 return
-            now = self._now()
+            now = self._clock.now()
             released = attrs.evolve(
                 lease,
                 holder_identity="",

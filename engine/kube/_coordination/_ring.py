@@ -39,14 +39,13 @@ import logging
 import math
 import random
 import socket
-import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Sequence
+from functools import partial
 
 import attrs
 import trio
 
-from engine._backoff import jittered_backoff
 from engine._errors import EngineError, ManagerStateError
 from engine._keyspace import KEY_SPACE, KeyRange, KeyRanges
 from engine._manager import Manager
@@ -58,6 +57,7 @@ from .._client._client import Client
 from .._client._errors import AlreadyExistsError, ConflictError, GoneError, KubeError, NotFoundError
 from .._client._watch import WatchEvent, WatchEventType
 from .._runtime._cluster import Cluster
+from ._keeper import FencingKeeper, LeaseClock
 from ._lease import LEASE_RESOURCE, Lease, create_lease, update_lease
 
 __all__ = ["HashRing", "RingConflictError", "RingStatistics", "ring_ranges", "RING_LABEL"]
@@ -78,7 +78,6 @@ DEFAULT_POINTS = 512
 DEFAULT_HANDOVER_GRACE = 10.0
 """Seconds runs of a released range get to finish before they are cancelled as ``HANDOVER``."""
 
-_MICROSECOND = dt.timedelta(microseconds=1)
 
 
 class RingConflictError(EngineError):
@@ -232,7 +231,6 @@ class HashRing:
         self._duration_seconds = max(1, math.ceil(lease_duration))
         self._member = self._new_member_name()
         self._lease: Lease | None = None
-        self._renewed_at: float | None = None
         self._records: dict[str, _Record] = {}
         self._assigned = KeyRanges.nothing()
         self._releasing = KeyRanges.nothing()
@@ -247,10 +245,12 @@ class HashRing:
         self._nursery: trio.Nursery | None = None
         self._handovers = 0
         self._fenced = 0
-        self._failed = 0
         self._started = False
-        self._wall_offset: float | None = None
-        self._last_written: dt.datetime | None = None
+        self._keeper = FencingKeeper(
+            renew_deadline=renew_deadline, retry_period=retry_period, rng=self._rng,
+            subject=f"the member lease of ring {name}", logger=logger,
+        )
+        self._clock = LeaseClock()
         self.on_change: list[Callable[[], None]] = []
         """Callbacks called (synchronously) after the owned, assigned or released ranges changed."""
         self.cache_ready: Callable[[], Awaitable[None]] | None = None
@@ -332,7 +332,7 @@ class HashRing:
             releasing=self._releasing,
             handovers=self._handovers,
             fenced=self._fenced,
-            failed_attempts=self._failed,
+            failed_attempts=self._keeper.failed,
         )
 
     # -- running -------------------------------------------------------------------------------
@@ -357,7 +357,7 @@ class HashRing:
                     await self._join(started)
                 break
             except (KubeError, trio.TooSlowError) as exc:
-                self._failed += 1
+                self._keeper.failed += 1
                 logger.warning("joining ring %s failed: %s", self.name, summarize(exc))
                 self._member = self._new_member_name()
             await trio.sleep(self.retry_period)
@@ -378,34 +378,19 @@ class HashRing:
                 f"ring {self.name!r} has members running plugins {sorted(others)[0]!r}, not {self.plugins!r}"
             )
         self._lease = await create_lease(self._client, self._lease_body(KeyRanges.nothing()))
-        self._renewed_at = started
+        self._keeper.renewed(started)
 
     async def _loop(self) -> None:
+        keeper = self._keeper
         while True:
             started = trio.current_time()
-            if self._lease is not None:
-                assert self._renewed_at is not None
-                if started >= self._renewed_at + self.renew_deadline:
-                    self._fence(f"the member lease could not be renewed within {self.renew_deadline:g}s")
-                    await self.gate.wait_idle()
-                deadline = (self._renewed_at or started) + self.renew_deadline
-            else:
-                deadline = started + self.renew_deadline
+            until = keeper.deadline
+            if keeper.expired(started):  # fenced by its own clock: no attempt before the next wake
+                self._fence(f"the member lease could not be renewed within {self.renew_deadline:g}s")
+                await self.gate.wait_idle()
             self._wake = trio.Event()
-            with trio.move_on_at(max(deadline, started)) as attempt:
-                try:
-                    await self._tick(started)
-                except KubeError as exc:
-                    self._failed += 1
-                    logger.warning("ring %s: %s", self.name, summarize(exc))
-            if attempt.cancelled_caught:
-                self._failed += 1
-                logger.warning("ring %s: a renewal did not finish within %gs", self.name, self.renew_deadline)
-            wake = trio.current_time() + jittered_backoff(
-                0, base=self.retry_period, cap=self.retry_period, rng=self._rng
-            )
-            if self._lease is not None and self._renewed_at is not None:
-                wake = min(wake, self._renewed_at + self.renew_deadline)
+            await keeper.attempt(started, partial(self._tick, started), "renewing", until=until)
+            wake = keeper.next_wake()
             if self._contended:
                 # Members racing for one range all saw each other's claims: wait out the jitter
                 # (a watch would wake them all at once again).
@@ -465,7 +450,7 @@ class HashRing:
                 self._lease = await create_lease(self._client, self._lease_body(KeyRanges.nothing()))
             except AlreadyExistsError:
                 return
-            self._renewed_at = started
+            self._keeper.renewed(started)
             logger.info("rejoined ring %s as %s", self.name, self._member)
         elif not await self._renew(started, self._held()):
             return
@@ -534,7 +519,7 @@ class HashRing:
                     return False
                 body = attrs.evolve(
                     self._lease,
-                    renew_time=self._now(),
+                    renew_time=self._clock.now(),
                     lease_duration_seconds=self._duration_seconds,
                     annotations=self._annotations(held),
                 )
@@ -544,7 +529,7 @@ class HashRing:
             self._fence(f"the member lease {self._member} {what}")
             await self.gate.wait_idle()
             return False
-        self._renewed_at = started
+        self._keeper.renewed(started)
         return True
 
     def _fence(self, reason: str) -> None:
@@ -552,6 +537,7 @@ class HashRing:
         if self._lease is not None:
             self._abandoned.append(self._lease)
         self._lease = None
+        self._keeper.dropped()
         self._releasing = KeyRanges.nothing()
         self.gate.revoke(reason)
         logger.error("ring %s: %s; every key range revoked", self.name, reason)
@@ -590,7 +576,7 @@ class HashRing:
         return out
 
     def _lease_body(self, held: KeyRanges) -> Lease:
-        now = self._now()
+        now = self._clock.now()
         return Lease(
             name=self._member,
             namespace=self.namespace,
@@ -602,15 +588,6 @@ class HashRing:
             labels={RING_LABEL: self.name},
             annotations=self._annotations(held),
         )
-
-    def _now(self) -> dt.datetime:
-        if self._wall_offset is None:
-            self._wall_offset = time.time() - trio.current_time()
-        when = dt.datetime.fromtimestamp(self._wall_offset + trio.current_time(), dt.UTC)
-        if self._last_written is not None and when <= self._last_written:
-            when = self._last_written + _MICROSECOND
-        self._last_written = when
-        return when
 
     async def _read(self, now: float) -> None:
         """List the ring's Leases (a quorum read) and update what is known of each member."""
@@ -738,10 +715,11 @@ class HashRing:
                     if lease is None:
                         return
                     body = attrs.evolve(
-                        lease, renew_time=self._now(), annotations=self._annotations(KeyRanges.nothing(), leaving=True)
+                        lease, renew_time=self._clock.now(), annotations=self._annotations(KeyRanges.nothing(), leaving=True)
                     )
                     lease = await update_lease(self._client, body)
                     self._lease = None
+                    self._keeper.dropped()
                 await trio.sleep(self.retry_period)
                 async with self._write_lock:
                     await self._client.delete(
