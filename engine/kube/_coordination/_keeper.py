@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import math
 import random
 import time
 from collections.abc import Awaitable, Callable
@@ -32,11 +33,24 @@ from ..._backoff import jittered_backoff
 from ..._text import summarize
 from .._client._errors import KubeError
 
-__all__ = ["FencingKeeper", "LeaseClock"]
+__all__ = ["FencingKeeper", "LeaseClock", "check_timings"]
 
 T = TypeVar("T")
 
 _MICROSECOND = dt.timedelta(microseconds=1)
+
+
+def check_timings(*, lease_duration: float, renew_deadline: float, retry_period: float) -> None:
+    """Raise ``ValueError`` unless ``0 < retry_period < renew_deadline < lease_duration`` (finite):
+    the order that lets a holder retry before its deadline and stop before anyone may take over."""
+    if not retry_period > 0:
+        raise ValueError("retry_period must be > 0")
+    if not renew_deadline > retry_period:
+        raise ValueError("renew_deadline must be greater than retry_period")
+    if not lease_duration > renew_deadline:
+        raise ValueError("lease_duration must be greater than renew_deadline")
+    if math.isinf(lease_duration):
+        raise ValueError("lease_duration must be finite")
 
 
 class FencingKeeper:

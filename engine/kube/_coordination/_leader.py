@@ -53,7 +53,7 @@ from engine._text import summarize
 from .._access._rbac import PolicyRule, leader_election_rules
 from .._client._client import Client
 from .._client._errors import AlreadyExistsError, ConflictError, KubeError, NotFoundError
-from ._keeper import FencingKeeper, LeaseClock
+from ._keeper import FencingKeeper, LeaseClock, check_timings
 from ._lease import Lease, create_lease, get_lease, update_lease
 
 __all__ = ["LeaderElector", "LeaderElectorStatistics"]
@@ -148,14 +148,7 @@ class LeaderElector:
             raise ValueError("a LeaderElector needs a lease namespace")
         if identity is not None and not identity:
             raise ValueError("identity must not be empty")
-        if not retry_period > 0:
-            raise ValueError("retry_period must be > 0")
-        if not renew_deadline > retry_period:
-            raise ValueError("renew_deadline must be greater than retry_period")
-        if not lease_duration > renew_deadline:
-            raise ValueError("lease_duration must be greater than renew_deadline")
-        if math.isinf(lease_duration):
-            raise ValueError("lease_duration must be finite")
+        check_timings(lease_duration=lease_duration, renew_deadline=renew_deadline, retry_period=retry_period)
         self._client = client
         self.name = name
         self.namespace = namespace

@@ -57,7 +57,7 @@ from .._client._client import Client
 from .._client._errors import AlreadyExistsError, ConflictError, GoneError, KubeError, NotFoundError
 from .._client._watch import WatchEvent, WatchEventType
 from .._runtime._cluster import Cluster
-from ._keeper import FencingKeeper, LeaseClock
+from ._keeper import FencingKeeper, LeaseClock, check_timings
 from ._lease import LEASE_RESOURCE, Lease, create_lease, update_lease
 
 __all__ = ["HashRing", "RingConflictError", "RingStatistics", "ring_ranges", "RING_LABEL"]
@@ -206,14 +206,7 @@ class HashRing:
             raise ValueError("a HashRing needs a name")
         if not namespace:
             raise ValueError("a HashRing needs a namespace")
-        if not retry_period > 0:
-            raise ValueError("retry_period must be > 0")
-        if not renew_deadline > retry_period:
-            raise ValueError("renew_deadline must be greater than retry_period")
-        if not lease_duration > renew_deadline:
-            raise ValueError("lease_duration must be greater than renew_deadline")
-        if math.isinf(lease_duration):
-            raise ValueError("lease_duration must be finite")
+        check_timings(lease_duration=lease_duration, renew_deadline=renew_deadline, retry_period=retry_period)
         if handover_grace < 0:
             raise ValueError("handover_grace must be >= 0")
         self._client = client
