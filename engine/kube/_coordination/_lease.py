@@ -27,6 +27,7 @@ LEASE_RESOURCE = Resource(
 )
 """The ``coordination.k8s.io/v1`` ``leases`` resource (stable, so not looked up)."""
 
+
 @attrs.frozen
 class Lease:
     """A Lease's identity, spec and ``resourceVersion``; build one, or read it with

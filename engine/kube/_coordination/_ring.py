@@ -79,7 +79,6 @@ DEFAULT_HANDOVER_GRACE = 10.0
 """Seconds runs of a released range get to finish before they are cancelled as ``HANDOVER``."""
 
 
-
 class RingConflictError(EngineError):
     """A replica would join a ring whose members run other plugins."""
 
