@@ -17,12 +17,13 @@ import sys
 import trio
 
 from ..apiserver import ApiServer, check_feature_gates
+from ._args import ArgumentParser
 
 __all__ = ["main", "server_from_args"]
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog="python -m engine apiserver",
         description="Run the embedded Kubernetes-compatible API server until SIGINT or SIGTERM. It serves HTTPS "
         "with a generated CA; the kubeconfig it writes authenticates with a client certificate in system:masters. "

@@ -21,6 +21,7 @@ from .._outcome import DependencyNotReady, OutcomeKind
 from .._refs import ObjectRef
 from .._run import RunContext
 from .._sinks import MemorySink, WebhookSink
+from ._args import ArgumentParser
 
 __all__ = ["main"]
 
@@ -198,7 +199,7 @@ async def _main() -> bool:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m engine demo", description=_DESCRIPTION)
+    parser = ArgumentParser(prog="python -m engine demo", description=_DESCRIPTION)
     parser.add_argument("-v", "--verbose", action="store_true", help="show the engine's logs")
     return parser
 

@@ -35,6 +35,8 @@ from trio_websocket import (
     open_websocket_url,
 )
 
+from ._args import ArgumentParser
+
 __all__ = ["main", "LiveState", "format_line"]
 
 TOKEN_ENV = "ENGINE_LIVE_TOKEN"
@@ -228,7 +230,7 @@ def format_line(message: dict[str, Any]) -> str:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog="python -m engine live",
         description="Watch a manager's live stream: a live table, or raw lifecycle lines.",
     )

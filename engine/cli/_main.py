@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import argparse
 import importlib
 
 from .. import __version__
+from ._args import ArgumentParser
 
 __all__ = ["main"]
 
@@ -24,7 +24,7 @@ _ALIASES = {"watch": "live"}
 
 def main(argv: list[str]) -> int:
     """Run a subcommand; returns the process exit code."""
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog="python -m engine", description="trio reconciler engine",
         epilog="Run 'python -m engine COMMAND --help' for the options of a command.",
     )

@@ -43,6 +43,7 @@ import yaml
 from .. import __version__
 from .._errors import EngineError
 from .._manager import DEFAULT_GRACE_PERIOD
+from ._args import ArgumentParser
 from ._run import default_lease_name
 
 if TYPE_CHECKING:
@@ -87,7 +88,7 @@ class _UsageError(Exception):
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m engine manifests", description=_DESCRIPTION,
+    p = ArgumentParser(prog="python -m engine manifests", description=_DESCRIPTION,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--plugin", action="append", default=[], metavar="NAME|module:attr",
                    help="a plugin to install (repeatable), as `run --plugin` takes it")

@@ -44,6 +44,7 @@ from .._manager import DEFAULT_EVENT_FLUSH_TIMEOUT, DEFAULT_GRACE_PERIOD, Manage
 from .._ownership import OwnershipGate
 from .._sinks import WebhookSink
 from .._text import summarize
+from ._args import ArgumentParser
 from ._live import TOKEN_ENV
 from ._progress import TerminalProgress, counted
 
@@ -89,7 +90,7 @@ def default_kubeconfig_path() -> Path:
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m engine run", description=_DESCRIPTION,
+    p = ArgumentParser(prog="python -m engine run", description=_DESCRIPTION,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     target = p.add_argument_group("cluster")
     target.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, then ~/.kube/config, then in-cluster)")

@@ -23,13 +23,14 @@ from ..testing import (
     parse_fault_kinds,
     simulate_seeds,
 )
+from ._args import ArgumentParser
 from ._progress import SeedProgress
 
 __all__ = ["main"]
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog="python -m engine simulate",
         description=(
             "Run a plugin through seeded workloads and faults under virtual time, with trio's scheduling "

@@ -57,3 +57,25 @@ def test_top_level_help_has_no_markup_or_missing_references() -> None:
     assert out.returncode == 0
     assert "--version" in out.stdout
     assert "``" not in out.stdout and "DESIGN.md" not in out.stdout
+
+
+@pytest.mark.parametrize(
+    ("argv", "flag"),
+    [
+        (["run", "--grace-period", "abc"], "--grace-period"),
+        (["run", "--log-level", "loud"], "--log-level"),
+        (["apiserver", "--port", "eighty"], "--port"),
+        (["simulate", "--seed", "x"], "--seed"),
+        (["live", "--count", "many"], "--count"),
+        (["manifests", "--bogus"], "--bogus"),
+        (["demo", "--nope"], "--nope"),
+    ],
+)
+def test_a_bad_flag_value_is_one_error_line_naming_the_flag(argv: list[str], flag: str) -> None:
+    out = subprocess.run([sys.executable, "-m", "engine", *argv], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2
+    assert out.stdout == ""
+    lines = out.stderr.splitlines()
+    assert len(lines) == 1, out.stderr
+    assert lines[0].startswith("error: ") and flag in lines[0]
+    assert lines[0].endswith(f"(see 'python -m engine {argv[0]} --help')")
