@@ -187,6 +187,25 @@ async def test_a_plugin_that_fails_to_load_stops_the_run_before_the_cluster_is_w
         assert not await _bundle_crd_exists(client)
 
 
+async def test_a_misspelled_plugin_config_key_stops_the_run_before_the_cluster_is_written(tmp_path: Path) -> None:
+    async with ApiServer() as api, Client(Config.from_dict(api.kubeconfig)) as client:
+        kubeconfig = tmp_path / "kubeconfig"
+        api.write_kubeconfig(kubeconfig)
+        for settings, message in (
+            ({"bundles": {"concurency": 2}},
+             "error: plugin 'bundles' has no setting 'concurency' "
+             "(its settings: concurrency, dependencyRetry, healthPollInterval)"),
+            ({"bundle": {"concurrency": 2}},
+             "error: configuration for 'bundle', which is not a plugin of this run (plugins: bundles)"),
+        ):
+            config = tmp_path / "plugins.yaml"
+            config.write_text(yaml.safe_dump(settings))
+            out = await _arun("--kubeconfig", str(kubeconfig), "--plugin", "bundles", "--plugin-config", str(config))
+            assert out.returncode == 1, out.stderr
+            assert _one_error(out.stderr.decode()) == message
+            assert not await _bundle_crd_exists(client)
+
+
 async def test_a_plugin_that_fails_to_set_up_stops_the_run_by_default(tmp_path: Path) -> None:
     async with ApiServer() as api:
         kubeconfig = tmp_path / "kubeconfig"

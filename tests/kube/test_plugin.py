@@ -26,6 +26,7 @@ from engine.kube import (
     load_plugins,
     run_plugins,
 )
+from engine.kube._hosting._plugin import check_plugin_config
 from engine.observability import Observability
 
 from ..observability._support import get
@@ -75,6 +76,41 @@ def test_missing_attribute_and_wrong_type() -> None:
         load_plugin("tests.programs.plugins_for_tests:missing")
     with pytest.raises(PluginError, match=r"^plugin 'tests.programs.plugins_for_tests:not_a_plugin': expected an engine.kube.Plugin, got int$"):
         load_plugin("tests.programs.plugins_for_tests:not_a_plugin")
+
+
+def test_a_function_that_cannot_be_a_plugin_factory_is_named_as_the_mistake_it_is() -> None:
+    with pytest.raises(PluginError, match=(
+        r"^plugin 'tests.programs.plugins_for_tests:setup' is an async function, not a Plugin: name the Plugin "
+        r"that holds it \(Plugin\(name=..., setup=...\)\) or a function that returns that Plugin$"
+    )):
+        load_plugin("tests.programs.plugins_for_tests:setup")
+    with pytest.raises(PluginError, match=(
+        r"^plugin 'tests.programs.plugins_for_tests:factory_with_arguments' is a function that takes arguments "
+        r"\(name: 'str'\) -> 'Plugin': a plugin factory takes none and returns a Plugin$"
+    )):
+        load_plugin("tests.programs.plugins_for_tests:factory_with_arguments")
+    with pytest.raises(PluginError, match=(
+        r"^plugin 'tests.programs.plugins_for_tests:factory_of_a_number': its factory returned int, "
+        r"not an engine.kube.Plugin$"
+    )):
+        load_plugin("tests.programs.plugins_for_tests:factory_of_a_number")
+
+
+def test_a_configuration_key_no_plugin_or_setting_has_is_refused_with_the_valid_ones() -> None:
+    widgets = Plugin(name="widgets", setup=_setup, config={"size": 1, "colour": "red"})
+    plain = Plugin(name="plain", setup=_setup)
+    check_plugin_config([widgets, plain], {"widgets": {"size": 3}, "plain": None})
+    with pytest.raises(PluginError, match=(
+        r"^plugin 'widgets' has no setting 'colur' \(its settings: colour, size\)$"
+    )):
+        check_plugin_config([widgets], {"widgets": {"colur": "blue", "size": 2}})
+    with pytest.raises(PluginError, match=r"^plugin 'plain' has no setting 'size' \(its settings: none\)$"):
+        check_plugin_config([plain], {"plain": {"size": 2}})
+    with pytest.raises(PluginError, match=(
+        r"^configuration for 'widget', which is not a plugin of this run \(plugins: plain, widgets\)$"
+    )):
+        check_plugin_config([widgets, plain], {"widget": {"size": 2}})
+    check_plugin_config([widgets], {"broken": {"size": 2}}, skipped=True)
 
 
 def test_invalid_crd_is_rejected() -> None:

@@ -34,3 +34,16 @@ one_example = Plugin(
     examples=({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "greeting", "namespace": "default"},
                "data": {"greeting": "hello"}},),
 )
+
+
+async def setup(ctx: PluginContext) -> None:
+    """A plugin's setup function, which ``--plugin module:setup`` names by mistake."""
+    await _setup(ctx)
+
+
+def factory_with_arguments(name: str) -> Plugin:
+    return Plugin(name=name, setup=_setup)
+
+
+def factory_of_a_number() -> int:
+    return 42

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.metadata
+import inspect
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -129,6 +130,8 @@ class Plugin:
     setup: Callable[[PluginContext], Awaitable[None]]
     crds: tuple[Mapping[str, Any], ...] = attrs.field(default=(), converter=_manifests)
     config: Mapping[str, Any] = attrs.field(factory=dict)
+    """The plugin's settings and their defaults: a user's configuration may set these keys and
+    no others (:func:`check_plugin_config`)."""
     examples: tuple[Mapping[str, Any], ...] = attrs.field(default=(), converter=_manifests)
     description: str = ""
     rules: tuple[PolicyRule, ...] = attrs.field(default=(), converter=_rules)
@@ -187,13 +190,77 @@ def load_plugin(spec: str) -> Plugin:
             if found is None:
                 raise PluginError(f"plugin {spec!r}: bundled module plugins.{spec} has no 'plugin' attribute")
     if callable(found) and not isinstance(found, Plugin):
-        try:
-            found = found()
-        except Exception as exc:
-            raise PluginError(f"plugin {spec!r}: its factory raised: {_brief(exc)}") from exc
+        found = _call_factory(spec, found)
     if not isinstance(found, Plugin):
         raise PluginError(f"plugin {spec!r}: expected an engine.kube.Plugin, got {type(found).__name__}")
     return found
+
+
+def _call_factory(spec: str, factory: Callable[..., Any]) -> Any:
+    """What a plugin factory (a function that takes no arguments) returns; a function that
+    cannot be one, such as the plugin's own ``setup``, is named as the mistake it is."""
+    if inspect.iscoroutinefunction(factory):
+        raise PluginError(
+            f"plugin {spec!r} is an async function, not a Plugin: name the Plugin that holds it "
+            f"(Plugin(name=..., setup=...)) or a function that returns that Plugin"
+        )
+    try:
+        inspect.signature(factory).bind()
+    except TypeError:
+        raise PluginError(
+            f"plugin {spec!r} is a function that takes arguments {inspect.signature(factory)}: a plugin "
+            f"factory takes none and returns a Plugin"
+        ) from None
+    except ValueError:
+        pass
+    try:
+        made = factory()
+    except Exception as exc:
+        raise PluginError(f"plugin {spec!r}: its factory raised: {_brief(exc)}") from exc
+    if inspect.isawaitable(made):
+        close = getattr(made, "close", None)
+        if callable(close):
+            close()
+        raise PluginError(f"plugin {spec!r}: its factory returned an awaitable; a factory is a plain function")
+    if not isinstance(made, Plugin):
+        raise PluginError(f"plugin {spec!r}: its factory returned {type(made).__name__}, not an engine.kube.Plugin")
+    return made
+
+
+def check_plugin_config(
+    plugins: Iterable[Plugin], config: Mapping[str, Any], *, skipped: bool = False
+) -> None:
+    """Refuse a configuration that names no loaded plugin or a setting a plugin does not have.
+
+    ``config`` maps a plugin's name to its settings; a plugin's settings are the keys of its
+    :attr:`Plugin.config` defaults. With ``skipped`` (a plugin failed to load and was skipped),
+    a name of no loaded plugin is logged rather than refused, since it may be the skipped
+    one's. Raises :class:`PluginError` naming the unknown key and the valid ones.
+    """
+    by_name = {plugin.name: plugin for plugin in plugins}
+    for name, settings in config.items():
+        plugin = by_name.get(name)
+        if plugin is None:
+            known = ", ".join(sorted(by_name)) or "none"
+            if skipped:
+                logger.warning("the configuration of %r is not used: no loaded plugin has that name", name)
+                continue
+            raise PluginError(f"configuration for {name!r}, which is not a plugin of this run (plugins: {known})")
+        if settings is None:
+            continue
+        if not isinstance(settings, Mapping):
+            raise PluginError(f"plugin {name!r}: its configuration must be a mapping, got {type(settings).__name__}")
+        unknown = sorted(str(key) for key in settings if key not in plugin.config)
+        if unknown:
+            valid = ", ".join(sorted(plugin.config)) or "none"
+            raise PluginError(
+                f"plugin {name!r} has no setting {', '.join(map(repr, unknown))} (its settings: {valid})"
+            )
+
+
+def plugin_settings(plugin: Plugin, config: Mapping[str, Any]) -> dict[str, Any]:
+    """``plugin``'s configuration: its defaults updated with ``config[plugin.name]``."""
+    return {**plugin.config, **(config.get(plugin.name) or {})}
 
 
 def _import(spec: str, module_name: str, *, bundled: bool = False) -> Any:
@@ -321,7 +388,7 @@ async def plugin_rules(
         try:
             await plugin.setup(PluginContext(
                 name=plugin.name, manager=manager, cluster=cluster, client=client,
-                config={**plugin.config, **(config.get(plugin.name) or {})}, namespace=namespace,
+                config=plugin_settings(plugin, config), namespace=namespace,
             ))
         except _CLUSTER_PROBLEMS:
             raise
@@ -460,12 +527,7 @@ async def run_plugins(
                 raise
             logger.error("skipping plugin: %s", exc)
             errors.append(exc)
-    for plugin in loaded:
-        settings = config.get(plugin.name)
-        if settings is not None and not isinstance(settings, Mapping):
-            raise PluginError(
-                f"plugin {plugin.name!r}: its configuration must be a mapping, got {type(settings).__name__}"
-            )
+    check_plugin_config(loaded, config, skipped=bool(errors))
     selector = ",".join([*([f"{SHARD_LABEL}={shard}"] if shard else []), *([label_selector] if label_selector else [])])
     cluster = Cluster(client, manager, namespace=namespace, label_selector=selector or None)
     if scale_out is not None:
@@ -482,7 +544,7 @@ async def run_plugins(
             await install_crds(client, plugin.crds, install=install)
             await plugin.setup(PluginContext(
                 name=plugin.name, manager=manager, cluster=cluster, client=client,
-                config={**plugin.config, **(config.get(plugin.name) or {})}, namespace=namespace, shard=shard,
+                config=plugin_settings(plugin, config), namespace=namespace, shard=shard,
             ))
         except _CLUSTER_PROBLEMS:
             raise
