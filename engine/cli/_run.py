@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import logging
 import math
 import os
@@ -262,13 +263,27 @@ async def _check_listeners(args: argparse.Namespace) -> None:
         if bind is None or bind in done:
             continue
         done.add(bind)
-        host, port = bind
-        try:
-            listeners = await trio.open_tcp_listeners(port, host=host)
-        except OSError as exc:
-            raise _StartupError(f"{flag} {address}: cannot listen on {host}:{port}: {_os_reason(exc)}") from exc
-        for listener in listeners:
-            await listener.aclose()
+        await _try_listen(flag, address, *bind)
+
+
+async def _try_listen(flag: str, address: str, host: str, port: int) -> None:
+    """Bind ``host:port`` once and let it go; a failure is a start-up error naming ``flag``,
+    with a hint when another process holds the port."""
+    try:
+        listeners = await trio.open_tcp_listeners(port, host=host)
+    except OSError as exc:
+        raise _StartupError(f"{flag} {address}: cannot listen on {host}:{port}: {_listen_failure(exc, flag)}") from exc
+    for listener in listeners:
+        await listener.aclose()
+
+
+def _listen_failure(exc: OSError, flag: str) -> str:
+    reason = _os_reason(exc)
+    if exc.errno != errno.EADDRINUSE:
+        return reason
+    if flag == "--apiserver-port":
+        return f"{reason} (another process listens there: give another --apiserver-port, or 0 for a free one)"
+    return f"{reason} (another process listens there, another replica on this host perhaps: give each its own {flag})"
 
 
 async def _webhook_serving(args: argparse.Namespace, plugins: list[Plugin]) -> WebhookServing | None:
@@ -284,13 +299,7 @@ async def _webhook_serving(args: argparse.Namespace, plugins: list[Plugin]) -> W
     if bind is None:
         return None
     host, port = bind
-    try:
-        listeners = await trio.open_tcp_listeners(port, host=host)
-    except OSError as exc:
-        raise _StartupError(f"--webhook-bind-address {address}: cannot listen on {host}:{port}: "
-                            f"{_os_reason(exc)}") from exc
-    for listener in listeners:
-        await listener.aclose()
+    await _try_listen("--webhook-bind-address", address, host, port)
     if args.webhook_service is not None:
         namespace, _, service = args.webhook_service.partition("/")
         configuration = args.webhook_configuration or default_lease_name([p.name for p in plugins])
@@ -428,7 +437,13 @@ async def _start_and_run(args: argparse.Namespace, box: list[_Running], progress
         if args.embedded:
             from ..apiserver import ApiServer
 
-            api = await stack.enter_async_context(ApiServer(port=args.apiserver_port, tls=not args.apiserver_plain_http))
+            try:
+                api = await stack.enter_async_context(
+                    ApiServer(port=args.apiserver_port, tls=not args.apiserver_plain_http)
+                )
+            except OSError as exc:
+                raise _StartupError(f"--apiserver-port {args.apiserver_port}: cannot listen on 127.0.0.1:"
+                                    f"{args.apiserver_port}: {_listen_failure(exc, '--apiserver-port')}") from exc
             kubeconfig = Path(args.write_kubeconfig).resolve() if args.write_kubeconfig else default_kubeconfig_path()
             kubeconfig.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
             api.write_kubeconfig(kubeconfig)

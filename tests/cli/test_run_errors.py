@@ -151,7 +151,16 @@ async def test_a_port_in_use_or_an_unknown_host_stops_the_start_up_before_the_cl
                 line = _one_error(out.stderr.decode())
                 assert line.startswith(f"error: {flag} {address}: cannot listen on ")
                 assert reason in line
+                if reason:
+                    assert line.endswith(f"{reason} (another process listens there, another replica on this host "
+                                         f"perhaps: give each its own {flag})")
                 assert not await _bundle_crd_exists(client)
+        out = await _arun("--embedded", "--plugin", "bundles", "--apiserver-port", str(port))
+        assert out.returncode == 1, out.stderr
+        assert _one_error(out.stderr.decode()) == (
+            f"error: --apiserver-port {port}: cannot listen on 127.0.0.1:{port}: Address already in use (another "
+            f"process listens there: give another --apiserver-port, or 0 for a free one)"
+        )
     finally:
         busy.close()
 
