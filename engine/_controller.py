@@ -552,17 +552,17 @@ class Controller:
         elif kind is OutcomeKind.FAILED or kind is OutcomeKind.DEADLINE:
             queue.add_rate_limited(key)
             summary = _summary(outcome.error)
+            retry_in = queue.ready_in(key)
+            context: dict[str, object] = {"controller": self.name, "object": str(key), "reconcileID": run.id}
+            if retry_in is not None:
+                context["retryIn"] = round(retry_in, 3)
             if kind is OutcomeKind.FAILED:
-                logger.error(
-                    "reconciler error", exc_info=outcome.error,
-                    extra={"controller": self.name, "object": str(key), "reconcileID": run.id},
-                )
+                logger.error("reconciler error", extra={**context, "error": summary})
+                if logger.isEnabledFor(logging.DEBUG):
+                    logger.debug("reconciler error traceback", exc_info=outcome.error, extra=context)
                 self._recorder.warning(key, "ReconcileFailed", summary, controller=self.name, run_id=run.id)
             else:
-                logger.error(
-                    "reconcile deadline exceeded: %s", summary,
-                    extra={"controller": self.name, "object": str(key), "reconcileID": run.id},
-                )
+                logger.error("reconcile deadline exceeded: %s", summary, extra=context)
                 self._recorder.warning(
                     key, "ReconcileDeadlineExceeded", summary, controller=self.name, run_id=run.id
                 )

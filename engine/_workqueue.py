@@ -255,6 +255,14 @@ class WorkQueue(Generic[K]):
         does nothing for every key)."""
         return self._failing
 
+    def ready_in(self, key: K) -> float | None:
+        """Seconds until ``key``'s pending delay (:meth:`add_after`, :meth:`add_rate_limited`)
+        makes it ready, ``0.0`` if it is due; ``None`` if it has none. Not a checkpoint."""
+        waiting = self._waiting.get(key)
+        if waiting is None:
+            return None
+        return max(0.0, waiting[0] - trio.current_time())
+
     def num_requeues(self, key: K) -> int:
         """How many rate-limited retries ``key`` had since it was last forgotten."""
         return self._limiter.num_requeues(key) if self._failing and key in self._failing else 0

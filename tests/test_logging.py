@@ -145,7 +145,35 @@ async def test_a_runs_log_lines_carry_its_run_id(autojump_clock: trio.testing.Mo
         "error", "widgets", "Widget/ns/w1", "widgets-1",
     )
     assert error["error"] == "RuntimeError: apply failed"
-    assert "stacktrace" in error
+    assert error["retryIn"] == 0.005
+    assert "stacktrace" not in error
+    assert [e for e in entries if "stacktrace" in e] == []
+
+
+@pytest.mark.parametrize("json_lines", [True, False])
+async def test_a_failed_run_is_one_line_with_its_cause_and_retry_and_the_traceback_only_at_debug(
+    autojump_clock: trio.testing.MockClock, restore_root: None, json_lines: bool
+) -> None:
+    async def reconcile(ctx: RunContext) -> None:
+        raise RuntimeError("apply failed")
+
+    for level in ("INFO", "DEBUG"):
+        stream = io.StringIO()
+        configure_logging(level, stream=stream, json_lines=json_lines)
+        manager = Manager(handle_signals=False)
+        controller = manager.add_controller(Controller("widgets", reconcile))
+        async with running(manager):
+            controller.trigger(REF)
+            await trio.sleep(0.1)
+        lines = [line for line in stream.getvalue().splitlines() if "apply failed" in line]
+        failures = [line for line in lines if "reconciler error" in line and "traceback" not in line]
+        assert len(failures) >= 3, lines
+        for line in failures:
+            assert "Traceback" not in line and "retryIn" in line
+        tracebacks = "Traceback (most recent call last)" in stream.getvalue()
+        assert tracebacks is (level == "DEBUG")
+        if level == "INFO":
+            assert lines == failures
 
 
 @pytest.mark.parametrize(("text", "secret"), SECRET_CASES)

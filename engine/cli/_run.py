@@ -425,7 +425,7 @@ async def _start_and_run(args: argparse.Namespace, box: list[_Running], progress
         others = " (--no-strict-plugins runs the other plugins)" if len(args.plugin) > 1 else ""
         raise _StartupError(f"{exc}{others}") from exc
     for err in errors:
-        print(f"error: {err}", file=sys.stderr, flush=True)
+        print(f"skipped: {err}", flush=True)
     if not plugins:
         raise _StartupError("no plugin could be loaded")
     plugin_config = _plugin_config(args.plugin_config)
@@ -561,7 +561,7 @@ async def _host(
 
         host: PluginHost = await nursery.start(host_plugins)
         for err in host.errors:
-            print(f"error: {err}", file=sys.stderr, flush=True)
+            print(f"skipped: {err}", flush=True)
         if host.examples_applied:
             print(f"applied {counted(host.examples_applied, 'example object')}", flush=True)
         if kubeconfig is not None:

@@ -33,6 +33,9 @@ async def test_a_plugin_failing_setup_does_not_take_down_the_others() -> None:
             run.proc.send_signal(signal.SIGTERM)
             with trio.fail_after(20):
                 assert await run.proc.wait() == 0
+        assert [e for e in run.logs if e.get("raw")] == [], "a human line among the JSON logs"
+        assert ("skipped: plugin 'broken' failed to set up: RuntimeError: cannot reach the widget service"
+                in run.stdout)
 
 
 async def _kubectl(kubeconfig: Path, *args: str) -> str:
