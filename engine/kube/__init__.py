@@ -136,6 +136,7 @@ if _typing.TYPE_CHECKING:
     from ._hosting._plugin import WebhookServing as WebhookServing
     from ._hosting._plugin import install_crds as install_crds
     from ._hosting._plugin import load_plugin as load_plugin
+    from ._hosting._plugin import check_plugin_config as check_plugin_config
     from ._hosting._plugin import load_plugins as load_plugins
     from ._hosting._plugin import plugin_rules as plugin_rules
     from ._hosting._plugin import run_plugins as run_plugins
@@ -197,6 +198,7 @@ _LAZY = {
     "CertRotator": "engine.kube._webhooks._certificates",
     "install_crds": "engine.kube._hosting._plugin",
     "load_plugin": "engine.kube._hosting._plugin",
+    "check_plugin_config": "engine.kube._hosting._plugin",
     "load_plugins": "engine.kube._hosting._plugin",
     "plugin_rules": "engine.kube._hosting._plugin",
     "run_plugins": "engine.kube._hosting._plugin",
@@ -328,6 +330,7 @@ __all__ = [
     "labels_match",
     "leader_election_rules",
     "load_plugin",
+    "check_plugin_config",
     "load_plugins",
     "merge_rules",
     "object_key",

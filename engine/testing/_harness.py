@@ -68,6 +68,7 @@ from engine.kube import (
     WatchEventType,
     WebhookServer,
     check_permissions,
+    check_plugin_config,
     crd_rules,
     get_condition,
     install_crds,
@@ -121,6 +122,16 @@ def parse_manifests(manifests: str | Mapping[str, Any] | Iterable[Mapping[str, A
             raise ValueError("a manifest needs apiVersion, kind and metadata.name")
         out.append(dict(doc))
     return out
+
+
+def _only(group: BaseExceptionGroup, error: BaseException) -> bool:
+    """Whether ``error`` is all that ``group`` holds besides the cancellations it caused."""
+    _, rest = group.split(lambda leaf: leaf is error or isinstance(leaf, trio.Cancelled))
+    return rest is None
+
+
+def _exists(obj: dict[str, Any] | None) -> bool:
+    return obj is not None
 
 
 def condition_check(condition: Condition) -> Callable[[dict[str, Any] | None], bool]:
@@ -394,10 +405,14 @@ class PluginHarness:
         name: str | None = None,
         *,
         namespace: str | None = None,
-        condition: Condition = "Ready",
+        condition: Condition | None = None,
         timeout: float = 60.0,
     ) -> dict[str, Any] | None:
         """Wait until an object meets ``condition``; return it as last seen.
+
+        ``condition`` is a condition type that must be ``"True"`` for the object's current
+        generation (``condition="Ready"``) or a function of the object (``None`` while it does
+        not exist); without one, wait until the object exists.
 
         Reads the object, then watches it from that resourceVersion (re-reading after a dropped
         or expired watch), so no change is missed and nothing polls. Raises
@@ -406,7 +421,7 @@ class PluginHarness:
         Cancellation: a checkpoint; nothing to undo.
         """
         resource, name, ns = await self._locate(spec, name, namespace)
-        check = condition_check(condition)
+        check = _exists if condition is None else condition_check(condition)
         last: dict[str, Any] | None = None
         selector = {"metadata.name": name}
         with trio.move_on_after(timeout):
@@ -430,8 +445,10 @@ class PluginHarness:
                 except KubeError as exc:
                     logger.debug("wait_for: %s; reading again", exc)
                     await trio.sleep(0.1)
-        what = condition if isinstance(condition, str) else getattr(condition, "__name__", "the condition")
         where = f"{ns}/{name}" if ns else name
+        if condition is None:
+            raise WaitTimeout(f"{resource.kind} {where} did not exist within {timeout:g}s")
+        what = condition if isinstance(condition, str) else getattr(condition, "__name__", "the condition")
         raise WaitTimeout(
             f"{resource.kind} {where} did not meet {what!r} within {timeout:g}s; last seen:\n{_summary(last)}"
         )
@@ -593,16 +610,42 @@ async def _wait_granted(client: Client, rules: Sequence[PolicyRule], namespace: 
             await trio.sleep(0.05)
 
 
-def _require_no_forbidden(client: Client) -> None:
+def _forbidden(client: Client, runs_for: str | None) -> str | None:
+    """What the plugin was refused that its rules do not grant, with the rule to declare for
+    each (``None``: nothing)."""
     missing = client.forbidden.missing()
     if not missing:
+        return None
+    hints = "; ".join(f"{m} (declare {_declaration(m, runs_for)})" for m in missing)
+    return f"the plugin was refused permissions its rules do not grant: {hints}"
+
+
+def _require_no_forbidden(client: Client, runs_for: str | None) -> None:
+    refused = _forbidden(client, runs_for)
+    if refused is not None:
+        raise HarnessError(refused)
+
+
+def _note_forbidden(error: BaseException, client: Client, runs_for: str | None) -> None:
+    """Tell what the plugin was refused beside a test that failed first (a wait that timed
+    out because a run was refused, say): as a note of ``error`` and in the log."""
+    refused = _forbidden(client, runs_for)
+    if refused is None:
         return
-    hints = "; ".join(f"{m} (declare {_declaration(m)})" for m in missing)
-    raise HarnessError(f"the plugin was refused permissions its rules do not grant: {hints}")
+    logger.error("%s", refused)
+    if not isinstance(error, trio.Cancelled):
+        error.add_note(refused)
 
 
-def _declaration(missing: Any) -> str:
-    scope = f", namespace={missing.namespace!r}" if missing.namespace is not None else ", cluster_wide=True"
+def _declaration(missing: Any, runs_for: str | None) -> str:
+    """The rule a plugin declares for ``missing``: without a namespace for the namespace it
+    runs for (a rule without one is for that namespace), cluster-wide when the refusal was."""
+    if missing.namespace is None:
+        scope = ", cluster_wide=True"
+    elif missing.namespace == runs_for:
+        scope = ""
+    else:
+        scope = f", namespace={missing.namespace!r}"
     return f"PolicyRule({missing.group!r}, {missing.resource!r}, ({missing.verb!r},){scope})"
 
 
@@ -834,6 +877,7 @@ async def open_plugin_test(
                                                             watch_namespace)
         if isinstance(subject, Plugin):
             assert cluster is not None
+            check_plugin_config([subject], {subject.name: config})
             await subject.setup(PluginContext(
                 name=subject.name, manager=manager, cluster=cluster, client=client,
                 config={**subject.config, **(config or {})}, namespace=watch_namespace, shard=shard,
@@ -844,15 +888,27 @@ async def open_plugin_test(
         await harness.apply(manifests)
         if isinstance(subject, Plugin) and examples:
             await harness.apply(list(subject.examples))
-        async with trio.open_nursery() as nursery:
-            await nursery.start(harness._run)
-            if manager.leader_election is None:
-                with trio.move_on_after(start_timeout):
-                    await manager.wait_started()
-                if not manager.started:
-                    raise HarnessError(
-                        f"the manager did not start within {start_timeout:g}s (informers not synced?)")
-            yield harness
-            await harness.stop("test finished")
+        body_error: BaseException | None = None
+        try:
+            async with trio.open_nursery() as nursery:
+                await nursery.start(harness._run)
+                if manager.leader_election is None:
+                    with trio.move_on_after(start_timeout):
+                        await manager.wait_started()
+                    if not manager.started:
+                        raise HarnessError(
+                            f"the manager did not start within {start_timeout:g}s (informers not synced?)")
+                try:
+                    yield harness
+                except BaseException as exc:
+                    body_error = exc
+                    if rbac:
+                        _note_forbidden(exc, client, watch_namespace)
+                    raise
+                await harness.stop("test finished")
+        except BaseExceptionGroup as group:
+            if body_error is not None and _only(group, body_error):
+                raise body_error from None
+            raise
         if rbac:
-            _require_no_forbidden(client)
+            _require_no_forbidden(client, watch_namespace)

@@ -22,11 +22,11 @@ from engine.kube import (
     PluginError,
     PluginHost,
     TransportError,
+    check_plugin_config,
     load_plugin,
     load_plugins,
     run_plugins,
 )
-from engine.kube._hosting._plugin import check_plugin_config
 from engine.observability import Observability
 
 from ..observability._support import get

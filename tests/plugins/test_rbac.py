@@ -65,11 +65,20 @@ async def test_an_undeclared_access_fails_the_plugins_test_with_the_rule_to_decl
     ns = kube_target.namespace
     with pytest.raises(HarnessError, match=(
         r'^the plugin was refused permissions its rules do not grant: list secrets in namespace "' + ns
-        + r'" \(declare PolicyRule\(\'\', \'secrets\', \(\'list\',\), namespace=\'' + ns + r"'\)\)$")):
+        + r'" \(declare PolicyRule\(\'\', \'secrets\', \(\'list\',\)\)\)$')):
         async with open_plugin_test(_sneaky(()), kube_target, watch_namespace=ns, rbac=True,
                                     manifests=[configmap("c")]) as h:
             failure = (await h.wait_runs(name="c", kind=OutcomeKind.FAILED))[0]
             assert "403 Forbidden" in str(failure.outcome.error)
+    with pytest.raises(AssertionError, match="^the test failed first\n") as failed:
+        async with open_plugin_test(_sneaky(()), kube_target, watch_namespace=ns, rbac=True,
+                                    manifests=[configmap("c")]) as h:
+            await h.wait_runs(name="c", kind=OutcomeKind.FAILED)
+            raise AssertionError("the test failed first")
+    assert failed.value.__notes__ == [
+        f'the plugin was refused permissions its rules do not grant: list secrets in namespace "{ns}" '
+        f"(declare PolicyRule('', 'secrets', ('list',)))"
+    ]
     declared = (PolicyRule("", "secrets", ("list",)),)
     async with open_plugin_test(_sneaky(declared), kube_target, watch_namespace=ns, rbac=True,
                                 manifests=[configmap("c")]) as h:

@@ -117,11 +117,34 @@ async def test_wait_for_times_out_in_virtual_time_with_the_last_state(kube_targe
         t0 = trio.current_time()
         with pytest.raises(WaitTimeout, match=rf"^Widget {re.escape(h.namespace)}/w1 did not meet 'Ready' within "
                                               rf"{timeout}s; last seen:\n"):
-            await h.wait_for("widgets", "w1", timeout=timeout)
+            await h.wait_for("widgets", "w1", condition="Ready", timeout=timeout)
         assert trio.current_time() - t0 == pytest.approx(timeout, abs=slack)
         failures = h.outcomes(name="w1")
         assert failures and set(failures) == {OutcomeKind.FAILED}
         assert len(failures) >= 5, "rate-limited retries went on during the wait"
+
+
+async def test_a_failing_assert_in_the_body_leaves_the_harness_as_itself(kube_target: KubeTarget) -> None:
+    with pytest.raises(AssertionError, match=r"^the widget was not ready$") as caught:
+        async with open_plugin_test(WIDGETS, kube_target, watch_namespace=kube_target.namespace):
+            raise AssertionError("the widget was not ready")
+    assert caught.type is AssertionError
+    with pytest.raises(ExceptionGroup) as group:
+        async with open_plugin_test(WIDGETS, kube_target, watch_namespace=kube_target.namespace):
+            raise ExceptionGroup("two failures", [AssertionError("one"), ValueError("two")])
+    assert group.group_contains(AssertionError, match="^one$") and group.group_contains(ValueError, match="^two$")
+
+
+async def test_wait_for_without_a_condition_waits_until_the_object_exists(kube_target: KubeTarget) -> None:
+    """A ConfigMap has no Ready condition: without ``condition`` the wait is for the object alone."""
+    timeout = 120 if kube_target.virtual_time else 10
+    async with open_plugin_test(WIDGETS, kube_target, watch_namespace=kube_target.namespace) as h:
+        with pytest.raises(WaitTimeout, match=rf"^ConfigMap {re.escape(h.namespace)}/plain did not exist within "
+                                              rf"{timeout}s$"):
+            await h.wait_for("ConfigMap", "plain", timeout=timeout)
+        await h.apply({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "plain"}, "data": {"k": "v"}})
+        found = await h.wait_for("ConfigMap", "plain", timeout=timeout)
+        assert found is not None and found["data"] == {"k": "v"}
 
 
 @pytest.mark.kube_embedded(reason="a quarter of an hour of lease timings and resyncs in virtual time")
@@ -166,7 +189,7 @@ async def test_faults_starve_one_replica_and_it_recovers(kube_target: KubeTarget
         assert h.faults is kube_api.faults and h.api is kube_api
         h.faults.fail(503, count=6, client=h.user_agent, resource="widgets", verbs=("patch",))
         await h.apply(WIDGET)
-        ready = await h.wait_for("Widget", "w1", timeout=600)
+        ready = await h.wait_for("Widget", "w1", condition="Ready", timeout=600)
         assert ready is not None
         assert OutcomeKind.FAILED in h.outcomes(name="w1")
         assert h.outcomes(name="w1")[-1] is OutcomeKind.REQUEUE_AFTER
@@ -206,7 +229,7 @@ async def test_a_harness_on_a_listening_server_and_misuse(tmp_path: Any) -> None
         async with open_plugin_test(WIDGETS, api, cluster_events=False) as h:
             assert h.target.describe() == f"embedded at {api.url}" and not h.target.virtual_time
             await h.apply(WIDGET.replace("w1", "w2"))
-            await h.wait_for("Widget", "w2", timeout=30)
+            await h.wait_for("Widget", "w2", condition="Ready", timeout=30)
         with pytest.raises(HarnessError, match=r"^open_plugin_test runs a Plugin or a Manager, got str$"):
             async with open_plugin_test("widgets", api):  # type: ignore[arg-type]
                 pass

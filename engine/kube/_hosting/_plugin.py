@@ -46,6 +46,7 @@ __all__ = [
     "PluginHost",
     "WebhookServing",
     "load_plugin",
+    "check_plugin_config",
     "load_plugins",
     "install_crds",
     "plugin_rules",
