@@ -506,6 +506,8 @@ async def _start_and_run(args: argparse.Namespace, box: list[_Running], progress
         printer = TerminalProgress(manager, sys.stdout) if progress else None
         if printer is not None:
             manager.add_observer(printer)
+            if ring is not None:
+                ring.on_change.append(_RingShare(ring, sys.stdout))
 
         async with trio.open_nursery() as ui:
             if printer is not None:
@@ -606,6 +608,22 @@ def _stopped(report: ShutdownReport) -> str:
     parts.append("events flushed" if report.events_flushed else "events not all flushed")
     forced = "; forced" if report.forced else ""
     return f"stopped ({report.reason}{forced}): " + ", ".join(parts)
+
+
+class _RingShare:
+    """On a terminal, a line each time this replica's share of the ring's keys changed (the
+    logs, at warning there, do not show the ring's info lines)."""
+
+    def __init__(self, ring: Any, out: Any) -> None:
+        self._ring = ring
+        self._out = out
+        self._shown: str | None = None
+
+    def __call__(self) -> None:
+        (line,) = _ring_notice(self._ring)
+        if line != self._shown:
+            self._shown = line
+            print(line, file=self._out, flush=True)
 
 
 def _ring_notice(ring: Any) -> list[str]:

@@ -261,3 +261,26 @@ def test_the_dashboard_notice_names_the_ring_its_members_and_the_owned_share() -
     assert _ring_notice(ring) == [
         f"scale-out ring engine-x: 0 member(s); this replica ({ring.member}) owns 25.0% of the keys in 1 range(s)"
     ]
+
+
+def test_on_a_terminal_each_change_of_the_replicas_share_is_one_line() -> None:
+    import io
+
+    from engine import OwnershipGate
+    from engine._keyspace import KeyRange, KeyRanges
+    from engine.cli._run import _RingShare
+    from engine.kube import HashRing
+
+    gate = OwnershipGate(lambda ref: None)
+    ring = HashRing(object(), gate, name="engine-x", namespace="default")  # type: ignore[arg-type]
+    out = io.StringIO()
+    share = _RingShare(ring, out)
+    share()
+    share()
+    gate.gain(KeyRanges((KeyRange(0, 1 << 62),)))
+    share()
+    share()
+    assert out.getvalue().splitlines() == [
+        f"scale-out ring engine-x: 0 member(s); this replica ({ring.member}) owns 0.0% of the keys in 0 range(s)",
+        f"scale-out ring engine-x: 0 member(s); this replica ({ring.member}) owns 25.0% of the keys in 1 range(s)",
+    ]

@@ -223,6 +223,9 @@ async def test_replicas_share_objects_take_over_on_crash_and_hand_over_on_sigter
                     assert await r.proc.wait() == 0
         for r in (a, b, d):
             assert r.messages("reconciler error") == [], "no run failed"
+        assert d.messages("joined ring engine-ring-recorder as ")
+        shares = [(e["members"], e["owned"]) for e in d.messages("ring engine-ring-recorder: this replica")]
+        assert shares[0][1] == 0.0 and any(0.1 < owned < 0.6 for _, owned in shares), shares
         events = await client.resource("events.k8s.io/v1", "Event")
         warnings = [e for e in (await client.list(events, namespace=NAMESPACE)).items if e.get("type") == "Warning"]
         assert warnings == []

@@ -6,6 +6,7 @@ An instrument checks after every task step that no two live members hold overlap
 
 from __future__ import annotations
 
+import logging
 import random
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -191,6 +192,26 @@ async def test_three_members_divide_the_key_space_and_a_fourth_takes_its_share(
             assert not (m.gate.owned - before[m.name]), "a join moves keys only to the new member"
         await trio.sleep(5 * DURATION)
         assert fair(h)
+
+
+async def test_a_member_logs_its_join_and_each_change_of_its_share(
+    autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="engine.kube.ring")
+    async with ring_harness() as h:
+        a = await h.add("a")
+        await wait_for(lambda: a.gate.owned == KeyRanges.everything(), within=3 * RETRY + 1)
+        await h.add("b")
+        await wait_for(lambda: fair(h), within=4 * RETRY + 1)
+        await trio.sleep(5 * DURATION)
+        shares = [
+            (r.members, r.owned) for r in caplog.records
+            if r.getMessage().startswith("ring engine-demo: this replica") and r.member == a.ring.member
+        ]
+        assert shares[0] == (1, 0.0) and (1, 1.0) in shares, shares
+        assert shares[-1][0] == 2 and abs(shares[-1][1] - a.gate.owned.share) < 1e-3
+        assert len(shares) == len(set(shares)) <= 6, "a line per change, not per renewal"
+        assert any(r.getMessage().startswith(f"joined ring engine-demo as {a.ring.member}") for r in caplog.records)
 
 
 async def test_a_crashed_members_ranges_are_taken_over_after_the_lease_duration(

@@ -227,6 +227,7 @@ class HashRing:
         self._assigned = KeyRanges.nothing()
         self._releasing = KeyRanges.nothing()
         self._members: tuple[str, ...] = ()
+        self._reported: tuple[int, float] | None = None
         self._assignment_cache: tuple[tuple[str, ...], dict[str, KeyRanges]] | None = None
         self._manager: Manager | None = None
         self._leaving = False
@@ -553,6 +554,7 @@ class HashRing:
         self._wake.set()
 
     def _changed(self) -> None:
+        self._report()
         for callback in list(self.on_change):
             try:
                 callback()
@@ -601,6 +603,23 @@ class HashRing:
                 if record.expired(now):
                     del self._records[key]
         self._members = tuple(sorted(r.name for r in self._live()))
+        self._report()
+
+    def _report(self) -> None:
+        """Log this member's share of the keys and the ring's size when either changed, while
+        it is a member."""
+        if self._lease is None:
+            return
+        owned = self.gate.owned.share
+        shown = (len(self._members), round(owned, 3))
+        if shown == self._reported:
+            return
+        self._reported = shown
+        logger.info(
+            "ring %s: this replica (%s) owns %.1f%% of the keys; %d member(s)",
+            self.name, self._member, 100 * owned, len(self._members),
+            extra={"ring": self.name, "member": self._member, "members": len(self._members), "owned": round(owned, 4)},
+        )
 
     def _observe(self, key: str, lease: Lease, now: float) -> None:
         annotations = lease.annotations
