@@ -502,7 +502,7 @@ async def _start_and_run(args: argparse.Namespace, box: list[_Running], progress
         if obs is not None and obs.live is not None:
             obs.live.add_notices(client.forbidden.notices)
             if ring is not None:
-                obs.live.add_notices(partial(_ring_notice, ring))
+                obs.live.add_info(partial(_ring_notice, ring))
         printer = TerminalProgress(manager, sys.stdout) if progress else None
         if printer is not None:
             manager.add_observer(printer)
@@ -573,7 +573,8 @@ async def _host(
         _print_addresses(obs)
         if host.webhook_server is not None:
             if obs is not None and obs.live is not None:
-                obs.live.add_notices(host.webhook_server.summary)
+                obs.live.add_info(host.webhook_server.summary)
+                obs.live.add_notices(host.webhook_server.problems)
             registered = " (registered with the API server)" if host.webhooks_registered else ""
             print(f"webhooks on {host.webhook_server.url}{registered}", flush=True)
             rotator = host.cert_rotator

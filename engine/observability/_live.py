@@ -92,6 +92,16 @@ _STEPS = {
 }
 
 
+def _lines(sources: Iterable[Callable[[], Iterable[str]]]) -> list[str]:
+    found: list[str] = []
+    for source in sources:
+        try:
+            found.extend(redact(str(line)) for line in source())
+        except Exception:  # noqa: BLE001 - a broken source must not break the stream
+            logger.exception("a live-stream notice source failed")
+    return found
+
+
 @attrs.frozen
 class LiveStatistics:
     """A snapshot of a :class:`LiveStream`."""
@@ -184,6 +194,7 @@ class LiveStream(RunObserver):
         self.address: tuple[str, int] | None = None
         """The bound ``(host, port)``, once :meth:`serve` started."""
         self._notice_sources: list[Callable[[], Iterable[str]]] = []
+        self._info_sources: list[Callable[[], Iterable[str]]] = []
         manager.add_observer(self)
         manager.add_sink(self)
         manager.add_shutdown_hook(self._flush)
@@ -196,15 +207,19 @@ class LiveStream(RunObserver):
         left out of that message."""
         self._notice_sources.append(source)
 
+    def add_info(self, source: Callable[[], Iterable[str]]) -> None:
+        """Show what ``source`` returns as routine one-line facts (a replica's share of a ring,
+        webhook counts): as :meth:`add_notices`, under ``info``, and the dashboard shows them
+        in its header rather than as warnings."""
+        self._info_sources.append(source)
+
     def notices(self) -> list[str]:
         """The current notices of every source, redacted, in the order the sources were added."""
-        found: list[str] = []
-        for source in self._notice_sources:
-            try:
-                found.extend(redact(str(notice)) for notice in source())
-            except Exception:  # noqa: BLE001 - a broken source must not break the stream
-                logger.exception("a live-stream notice source failed")
-        return found
+        return _lines(self._notice_sources)
+
+    def info(self) -> list[str]:
+        """The current routine facts of every :meth:`add_info` source, as :meth:`notices`."""
+        return _lines(self._info_sources)
 
     def _address_url(self, scheme: str, path: str) -> str | None:
         if self.address is None:
@@ -384,7 +399,7 @@ class LiveStream(RunObserver):
             ]
             controllers.append(entry)
         return {"type": "hello", "ts": time.time(), "manager": self.manager.name, "controllers": controllers,
-                "notices": self.notices()}
+                "notices": self.notices(), "info": self.info()}
 
     @staticmethod
     def _controller_stats(controller: Controller) -> dict[str, Any]:
@@ -407,10 +422,11 @@ class LiveStream(RunObserver):
         if not self._clients:
             return
         stats = [self._controller_stats(controller) for controller in self.manager.controllers]
-        notices = self.notices()
+        notices, info = self.notices(), self.info()
         for client in self._clients:
             wanted = [c for c in stats if not client.controllers or c["name"] in client.controllers]
-            self._send_one(client, {"type": "controllers", "ts": time.time(), "controllers": wanted, "notices": notices})
+            self._send_one(client, {"type": "controllers", "ts": time.time(), "controllers": wanted,
+                                    "notices": notices, "info": info})
 
     async def _tick(self) -> None:
         while True:

@@ -171,6 +171,15 @@ async def test_a_slow_handler_is_cancelled_before_the_api_servers_timeout(
     assert answer.json()["response"] == {"uid": "u-1", "allowed": False, "status": {
         "code": 504, "reason": "Timeout", "message": "webhook handler did not answer within 8s (timeoutSeconds 10s)"}}
     assert s.statistics()["/validate/slow.widgets.test.dev"]["timeouts"] == 1
+    assert s.problems() == ["webhook /validate/slow.widgets.test.dev failed 1 of 1 request: 0 errors, 1 timeout"]
+
+
+async def test_denials_are_routine_counts_not_problems(autojump_clock: trio.testing.MockClock) -> None:
+    s = server()
+    async with in_process(s) as client:
+        await post(client, "/validate/deny-big.widgets.test.dev", review())
+    assert s.problems() == []
+    assert "webhook /validate/deny-big.widgets.test.dev: 1 request, " in "\n".join(s.summary())
 
 
 async def test_tasks_a_handler_starts_end_with_its_request(autojump_clock: trio.testing.MockClock) -> None:

@@ -316,6 +316,7 @@ async def test_ten_thousand_objects_render_only_visible_rows_and_update_live() -
     assert obs.live is not None
     notices: list[str] = []
     obs.live.add_notices(lambda: notices)
+    obs.live.add_info(lambda: ["webhook /validate/x: 3 requests, 1 denied, 0 errors, 0 timeouts"])
     with trio.fail_after(120):
         async with running(manager):
             for i in range(total):
@@ -330,6 +331,7 @@ async def test_ten_thousand_objects_render_only_visible_rows_and_update_live() -
                 await page.evaluate('document.getElementById("viewport").scrollTop = 1e9')
                 bottom = await wait_for_page(page, """(s) => s.rows.some((r) => r.object === "Widget/ns/w09999")""")
                 assert await page.evaluate('document.getElementById("banner").hidden') is True
+                info = await page.evaluate('document.getElementById("info").textContent')
                 notices.append("forbidden: the credentials lack the permission to list configmaps (3 refused)")
                 banner = await page.evaluate(BANNER_SHOWN)
                 controller.trigger(ObjectRef("Widget", "late", "ns"))
@@ -345,4 +347,5 @@ async def test_ten_thousand_objects_render_only_visible_rows_and_update_live() -
     assert len(first["rows"]) < 60
     assert filtered["rows"][0]["object"] == "Widget/ns/late"
     assert banner == "forbidden: the credentials lack the permission to list configmaps (3 refused)"
+    assert info == "webhook /validate/x: 3 requests, 1 denied, 0 errors, 0 timeouts", "routine facts, not a warning"
     assert "late object failed on purpose" in filtered["rows"][0]["text"]

@@ -408,6 +408,8 @@ async def test_notices_reach_hello_and_every_controllers_message_redacted() -> N
     obs.live.add_notices(lambda: list(notices))
     obs.live.add_notices(broken)
     obs.live.add_notices(lambda: [f"token {SECRET_TEXTS[0]}"])
+    obs.live.add_info(lambda: ["webhook /validate/x: 3 requests, 1 denied, 0 errors, 0 timeouts"])
+    obs.live.add_info(broken)
     with trio.fail_after(10):
         async with running(manager):
             async with open_websocket_url(authed(obs)) as ws:
@@ -418,6 +420,7 @@ async def test_notices_reach_hello_and_every_controllers_message_redacted() -> N
     assert hello["notices"][0] == "forbidden: the credentials lack the permission to list configmaps"
     assert message["notices"][:2] == [notices[0], "a second notice"]
     assert len(hello["notices"]) == 2 and len(message["notices"]) == 3
+    assert hello["info"] == message["info"] == ["webhook /validate/x: 3 requests, 1 denied, 0 errors, 0 timeouts"]
     assert not any(secret in json.dumps([hello, message]) for secret in ALL_SECRETS)
 
 

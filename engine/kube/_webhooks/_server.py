@@ -248,13 +248,27 @@ class WebhookServer:
         return await self.dispatcher.handle(request)
 
     def summary(self) -> list[str]:
-        """One line per webhook with its counts, as the dashboard shows them
+        """One line per webhook with its counts, as the dashboard's header shows them
         (``webhook /validate/x.example.com: 12 requests, 3 denied, 0 errors, 0 timeouts``)."""
         lines = []
         for path, stats in self.dispatcher.items():
             total = sum(stats.requests.values())
             lines.append(f"webhook {path}: {total} request{'' if total == 1 else 's'}, {stats.denied} denied, "
                          f"{stats.errors} errors, {stats.timeouts} timeouts")
+        return lines
+
+    def problems(self) -> list[str]:
+        """One line per webhook that failed to answer (errors or timeouts), as the dashboard's
+        warnings show them (``webhook /validate/x.example.com failed 2 of 12 requests: 1 error,
+        1 timeout``); denials are the webhook doing its job, not problems."""
+        lines = []
+        for path, stats in self.dispatcher.items():
+            failed = stats.errors + stats.timeouts
+            if failed:
+                total = sum(stats.requests.values())
+                lines.append(f"webhook {path} failed {failed} of {total} request{'' if total == 1 else 's'}: "
+                             f"{stats.errors} error{'' if stats.errors == 1 else 's'}, "
+                             f"{stats.timeouts} timeout{'' if stats.timeouts == 1 else 's'}")
         return lines
 
     def statistics(self) -> dict[str, Any]:

@@ -47,7 +47,8 @@
     ready: new Map(),       // object -> bool (reported ready, cleared by its own failing run)
     events: [],             // newest last
     skipped: 0,
-    notices: [],            // one-line notices from the engine (e.g. missing permissions)
+    notices: [],            // one-line warnings from the engine (e.g. missing permissions)
+    info: [],               // one-line routine facts (a ring share, webhook counts)
     messages: 0,
     clockOffset: 0,         // server wall clock minus ours, in seconds
     readyVersion: 0,        // bumped whenever a readiness changes
@@ -138,7 +139,7 @@
         model.manager = m.manager || "";
         model.clockOffset = m.ts - Date.now() / 1000;
         applyControllers(m.controllers || [], m.ts);
-        applyNotices(m.notices);
+        applyNotices(m.notices, m.info);
         for (const c of m.controllers || []) {
           for (const r of c.running || []) {
             const o = record(c.name, r.object, {});
@@ -172,7 +173,7 @@
         break;
       case "controllers":
         applyControllers(m.controllers, m.ts);
-        applyNotices(m.notices);
+        applyNotices(m.notices, m.info);
         break;
       case "run":
         applyRun(m);
@@ -299,16 +300,19 @@
     if (dirty.events) drawEvents();
   }
 
-  function applyNotices(notices) {
+  function applyNotices(notices, info) {
     const next = notices || [];
-    if (next.join("\n") === model.notices.join("\n")) return;
+    const facts = info || [];
+    if (next.join("\n") === model.notices.join("\n") && facts.join("\n") === model.info.join("\n")) return;
     model.notices = next;
+    model.info = facts;
     dirty.header = true;
   }
 
   function drawHeader() {
     dirty.header = false;
     $("manager").textContent = model.manager ? `· ${model.manager}` : "";
+    $("info").textContent = model.info.join(" · ");
     const banner = $("banner");
     const lines = [...model.notices];
     if (model.skipped) {
