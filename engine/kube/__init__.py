@@ -59,6 +59,7 @@ from ._runtime._watcher import Deleted as Deleted
 from ._runtime._watcher import Modified as Modified
 from ._runtime._watcher import Restarted as Restarted
 from ._runtime._watcher import Watcher as Watcher
+from ._runtime._watcher import WatchOptions as WatchOptions
 from ._runtime._watcher import WatcherEvent as WatcherEvent
 from ._runtime._watcher import WatcherStatistics as WatcherStatistics
 from ._runtime._informer import Handler as Handler
@@ -309,6 +310,7 @@ __all__ = [
     "UnauthorizedError",
     "WatchEvent",
     "WatchEventType",
+    "WatchOptions",
     "WatchStalledError",
     "WatchStream",
     "Watcher",
