@@ -29,7 +29,7 @@ from engine.kube import (
     generation_changed,
     requested_at_changed,
 )
-from plugins.bundles import plugin as bundles_plugin
+from engine.plugins.bundles import plugin as bundles_plugin
 
 from .._e2e import API, bundle, configmap
 from .._support import running
