@@ -725,11 +725,11 @@ async def open_plugin_test(
     Lease ``engine-<plugin>`` with client-go's timings when ``leader_election`` is true, or
     the one a given factory builds from the client and identity), a Kubernetes events sink unless
     ``cluster_events`` is false, the given ``sinks``, and a :class:`~engine.kube.Cluster` (``watch_namespace``,
-    ``shard``, ``watch_options``, seeded from ``identity`` unless they carry an ``rng``), then call ``plugin.setup`` with the plugin's config
-    updated by ``config``, grant its permissions (with ``rbac``), and apply ``manifests`` (and
-    the plugin's ``examples``) before the manager runs, so that the plugin's webhooks and
-    credentials are what they are on a cluster when they are written. ``observers`` are added
-    to the manager before it runs.
+    ``shard``, ``watch_options``, seeded from ``identity`` unless they carry an ``rng``), then
+    call ``plugin.setup`` with the plugin's config updated by ``config``, grant its permissions
+    (with ``rbac``), and apply ``manifests`` (and the plugin's ``examples``) before the manager
+    runs, so that the plugin's webhooks and credentials are what they are on a cluster when they
+    are written. ``observers`` are added to the manager before it runs.
 
     For a :class:`~engine.Manager` (not yet run) whose controllers you added yourself, it is
     run as it is (``replica_client`` is then unused by it).

@@ -155,6 +155,7 @@ class Bookmark:
 WatcherEvent = Added | Modified | Deleted | Restarted | Bookmark
 """What a :class:`Watcher` hands to its ``on_event`` callback."""
 
+
 @attrs.frozen(kw_only=True)
 class WatchOptions:
     """How a :class:`Watcher` lists and watches: one value that an :class:`~engine.kube.Informer`
