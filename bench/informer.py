@@ -32,7 +32,7 @@ import trio
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 from engine.apiserver import ApiServer  # noqa: E402
-from engine.kube import Client, Config, Informer, ObjectList, Resource, RetryPolicy, Watcher  # noqa: E402
+from engine.kube import Client, Config, Informer, ObjectList, Resource, RetryPolicy, Watcher, WatchOptions  # noqa: E402
 
 CONFIGMAPS = Resource(group="", version="v1", kind="ConfigMap", plural="configmaps", namespaced=True)
 PROCESS = psutil.Process()
@@ -97,7 +97,7 @@ async def ours_list(
     client: Client, namespace: str, n: int, page_size: int = 500
 ) -> tuple[float, float]:
     before = rss()
-    informer = Informer(client, CONFIGMAPS, namespace=namespace, page_size=page_size)
+    informer = Informer(client, CONFIGMAPS, namespace=namespace, options=WatchOptions(page_size=page_size))
     async with trio.open_nursery() as nursery:
         start = time.perf_counter()
         await nursery.start(informer.run)

@@ -16,7 +16,7 @@ import trio
 
 from engine.apiserver import ApiServer
 from engine.kube import Client, Config, Informer, InformerEvent, install_crds
-from plugins.bundles import plugin as bundles_plugin
+from engine.plugins.bundles import plugin as bundles_plugin
 
 ROOT = Path(__file__).resolve().parent.parent
 API = "bundles.engine.dev/v1alpha1"

@@ -45,7 +45,7 @@ from ._cel import evaluate_condition
 from ._errors import RequestRejected
 from ._fields import unknown_fields
 from ._objects import Obj, meta
-from ._patch import json_patch
+from ._patch import apply_json_patch
 from ._resources import BUILTIN_TYPES, ResourceType
 from ._responses import typed
 from ._status import details
@@ -190,7 +190,7 @@ class Admission:
             )
         sent = review["request"]["object"]
         try:
-            patched = json_patch(sent, operations)
+            patched = apply_json_patch(sent, operations)
         except RequestRejected as exc:
             raise internal_error(str(exc)) from None
         if not isinstance(patched, dict):

@@ -26,7 +26,7 @@ from ._events import field_selector, from_storage
 from ._faults import RequestInfo
 from ._fields import FieldCheck, field_validation, loads_with_duplicates, unknown_fields
 from ._objects import Obj, meta
-from ._patch import MERGE_KEYS, json_patch, merge_patch, strategic_merge_patch
+from ._patch import MERGE_KEYS, apply_json_patch, merge_patch, strategic_merge_patch
 from ._protobuf import decode_protobuf
 from ._resources import BUILTIN_TYPES, REVIEW_TYPES, ResourceType
 from ._responses import json_response, list_item, status_response, typed
@@ -602,7 +602,7 @@ async def _scale(
         content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
         patch = decode_body(request)
         if content_type == "application/json-patch+json":
-            new = json_patch(current, patch)
+            new = apply_json_patch(current, patch)
         elif content_type == "application/strategic-merge-patch+json":
             new = strategic_merge_patch(current, patch)
         elif content_type in ("application/merge-patch+json", "application/apply-patch+yaml"):
@@ -782,7 +782,7 @@ async def _patch(storage: ObjectStorage, request: Request, target: Target, dry_r
     if content_type == "application/merge-patch+json":
         patched = functools.partial(merge_patch, patch=patch)
     elif content_type == "application/json-patch+json":
-        patched = functools.partial(json_patch, operations=patch)
+        patched = functools.partial(apply_json_patch, operations=patch)
     elif content_type == "application/strategic-merge-patch+json" and not custom:
         keys = SERVICE_MERGE_KEYS if rt.storage_key == ("", "services") else None
         patched = functools.partial(strategic_merge_patch, patch=patch, merge_keys=keys)

@@ -18,7 +18,7 @@ from ._errors import RequestRejected
 __all__ = [
     "MERGE_KEYS",
     "merge_patch",
-    "json_patch",
+    "apply_json_patch",
     "strategic_merge_patch",
     "leaf_paths",
     "get_path",
@@ -133,7 +133,7 @@ def _remove(doc: Any, parts: list[str], path: str) -> Any:
     raise _invalid_patch(f"JSON patch path {path!r} does not exist")
 
 
-def json_patch(target: Any, operations: Any) -> Any:
+def apply_json_patch(target: Any, operations: Any) -> Any:
     """Apply an RFC 6902 JSON patch; ``target`` is not modified.
 
     A failed ``test`` operation or a missing path raises :class:`RequestRejected` (422).

@@ -33,6 +33,7 @@ __all__ = [
     "details",
     "cause_reason",
     "precondition_failed",
+    "namespace_terminating",
 ]
 
 
@@ -76,6 +77,22 @@ def already_exists(rt: ResourceType, name: str) -> RequestRejected:
         "AlreadyExists",
         f'{_resource(rt)} "{name}" already exists',
         details=details(rt.group, rt.plural, name),
+    )
+
+
+def namespace_terminating(rt: ResourceType, name: str, namespace: str) -> RequestRejected:
+    """403 Forbidden for a create of ``name`` in ``namespace``, which is being deleted."""
+    cause = {
+        "reason": "NamespaceTerminating",
+        "message": f"namespace {namespace} is being terminated",
+        "field": "metadata.namespace",
+    }
+    return RequestRejected(
+        403,
+        "Forbidden",
+        f'{rt.plural} "{name}" is forbidden: unable to create new content in namespace {namespace} '
+        "because it is being terminated",
+        details=details(rt.group, rt.plural, name, causes=[cause]),
     )
 
 

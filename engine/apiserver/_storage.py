@@ -8,6 +8,7 @@ Semantics kept from the real API server: one global, monotonically increasing re
 ``uid``, ``creationTimestamp`` and ``generation`` (bumped when anything outside ``metadata`` and,
 with a status subresource, ``status`` changes, and when deletion starts); optimistic concurrency;
 namespaces that must exist; watches replayed from a bounded history. The rest lives next door:
+each resource's objects in key order and the pages lists cut from them in :mod:`._buckets`,
 per-type validation and defaults in :mod:`._strategies`, field ownership and server-side apply
 in :mod:`._apply`, deletion in :mod:`._deletion`, garbage collection in :mod:`._controllers`.
 
@@ -22,16 +23,12 @@ earlier moment, resourceVersions included, as an etcd restore does.
 
 from __future__ import annotations
 
-import base64
-import binascii
-import bisect
 import collections
 import contextlib
 import contextvars
 import copy
 import json
 import logging
-import operator
 import random
 import time
 import uuid
@@ -42,12 +39,13 @@ import attrs
 import trio
 
 from . import _apply, _deletion, _events, _services
+from ._buckets import Bucket, decode_continue, encode_continue
 from ._errors import RequestRejected
 from ._fields import FieldCheck
 from ._objects import SYSTEM_METADATA, Key, Obj, format_time, meta
 from ._resources import BUILTIN_TYPES, ResourceType, resource_types_from_crd
 from ._selectors import FieldSelector, LabelSelector
-from ._status import already_exists, conflict, invalid, invalid_causes, not_found
+from ._status import already_exists, conflict, invalid, invalid_causes, namespace_terminating, not_found
 from ._strategies import strategy_for
 
 __all__ = ["ObjectStorage", "StorageSnapshot", "Change", "Subscription", "DEFAULT_NAMESPACES"]
@@ -62,7 +60,6 @@ WATCH_WINDOW_SECONDS = 75.0
 """Seconds for which every event of a type stays watchable (the watch cache's freshness)."""
 FUTURE_RV_WAIT = 3.0
 """Seconds a read from a resourceVersion not handed out yet waits for it before its 504."""
-_namespace_of = operator.itemgetter(0)
 
 
 @attrs.frozen
@@ -93,45 +90,6 @@ class Subscription:
     dropped: bool = False
     abrupt: bool = False
     closed: trio.Event = attrs.Factory(trio.Event)
-
-
-@attrs.define(eq=False)
-class _Bucket:
-    """The objects of one resource, with their keys kept in sorted order as they are written.
-
-    Lists and pages read ranges of :attr:`keys` (found by bisection) instead of sorting the
-    whole resource on every request.
-    """
-
-    objects: dict[Key, Obj] = attrs.Factory(dict)
-    keys: list[Key] = attrs.Factory(list)
-
-    def put(self, key: Key, obj: Obj) -> None:
-        if key not in self.objects:
-            bisect.insort(self.keys, key)
-        self.objects[key] = obj
-
-    def pop(self, key: Key) -> None:
-        if self.objects.pop(key, None) is not None:
-            del self.keys[bisect.bisect_left(self.keys, key)]
-
-    def span(self, namespace: str | None, after: Key | None) -> range:
-        """Indexes into :attr:`keys` of the keys in ``namespace`` (every namespace when
-        ``None``) that sort after ``after``."""
-        lo, hi = 0, len(self.keys)
-        if namespace is not None:
-            lo = bisect.bisect_left(self.keys, namespace, key=_namespace_of)
-            hi = bisect.bisect_right(self.keys, namespace, lo, key=_namespace_of)
-        if after is not None:
-            lo = max(lo, bisect.bisect_right(self.keys, after))
-        return range(lo, max(lo, hi))
-
-    def in_namespace(self, namespace: str) -> bool:
-        return bool(self.span(namespace, None))
-
-    def snapshot(self, namespace: str | None) -> list[tuple[Key, Obj]]:
-        """``(key, object)`` pairs in ``namespace`` (or all), in key order, as of now."""
-        return [(self.keys[i], self.objects[self.keys[i]]) for i in self.span(namespace, None)]
 
 
 @attrs.frozen(eq=False)
@@ -171,7 +129,7 @@ class ObjectStorage:
     wall_clock: Callable[[], float] = time.time
     _rv: int = attrs.field(default=1, init=False, repr=False)
     _types: dict[tuple[str, str, str], ResourceType] = attrs.field(factory=dict, init=False, repr=False)
-    _objects: dict[tuple[str, str], _Bucket] = attrs.field(factory=dict, init=False, repr=False)
+    _objects: dict[tuple[str, str], Bucket] = attrs.field(factory=dict, init=False, repr=False)
     _history: collections.deque[Change] = attrs.field(factory=collections.deque, init=False, repr=False)
     _floor: int = attrs.field(default=0, init=False, repr=False)
     _windows: dict[tuple[str, str], collections.deque[tuple[int, float]]] = attrs.field(
@@ -207,7 +165,7 @@ class ObjectStorage:
 
     def _register(self, rt: ResourceType) -> None:
         self._types[(rt.group, rt.version, rt.plural)] = rt
-        self._objects.setdefault(rt.storage_key, _Bucket())
+        self._objects.setdefault(rt.storage_key, Bucket())
 
     def find_type(self, group: str, version: str, plural: str) -> ResourceType | None:
         """The served type ``group/version/plural``, or ``None``."""
@@ -339,7 +297,7 @@ class ObjectStorage:
         meta(obj)["resourceVersion"] = str(self._rv)
         metadata = meta(obj)
         key = (metadata.get("namespace", ""), metadata["name"])
-        bucket = self._objects.setdefault(rt.storage_key, _Bucket())
+        bucket = self._objects.setdefault(rt.storage_key, Bucket())
         if type_ == "DELETED":
             bucket.pop(key)
         else:
@@ -446,7 +404,7 @@ class ObjectStorage:
         self._rv = snapshot.resource_version
         self._types = dict(snapshot._types)
         self._crd_types = {name: list(kinds) for name, kinds in snapshot._crd_types.items()}
-        self._objects = {key: _Bucket(dict(stored), sorted(stored)) for key, stored in snapshot._objects.items()}
+        self._objects = {key: Bucket.of(dict(stored)) for key, stored in snapshot._objects.items()}
         self._history.clear()
         self._windows.clear()
         self._window_floors.clear()
@@ -599,11 +557,7 @@ class ObjectStorage:
             list_rv = min(exact, self._rv)
         after: Key | None = None
         if continue_token:
-            try:
-                state = json.loads(base64.urlsafe_b64decode(continue_token.encode()))
-                list_rv, after = int(state["rv"]), (str(state["ns"]), str(state["name"]))
-            except (ValueError, KeyError, TypeError, binascii.Error):
-                raise RequestRejected(400, "BadRequest", "the continue token is malformed") from None
+            list_rv, after = decode_continue(continue_token)
             if list_rv < self._floor:
                 raise RequestRejected(
                     410,
@@ -614,50 +568,32 @@ class ObjectStorage:
             if list_rv > self._rv:
                 # A token from before a restore: etcd refuses to read at a future revision.
                 raise RequestRejected(500, "", "etcdserver: mvcc: required revision is a future revision")
-        bucket = self._objects.get(rt.storage_key) or _Bucket()
+        bucket = self._objects.get(rt.storage_key) or Bucket()
         if list_rv < self._rv:
-            bucket = self._bucket_at(rt.storage_key, bucket, list_rv)
-        span = bucket.span(namespace, after)
+            bucket = bucket.rewound(self._undo(rt.storage_key, list_rv))
+        selected = bool(labels.requirements or fields.requirements)
+
+        def matches(obj: Obj) -> bool:
+            return labels.matches(meta(obj).get("labels")) and fields.matches(obj) and (shard is None or shard(obj))
+
         wanted = limit if limit is not None and limit > 0 else None
-        page: list[Key] = []
-        if not labels.requirements and not fields.requirements and shard is None:
-            matched = len(span)
-            page = bucket.keys[span.start : span.stop if wanted is None else min(span.stop, span.start + wanted)]
-        else:
-            matched = 0
-            for i in span:
-                key = bucket.keys[i]
-                obj = bucket.objects[key]
-                if labels.matches(meta(obj).get("labels")) and fields.matches(obj) and (shard is None or shard(obj)):
-                    matched += 1
-                    if wanted is not None and len(page) == wanted:
-                        break
-                    page.append(key)
+        page, matched, span = bucket.page(namespace, after, wanted, matches if selected or shard is not None else None)
         items = [bucket.objects[k] for k in page]
         if wanted is not None and wanted < matched:
-            last = page[-1]
-            token = base64.urlsafe_b64encode(
-                json.dumps({"rv": list_rv, "ns": last[0], "name": last[1]}).encode()
-            ).decode()
-            selected = bool(labels.requirements or fields.requirements)
-            return items, list_rv, token, None if selected else len(span) - wanted
+            token = encode_continue(list_rv, page[-1])
+            return items, list_rv, token, None if selected else span - wanted
         return items, list_rv, None, None
 
-    def _bucket_at(self, storage_key: tuple[str, str], bucket: _Bucket, rv: int) -> _Bucket:
-        """``bucket`` as it was at ``rv`` (which the history must still cover), rebuilt by
-        undoing the later changes."""
-        objects = dict(bucket.objects)
+    def _undo(self, storage_key: tuple[str, str], rv: int) -> Iterator[tuple[Key, Obj | None]]:
+        """What undoes the changes to ``storage_key`` after ``rv`` (which the history must
+        still cover), newest first: each changed key with its object before the change."""
         for change in reversed(self._history):
             if change.rv <= rv:
                 break
             if change.key != storage_key:
                 continue
             key = (meta(change.obj).get("namespace", "") or "", meta(change.obj)["name"])
-            if change.type == "ADDED" or change.old is None:
-                objects.pop(key, None)
-            else:
-                objects[key] = change.old
-        return _Bucket(objects, sorted(objects))
+            yield key, None if change.type == "ADDED" else change.old
 
     # ----- writes -----
 
@@ -751,7 +687,7 @@ class ObjectStorage:
         if namespace is not None:
             ns_obj = self._objects[_NAMESPACES].objects[("", namespace)]
             if meta(ns_obj).get("deletionTimestamp"):
-                raise _namespace_terminating(rt, metadata["name"], namespace)
+                raise namespace_terminating(rt, metadata["name"], namespace)
         if (namespace or "", metadata["name"]) in self._objects[rt.storage_key].objects:
             raise already_exists(rt, metadata["name"])
         base = _apply.managed_base(None, obj, None)
@@ -1026,27 +962,6 @@ def _check_size(rt: ResourceType, obj: Obj) -> None:
     if rt.schema is not None:
         raise RequestRejected(400, "BadRequest", f"the object is too large to store: {size} bytes, limit {MAX_OBJECT_BYTES}")
     raise RequestRejected(500, "", "etcdserver: request is too large")
-
-
-def _namespace_terminating(rt: ResourceType, name: str, namespace: str) -> RequestRejected:
-    details: dict[str, Any] = {"name": name}
-    if rt.group:
-        details["group"] = rt.group
-    details["kind"] = rt.plural
-    details["causes"] = [
-        {
-            "reason": "NamespaceTerminating",
-            "message": f"namespace {namespace} is being terminated",
-            "field": "metadata.namespace",
-        }
-    ]
-    return RequestRejected(
-        403,
-        "Forbidden",
-        f'{rt.plural} "{name}" is forbidden: unable to create new content in namespace {namespace} '
-        "because it is being terminated",
-        details=details,
-    )
 
 
 def _spec_part(obj: Obj, rt: ResourceType) -> Obj:

@@ -59,6 +59,7 @@ from ._runtime._watcher import Deleted as Deleted
 from ._runtime._watcher import Modified as Modified
 from ._runtime._watcher import Restarted as Restarted
 from ._runtime._watcher import Watcher as Watcher
+from ._runtime._watcher import WatchOptions as WatchOptions
 from ._runtime._watcher import WatcherEvent as WatcherEvent
 from ._runtime._watcher import WatcherStatistics as WatcherStatistics
 from ._runtime._informer import Handler as Handler
@@ -154,7 +155,7 @@ if _typing.TYPE_CHECKING:
     from ._webhooks._review import WebhookDispatcher as WebhookDispatcher
     from ._webhooks._review import WebhookStatistics as WebhookStatistics
     from ._webhooks._review import handler_deadline as handler_deadline
-    from ._webhooks._review import json_patch as json_patch
+    from ._webhooks._review import json_patch_between as json_patch_between
     from ._webhooks._server import DEFAULT_WEBHOOK_PORT as DEFAULT_WEBHOOK_PORT
     from ._webhooks._server import MAX_REVIEW_BYTES as MAX_REVIEW_BYTES
     from ._webhooks._server import WebhookCertificates as WebhookCertificates
@@ -216,7 +217,7 @@ _LAZY = {
     "WebhookDispatcher": "engine.kube._webhooks._review",
     "WebhookStatistics": "engine.kube._webhooks._review",
     "handler_deadline": "engine.kube._webhooks._review",
-    "json_patch": "engine.kube._webhooks._review",
+    "json_patch_between": "engine.kube._webhooks._review",
     "DEFAULT_WEBHOOK_PORT": "engine.kube._webhooks._server",
     "MAX_REVIEW_BYTES": "engine.kube._webhooks._server",
     "WebhookCertificates": "engine.kube._webhooks._server",
@@ -311,6 +312,7 @@ __all__ = [
     "UnauthorizedError",
     "WatchEvent",
     "WatchEventType",
+    "WatchOptions",
     "WatchStalledError",
     "WatchStream",
     "Watcher",
@@ -357,7 +359,7 @@ __all__ = [
     "WebhookDispatcher",
     "WebhookStatistics",
     "handler_deadline",
-    "json_patch",
+    "json_patch_between",
     "DEFAULT_WEBHOOK_PORT",
     "MAX_REVIEW_BYTES",
     "WebhookCertificates",

@@ -66,6 +66,7 @@ from engine.kube import (
     PolicyRule,
     Resource,
     WatchEventType,
+    WatchOptions,
     WebhookServer,
     check_permissions,
     check_plugin_config,
@@ -753,7 +754,7 @@ async def open_plugin_test(
     sinks: Sequence[EventSink] = (),
     observers: Sequence[RunObserver] = (),
     grace_period: float = 5.0,
-    informer_options: Mapping[str, Any] | None = None,
+    watch_options: WatchOptions = WatchOptions(),
     start_timeout: float = 60.0,
     rbac: bool = False,
     webhooks: bool = True,
@@ -767,11 +768,11 @@ async def open_plugin_test(
     Lease ``engine-<plugin>`` with client-go's timings when ``leader_election`` is true, or
     the one a given factory builds from the client and identity), a Kubernetes events sink unless
     ``cluster_events`` is false, the given ``sinks``, and a :class:`~engine.kube.Cluster` (``watch_namespace``,
-    ``shard``, ``informer_options``), then call ``plugin.setup`` with the plugin's config
-    updated by ``config``, grant its permissions (with ``rbac``), and apply ``manifests`` (and
-    the plugin's ``examples``) before the manager runs, so that the plugin's webhooks and
-    credentials are what they are on a cluster when they are written. ``observers`` are added
-    to the manager before it runs.
+    ``shard``, ``watch_options``, seeded from ``identity`` unless they carry an ``rng``), then
+    call ``plugin.setup`` with the plugin's config updated by ``config``, grant its permissions
+    (with ``rbac``), and apply ``manifests`` (and the plugin's ``examples``) before the manager
+    runs, so that the plugin's webhooks and credentials are what they are on a cluster when they
+    are written. ``observers`` are added to the manager before it runs.
 
     For a :class:`~engine.Manager` (not yet run) whose controllers you added yourself, it is
     run as it is (``replica_client`` is then unused by it).
@@ -858,7 +859,8 @@ async def open_plugin_test(
             cluster = Cluster(
                 client, manager, namespace=watch_namespace,
                 label_selector=f"{SHARD_LABEL}={shard}" if shard else None,
-                informer_options={"rng": random.Random(identity), **(informer_options or {})},
+                options=watch_options if watch_options.rng is not None
+                else attrs.evolve(watch_options, rng=random.Random(identity)),
             )
             if scale_out is not None:
                 assert gate is not None

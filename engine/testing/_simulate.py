@@ -284,8 +284,8 @@ def _informed(rep: _Replica) -> set[tuple[str, str, str]]:
     cluster = rep.harness.cluster if rep.harness is not None else None
     if cluster is None:
         return set()
-    return {(i.resource.path(namespace=i.namespace), join_selectors(i.watcher.label_selector) or "",
-             join_selectors(i.watcher.field_selector) or "") for i in cluster.informers}
+    return {(i.resource.path(namespace=i.namespace), join_selectors(i.options.label_selector) or "",
+             join_selectors(i.options.field_selector) or "") for i in cluster.informers}
 
 
 def _leads(rep: _Replica) -> bool:

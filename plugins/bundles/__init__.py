@@ -25,7 +25,7 @@ both are terminal until the object changes. A Bundle that depends on itself is a
 when the cycle is broken. Bundle names longer than 63 characters are hashed into the owner label
 value (``bundles.engine.dev/name``).
 
-Two admission webhooks come with the plugin (``plugins.bundles._webhooks``): the validating one
+Two admission webhooks come with the plugin (``engine.plugins.bundles._webhooks``): the validating one
 refuses a Bundle whose ``dependsOn`` closes a cycle, through other Bundles too, naming it; the
 mutating one writes ``interval: 10m`` into a Bundle that has none. The reconciler's own cycle
 check above remains for what was stored without them.

@@ -50,7 +50,7 @@ from ._webhooks import WEBHOOKS
 
 __all__ = ["plugin", "parse_duration", "BundleReconciler", "SourceReconciler"]
 
-logger = logging.getLogger("plugins.bundles")
+logger = logging.getLogger("engine.plugins.bundles")
 
 FIELD_MANAGER = "bundles.engine.dev"
 OWNER_LABEL = "bundles.engine.dev/name"

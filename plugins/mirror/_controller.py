@@ -22,7 +22,7 @@ from engine.kube import (
 
 __all__ = ["plugin", "MirrorReconciler", "parse_selector"]
 
-logger = logging.getLogger("plugins.mirror")
+logger = logging.getLogger("engine.plugins.mirror")
 
 ENABLED_LABEL = "mirror.engine.dev/enabled"
 SOURCE_LABEL = "mirror.engine.dev/source"

@@ -93,7 +93,7 @@ def test_apply_conflicts_force_and_prune() -> None:
 
 
 def test_an_item_of_a_keyed_list_that_is_no_longer_applied_goes_with_its_key() -> None:
-    from plugins.bundles import plugin
+    from engine.plugins.bundles import plugin
 
     bundles = next(
         rt for crd in plugin.crds for rt in resource_types_from_crd(dict(crd)) if rt.plural == "bundles"

@@ -249,7 +249,7 @@ async def test_tls_with_client_certificate(tmp_path: Path) -> None:
 
 
 async def test_get_prints_the_servers_table_columns(kubectl: Kubectl) -> None:
-    from plugins.bundles._crds import BUNDLE_CRD
+    from engine.plugins.bundles._crds import BUNDLE_CRD
 
     assert "created" in await kubectl("apply", "-f", kubectl.file("bundles.json", json.dumps(BUNDLE_CRD)))
     bundle = {

@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 
 from engine.apiserver import RequestRejected
 from engine.apiserver._patch import (
+    apply_json_patch,
     fields_to_paths,
-    json_patch,
     leaf_paths,
     merge_patch,
     paths_to_fields,
@@ -53,14 +53,14 @@ def test_json_patch_operations() -> None:
         {"op": "replace", "path": "/a/b/1", "value": 9},
         {"op": "test", "path": "/e~1f", "value": [0, 1, 2, 3]},
     ]
-    assert json_patch(doc, ops) == {"a": {"b": [0, 9, 2, 3]}, "e/f": [0, 1, 2, 3]}
+    assert apply_json_patch(doc, ops) == {"a": {"b": [0, 9, 2, 3]}, "e/f": [0, 1, 2, 3]}
     assert doc == {"a": {"b": [1, 2]}, "c": "x"}
     with pytest.raises(RequestRejected, match=r"^JSON patch path '/nope' does not exist$"):
-        json_patch(doc, [{"op": "remove", "path": "/nope"}])
+        apply_json_patch(doc, [{"op": "remove", "path": "/nope"}])
     with pytest.raises(RequestRejected, match=r"^JSON patch test failed at '/c'$"):
-        json_patch(doc, [{"op": "test", "path": "/c", "value": "y"}])
+        apply_json_patch(doc, [{"op": "test", "path": "/c", "value": "y"}])
     with pytest.raises(RequestRejected, match=r"^unknown JSON patch operation 'frob'$"):
-        json_patch(doc, [{"op": "frob", "path": "/c"}])
+        apply_json_patch(doc, [{"op": "frob", "path": "/c"}])
 
 
 def test_strategic_merge_patch_directives() -> None:

@@ -283,7 +283,7 @@ def test_an_unknown_plugin_is_one_error_line_and_exit_code_1_as_run_says_it(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     assert _run(capsys, "--plugin", "nope") == (
-        1, "", "error: plugin 'nope' not found (no module 'plugins.nope', no entry point in 'engine.plugins')\n")
+        1, "", "error: plugin 'nope' not found (no module 'engine.plugins.nope', no entry point in 'engine.plugins')\n")
 
 
 @pytest.mark.parametrize(("argv", "message"), [

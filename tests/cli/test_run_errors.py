@@ -190,7 +190,7 @@ async def test_a_plugin_that_fails_to_load_stops_the_run_before_the_cluster_is_w
         out = await _arun("--kubeconfig", str(kubeconfig), "--plugin", "bundels", "--plugin", "bundles")
         assert out.returncode == 1
         assert _one_error(out.stderr.decode()) == (
-            "error: plugin 'bundels' not found (no module 'plugins.bundels', no entry point in 'engine.plugins') "
+            "error: plugin 'bundels' not found (no module 'engine.plugins.bundels', no entry point in 'engine.plugins') "
             "(--no-strict-plugins runs the other plugins)"
         )
         assert not await _bundle_crd_exists(client)

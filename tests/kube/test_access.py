@@ -25,7 +25,7 @@ from engine.kube import (
     run_plugins,
     whoami,
 )
-from plugins.bundles import plugin as bundles
+from engine.plugins.bundles import plugin as bundles
 
 SA = "system:serviceaccount:default:op"
 

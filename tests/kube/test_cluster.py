@@ -24,11 +24,12 @@ from engine.kube import (
     InformerEvent,
     RetryPolicy,
     WatchEventType,
+    WatchOptions,
     any_of,
     generation_changed,
     requested_at_changed,
 )
-from plugins.bundles import plugin as bundles_plugin
+from engine.plugins.bundles import plugin as bundles_plugin
 
 from .._e2e import API, bundle, configmap
 from .._support import running
@@ -126,7 +127,7 @@ async def test_one_object_raising_in_user_code_stops_nothing_else(
 
             manager = Manager(handle_signals=False)
             controller = manager.add_controller(Controller("things", reconcile))
-            cluster = Cluster(client, manager, informer_options={"max_backoff": 5})
+            cluster = Cluster(client, manager, options=WatchOptions(max_backoff=5))
             informer = await cluster.informer("v1", "ConfigMap", namespace="default")
             if where == "index":
                 informer.store.add_index("source", lambda o: [source_of(o)])
@@ -180,6 +181,18 @@ def test_generation_changed_accepts_an_object_older_than_the_cached_one() -> Non
     assert not generation_changed(event("10", "12")), "a status-only change"
     assert generation_changed(event("12", "10")), "history went back: the status written since is undone"
     assert not generation_changed(event("x", "y"))
+
+
+async def test_the_clusters_watch_options_reach_every_informer_with_its_selector_added() -> None:
+    async with ApiServer(listen=False, controllers=False) as api:
+        async with Client(Config.from_dict(api.kubeconfig), transport=api.memory_transport()) as client:
+            options = WatchOptions(label_selector="team=a", page_size=7, idle_timeout=None)
+            cluster = Cluster(client, Manager(handle_signals=False), options=options)
+            plain = await cluster.informer("v1", "ConfigMap")
+            selected = await cluster.informer("v1", "ConfigMap", label_selector={"app": "web"})
+            assert plain.options == options and plain.watcher.options == options
+            assert selected.options == WatchOptions(label_selector="team=a,app=web", page_size=7, idle_timeout=None)
+            assert Cluster(client, Manager(handle_signals=False)).options == WatchOptions()
 
 
 WIDGETS_CRD: dict[str, Any] = {

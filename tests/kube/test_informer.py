@@ -33,6 +33,7 @@ from engine.kube import (
     Store,
     WatcherEvent,
     WatchEventType,
+    WatchOptions,
     strip_managed_fields,
 )
 
@@ -106,7 +107,7 @@ async def test_list_then_watch_with_handlers_after_store(api: ApiServer, autojum
     async with memory_client(api) as client, trio.open_nursery() as nursery:
         for i in range(5):
             await client.create(CONFIGMAPS, cm(f"pre{i}"))
-        informer = Informer(client, CONFIGMAPS, namespace="default", page_size=2)
+        informer = Informer(client, CONFIGMAPS, namespace="default", options=WatchOptions(page_size=2))
         early = Recorder(informer)
         informer.add_handler(early)
         assert not informer.synced and not informer.has_synced()
@@ -206,7 +207,7 @@ async def test_dropped_streams_resume_without_loss(api: ApiServer, autojump_cloc
 
 async def test_bookmarks_advance_the_resume_point(api: ApiServer, autojump_clock: trio.testing.MockClock) -> None:
     async with memory_client(api) as client, trio.open_nursery() as nursery:
-        informer = Informer(client, CONFIGMAPS, namespace="default", idle_timeout=None)
+        informer = Informer(client, CONFIGMAPS, namespace="default", options=WatchOptions(idle_timeout=None))
         await nursery.start(informer.run)
         await informer.wait_synced()
         start_rv = informer.resource_version
@@ -245,7 +246,7 @@ async def test_unexpected_exception_restarts_and_reports_unsynced(
 ) -> None:
     async with memory_client(api) as client, trio.open_nursery() as nursery:
         await client.create(CONFIGMAPS, cm("a", flavour="x"))
-        informer = Informer(client, CONFIGMAPS, namespace="default", max_backoff=5, store=PoisonedStore())
+        informer = Informer(client, CONFIGMAPS, namespace="default", store=PoisonedStore(), options=WatchOptions(max_backoff=5))
         rec = Recorder(informer)
         informer.add_handler(rec)
         await nursery.start(informer.run)
@@ -278,7 +279,7 @@ async def test_an_index_function_raising_for_one_object_leaves_the_informer_runn
         await client.create(CONFIGMAPS, cm("a", flavour="x"))
         await client.create(CONFIGMAPS, cm("listed-poison"))
         await client.create(CONFIGMAPS, cm("b", flavour="x"))
-        informer = Informer(client, CONFIGMAPS, namespace="default", max_backoff=5)
+        informer = Informer(client, CONFIGMAPS, namespace="default", options=WatchOptions(max_backoff=5))
         informer.store.add_index("flavour", by_flavour)
         rec = Recorder(informer)
         informer.add_handler(rec)
@@ -328,7 +329,7 @@ async def test_handler_exception_does_not_disturb_the_informer(
 
 async def test_half_dead_connection_is_replaced(api: ApiServer, autojump_clock: trio.testing.MockClock) -> None:
     async with memory_client(api) as client, trio.open_nursery() as nursery:
-        informer = Informer(client, CONFIGMAPS, namespace="default", idle_timeout=20)
+        informer = Informer(client, CONFIGMAPS, namespace="default", options=WatchOptions(idle_timeout=20))
         rec = Recorder(informer)
         informer.add_handler(rec)
         await nursery.start(informer.run)
@@ -440,7 +441,7 @@ async def test_malformed_list_items_and_stream_lines_are_skipped(
         }
     )
     async with Client(config, transport=httpx.MockTransport(server)) as client, trio.open_nursery() as nursery:
-        informer = Informer(client, CONFIGMAPS, idle_timeout=None)
+        informer = Informer(client, CONFIGMAPS, options=WatchOptions(idle_timeout=None))
         events: list[tuple[WatchEventType, str]] = []
         informer.add_handler(lambda e: events.append((e.type, e.obj["metadata"]["name"])))
         await nursery.start(informer.run)
@@ -706,7 +707,7 @@ async def test_the_cache_holds_an_object_in_at_most_one_and_a_half_times_its_jso
         tracemalloc.start()
         try:
             base = traced()
-            informer = Informer(client, CONFIGMAPS, idle_timeout=None, transform=strip_managed_fields)
+            informer = Informer(client, CONFIGMAPS, transform=strip_managed_fields, options=WatchOptions(idle_timeout=None))
             informer.add_handler(count)
             await nursery.start(informer.run)
             await informer.wait_synced()
@@ -730,7 +731,7 @@ async def test_a_relist_after_410_reads_pages_and_keeps_the_cached_form_of_uncha
     async with memory_client(api) as client, trio.open_nursery() as nursery:
         for i in range(5):
             await client.create(CONFIGMAPS, cm(f"cm-{i}"))
-        informer = Informer(client, CONFIGMAPS, namespace="default", page_size=2)
+        informer = Informer(client, CONFIGMAPS, namespace="default", options=WatchOptions(page_size=2))
         seen: list[InformerEvent] = []
         informer.add_handler(seen.append)
         await nursery.start(informer.run)

@@ -62,7 +62,7 @@ def test_load_by_entry_point(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_unknown_plugin() -> None:
-    with pytest.raises(PluginError, match=r"^plugin 'nope' not found \(no module 'plugins.nope', no entry point in 'engine.plugins'\)$"):
+    with pytest.raises(PluginError, match=r"^plugin 'nope' not found \(no module 'engine.plugins.nope', no entry point in 'engine.plugins'\)$"):
         load_plugin("nope")
 
 
@@ -122,7 +122,7 @@ def test_bad_plugins_are_skipped_unless_strict() -> None:
     plugins, errors = load_plugins(["nope", "tests.programs.plugins_for_tests:good", "bundles"])
     assert [p.name for p in plugins] == ["good", "bundles"]
     assert [str(e) for e in errors] == [
-        "plugin 'nope' not found (no module 'plugins.nope', no entry point in 'engine.plugins')"
+        "plugin 'nope' not found (no module 'engine.plugins.nope', no entry point in 'engine.plugins')"
     ]
     with pytest.raises(PluginError):
         load_plugins(["nope", "bundles"], strict=True)
@@ -234,7 +234,7 @@ async def test_run_plugins_installs_sets_up_applies_examples_and_runs_until_stop
 async def test_run_plugins_strict_raises_the_first_failure_and_never_runs_the_manager() -> None:
     async with ApiServer() as api, Client(Config.from_dict(api.kubeconfig)) as client:
         manager = Manager(handle_signals=False)
-        with pytest.raises(PluginError, match=r"^plugin 'nope' not found \(no module 'plugins.nope', no entry point"):
+        with pytest.raises(PluginError, match=r"^plugin 'nope' not found \(no module 'engine.plugins.nope', no entry point"):
             await run_plugins(client, ["nope", "tests.programs.plugins_for_tests:good"], manager=manager, strict=True)
         with pytest.raises(
             PluginError, match=r"^plugin 'broken' failed to set up: RuntimeError: cannot reach the widget service$"

@@ -14,7 +14,16 @@ from prometheus_client import CollectorRegistry
 
 from engine import KeyRange, KeyRanges, Manager, fnv1a64
 from engine.apiserver import ApiServer
-from engine.kube import Client, Cluster, Informer, InformerCollector, InformerEvent, Resource, WatchEventType
+from engine.kube import (
+    Client,
+    Cluster,
+    Informer,
+    InformerCollector,
+    InformerEvent,
+    Resource,
+    WatchEventType,
+    WatchOptions,
+)
 
 from .test_informer import CONFIGMAPS, memory_client, wait_for
 
@@ -109,7 +118,7 @@ async def test_an_informer_holds_and_hands_on_only_its_ranges(
     async with memory_client(api) as client, trio.open_nursery() as nursery:
         for i in range(40):
             await client.create(CONFIGMAPS, {"metadata": {"name": f"cm{i:02}"}}, namespace="default")
-        informer = Informer(client, CONFIGMAPS, namespace="default", key_ranges=LOWER, page_size=7)
+        informer = Informer(client, CONFIGMAPS, namespace="default", key_ranges=LOWER, options=WatchOptions(page_size=7))
         mirror = Mirror(informer)
         informer.add_handler(mirror)
         await nursery.start(informer.run)
@@ -145,7 +154,7 @@ async def test_ranges_change_while_objects_are_written(api: ApiServer, autojump_
     async with memory_client(api) as client, trio.open_nursery() as nursery:
         for i in range(30):
             await client.create(CONFIGMAPS, {"metadata": {"name": f"o{i}"}}, namespace="default")
-        informer = Informer(client, CONFIGMAPS, namespace="default", key_ranges=LOWER, page_size=5)
+        informer = Informer(client, CONFIGMAPS, namespace="default", key_ranges=LOWER, options=WatchOptions(page_size=5))
         mirror = Mirror(informer)
         informer.add_handler(mirror)
         await nursery.start(informer.run)

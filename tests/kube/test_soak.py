@@ -13,7 +13,7 @@ import pytest
 import trio
 
 from engine.apiserver import ApiServer
-from engine.kube import Client, Config, Informer, InformerEvent, Resource, RetryPolicy
+from engine.kube import Client, Config, Informer, InformerEvent, Resource, RetryPolicy, WatchOptions
 
 pytestmark = [pytest.mark.soak, pytest.mark.timeout(1800)]
 
@@ -30,7 +30,7 @@ async def test_soak_cache_equals_fresh_list_after_churn_and_drops() -> None:
         async with Client(config, transport=api.memory_transport(), retry=retry) as writer, Client(
             config, transport=api.memory_transport(), retry=retry, user_agent="soak-informer"
         ) as reader:
-            informer = Informer(reader, CONFIGMAPS, namespace="default", page_size=1_000, max_backoff=2.0)
+            informer = Informer(reader, CONFIGMAPS, namespace="default", options=WatchOptions(page_size=1_000, max_backoff=2.0))
             seen: dict[tuple[str | None, str], str] = {}
 
             sentinel_seen = trio.Event()

@@ -26,6 +26,7 @@ from engine.kube import (
     RetryPolicy,
     Watcher,
     WatcherEvent,
+    WatchOptions,
 )
 
 KUBECONFIG = {
@@ -109,9 +110,9 @@ async def test_an_exception_from_on_event_ends_the_run(api: ApiServer, autojump_
 async def test_invalid_arguments_are_refused(api: ApiServer) -> None:
     client = memory_client(api)
     with pytest.raises(ValueError, match=r"^page_size must be >= 1$"):
-        Watcher(client, CONFIGMAPS, page_size=0)
+        Watcher(client, CONFIGMAPS, options=WatchOptions(page_size=0))
     with pytest.raises(ValueError, match=r"^backoff bounds must satisfy 0 < min_backoff <= max_backoff$"):
-        Watcher(client, CONFIGMAPS, min_backoff=2, max_backoff=1)
+        Watcher(client, CONFIGMAPS, options=WatchOptions(min_backoff=2, max_backoff=1))
 
 
 class Switchboard(httpx.AsyncBaseTransport):
@@ -135,7 +136,7 @@ async def test_a_server_restarted_empty_is_detected_and_relisted_from_scratch(
             for name in ("a", "b", "c"):
                 await client.create(CONFIGMAPS, cm(name))
             async with trio.open_nursery() as nursery:
-                watcher = Watcher(client, CONFIGMAPS, namespace="default", rng=random.Random(7))
+                watcher = Watcher(client, CONFIGMAPS, namespace="default", options=WatchOptions(rng=random.Random(7)))
                 nursery.start_soon(watcher.run, events.append)
                 await wait_until(lambda: watcher.statistics().watches == 1)
                 held = watcher.resource_version
@@ -214,7 +215,7 @@ async def watch_for_a_minute(server: ScriptedServer, retry: RetryPolicy = DEFAUL
     policy): what it emitted, and itself."""
     events: list[WatcherEvent] = []
     async with Client(Config.from_dict(KUBECONFIG), transport=httpx.MockTransport(server), retry=retry) as client:
-        watcher = Watcher(client, CONFIGMAPS, idle_timeout=None, rng=random.Random(7))
+        watcher = Watcher(client, CONFIGMAPS, options=WatchOptions(idle_timeout=None, rng=random.Random(7)))
         with trio.move_on_after(60):
             await watcher.run(events.append)
     return events, watcher
@@ -291,7 +292,7 @@ async def test_a_history_check_the_server_cannot_answer_yet_is_asked_again_with_
     events: list[WatcherEvent] = []
     async with memory_client(api) as client, trio.open_nursery() as nursery:
         await client.create(CONFIGMAPS, cm("a"))
-        watcher = Watcher(client, CONFIGMAPS, namespace="default", rng=random.Random(7))
+        watcher = Watcher(client, CONFIGMAPS, namespace="default", options=WatchOptions(rng=random.Random(7)))
         nursery.start_soon(watcher.run, events.append)
         await wait_until(lambda: watcher.statistics().watches == 1)
         snapshot = api.snapshot()
@@ -322,7 +323,7 @@ async def test_a_watch_that_ended_cleanly_is_not_resumed_on_a_restored_server_un
     events: list[WatcherEvent] = []
     async with memory_client(api) as client, trio.open_nursery() as nursery:
         await client.create(CONFIGMAPS, cm("a"))
-        watcher = Watcher(client, CONFIGMAPS, namespace="default", rng=random.Random(7))
+        watcher = Watcher(client, CONFIGMAPS, namespace="default", options=WatchOptions(rng=random.Random(7)))
         nursery.start_soon(watcher.run, events.append)
         await wait_until(lambda: watcher.statistics().watches == 1)
         snapshot = api.snapshot()
@@ -381,7 +382,7 @@ async def test_a_restore_between_the_list_and_its_watch_is_noticed(
         board.snapshot = api.snapshot()
         for name in ("b", "c", "d"):
             await client.create(CONFIGMAPS, cm(name))
-        watcher = Watcher(client, CONFIGMAPS, namespace="default", rng=random.Random(7))
+        watcher = Watcher(client, CONFIGMAPS, namespace="default", options=WatchOptions(rng=random.Random(7)))
         nursery.start_soon(watcher.run, events.append)
         with trio.move_on_after(10):
             await wait_until(lambda: watcher.statistics().resets == 1)
@@ -404,7 +405,7 @@ async def test_a_watch_that_fails_to_establish_is_checked_again_before_the_next_
     retry = RetryPolicy(max_attempts=2, base_delay=0.05, max_delay=0.1)
     async with Client(Config.from_dict(api.kubeconfig), transport=board, retry=retry) as client, trio.open_nursery() as nursery:
         await client.create(CONFIGMAPS, cm("a"))
-        watcher = Watcher(client, CONFIGMAPS, namespace="default", rng=random.Random(7))
+        watcher = Watcher(client, CONFIGMAPS, namespace="default", options=WatchOptions(rng=random.Random(7)))
         nursery.start_soon(watcher.run, events.append)
         await wait_until(lambda: watcher.statistics().watches == 1)
         board.snapshot = api.snapshot()

@@ -22,9 +22,9 @@ import trio
 from engine import Event, EventType, OutcomeKind
 from engine.apiserver import ApiServer
 from engine.kube import InvalidError, Plugin, PolicyRule, get_condition
+from engine.plugins.bundles import plugin
+from engine.plugins.bundles._controller import OWNER_LABEL, _identity, parse_duration
 from engine.testing import KubeTarget, PluginHarness, open_plugin_test
-from plugins.bundles import plugin
-from plugins.bundles._controller import OWNER_LABEL, _identity, parse_duration
 
 from .. import _e2e
 from .._e2e import API, configmap, ready_at

@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from plugins.bundles._controller import _source_key
-from plugins.bundles._labels import label_value
-from plugins.bundles._spec import InvalidSpec, find_cycle, parse_bundle_spec, parse_source_spec
+from engine.plugins.bundles._controller import _source_key
+from engine.plugins.bundles._labels import label_value
+from engine.plugins.bundles._spec import InvalidSpec, find_cycle, parse_bundle_spec, parse_source_spec
 
 LONG_NAME = ".".join(["a" * 63, "b" * 63, "c" * 63, "d" * 61])
 

@@ -20,9 +20,9 @@ from engine.kube import (
     WebhookContext,
     WebhookServer,
 )
+from engine.plugins.bundles import plugin
+from engine.plugins.bundles._webhooks import default_bundle, validate_bundle
 from engine.testing import KubeTarget
-from plugins.bundles import plugin
-from plugins.bundles._webhooks import default_bundle, validate_bundle
 
 from .._e2e import API, configmap
 from .test_bundles import bundle, open_bundles, raw_bundle, source

@@ -11,8 +11,8 @@ from typing import Any
 import trio
 
 from engine.kube import Client, LeaderElector
+from engine.plugins.bundles import plugin
 from engine.testing import KubeTarget, PluginHarness, open_plugin_test
-from plugins.bundles import plugin
 
 from .._e2e import bundle, configmap, source
 

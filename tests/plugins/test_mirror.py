@@ -9,9 +9,9 @@ import trio
 
 from engine import EventType
 from engine.apiserver import ApiServer
+from engine.plugins.mirror import plugin as mirror_plugin
+from engine.plugins.mirror._controller import FINALIZER, SOURCE_LABEL
 from engine.testing import KubeTarget, open_plugin_test
-from plugins.mirror import plugin as mirror_plugin
-from plugins.mirror._controller import FINALIZER, SOURCE_LABEL
 
 SOURCE = """
 apiVersion: v1

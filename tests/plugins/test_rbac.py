@@ -8,9 +8,9 @@ import pytest
 
 from engine import Controller, EventType, OutcomeKind, RunContext
 from engine.kube import Plugin, PluginContext, PolicyRule
+from engine.plugins.bundles import plugin as bundles_plugin
+from engine.plugins.mirror import plugin as mirror_plugin
 from engine.testing import HarnessError, KubeTarget, open_plugin_test
-from plugins.bundles import plugin as bundles_plugin
-from plugins.mirror import plugin as mirror_plugin
 
 from .._e2e import API, bundle, configmap, ready_at, source
 from .test_mirror import Names

@@ -68,12 +68,12 @@ MUTATIONS: tuple[Mutation, ...] = (
              "scope = self._scope = trio.CancelScope(shield=False, deadline=trio.current_time() + self._seconds)"),
     Mutation("dirty-key-not-redelivered", "lost wake-up", "engine._workqueue", "WorkQueue.done",
              "self._enqueue(key)", "pass"),
-    Mutation("copy-written-from-the-cache", "plugin invariant", "plugins.mirror._controller",
+    Mutation("copy-written-from-the-cache", "plugin invariant", "engine.plugins.mirror._controller",
              "MirrorReconciler.reconcile", "live = await hold_finalizer(self.client, self.configmaps, source, FINALIZER)",
              "live = source", plugin="mirror"),
-    Mutation("copy-write-unshielded", "cut final write (plugin)", "plugins.mirror._controller",
+    Mutation("copy-write-unshielded", "cut final write (plugin)", "engine.plugins.mirror._controller",
              "MirrorReconciler.reconcile", "with ctx.shield(10):", "if True:", plugin="mirror"),
-    Mutation("status-write-unshielded", "cut final write (plugin)", "plugins.bundles._controller", "write_status",
+    Mutation("status-write-unshielded", "cut final write (plugin)", "engine.plugins.bundles._controller", "write_status",
              "with ctx.shield(STATUS_WRITE_TIMEOUT) as scope:", "with trio.CancelScope() as scope:"),
     Mutation("gate-release-returns-at-once", "scale-out handover", "engine._ownership", "OwnershipGate.release",
              "self._owned = self._owned - ranges", "self._owned = self._owned - ranges; return 0",
@@ -92,7 +92,7 @@ MUTATIONS: tuple[Mutation, ...] = (
              'if request.rt.storage_key in (MUTATING, VALIDATING) or not self.configured(VALIDATING) '
              'or request.operation == "UPDATE":'),
     # find_cycle as the webhook module imported it: the reconciler's own cycle check stays right.
-    Mutation("cycle-check-sees-direct-dependencies-only", "admission (plugin)", "plugins.bundles._webhooks",
+    Mutation("cycle-check-sees-direct-dependencies-only", "admission (plugin)", "engine.plugins.bundles._webhooks",
              "find_cycle", "frontier = following", "frontier = following if frontier == [start] else []"),
 )
 """The bugs :func:`main` plants: one per class of the issue, plus the older classes."""

@@ -17,11 +17,11 @@ from engine.apiserver._api import ServedRequest
 from engine.apiserver._faults import RequestInfo
 from engine.apiserver._storage import Change
 from engine.kube import Client, Config
+from engine.plugins.bundles import plugin
+from engine.plugins.bundles._crds import API_VERSION, GROUP
+from engine.plugins.bundles._simulation import simulation
 from engine.testing._admission_check import AdmissionCheck
 from engine.testing._webhook_service import WebhookCall
-from plugins.bundles import plugin
-from plugins.bundles._crds import API_VERSION, GROUP
-from plugins.bundles._simulation import simulation
 
 PATH = "/validate/validate.bundles.engine.dev"
 

@@ -41,7 +41,7 @@ def test_seeds_that_hold_exit_0(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--plugin", "bundles", "--seeds", "2", "--seed", "5", "--faults", "none", "--duration", "15"]) == 0
     out = capsys.readouterr().out.splitlines()
     assert len(out) == 2, out
-    assert out[0] == "bundles: simulation plugins.bundles._simulation:simulation"
+    assert out[0] == "bundles: simulation engine.plugins.bundles._simulation:simulation"
     assert out[1].startswith("bundles: 2 seed(s) from 5, 0 violation(s), ")
 
 
@@ -145,7 +145,7 @@ def test_on_a_terminal_progress_is_one_line_rewritten_then_erased(monkeypatch: p
     assert main(["--plugin", "bundles", "--seeds", "2", "--faults", "none", "--duration", "5"]) == 0
     out = terminal.getvalue()
     first, _, rest = out.partition("\n")
-    assert first == "bundles: simulation plugins.bundles._simulation:simulation"
+    assert first == "bundles: simulation engine.plugins.bundles._simulation:simulation"
     assert rest.startswith("\r0/2 seeds, 0 violations, first seed running\x1b[K")
     shown, _, summary = rest.rpartition("\r\x1b[K")
     assert re.fullmatch(r"(\r[012]/2 seeds, 0 violations, [^\r\n]*\x1b\[K)+", shown), shown

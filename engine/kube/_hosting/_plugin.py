@@ -1,8 +1,9 @@
 """Plugins: a named set of controllers with the CRDs they need and their configuration.
 
 A plugin module exposes a :class:`Plugin` (conventionally as ``plugin``). The runner finds
-plugins three ways: ``module:attr``, an entry point in the ``engine.plugins`` group, or a
-bundled plugin in the ``plugins`` package by name. :func:`run_plugins` hosts plugins: it
+plugins three ways: ``module:attr``, an entry point in the ``engine.plugins`` group (where an
+installed engine lists its bundled plugins), or a bundled plugin in the ``engine.plugins``
+package by name (so a checkout finds them without installed metadata). :func:`run_plugins` hosts plugins: it
 installs their CRDs, sets them up on one manager and cluster, and runs the manager.
 """
 
@@ -168,7 +169,7 @@ class Plugin:
 
 
 def load_plugin(spec: str) -> Plugin:
-    """Find a plugin by ``module:attr``, entry point name, or bundled name (``plugins.<name>``)."""
+    """Find a plugin by ``module:attr``, entry point name, or bundled name (``engine.plugins.<name>``)."""
     if ":" in spec:
         module_name, _, attr = spec.partition(":")
         obj = _import(spec, module_name)
@@ -186,10 +187,10 @@ def load_plugin(spec: str) -> Plugin:
                     raise PluginError(f"plugin {spec!r} (entry point {ep.value}) failed to import: {_brief(exc)}") from exc
                 break
         if found is None:
-            module = _import(spec, f"plugins.{spec}", bundled=True)
+            module = _import(spec, f"engine.plugins.{spec}", bundled=True)
             found = getattr(module, "plugin", None)
             if found is None:
-                raise PluginError(f"plugin {spec!r}: bundled module plugins.{spec} has no 'plugin' attribute")
+                raise PluginError(f"plugin {spec!r}: bundled module engine.plugins.{spec} has no 'plugin' attribute")
     if callable(found) and not isinstance(found, Plugin):
         found = _call_factory(spec, found)
     if not isinstance(found, Plugin):

@@ -15,6 +15,7 @@ import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+import attrs
 import trio
 
 from ..._controller import Controller
@@ -23,11 +24,12 @@ from ..._manager import Manager
 from ..._refs import ObjectRef
 from ..._sources import MappedSource
 from .._access._rbac import PolicyRule, rules_for
-from .._client._client import Client, Selector, WatchEventType
+from .._client._client import Client, Selector, WatchEventType, join_selectors
 from .._client._resource import Resource, split_api_version
 from .._client._wire import resource_version_number, resource_version_of
 from ._informer import Informer, InformerEvent, Transform, strip_managed_fields
 from ._status import is_ready
+from ._watcher import WatchOptions
 
 __all__ = [
     "Cluster",
@@ -126,8 +128,8 @@ class Cluster:
     :meth:`informer` creates (once per resource, namespace and selector) an informer that runs
     as a source of ``manager``; the manager starts controllers only after every informer
     synced. ``label_selector`` (a shard) applies to the informers of primary objects.
-    ``informer_options`` are passed to every :class:`Informer`; a ``transform`` among them
-    replaces :func:`strip_managed_fields` as the default transform of :meth:`informer`.
+    ``options`` (:class:`WatchOptions`) are handed to every :class:`Informer`; ``transform``
+    is the default transform of :meth:`informer` (:func:`strip_managed_fields` unless given).
 
     The cluster records the RBAC rules of what is set up on it (:attr:`rules`): each call of
     :meth:`informer` adds ``get, list, watch`` on its type where it watches, and
@@ -142,14 +144,16 @@ class Cluster:
         *,
         namespace: str | None = None,
         label_selector: Selector | None = None,
-        informer_options: Mapping[str, Any] | None = None,
+        options: WatchOptions = WatchOptions(),
+        transform: Transform | None = strip_managed_fields,
     ) -> None:
         self.client = client
         self.manager = manager
         self.namespace = namespace
         self.label_selector = label_selector
-        self._options = dict(informer_options or {})
-        self._transform: Transform | None = self._options.pop("transform", strip_managed_fields)
+        self.options = options
+        """How every informer of the cluster lists and watches."""
+        self._transform = transform
         self._informers: dict[tuple[Resource, str | None, str, Transform | None, bool], Informer] = {}
         self._sharded: list[Informer] = []
         self._key_ranges: KeyRanges | None = None
@@ -192,6 +196,7 @@ class Cluster:
         informer are kept per resource, namespace, selector and transform.
 
         ``namespace`` defaults to the cluster's; ``None`` means all namespaces.
+        ``label_selector`` is added to the label selector of the cluster's :attr:`options`.
 
         ``transform`` is applied to each object before it is cached (see :class:`Informer`).
         By default it is :func:`strip_managed_fields`: cached objects have no
@@ -223,10 +228,9 @@ class Cluster:
                 self.client,
                 resource,
                 namespace=ns,
-                label_selector=label_selector,
+                options=attrs.evolve(self.options, label_selector=join_selectors(self.options.label_selector, label_selector)),
                 transform=chosen,
                 key_ranges=self._key_ranges if sharded else None,
-                **self._options,
             )
             if sharded:
                 self._sharded.append(informer)

@@ -44,7 +44,6 @@ server that ignores ``shardSelector``.
 from __future__ import annotations
 
 import logging
-import random
 from collections.abc import Callable
 from typing import Any
 
@@ -53,12 +52,12 @@ import trio
 
 from ..._errors import LifecycleError
 from ..._keyspace import KeyRanges
-from .._client._client import Client, Selector
+from .._client._client import Client
 from .._client._resource import Resource
 from .._client._watch import WatchEventType
 from ._compact import compact
 from ._store import InformerEvent, Store, object_key
-from ._watcher import Added, Deleted, Modified, Restarted, Watcher, WatcherEvent
+from ._watcher import Added, Deleted, Modified, Restarted, Watcher, WatcherEvent, WatchOptions
 
 __all__ = ["Informer", "InformerEvent", "InformerStatistics", "Handler", "Transform", "strip_managed_fields"]
 
@@ -123,9 +122,10 @@ class Informer:
         await nursery.start(informer.run)
         await informer.wait_synced()
 
-    The arguments up to ``max_backoff`` and ``rng`` configure the :class:`Watcher` (see
-    there); ``min_backoff``/``max_backoff`` also bound the backoff before the informer starts
-    over after an unexpected error. ``store`` is the cache to fill (a new one by default).
+    ``namespace`` and ``options`` (:class:`WatchOptions`) configure the :class:`Watcher` (see
+    there); the options' ``min_backoff``/``max_backoff`` also bound the backoff before the
+    informer starts over after an unexpected error. ``store`` is the cache to fill (a new one
+    by default).
     All timing uses trio's clock.
 
     ``transform`` (a :data:`Transform`, none by default) is applied to each object before it
@@ -152,37 +152,19 @@ class Informer:
         resource: Resource,
         *,
         namespace: str | None = None,
-        label_selector: Selector | None = None,
-        field_selector: Selector | None = None,
-        page_size: int = 500,
-        idle_timeout: float | None = 120.0,
-        watch_timeout: float = 300.0,
-        min_backoff: float = 0.1,
-        max_backoff: float = 30.0,
+        options: WatchOptions = WatchOptions(),
         store: Store | None = None,
-        rng: random.Random | None = None,
         transform: Transform | None = None,
         key_ranges: KeyRanges | None = None,
     ) -> None:
         self.watcher = Watcher(
-            client,
-            resource,
-            namespace=namespace,
-            label_selector=label_selector,
-            field_selector=field_selector,
-            page_size=page_size,
-            idle_timeout=idle_timeout,
-            watch_timeout=watch_timeout,
-            min_backoff=min_backoff,
-            max_backoff=max_backoff,
-            rng=rng,
-            prepare=self._prepare_listed,
-            key_ranges=key_ranges,
+            client, resource, namespace=namespace, options=options, prepare=self._prepare_listed, key_ranges=key_ranges
         )
         """The watcher feeding the store."""
         self.resource = resource
         self.namespace = namespace
-        self.idle_timeout = idle_timeout
+        self.options = options
+        """How the watcher lists and watches."""
         self.store = store if store is not None else Store()
         """The cache this informer writes (and only it)."""
         self.store.resource = resource

@@ -35,7 +35,7 @@ Behaviour under failure
   one. Each case logs a warning saying why, relists from scratch and emits
   :class:`Restarted` with ``reset`` set.
 * **Half-dead connection**: when no bytes at all (not even a bookmark) arrive within
-  ``idle_timeout``, the stream is abandoned and reopened as for a dropped stream.
+  :attr:`WatchOptions.idle_timeout`, the stream is abandoned and reopened as for a dropped stream.
 * **Malformed data** (a line that is not JSON, an event or list item without
   ``metadata.name``): logged, counted and skipped; the watch goes on.
 * **Anything else** (a list that fails once the client's retries are spent, or the
@@ -93,6 +93,7 @@ from .._client._watch import WatchEventType
 from .._client._wire import resource_version_number
 
 __all__ = [
+    "WatchOptions",
     "Watcher",
     "WatcherEvent",
     "WatcherStatistics",
@@ -153,6 +154,63 @@ class Bookmark:
 
 WatcherEvent = Added | Modified | Deleted | Restarted | Bookmark
 """What a :class:`Watcher` hands to its ``on_event`` callback."""
+
+
+@attrs.frozen(kw_only=True)
+class WatchOptions:
+    """How a :class:`Watcher` lists and watches: one value that an :class:`~engine.kube.Informer`
+    and a :class:`~engine.kube.Cluster` take and hand down unchanged.
+
+    ::
+
+        options = WatchOptions(label_selector={"app": "web"}, page_size=100)
+        informer = Informer(client, await client.resource("v1", "ConfigMap"), namespace="apps", options=options)
+
+    Which objects are watched (the resource, its ``namespace``, the key ranges) is said where
+    the watcher is made; these say how. Invalid values raise ``ValueError`` here, naming the
+    rule that was broken.
+    """
+
+    label_selector: Selector | None = None
+    """The label selector of every list and watch (``None``: every object)."""
+    field_selector: Selector | None = None
+    """The field selector of every list and watch (``None``: every object)."""
+    page_size: int = attrs.field(default=500)
+    """Objects per list page; a relist holds one page of decoded JSON at a time."""
+    idle_timeout: float | None = attrs.field(default=120.0)
+    """Seconds a watch may deliver nothing, not even a bookmark, before it is taken for
+    half-dead and replaced (``None``: never)."""
+    watch_timeout: float = attrs.field(default=300.0)
+    """The base of the server-side watch timeout: each watch asks for a random value between
+    it and twice it, so that watches of many informers do not end together."""
+    min_backoff: float = 0.1
+    """The base (seconds) of the jittered exponential backoff before resuming a failed stream,
+    and before an informer starts over after an unexpected error."""
+    max_backoff: float = 30.0
+    """The cap (seconds) of that backoff."""
+    rng: random.Random | None = attrs.field(default=None, eq=False)
+    """The randomness of the watch timeouts and the backoff jitter (seed it for reproducible
+    tests; ``None``: a new unseeded generator per watcher)."""
+
+    @page_size.validator
+    def _check_page_size(self, attribute: attrs.Attribute[int], value: int) -> None:
+        if value < 1:
+            raise ValueError("page_size must be >= 1")
+
+    @idle_timeout.validator
+    def _check_idle_timeout(self, attribute: attrs.Attribute[float | None], value: float | None) -> None:
+        if value is not None and value <= 0:
+            raise ValueError("idle_timeout must be > 0 or None")
+
+    @watch_timeout.validator
+    def _check_watch_timeout(self, attribute: attrs.Attribute[float], value: float) -> None:
+        if value < 1:
+            raise ValueError("watch_timeout must be >= 1")
+
+    def __attrs_post_init__(self) -> None:
+        if not 0 < self.min_backoff <= self.max_backoff:
+            raise ValueError("backoff bounds must satisfy 0 < min_backoff <= max_backoff")
+
 
 _BY_TYPE: dict[WatchEventType, type[Added] | type[Modified] | type[Deleted]] = {
     WatchEventType.ADDED: Added,
@@ -227,13 +285,9 @@ class Watcher:
         watcher = Watcher(client, await client.resource("v1", "ConfigMap"), namespace="apps")
         await watcher.run(print)
 
-    ``namespace``, ``label_selector`` and ``field_selector`` restrict what is watched.
-    ``page_size`` is the list page size. ``idle_timeout`` (seconds, ``None`` to disable) is how
-    long a watch may deliver nothing before it is considered half-dead and replaced.
-    ``watch_timeout`` is the base of the server-side watch timeout (each watch asks for a
-    random value between it and twice it). ``min_backoff``/``max_backoff`` bound the jittered
-    exponential backoff before resuming a failed stream. ``rng`` drives the randomness (seed it
-    for reproducible tests). All timing uses trio's clock.
+    ``namespace`` (``None``: every namespace) restricts what is watched; ``options``
+    (:class:`WatchOptions`) say how: selectors, page size, timeouts, backoff and randomness.
+    All timing uses trio's clock.
 
     A list is read ``page_size`` objects at a time; ``prepare(obj, reset)`` (if given) is
     applied to each valid listed object as its page arrives, and the page is dropped before
@@ -248,36 +302,16 @@ class Watcher:
         resource: Resource,
         *,
         namespace: str | None = None,
-        label_selector: Selector | None = None,
-        field_selector: Selector | None = None,
-        page_size: int = 500,
-        idle_timeout: float | None = 120.0,
-        watch_timeout: float = 300.0,
-        min_backoff: float = 0.1,
-        max_backoff: float = 30.0,
-        rng: random.Random | None = None,
+        options: WatchOptions = WatchOptions(),
         prepare: Callable[[dict[str, Any], bool], dict[str, Any]] | None = None,
         key_ranges: KeyRanges | None = None,
     ) -> None:
-        if page_size < 1:
-            raise ValueError("page_size must be >= 1")
-        if idle_timeout is not None and idle_timeout <= 0:
-            raise ValueError("idle_timeout must be > 0 or None")
-        if watch_timeout < 1:
-            raise ValueError("watch_timeout must be >= 1")
-        if not 0 < min_backoff <= max_backoff:
-            raise ValueError("backoff bounds must satisfy 0 < min_backoff <= max_backoff")
         self._client = client
         self.resource = resource
         self.namespace = namespace
-        self._label_selector = label_selector
-        self._field_selector = field_selector
-        self._page_size = page_size
-        self.idle_timeout = idle_timeout
-        self._watch_timeout = watch_timeout
-        self._min_backoff = min_backoff
-        self._max_backoff = max_backoff
-        self._rng = rng or random.Random()
+        self.options = options
+        """How it lists and watches."""
+        self._rng = options.rng or random.Random()
         self._prepare = prepare
         self._running = False
         self._resource_version: str | None = None
@@ -359,16 +393,6 @@ class Watcher:
         """The last ``resourceVersion`` seen (list, event or bookmark): where a watch resumes."""
         return self._resource_version
 
-    @property
-    def label_selector(self) -> Selector | None:
-        """The label selector of its lists and watches."""
-        return self._label_selector
-
-    @property
-    def field_selector(self) -> Selector | None:
-        """The field selector of its lists and watches."""
-        return self._field_selector
-
     def statistics(self) -> WatcherStatistics:
         """A snapshot of the watcher's counters."""
         return WatcherStatistics(
@@ -383,16 +407,16 @@ class Watcher:
 
     def backoff(self, failures: int) -> float:
         """The jittered delay after ``failures`` consecutive failures, within the bounds."""
-        return jittered_backoff(failures, base=self._min_backoff, cap=self._max_backoff, rng=self._rng)
+        return jittered_backoff(failures, base=self.options.min_backoff, cap=self.options.max_backoff, rng=self._rng)
 
     async def _list_page(self, continue_token: str | None) -> ObjectList:
         """One page of the list (``page_size`` objects), from ``continue_token`` if given."""
         return await self._client.list(
             self.resource,
             namespace=self.namespace,
-            label_selector=self._label_selector,
-            field_selector=self._field_selector,
-            limit=self._page_size,
+            label_selector=self.options.label_selector,
+            field_selector=self.options.field_selector,
+            limit=self.options.page_size,
             continue_token=continue_token,
             shard_selector=self._shard_selector(),
         )
@@ -458,8 +482,8 @@ class Watcher:
             await self._client.list(
                 self.resource,
                 namespace=self.namespace,
-                label_selector=self._label_selector,
-                field_selector=self._field_selector,
+                label_selector=self.options.label_selector,
+                field_selector=self.options.field_selector,
                 limit=1,
                 resource_version=resource_version,
                 resource_version_match="NotOlderThan",
@@ -477,18 +501,18 @@ class Watcher:
 
     async def _watch_once(self, resource_version: str, on_event: Callable[[WatcherEvent], object]) -> bool:
         delivered = False
-        timeout = int(self._watch_timeout * self._rng.uniform(1.0, 2.0))
+        timeout = int(self.options.watch_timeout * self._rng.uniform(1.0, 2.0))
         self._narrowed = False
         with trio.CancelScope() as self._stream_scope:
             async with self._client.watch(
                 self.resource,
                 namespace=self.namespace,
-                label_selector=self._label_selector,
-                field_selector=self._field_selector,
+                label_selector=self.options.label_selector,
+                field_selector=self.options.field_selector,
                 resource_version=resource_version,
                 allow_bookmarks=True,
                 timeout_seconds=timeout,
-                idle_timeout=self.idle_timeout,
+                idle_timeout=self.options.idle_timeout,
                 shard_selector=self._shard_selector(),
                 retry=_ESTABLISH_ONCE,
             ) as stream:

@@ -55,7 +55,7 @@ __all__ = [
     "WebhookStatistics",
     "MalformedReview",
     "handler_deadline",
-    "json_patch",
+    "json_patch_between",
 ]
 
 logger = logging.getLogger("engine.kube.webhooks")
@@ -184,7 +184,7 @@ def _escape(key: str) -> str:
     return key.replace("~", "~0").replace("/", "~1")
 
 
-def json_patch(old: Any, new: Any, path: str = "") -> list[dict[str, Any]]:
+def json_patch_between(old: Any, new: Any, path: str = "") -> list[dict[str, Any]]:
     """An RFC 6902 JSON patch that turns ``old`` into ``new``: object members are added,
     removed or replaced one by one; a list or scalar that differs is replaced whole."""
     if isinstance(old, Mapping) and isinstance(new, Mapping):
@@ -197,7 +197,7 @@ def json_patch(old: Any, new: Any, path: str = "") -> list[dict[str, Any]]:
             if key not in old:
                 ops.append({"op": "add", "path": where, "value": value})
             else:
-                ops.extend(json_patch(old[key], value, where))
+                ops.extend(json_patch_between(old[key], value, where))
         return ops
     if old == new and type(old) is type(new):
         return []
@@ -238,7 +238,7 @@ class AdmissionResponse:
                 warnings: Sequence[str] = ()) -> AdmissionResponse:
         """Allow the request with ``changed`` in place of ``request.object``: the patch is the
         difference between them (none when equal)."""
-        return cls(True, patch=tuple(json_patch(request.object or {}, changed)), warnings=tuple(warnings))
+        return cls(True, patch=tuple(json_patch_between(request.object or {}, changed)), warnings=tuple(warnings))
 
     def with_uid(self, uid: str) -> AdmissionResponse:
         """This response answering the request ``uid``."""
