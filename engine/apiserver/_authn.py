@@ -149,7 +149,7 @@ class Authenticator:
 
     seed: int | None = None
     _key: bytes = attrs.field(init=False, repr=False)
-    _admin_token: str = attrs.field(init=False, repr=False, factory=lambda: secrets.token_urlsafe(32))
+    _admin_token: str = attrs.field(init=False, repr=False, factory=lambda: secrets.token_hex(32))
     _jti: random.Random = attrs.field(init=False, repr=False)
 
     def __attrs_post_init__(self) -> None:

@@ -180,7 +180,7 @@ class LiveStream(RunObserver):
             raise ValueError("max_clients must be >= 1")
         self.manager = manager
         self._token_generated = not token
-        self._token = (token or secrets.token_urlsafe(24)).encode()
+        self._token = (token or secrets.token_hex(24)).encode()
         self._client_buffer = client_buffer
         self._max_clients = max_clients
         self._flush_timeout = flush_timeout

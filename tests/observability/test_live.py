@@ -451,3 +451,14 @@ async def test_a_client_gone_while_a_message_is_being_sent_ends_its_stream_quiet
     with trio.fail_after(5):
         await live._stream(client, Gone())  # type: ignore[arg-type]
     assert client.sent == 0
+
+
+def test_a_generated_token_can_follow_a_flag_on_a_command_line() -> None:
+    """Printed as ``--token TOKEN``: a token that began with ``-`` read as a flag (1 in 64 did)."""
+    from engine.apiserver._authn import Authenticator
+
+    for _ in range(500):
+        live = Observability(Manager(handle_signals=False), live_bind_address=":0").live
+        assert live is not None
+        assert not live.token.startswith("-") and live.token.isalnum()
+        assert Authenticator().admin_token.isalnum()
