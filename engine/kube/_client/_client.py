@@ -24,7 +24,6 @@ import attrs
 import httpx
 import trio
 
-from ..._keyspace import KeyRanges
 from . import _json
 from ._auth import BearerTokenAuth, TokenFileAuth
 from ._config import Config, wraps_sockets_as_standard
@@ -136,21 +135,6 @@ class ServerVersion:
 
     def __str__(self) -> str:
         return self.git_version or f"v{self.major}.{self.minor}"
-
-
-_NAMESPACES = Resource("", "v1", "Namespace", "namespaces", False)
-_WHOLE_KEY_SPACE = KeyRanges.everything().selector()
-
-
-_AGGREGATED_GROUPS = frozenset({"metrics.k8s.io", "custom.metrics.k8s.io", "external.metrics.k8s.io"})
-
-
-def _builtin_group(group: str) -> bool:
-    """Whether kube-apiserver itself serves ``group`` (a custom resource's group has a dot and
-    is not under ``k8s.io``; the metrics groups are served by aggregated servers)."""
-    if group in _AGGREGATED_GROUPS:
-        return False
-    return "." not in group or group.endswith(".k8s.io")
 
 
 def _shard_info(meta: Mapping[str, Any]) -> str | None:
@@ -301,8 +285,6 @@ class Client:
         """Every 403 answer, counted per verb and resource; the first of each is logged."""
         self._base_path: str | None = None
         self._direct: Transport | None = None
-        self._filters_shards: bool | None = None
-        self._shard_probes: list[tuple[Resource, str | None]] = []
         self._authorization: Callable[[], str] | None = None
         self._raw_headers: list[tuple[bytes, bytes]] = []
         self._content_types: dict[str, bytes] = {}
@@ -611,62 +593,6 @@ class Client:
         body.setdefault("apiVersion", resource.api_version)
         body.setdefault("kind", resource.kind)
         return body
-
-    # --- sharded list and watch ---
-
-    @property
-    def server_filters_shards(self) -> bool | None:
-        """What :meth:`filters_shards` found: ``None`` until it got an answer."""
-        return self._filters_shards
-
-    def add_shard_probe(self, resource: Resource, namespace: str | None = None) -> None:
-        """Let :meth:`filters_shards` ask with a list of ``resource`` (a built-in kind) in
-        ``namespace``: one this client may list (the Leases of a ring, say), for controllers
-        of custom resources that may not list namespaces. Forgets an answer of ``False``."""
-        self._shard_probes.append((resource, namespace if resource.namespaced else None))
-        if self._filters_shards is False:
-            self._filters_shards = None
-
-    async def filters_shards(self, resource: Resource | None = None, *, namespace: str | None = None) -> bool:
-        """Whether the server filters lists and watches by ``shardSelector`` (KEP-5866: a 1.36
-        server with the ``ShardedListAndWatch`` gate), asked once per client.
-
-        The only sign is ``metadata.shardInfo``, which a filtering server sets on lists of
-        built-in kinds only (not on custom resources): so the question is a one-item list,
-        with a selector of the whole key space, of ``resource`` in ``namespace`` when it is a
-        built-in kind, else (or when that list is refused) of each :meth:`add_shard_probe`
-        type, else of namespaces. The answer is cached and logged once. When every such list
-        is refused the answer is ``False``, cached too (until :meth:`add_shard_probe`):
-        callers filter on their side anyway, the server filter only saves work.
-        Cancellation: a checkpoint; nothing is cached.
-        """
-        if self._filters_shards is not None:
-            await trio.lowlevel.checkpoint()
-            return self._filters_shards
-        candidates: list[tuple[Resource, str | None]] = []
-        if resource is not None and _builtin_group(resource.group):
-            candidates.append((resource, namespace if resource.namespaced else None))
-        candidates.extend(self._shard_probes)
-        candidates.append((_NAMESPACES, None))
-        for candidate, ns in candidates:
-            try:
-                page = await self.list(candidate, namespace=ns, limit=1, shard_selector=_WHOLE_KEY_SPACE)
-            except ApiError as exc:
-                log.debug("cannot ask whether the server filters by shardSelector with %s: %s", candidate, exc)
-                continue
-            self._filters_shards = page.shard_selector is not None
-            log.info(
-                "the API server %s",
-                "filters lists and watches by shardSelector (ShardedListAndWatch)"
-                if self._filters_shards
-                else "ignores shardSelector (no ShardedListAndWatch): key ranges are filtered on the client",
-                extra={"server_filters_shards": self._filters_shards},
-            )
-            return self._filters_shards
-        log.info("cannot tell whether the API server filters by shardSelector (no list allowed): key ranges are "
-                 "filtered on the client")
-        self._filters_shards = False
-        return False
 
     # --- discovery ---
 
