@@ -16,6 +16,8 @@ import trio
 from engine.apiserver import ApiServer
 from engine.kube import Client, Config, NotFoundError, PatchType, RetryPolicy, WatchEventType
 from engine.kube._client import _json
+from engine.kube._client._request import RequestOptions
+from engine.kube._client._sender import DirectSender
 from engine.kube._client._transport import ResponseStream, Transport
 from tests.kube.test_client import CONFIGMAPS, cm, kubeconfig, status
 
@@ -79,10 +81,10 @@ async def test_objects_through_the_client_equal_the_standard_librarys_decoding()
     async with ApiServer() as api, Client(Config.from_dict(api.kubeconfig)) as client:
         created = await client.create(CONFIGMAPS, cm("a", x="caf\u00e9", y="1\n2"), namespace="default")
         got = await client.get(CONFIGMAPS, "a", namespace="default")
-        response = await client._send("GET", CONFIGMAPS.path(namespace="default", name="a"), safe=True)
+        response = await client._send("GET", CONFIGMAPS.path(namespace="default", name="a"), RequestOptions(safe=True))
         assert got == created == json.loads(response.content)
         page = await client.list(CONFIGMAPS, namespace="default")
-        raw = json.loads((await client._send("GET", CONFIGMAPS.path(namespace="default"), safe=True)).content)
+        raw = json.loads((await client._send("GET", CONFIGMAPS.path(namespace="default"), RequestOptions(safe=True))).content)
         for item in raw["items"]:
             item.setdefault("kind", "ConfigMap")
             item.setdefault("apiVersion", "v1")
@@ -231,10 +233,11 @@ async def test_requests_sent_as_parts_are_the_bytes_httpx_requests_give(
             }
         )
         async with Client(config) as client:
-            assert client._direct is not None
-            await client._send(method, path, params=params, body=body, content_type=content_type or "application/json", safe=True)
-            client._direct = None
-            await client._send(method, path, params=params, body=body, content_type=content_type or "application/json", safe=True)
+            assert isinstance(client._sender, DirectSender)
+            options = RequestOptions.of(params=params, body=body, content_type=content_type or "application/json", safe=True)
+            await client._send(method, path, options)
+            client._sender = client._sender.fallback
+            await client._send(method, path, options)
         nursery.cancel_scope.cancel()
     assert len(heads) == 2
     assert heads[0] == heads[1]
