@@ -243,3 +243,38 @@ async def test_requests_sent_as_parts_are_the_bytes_httpx_requests_give(
     assert heads[0] == heads[1]
     if user:
         assert b"Authorization: Bearer s3cret" in heads[0]
+
+
+async def test_the_direct_sender_hands_only_what_is_not_plain_to_its_fallback() -> None:
+    async def serve(stream: trio.SocketStream) -> None:
+        data = b""
+        while True:
+            while b"\r\n\r\n" not in data:
+                data += await stream.receive_some(65536)
+            _, _, data = data.partition(b"\r\n\r\n")
+            await stream.send_all(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}")
+
+    sent_by_fallback: list[str] = []
+
+    class Recording:
+        def __init__(self, inner: Any) -> None:
+            self.inner = inner
+
+        async def send(self, method: str, path: str, options: RequestOptions) -> httpx.Response:
+            sent_by_fallback.append(f"{path}?{options.query}")
+            return await self.inner.send(method, path, options)
+
+    async with trio.open_nursery() as nursery:
+        listeners = await nursery.start(partial(trio.serve_tcp, serve, 0, host="127.0.0.1"))
+        port = listeners[0].socket.getsockname()[1]
+        async with Client(kubeconfig(f"http://127.0.0.1:{port}")) as client:
+            sender = client._sender
+            assert isinstance(sender, DirectSender)
+            sender.fallback = Recording(sender.fallback)  # type: ignore[assignment]
+            await client.get(CONFIGMAPS, "a", namespace="d")
+            await client.list(CONFIGMAPS, namespace="d", label_selector="app in (a,b)")
+            await client.get(CONFIGMAPS, "caf\u00e9", namespace="d")
+            await client.get(CONFIGMAPS, "..", namespace="d")
+            assert client._sender is sender
+        nursery.cancel_scope.cancel()
+    assert sent_by_fallback == ["/api/v1/namespaces/d/configmaps/caf%C3%A9?", "/api/v1/namespaces/d/configmaps/..?"]

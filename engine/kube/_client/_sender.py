@@ -110,8 +110,11 @@ class TransportSender:
     handling, which the client does not use."""
 
     transport: httpx.AsyncBaseTransport
+    """Where requests go (``handle_async_request``)."""
     auth: httpx.Auth | None
+    """The credentials' flow (``None``: none)."""
     defaults: RequestDefaults
+    """What every request carries."""
 
     async def send(self, method: str, path: str, options: RequestOptions) -> httpx.Response:
         """See :meth:`Sender.send`. Cancellation: a checkpoint; a cancelled exchange closes its connection."""
@@ -152,7 +155,9 @@ class PoolSender:
     transports, its auth)."""
 
     client: httpx.AsyncClient
+    """The pool, configured with the client's settings."""
     defaults: RequestDefaults
+    """What every request carries."""
 
     async def send(self, method: str, path: str, options: RequestOptions) -> httpx.Response:
         """See :meth:`Sender.send`. Cancellation: a checkpoint, as ``httpx.AsyncClient.send``."""
@@ -178,6 +183,7 @@ class DirectSender:
     """
 
     transport: Transport
+    """The engine's transport to the server's origin."""
     base_path: str
     """The path of the server's URL, without a trailing ``/``."""
     headers: list[tuple[bytes, bytes]]
@@ -185,8 +191,11 @@ class DirectSender:
     authorization: Callable[[], str] | None
     """The ``Authorization`` header's value for the next request, if the credentials send one."""
     fallback: TransportSender
+    """The same transport and credentials, for what is not plain."""
     timeouts: dict[str, float | None]
+    """As :attr:`RequestDefaults.timeouts`."""
     stream_timeouts: dict[str, float | None]
+    """As :attr:`RequestDefaults.stream_timeouts`."""
     _content_types: dict[str, bytes] = attrs.field(factory=dict, init=False)
 
     async def send(self, method: str, path: str, options: RequestOptions) -> httpx.Response:
