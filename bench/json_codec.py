@@ -40,6 +40,7 @@ from vs_kopf import CRD, GROUP, KIND, VERSION  # noqa: E402
 
 from engine.apiserver import ApiServer  # noqa: E402
 from engine.kube import Client, Config, install_crds  # noqa: E402
+from engine.kube._client._request import RequestOptions  # noqa: E402
 
 
 async def samples() -> dict[str, Any]:
@@ -54,7 +55,7 @@ async def samples() -> dict[str, Any]:
                 await client.patch_status(widgets, f"w-{i:06d}", {"status": {"observedN": 1}}, namespace="default")
             patched = await client.patch_status(widgets, "w-000000", {"status": {"observedN": 1}}, namespace="default")
             cm = await client.create(cms, configmap(1), namespace="default")
-            response = await client._send("GET", widgets.path(namespace="default"), safe=True)
+            response = await client._send("GET", widgets.path(namespace="default"), RequestOptions(safe=True))
             page = response.content
     compact = {"separators": (",", ":")}
     return {

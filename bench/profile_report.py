@@ -52,7 +52,7 @@ STAGES: list[tuple[str, str]] = [
     ("watch: the watcher's loop (event records, resourceVersion)", r"Watcher\._watch_once"),
     ("status patch: parse the response", r"Transport\._receive|parse_head|Body\.read|Body\._read_chunked|Response\.__init__|Response\.aread|_error_from_response|_decode_object"),
     ("status patch: send (HTTP head, socket write)", r"Transport\._send|request_head|Transport\._acquire|_SocketType\.is_readable"),
-    ("status patch: build (client, URL, headers, JSON)", r"Client\.patch|Client\._send|Client\._request|Client\._dispatch|call_with_retries|_json\.py"),
+    ("status patch: build (client, URL, headers, JSON)", r"Client\.patch|Client\._send|Client\._request|RequestOptions\.|Sender\.send|RequestDefaults\.|call_with_retries|_json\.py"),
     ("reconcile (the operator's own code)", r"main\.<locals>\.reconcile"),
     ("runs: worker, run records, queue get/done", r"Controller\._work|Controller\._begin|Controller\._end|WorkQueue\.|RunContext"),
     ("trio scheduler (run loop, epoll, timeouts)", r"trio/_core/|trio/_timeouts"),

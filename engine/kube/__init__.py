@@ -52,7 +52,7 @@ from ._client._errors import UnauthorizedError as UnauthorizedError
 from ._client._errors import WatchStalledError as WatchStalledError
 from ._client._resource import Resource as Resource
 
-# --- watchers, stores and informers (engine.kube._runtime._watcher, _store, _informer) ---
+# --- watchers, stores, informers and the server's shard filter (engine.kube._runtime._watcher, _store, _informer, _shard_filter) ---
 from ._runtime._watcher import Added as Added
 from ._runtime._watcher import Bookmark as Bookmark
 from ._runtime._watcher import Deleted as Deleted
@@ -68,6 +68,9 @@ from ._runtime._informer import InformerEvent as InformerEvent
 from ._runtime._informer import InformerStatistics as InformerStatistics
 from ._runtime._informer import Transform as Transform
 from ._runtime._informer import strip_managed_fields as strip_managed_fields
+from ._runtime._shard_filter import add_shard_probe as add_shard_probe
+from ._runtime._shard_filter import filters_shards as filters_shards
+from ._runtime._shard_filter import server_filters_shards as server_filters_shards
 from ._runtime._store import NAMESPACE_INDEX as NAMESPACE_INDEX
 from ._runtime._store import OWNER_INDEX as OWNER_INDEX
 from ._runtime._store import IndexFunc as IndexFunc
@@ -319,10 +322,12 @@ __all__ = [
     "WatcherEvent",
     "WatcherStatistics",
     "annotation_changed",
+    "add_shard_probe",
     "any_of",
     "check_permissions",
     "crd_rules",
     "error_from_status",
+    "filters_shards",
     "generation_changed",
     "get_condition",
     "hold_finalizer",
@@ -344,6 +349,7 @@ __all__ = [
     "requested_at_changed",
     "run_plugins",
     "set_condition",
+    "server_filters_shards",
     "set_finalizer",
     "strip_managed_fields",
     "AdmissionDenied",

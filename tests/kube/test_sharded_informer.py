@@ -23,6 +23,8 @@ from engine.kube import (
     Resource,
     WatchEventType,
     WatchOptions,
+    filters_shards,
+    server_filters_shards,
 )
 
 from .test_informer import CONFIGMAPS, memory_client, wait_for
@@ -128,7 +130,7 @@ async def test_an_informer_holds_and_hands_on_only_its_ranges(
         assert 10 < len(lower) < 30
         assert set(cached(informer)) == lower
         assert informer.server_filters_shards is gate(api)
-        assert client.server_filters_shards is gate(api)
+        assert server_filters_shards(client) is gate(api)
         # With the server filter the other half never reaches the client (that is the saving).
         assert informer.statistics().out_of_range == (0 if gate(api) else 40 - len(lower))
 
@@ -282,7 +284,7 @@ async def test_a_list_echoes_the_selector_only_where_the_server_filters(
             assert page.shard_selector == selector
         else:
             assert page.shard_selector is None and len(page.items) == 6
-        assert await client.filters_shards() is gate(api)
+        assert await filters_shards(client) is gate(api)
 
 
 async def test_a_cluster_restricts_its_sharded_informers_and_reports_the_filter(
@@ -318,7 +320,7 @@ async def test_a_cluster_restricts_its_sharded_informers_and_reports_the_filter(
 
 
 def test_only_kube_apiserver_groups_answer_the_probe() -> None:
-    from engine.kube._client._client import _builtin_group
+    from engine.kube._runtime._shard_filter import _builtin_group
 
     assert _builtin_group("") and _builtin_group("apps") and _builtin_group("coordination.k8s.io")
     assert not _builtin_group("example.com") and not _builtin_group("metrics.k8s.io")

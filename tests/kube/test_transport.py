@@ -18,6 +18,7 @@ import trio.testing
 import trustme
 
 from engine.kube import Client, Config, NotFoundError, RetryPolicy, TLSVerificationError
+from engine.kube._client._sender import DirectSender, PoolSender
 from engine.kube._client._transport import Transport
 
 
@@ -434,9 +435,9 @@ async def serve_and_get(
     async with trio.open_nursery() as nursery:
         url = await server.start(nursery)
         async with Client(kubeconfig(url, tmp_path, cluster, user), retry=RetryPolicy(max_attempts=1)) as client:
-            assert isinstance(client._sender, Transport)
+            assert isinstance(client._sender, DirectSender)
             try:
-                result = await client._request_json("GET", "/json", safe=True)
+                result = await client._request_json("GET", "/json")
             except Exception as exc:
                 result = exc
         nursery.cancel_scope.cancel()
@@ -528,8 +529,8 @@ async def test_a_tls_context_of_a_class_that_wraps_sockets_its_own_way_goes_thro
         url = await server.start(nursery)
         config = _WithVerify(kubeconfig(url, tmp_path, {}), verify)
         async with Client(config, retry=RetryPolicy(max_attempts=1)) as client:  # type: ignore[arg-type]
-            assert client._http is not None and client._sender is None
-            assert await client._request_json("GET", "/json", safe=True) == {"ok": True}
+            assert isinstance(client._sender, PoolSender)
+            assert await client._request_json("GET", "/json") == {"ok": True}
         nursery.cancel_scope.cancel()
 
 
@@ -556,7 +557,7 @@ async def test_request_urls_are_the_ones_httpx_would_parse(server: str, path: st
         "current-context": "x",
     }
     async with Client(Config.from_dict(doc), transport=httpx.MockTransport(lambda r: httpx.Response(200))) as client:
-        url = client._url(path, query)
+        url = client._sender.defaults.url(path, query)
     expected = httpx.URL(server.rstrip("/") + path + ("" if query is None else "?" + query))
     assert url == expected
     assert (url.raw_path, url.host, url.port, url.scheme) == (expected.raw_path, expected.host, expected.port, expected.scheme)
@@ -568,9 +569,9 @@ async def test_a_proxy_url_sends_requests_through_httpxs_pool_to_the_proxy(tmp_p
         proxy_url = await proxy.start(nursery)
         config = kubeconfig("http://kube.invalid:6443", tmp_path, {"proxy-url": proxy_url})
         async with Client(config, retry=RetryPolicy(max_attempts=1)) as client:
-            assert client._http is not None and client._sender is None
+            assert isinstance(client._sender, PoolSender)
             with pytest.raises(NotFoundError):
-                await client._request_json("GET", "/json", safe=True)
+                await client._request_json("GET", "/json")
         nursery.cancel_scope.cancel()
     assert [path for _, path, _ in proxy.requests] == ["http://kube.invalid:6443/json"]
 
@@ -580,7 +581,7 @@ async def test_a_proxy_from_the_environment_is_honoured_by_httpxs_pool(tmp_path:
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("HTTPS_PROXY", "http://proxy.invalid:3128")
     async with Client(kubeconfig("https://kube.invalid:6443", tmp_path, {})) as client:
-        assert client._http is not None and client._sender is None
+        assert isinstance(client._sender, PoolSender)
     monkeypatch.delenv("HTTPS_PROXY")
     async with Client(kubeconfig("https://kube.invalid:6443", tmp_path, {})) as client:
-        assert client._http is None and isinstance(client._sender, Transport)
+        assert isinstance(client._sender, DirectSender) and isinstance(client._sender.transport, Transport)

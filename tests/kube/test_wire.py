@@ -16,6 +16,8 @@ import trio
 from engine.apiserver import ApiServer
 from engine.kube import Client, Config, NotFoundError, PatchType, RetryPolicy, WatchEventType
 from engine.kube._client import _json
+from engine.kube._client._request import RequestOptions
+from engine.kube._client._sender import DirectSender
 from engine.kube._client._transport import ResponseStream, Transport
 from tests.kube.test_client import CONFIGMAPS, cm, kubeconfig, status
 
@@ -79,10 +81,10 @@ async def test_objects_through_the_client_equal_the_standard_librarys_decoding()
     async with ApiServer() as api, Client(Config.from_dict(api.kubeconfig)) as client:
         created = await client.create(CONFIGMAPS, cm("a", x="caf\u00e9", y="1\n2"), namespace="default")
         got = await client.get(CONFIGMAPS, "a", namespace="default")
-        response = await client._send("GET", CONFIGMAPS.path(namespace="default", name="a"), safe=True)
+        response = await client._send("GET", CONFIGMAPS.path(namespace="default", name="a"), RequestOptions(safe=True))
         assert got == created == json.loads(response.content)
         page = await client.list(CONFIGMAPS, namespace="default")
-        raw = json.loads((await client._send("GET", CONFIGMAPS.path(namespace="default"), safe=True)).content)
+        raw = json.loads((await client._send("GET", CONFIGMAPS.path(namespace="default"), RequestOptions(safe=True))).content)
         for item in raw["items"]:
             item.setdefault("kind", "ConfigMap")
             item.setdefault("apiVersion", "v1")
@@ -231,12 +233,48 @@ async def test_requests_sent_as_parts_are_the_bytes_httpx_requests_give(
             }
         )
         async with Client(config) as client:
-            assert client._direct is not None
-            await client._send(method, path, params=params, body=body, content_type=content_type or "application/json", safe=True)
-            client._direct = None
-            await client._send(method, path, params=params, body=body, content_type=content_type or "application/json", safe=True)
+            assert isinstance(client._sender, DirectSender)
+            options = RequestOptions.of(params=params, body=body, content_type=content_type or "application/json", safe=True)
+            await client._send(method, path, options)
+            client._sender = client._sender.fallback
+            await client._send(method, path, options)
         nursery.cancel_scope.cancel()
     assert len(heads) == 2
     assert heads[0] == heads[1]
     if user:
         assert b"Authorization: Bearer s3cret" in heads[0]
+
+
+async def test_the_direct_sender_hands_only_what_is_not_plain_to_its_fallback() -> None:
+    async def serve(stream: trio.SocketStream) -> None:
+        data = b""
+        while True:
+            while b"\r\n\r\n" not in data:
+                data += await stream.receive_some(65536)
+            _, _, data = data.partition(b"\r\n\r\n")
+            await stream.send_all(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}")
+
+    sent_by_fallback: list[str] = []
+
+    class Recording:
+        def __init__(self, inner: Any) -> None:
+            self.inner = inner
+
+        async def send(self, method: str, path: str, options: RequestOptions) -> httpx.Response:
+            sent_by_fallback.append(f"{path}?{options.query}")
+            return await self.inner.send(method, path, options)
+
+    async with trio.open_nursery() as nursery:
+        listeners = await nursery.start(partial(trio.serve_tcp, serve, 0, host="127.0.0.1"))
+        port = listeners[0].socket.getsockname()[1]
+        async with Client(kubeconfig(f"http://127.0.0.1:{port}")) as client:
+            sender = client._sender
+            assert isinstance(sender, DirectSender)
+            sender.fallback = Recording(sender.fallback)  # type: ignore[assignment]
+            await client.get(CONFIGMAPS, "a", namespace="d")
+            await client.list(CONFIGMAPS, namespace="d", label_selector="app in (a,b)")
+            await client.get(CONFIGMAPS, "caf\u00e9", namespace="d")
+            await client.get(CONFIGMAPS, "..", namespace="d")
+            assert client._sender is sender
+        nursery.cancel_scope.cancel()
+    assert sent_by_fallback == ["/api/v1/namespaces/d/configmaps/caf%C3%A9?", "/api/v1/namespaces/d/configmaps/..?"]

@@ -11,23 +11,17 @@ from __future__ import annotations
 import enum
 import logging
 import random
-import re
-import ssl
-import urllib.request
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from functools import partial
 from types import TracebackType
 from typing import Any, Literal, Protocol, overload
-from urllib.parse import urlencode
 
 import attrs
 import httpx
 import trio
 
-from ..._keyspace import KeyRanges
 from . import _json
-from ._auth import BearerTokenAuth, TokenFileAuth
-from ._config import Config, wraps_sockets_as_standard
+from ._config import Config
 from ._errors import (
     ApiError,
     ClientStateError,
@@ -38,9 +32,10 @@ from ._errors import (
     transport_error,
 )
 from ._forbidden import ForbiddenLog
+from ._request import RequestOptions
 from ._resource import Resource, parse_resource_list, split_api_version
 from ._retry import RetryPolicy, call_with_retries, parse_retry_after
-from ._transport import Transport
+from ._sender import Sender, open_sender
 from ._watch import WatchEvent, WatchEventType, WatchStream
 
 __all__ = [
@@ -67,6 +62,7 @@ PropagationPolicy = Literal["Foreground", "Background", "Orphan"]
 
 _USER_AGENT = "trio-reconciler-engine/0.1"
 _DEFAULT_RETRY = RetryPolicy()
+_READ = RequestOptions(safe=True)
 
 
 class ClientConfig(Protocol):
@@ -138,21 +134,6 @@ class ServerVersion:
         return self.git_version or f"v{self.major}.{self.minor}"
 
 
-_NAMESPACES = Resource("", "v1", "Namespace", "namespaces", False)
-_WHOLE_KEY_SPACE = KeyRanges.everything().selector()
-
-
-_AGGREGATED_GROUPS = frozenset({"metrics.k8s.io", "custom.metrics.k8s.io", "external.metrics.k8s.io"})
-
-
-def _builtin_group(group: str) -> bool:
-    """Whether kube-apiserver itself serves ``group`` (a custom resource's group has a dot and
-    is not under ``k8s.io``; the metrics groups are served by aggregated servers)."""
-    if group in _AGGREGATED_GROUPS:
-        return False
-    return "." not in group or group.endswith(".k8s.io")
-
-
 def _shard_info(meta: Mapping[str, Any]) -> str | None:
     info = meta.get("shardInfo")
     selector = info.get("selector") if isinstance(info, dict) else None
@@ -198,36 +179,6 @@ def _decode_object(response: httpx.Response, what: str) -> dict[str, Any]:
     return body
 
 
-_PLAIN_PATH = re.compile(r"(?:/(?!\.\.?(?:/|$))[A-Za-z0-9\-._~]*)*").fullmatch
-_PLAIN_QUERY = re.compile(r"[A-Za-z0-9\-._~=&+]*(?:%[0-9A-F]{2}[A-Za-z0-9\-._~=&+]*)*").fullmatch
-
-
-def _query_value(value: Any) -> str:
-    if value is True:
-        return "true"
-    if value is False:
-        return "false"
-    return str(value)
-
-
-_HTTPX_POOL_ONLY = frozenset({"proxy", "mounts", "cert", "http1", "http2", "limits", "trust_env", "transport"})
-
-
-def _needs_httpx_pool(kwargs: Mapping[str, Any], base: httpx.URL) -> bool:
-    """Whether requests must go through ``httpx.AsyncClient`` and its own transports: a proxy
-    (configured, or from ``HTTPS_PROXY`` and friends, which httpx honours), another setting
-    only httpx's transports implement, or a TLS context of a class that wraps sockets its own
-    way (``truststore.SSLContext`` verifies in ``wrap_socket``, before the handshake the
-    engine's transport drives; httpx's transports go through ``wrap_bio``)."""
-    if _HTTPX_POOL_ONLY & kwargs.keys() or base.scheme not in ("http", "https"):
-        return True
-    verify = kwargs.get("verify")
-    if isinstance(verify, ssl.SSLContext) and not wraps_sockets_as_standard(verify):
-        return True
-    proxies = urllib.request.getproxies()
-    return bool(proxies.get(base.scheme) or proxies.get("all"))
-
-
 def _kind_of(item: dict[str, Any], list_kind: Any) -> str:
     if isinstance(list_kind, str) and list_kind.endswith("List"):
         return list_kind[: -len("List")]
@@ -253,7 +204,8 @@ class Client:
     ``httpx_client_kwargs()``). Requests go through the engine's own HTTP/1.1 transport
     (``engine.kube._client._transport``: one origin, reused connections, TLS from the config), or
     through ``httpx.AsyncClient``'s pool when a proxy applies (``proxy-url``, or
-    ``HTTPS_PROXY`` and friends). ``transport`` replaces the network transport (for example
+    ``HTTPS_PROXY`` and friends), decided once, when the client opens (the senders of
+    ``engine.kube._client._sender``). ``transport`` replaces the network transport (for example
     ``ApiServer.memory_transport()`` or an ``httpx.MockTransport``); with it, proxy and TLS
     settings of the config are unused. ``timeout`` bounds each non-watch request;
     ``field_manager`` is the default manager for server-side apply; ``user_agent`` names the
@@ -288,24 +240,11 @@ class Client:
         self._user_agent = user_agent
         self._rng = rng or random.Random()
         self._state = _State.UNOPENED
-        self._http: httpx.AsyncClient | None = None
-        self._sender: httpx.AsyncBaseTransport | None = None
-        self._auth: httpx.Auth | None = None
+        self._sender: Sender | None = None
         self._server = ""
-        self._prefix = ""
-        self._headers: list[tuple[str, str]] = []
-        self._timeouts = httpx.Timeout(timeout).as_dict()
-        self._stream_timeouts = httpx.Timeout(timeout, read=None).as_dict()
         self._discovery: dict[tuple[str, str], dict[str, Resource]] = {}
         self.forbidden = ForbiddenLog()
         """Every 403 answer, counted per verb and resource; the first of each is logged."""
-        self._base_path: str | None = None
-        self._direct: Transport | None = None
-        self._filters_shards: bool | None = None
-        self._shard_probes: list[tuple[Resource, str | None]] = []
-        self._authorization: Callable[[], str] | None = None
-        self._raw_headers: list[tuple[bytes, bytes]] = []
-        self._content_types: dict[str, bytes] = {}
 
     @property
     def default_namespace(self) -> str:
@@ -324,24 +263,8 @@ class Client:
         headers.setdefault("User-Agent", self._user_agent)
         headers.setdefault("Accept", "application/json")
         headers.setdefault("Accept-Encoding", "gzip, deflate")
-        self._headers = list(headers.items())
-        base = httpx.URL(kwargs.get("base_url") or "")
-        self._server = str(base).rstrip("/")
-        self._prefix = self._server
-        if not base.query and not base.fragment:
-            self._base_path = base.raw_path.decode("ascii").rstrip("/")
-        transport = self._transport
-        if transport is None and not _needs_httpx_pool(kwargs, base):
-            verify = kwargs.get("verify", True)
-            context = verify if isinstance(verify, ssl.SSLContext) else httpx.create_ssl_context(verify=verify)
-            transport = Transport(base, ssl_context=context)
-        if transport is not None:
-            self._sender = transport
-            self._auth = auth = kwargs.get("auth")
-            if isinstance(transport, Transport) and self._base_path is not None:
-                self._direct_requests(transport, base, auth)
-        else:
-            self._http = httpx.AsyncClient(timeout=httpx.Timeout(self._timeout), **kwargs)
+        self._server = str(httpx.URL(kwargs.get("base_url") or "")).rstrip("/")
+        self._sender = open_sender(kwargs, headers, self._timeout, self._transport)
         self._state = _State.OPENED
         return self
 
@@ -362,21 +285,6 @@ class Client:
         if getattr(credential, "client_certificate_data", None) is not None:
             kwargs["verify"] = ssl_context(credential=credential)
 
-    def _direct_requests(self, transport: Transport, base: httpx.URL, auth: object) -> None:
-        """Send requests to the engine's own transport as their parts (no ``httpx.Request``)
-        when the auth adds only an ``Authorization`` header; other auth keeps httpx's flow."""
-        if auth is None:
-            self._authorization = None
-        elif isinstance(auth, BearerTokenAuth | TokenFileAuth):
-            self._authorization = auth.authorization
-        else:
-            return
-        host = httpx.Request("GET", base).headers["Host"]
-        self._raw_headers = [(b"Host", host.encode("ascii"))] + [
-            (name.encode("latin-1"), value.encode("latin-1")) for name, value in self._headers
-        ]
-        self._direct = transport
-
     async def aclose(self) -> None:
         """Close the connection pool. Idempotent.
 
@@ -387,8 +295,6 @@ class Client:
             return
         self._state = _State.CLOSED
         with trio.CancelScope(shield=True):
-            if self._http is not None:
-                await self._http.aclose()
             if self._sender is not None:
                 await self._sender.aclose()
 
@@ -398,150 +304,32 @@ class Client:
                 f"a Client must be used inside 'async with' (it is {self._state.value})"
             )
 
-    def _url(self, path: str, query: str | None) -> httpx.URL:
-        """``server + path [+ "?" + query]`` as an ``httpx.URL`` (parsed, and escaped, by httpx)."""
-        return httpx.URL(self._prefix + path + ("" if query is None else "?" + query))
-
-    def _request(
-        self, method: str, path: str, encoded: str, content: bytes | None, content_type: str, stream: bool
-    ) -> httpx.Request:
-        headers = self._headers
-        if content is not None:
-            headers = [*headers, ("Content-Type", content_type)]
-        return httpx.Request(
-            method,
-            self._url(path, encoded or None),
-            headers=headers,
-            content=content,
-            extensions={"timeout": self._stream_timeouts if stream else self._timeouts},
-        )
-
-    async def _dispatch(self, request: httpx.Request, stream: bool) -> httpx.Response:
-        """Send ``request`` through the transport, with the auth flow, as ``httpx.AsyncClient.send``
-        does, without its per-request cookie, redirect and hook handling, which the client
-        does not use (or through the ``httpx.AsyncClient`` when a proxy is configured)."""
-        if self._http is not None:
-            return await self._http.send(request, stream=stream)
-        sender = self._sender
-        assert sender is not None
-        auth = self._auth
-        if auth is None:
-            response = await sender.handle_async_request(request)
-            response.request = request
-        else:
-            flow = auth.async_auth_flow(request)
-            try:
-                request = await flow.__anext__()
-                while True:
-                    response = await sender.handle_async_request(request)
-                    response.request = request
-                    try:
-                        next_request = await flow.asend(response)
-                    except StopAsyncIteration:
-                        break
-                    except BaseException:
-                        await response.aclose()
-                        raise
-                    await response.aclose()
-                    request = next_request
-            finally:
-                await flow.aclose()
-        if not stream:
-            try:
-                await response.aread()
-            except BaseException:
-                await response.aclose()
-                raise
-        return response
-
-    async def _send_direct(
-        self,
-        transport: Transport,
-        method: str,
-        path: str,
-        encoded: str,
-        content: bytes | None,
-        content_type: str,
-        stream: bool,
-        load: bool = True,
-    ) -> httpx.Response:
-        """As :meth:`_dispatch` for a request that :meth:`_request` would build, given to the
-        transport as its parts: the same target and headers (``Host`` first, then the
-        client's, for a body ``Content-Type`` and ``Content-Length``, then ``Authorization``)."""
-        target = (f"{self._base_path}{path}?{encoded}" if encoded else f"{self._base_path}{path}").encode("ascii")
-        headers = self._raw_headers
-        authorization = self._authorization
-        if authorization is not None or content is not None or method in ("POST", "PUT", "PATCH"):
-            headers = headers.copy()
-            if content is not None:
-                kind = self._content_types.get(content_type)
-                if kind is None:
-                    kind = self._content_types[content_type] = content_type.encode("latin-1")
-                headers.append((b"Content-Type", kind))
-            if content is not None or method in ("POST", "PUT", "PATCH"):
-                headers.append((b"Content-Length", b"%d" % len(content or b"")))
-            if authorization is not None:
-                headers.append((b"Authorization", authorization().encode("latin-1")))
-        response = await transport.request(
-            method.encode("ascii"),
-            target,
-            headers,
-            content or b"",
-            self._stream_timeouts if stream else self._timeouts,
-            stream=stream,
-            load=load,
-        )
-        return response
-
-    async def _send(
-        self,
-        method: str,
-        path: str,
-        *,
-        params: Mapping[str, Any] | None = None,
-        body: Any = None,
-        content_type: str = "application/json",
-        safe: bool,
-        stream: bool = False,
-        load: bool = True,
-        retry: RetryPolicy | None = None,
-    ) -> httpx.Response:
+    async def _send(self, method: str, path: str, options: RequestOptions) -> httpx.Response:
         """Send a request with retries; a 4xx or 5xx answer raises its :class:`ApiError`.
 
-        With ``load=False`` a successful answer may come back unloaded (call ``read()`` before
-        ``content``): for a write whose answer the caller does not use.
+        Cancellation: a checkpoint; a cancelled exchange closes its connection.
         """
         self._check_open()
-        content = None if body is None else _json.dumps(body)
+        sender = self._sender
+        assert sender is not None
         what = f"{method} {path}"
-
-        encoded = urlencode({k: _query_value(v) for k, v in params.items() if v is not None}) if params else ""
-        direct = self._direct
-        if direct is not None and not (_PLAIN_PATH(path) and (not encoded or _PLAIN_QUERY(encoded))):
-            direct = None
 
         async def attempt() -> httpx.Response:
             try:
-                if direct is not None:
-                    response = await self._send_direct(
-                        direct, method, path, encoded, content, content_type, stream, load
-                    )
-                else:
-                    request = self._request(method, path, encoded, content, content_type, stream)
-                    response = await self._dispatch(request, stream)
+                response = await sender.send(method, path, options)
             except httpx.TransportError as exc:
                 raise self._transport_error(exc, what) from exc
             if response.status_code < 400:
                 log.debug("%s -> %d", what, response.status_code)
                 return response
-            if stream:
+            if options.stream:
                 try:
                     await response.aread()
                 except httpx.HTTPError:
                     pass
                 finally:
                     await response.aclose()
-            elif not load:
+            elif not options.load:
                 response.read()
             err = _error_from_response(response)
             log.debug("%s -> %d %s", what, response.status_code, err.reason)
@@ -550,7 +338,8 @@ class Client:
             raise err
 
         return await call_with_retries(
-            attempt, policy=self.retry if retry is None else retry, rng=self._rng, safe=safe, what=what
+            attempt, policy=self.retry if options.retry is None else options.retry, rng=self._rng, safe=options.safe,
+            what=what,
         )
 
     def _transport_error(self, exc: httpx.TransportError, what: str) -> Exception:
@@ -562,28 +351,8 @@ class Client:
             server_name=getattr(self._config, "tls_server_name", None),
         )
 
-    async def _request_json(
-        self,
-        method: str,
-        path: str,
-        *,
-        params: Mapping[str, Any] | None = None,
-        body: Any = None,
-        content_type: str = "application/json",
-        safe: bool,
-        retry: RetryPolicy | None = None,
-    ) -> dict[str, Any]:
-        response = await self._send(
-            method, path, params=params, body=body, content_type=content_type, safe=safe, retry=retry
-        )
-        return _decode_object(response, f"{method} {path}")
-
-    async def _request_unread(
-        self, method: str, path: str, *, params: Mapping[str, Any] | None, body: Any, content_type: str
-    ) -> None:
-        """As :meth:`_request_json` for a write whose answer the caller does not use: the
-        answer is read (so the connection is reused) but decoded only when it is an error."""
-        await self._send(method, path, params=params, body=body, content_type=content_type, safe=False, load=False)
+    async def _request_json(self, method: str, path: str, options: RequestOptions = _READ) -> dict[str, Any]:
+        return _decode_object(await self._send(method, path, options), f"{method} {path}")
 
     def _namespace_for(
         self, resource: Resource, namespace: str | None, obj: Mapping[str, Any] | None = None
@@ -611,62 +380,6 @@ class Client:
         body.setdefault("apiVersion", resource.api_version)
         body.setdefault("kind", resource.kind)
         return body
-
-    # --- sharded list and watch ---
-
-    @property
-    def server_filters_shards(self) -> bool | None:
-        """What :meth:`filters_shards` found: ``None`` until it got an answer."""
-        return self._filters_shards
-
-    def add_shard_probe(self, resource: Resource, namespace: str | None = None) -> None:
-        """Let :meth:`filters_shards` ask with a list of ``resource`` (a built-in kind) in
-        ``namespace``: one this client may list (the Leases of a ring, say), for controllers
-        of custom resources that may not list namespaces. Forgets an answer of ``False``."""
-        self._shard_probes.append((resource, namespace if resource.namespaced else None))
-        if self._filters_shards is False:
-            self._filters_shards = None
-
-    async def filters_shards(self, resource: Resource | None = None, *, namespace: str | None = None) -> bool:
-        """Whether the server filters lists and watches by ``shardSelector`` (KEP-5866: a 1.36
-        server with the ``ShardedListAndWatch`` gate), asked once per client.
-
-        The only sign is ``metadata.shardInfo``, which a filtering server sets on lists of
-        built-in kinds only (not on custom resources): so the question is a one-item list,
-        with a selector of the whole key space, of ``resource`` in ``namespace`` when it is a
-        built-in kind, else (or when that list is refused) of each :meth:`add_shard_probe`
-        type, else of namespaces. The answer is cached and logged once. When every such list
-        is refused the answer is ``False``, cached too (until :meth:`add_shard_probe`):
-        callers filter on their side anyway, the server filter only saves work.
-        Cancellation: a checkpoint; nothing is cached.
-        """
-        if self._filters_shards is not None:
-            await trio.lowlevel.checkpoint()
-            return self._filters_shards
-        candidates: list[tuple[Resource, str | None]] = []
-        if resource is not None and _builtin_group(resource.group):
-            candidates.append((resource, namespace if resource.namespaced else None))
-        candidates.extend(self._shard_probes)
-        candidates.append((_NAMESPACES, None))
-        for candidate, ns in candidates:
-            try:
-                page = await self.list(candidate, namespace=ns, limit=1, shard_selector=_WHOLE_KEY_SPACE)
-            except ApiError as exc:
-                log.debug("cannot ask whether the server filters by shardSelector with %s: %s", candidate, exc)
-                continue
-            self._filters_shards = page.shard_selector is not None
-            log.info(
-                "the API server %s",
-                "filters lists and watches by shardSelector (ShardedListAndWatch)"
-                if self._filters_shards
-                else "ignores shardSelector (no ShardedListAndWatch): key ranges are filtered on the client",
-                extra={"server_filters_shards": self._filters_shards},
-            )
-            return self._filters_shards
-        log.info("cannot tell whether the API server filters by shardSelector (no list allowed): key ranges are "
-                 "filtered on the client")
-        self._filters_shards = False
-        return False
 
     # --- discovery ---
 
@@ -704,7 +417,7 @@ class Client:
     async def _discover_group_version(self, group: str, version: str) -> dict[str, Resource]:
         path = f"/apis/{group}/{version}" if group else f"/api/{version}"
         try:
-            body = await self._request_json("GET", path, safe=True)
+            body = await self._request_json("GET", path)
         except NotFoundError:
             self._discovery.pop((group, version), None)
             return {}
@@ -717,7 +430,7 @@ class Client:
 
         Cancellation: a checkpoint; nothing to undo.
         """
-        body = await self._request_json("GET", "/version", safe=True)
+        body = await self._request_json("GET", "/version")
         try:
             return ServerVersion.from_json(body)
         except ValueError as exc:
@@ -729,9 +442,9 @@ class Client:
         Cancellation: a checkpoint; cancelling may leave part of the cache refreshed.
         """
         versions: list[tuple[str, str]] = []
-        core = await self._request_json("GET", "/api", safe=True)
+        core = await self._request_json("GET", "/api")
         versions += [("", v) for v in core.get("versions", []) if isinstance(v, str)]
-        groups = await self._request_json("GET", "/apis", safe=True)
+        groups = await self._request_json("GET", "/apis")
         for entry in groups.get("groups", []):
             if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
                 continue
@@ -760,7 +473,7 @@ class Client:
         """
         ns = self._namespace_for(resource, namespace)
         path = resource.path(namespace=ns, name=name, subresource=subresource)
-        return await self._request_json("GET", path, safe=True)
+        return await self._request_json("GET", path)
 
     async def get_status(
         self, resource: Resource, name: str, *, namespace: str | None = None
@@ -806,7 +519,7 @@ class Client:
             "shardSelector": shard_selector or None,
         }
         path = resource.path(namespace=ns)
-        body = await self._request_json("GET", path, params=params, safe=True, retry=retry)
+        body = await self._request_json("GET", path, RequestOptions.of(safe=True, params=params, retry=retry))
         raw_items = body.get("items") or []
         if not isinstance(raw_items, list):
             raise ResponseError(f"the list answer of GET {path} must have an 'items' array")
@@ -883,13 +596,8 @@ class Client:
         """
         ns = self._namespace_for(resource, namespace, obj)
         params = {"fieldManager": field_manager, "dryRun": "All" if dry_run else None}
-        return await self._request_json(
-            "POST",
-            resource.path(namespace=ns),
-            params=params,
-            body=self._with_type(resource, obj),
-            safe=False,
-        )
+        options = RequestOptions.of(safe=False, params=params, body=self._with_type(resource, obj))
+        return await self._request_json("POST", resource.path(namespace=ns), options)
 
     async def update(
         self,
@@ -910,13 +618,8 @@ class Client:
         """
         ns = self._namespace_for(resource, namespace, obj)
         path = resource.path(namespace=ns, name=self._name_of(obj), subresource=subresource)
-        return await self._request_json(
-            "PUT",
-            path,
-            params={"fieldManager": field_manager},
-            body=self._with_type(resource, obj),
-            safe=False,
-        )
+        options = RequestOptions.of(safe=False, params={"fieldManager": field_manager}, body=self._with_type(resource, obj))
+        return await self._request_json("PUT", path, options)
 
     async def update_status(
         self, resource: Resource, obj: Mapping[str, Any], *, namespace: str | None = None
@@ -989,12 +692,12 @@ class Client:
             raise ValueError("force applies only to PatchType.APPLY")
         elif field_manager is not None:
             params = {"fieldManager": field_manager}
+        options = RequestOptions.of(safe=False, params=params, body=patch, content_type=patch_type.value, load=decode)
         if not decode:
-            await self._request_unread("PATCH", path, params=params, body=patch, content_type=patch_type.value)
+            # The answer is read (so the connection is reused) but decoded only when it is an error.
+            await self._send("PATCH", path, options)
             return None
-        return await self._request_json(
-            "PATCH", path, params=params, body=patch, content_type=patch_type.value, safe=False
-        )
+        return await self._request_json("PATCH", path, options)
 
     @overload
     async def patch_status(
@@ -1111,7 +814,7 @@ class Client:
         if preconditions:
             options["preconditions"] = preconditions
         return await self._request_json(
-            "DELETE", resource.path(namespace=ns, name=name), body=options, safe=False
+            "DELETE", resource.path(namespace=ns, name=name), RequestOptions.of(safe=False, body=options)
         )
 
     # --- watch ---
@@ -1151,7 +854,6 @@ class Client:
             "timeoutSeconds": timeout_seconds,
         }
         ns = namespace if resource.namespaced else None
-        open_response = partial(
-            self._send, "GET", resource.path(namespace=ns), params=params, safe=True, stream=True, retry=retry
-        )
+        options = RequestOptions.of(safe=True, params=params, stream=True, retry=retry)
+        open_response = partial(self._send, "GET", resource.path(namespace=ns), options)
         return WatchStream(open_response, resource, idle_timeout)

@@ -57,6 +57,7 @@ from .._client._client import Client
 from .._client._errors import AlreadyExistsError, ConflictError, GoneError, KubeError, NotFoundError
 from .._client._watch import WatchEvent, WatchEventType
 from .._runtime._cluster import Cluster
+from .._runtime._shard_filter import add_shard_probe
 from ._keeper import FencingKeeper, LeaseClock, check_timings
 from ._lease import LEASE_RESOURCE, Lease, create_lease, update_lease
 
@@ -296,7 +297,7 @@ class HashRing:
     def _follow(self, cluster: Cluster) -> None:
         self.gate.key_of = cluster.key_of
         cluster.set_key_ranges(KeyRanges.nothing())
-        cluster.client.add_shard_probe(LEASE_RESOURCE, self.namespace)
+        add_shard_probe(cluster.client, LEASE_RESOURCE, self.namespace)
         self.cache_ready = cluster.wait_key_ranges_synced
 
         def follow() -> None:

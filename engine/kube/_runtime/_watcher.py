@@ -49,11 +49,10 @@ A watcher given ``key_ranges`` (:class:`~engine.KeyRanges` over the FNV-1a 64 ha
 listed object and every ``ADDED``, ``MODIFIED`` and ``DELETED`` event outside them is dropped
 on this side, always, whatever the server does (counted in
 :attr:`WatcherStatistics.out_of_range`). Where the server filters by ``shardSelector`` (asked
-once per client, :meth:`Client.filters_shards <engine.kube.Client.filters_shards>`) the lists
-and watches also send the ranges' selector (with every page), so the server sends only that
-share. Empty ranges cannot be said with the parameter (an empty selector selects
-everything): with none the watcher lists and watches nothing, and emits one empty
-:class:`Restarted`.
+once per client, :func:`~engine.kube.filters_shards`) the lists and watches also send the
+ranges' selector (with every page), so the server sends only that share. Empty ranges cannot
+be said with the parameter (an empty selector selects everything): with none the watcher
+lists and watches nothing, and emits one empty :class:`Restarted`.
 
 :meth:`Watcher.set_key_ranges` changes them while running. Ranges that grow beyond what the
 last list covered stop the current list or watch and list again with the new ranges (the
@@ -91,6 +90,7 @@ from .._client._resource import Resource
 from .._client._retry import RetryPolicy
 from .._client._watch import WatchEventType
 from .._client._wire import resource_version_number
+from ._shard_filter import filters_shards
 
 __all__ = [
     "WatchOptions",
@@ -570,7 +570,7 @@ class Watcher:
 
     async def _cycle(self, on_event: Callable[[WatcherEvent], object]) -> None:
         if self._key_ranges is not None:
-            self._server_filters = await self._client.filters_shards(self.resource, namespace=self.namespace)
+            self._server_filters = await filters_shards(self._client, self.resource, namespace=self.namespace)
             if not self._key_ranges:
                 self._lists += 1
                 on_event(Restarted((), self._resource_version or ""))
