@@ -25,6 +25,7 @@ import httpx
 import trio
 
 from ..._keyspace import KeyRanges
+from ..._tracing import request_span, trace_headers
 from . import _json
 from ._auth import BearerTokenAuth, TokenFileAuth
 from ._config import Config, wraps_sockets_as_standard
@@ -408,6 +409,8 @@ class Client:
         headers = self._headers
         if content is not None:
             headers = [*headers, ("Content-Type", content_type)]
+        if (traced := trace_headers()) is not None:
+            headers = [*headers, *traced]
         return httpx.Request(
             method,
             self._url(path, encoded or None),
@@ -482,6 +485,8 @@ class Client:
                 headers.append((b"Content-Length", b"%d" % len(content or b"")))
             if authorization is not None:
                 headers.append((b"Authorization", authorization().encode("latin-1")))
+        if (traced := trace_headers()) is not None:
+            headers = [*headers, *((name.encode("latin-1"), value.encode("latin-1")) for name, value in traced)]
         response = await transport.request(
             method.encode("ascii"),
             target,
@@ -549,9 +554,11 @@ class Client:
                 self.forbidden.record(err)
             raise err
 
-        return await call_with_retries(
+        sending = call_with_retries(
             attempt, policy=self.retry if retry is None else retry, rng=self._rng, safe=safe, what=what
         )
+        span = request_span(method, path)
+        return await (sending if span is None else span.around(sending))
 
     def _transport_error(self, exc: httpx.TransportError, what: str) -> Exception:
         return transport_error(

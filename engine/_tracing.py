@@ -1,0 +1,228 @@
+"""Tracing runs with OpenTelemetry: a span per run, its API requests as child spans.
+
+OpenTelemetry is an optional extra (``pip install 'trio-reconciler-engine[otel]'``). This module
+imports it only when a :class:`RunTracer` is made, so without it (or without a tracer provider)
+the engine pays nothing: :meth:`Manager.run <engine.Manager.run>` adds a :class:`RunTracer` on
+its own only when the OpenTelemetry API was imported and a global tracer provider was set, and
+the client's requests check one context variable.
+
+A run's span is ``reconcile <controller>``: it starts when the run's trigger entered the queue,
+holds a ``queue wait`` child span up to the run's start, the trigger and the run's identity as
+attributes, a link to the run it superseded, and ends with the run's outcome (error status for
+a failure). While the run's span is current, the engine's API requests (see
+:func:`request_span`) are client spans under it and carry its W3C ``traceparent``.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Awaitable
+from contextvars import ContextVar, Token
+from typing import TYPE_CHECKING, TypeVar
+
+import trio
+
+from ._controller import Controller, RunObserver
+from ._outcome import Outcome
+from ._refs import ObjectRef, Trigger
+from ._run import Run
+
+if TYPE_CHECKING:
+    from opentelemetry.context import Context
+    from opentelemetry.trace import Span, Tracer, TracerProvider
+
+__all__ = ["RunTracer", "request_span", "trace_headers"]
+
+_INSTRUMENTATION = "engine"
+
+_T = TypeVar("_T")
+
+_TRACER: ContextVar[Tracer | None] = ContextVar("engine_run_tracer", default=None)
+"""The tracer of the traced run the current task works for (its requests are traced)."""
+
+_HEADERS: ContextVar[list[tuple[str, str]] | None] = ContextVar("engine_trace_headers", default=None)
+"""The trace context headers of the request being sent in the current task."""
+
+
+class RunTracer(RunObserver):
+    """A run observer that gives every run an OpenTelemetry span (see the module docstring).
+
+    ``tracer_provider`` defaults to OpenTelemetry's global one. :meth:`Manager.run
+    <engine.Manager.run>` adds one itself when a global provider is set (see
+    :meth:`from_global_provider`); add one with ``manager.add_observer(RunTracer(provider))``
+    for a provider of your own. Raises ``ImportError`` when OpenTelemetry is not installed.
+
+    Its hooks run in the run's worker task: the run's span is made current there (and so in
+    tasks the reconciler starts) from the run's start to its end.
+    """
+
+    def __init__(self, tracer_provider: TracerProvider | None = None) -> None:
+        from opentelemetry import context, trace
+
+        self._trace = trace
+        self._context = context
+        self.tracer: Tracer = trace.get_tracer(_INSTRUMENTATION, tracer_provider=tracer_provider)
+        self._open: dict[Run, tuple[Span, Token[Context], Token[Tracer | None]]] = {}
+        self._superseded: dict[tuple[str, ObjectRef], Span] = {}
+        self._clock_offset: tuple[float, int] | None = None
+
+    @classmethod
+    def from_global_provider(cls) -> RunTracer | None:
+        """A tracer for OpenTelemetry's global provider, or ``None`` when no provider was set
+        (or the API was never imported: then no provider can have been set). Imports nothing."""
+        trace = sys.modules.get("opentelemetry.trace")
+        if trace is None:
+            return None
+        provider = trace.get_tracer_provider()
+        if isinstance(provider, (trace.ProxyTracerProvider, trace.NoOpTracerProvider)):
+            return None
+        return cls(provider)
+
+    def _wall_ns(self, at: float) -> int:
+        """The wall-clock time (ns) of trio clock time ``at`` (the offset is taken once)."""
+        if self._clock_offset is None:
+            self._clock_offset = (trio.current_time(), time.time_ns())
+        clock, wall = self._clock_offset
+        return wall + int((at - clock) * 1e9)
+
+    def on_trigger(self, controller: Controller, trigger: Trigger, superseded: Run | None) -> None:
+        if superseded is not None and (entry := self._open.get(superseded)) is not None:
+            self._superseded[controller.name, trigger.ref] = entry[0]
+
+    def on_run_started(self, controller: Controller, run: Run) -> None:
+        trace = self._trace
+        trigger = run.trigger
+        key = run.key
+        wait = max(run.started_at - trigger.observed_at, 0.0)
+        started_ns = self._wall_ns(run.started_at)
+        queued_ns = started_ns - int(wait * 1e9)
+        attributes: dict[str, str | int | float] = {
+            "engine.controller": controller.name,
+            "engine.run_id": run.id,
+            "engine.attempt": run.attempt,
+            "engine.object": str(key),
+            "engine.object.kind": key.kind,
+            "engine.object.name": key.name,
+            "engine.trigger.reason": trigger.reason,
+            "engine.trigger.sequence": trigger.sequence,
+            "engine.queue_wait_s": wait,
+        }
+        if key.namespace:
+            attributes["engine.object.namespace"] = key.namespace
+        if trigger.revision is not None:
+            attributes["engine.trigger.revision"] = trigger.revision
+        links = None
+        previous = self._superseded.pop((controller.name, key), None)
+        if previous is not None:
+            links = [trace.Link(previous.get_span_context(), {"engine.link": "superseded"})]
+        span = self.tracer.start_span(
+            f"reconcile {controller.name}", kind=trace.SpanKind.CONSUMER, attributes=attributes,
+            links=links, start_time=queued_ns,
+        )
+        run_context = trace.set_span_in_context(span)
+        self.tracer.start_span("queue wait", context=run_context, start_time=queued_ns).end(end_time=started_ns)
+        run.trace_id = format(span.get_span_context().trace_id, "032x")
+        self._open[run] = (span, self._context.attach(run_context), _TRACER.set(self.tracer))
+
+    def on_run_finished(self, controller: Controller, run: Run, outcome: Outcome) -> None:
+        entry = self._open.pop(run, None)
+        if entry is None:
+            return
+        span, token, tracer_token = entry
+        _TRACER.reset(tracer_token)
+        self._context.detach(token)
+        span.set_attribute("engine.outcome", outcome.kind.value)
+        if run.cause is not None:
+            span.set_attribute("engine.cancel_cause", run.cause.value)
+        if outcome.reason:
+            span.set_attribute("engine.cancel_reason", outcome.reason)
+        if outcome.requeue_after is not None:
+            span.set_attribute("engine.requeue_after_s", outcome.requeue_after)
+        if outcome.is_failure:
+            error = outcome.error
+            if error is not None:
+                span.record_exception(error)
+            status = self._trace.Status(self._trace.StatusCode.ERROR, str(error) if error else outcome.kind.value)
+            span.set_status(status)
+        end = run.finished_at
+        span.end(end_time=None if end is None else self._wall_ns(end))
+
+
+class _RequestSpan:
+    """The client span of one API request (see :func:`request_span`)."""
+
+    __slots__ = ("_span", "_headers")
+
+    def __init__(self, span: Span, headers: list[tuple[str, str]]) -> None:
+        self._span = span
+        self._headers = headers
+
+    async def around(self, sending: Awaitable[_T]) -> _T:
+        """Await ``sending`` (the request, with its retries) with this span's trace headers
+        set for the current task, then end the span with the answer's status code (or the
+        error's). Cancellation ends the span as well and propagates."""
+        span = self._span
+        token = _HEADERS.set(self._headers)
+        try:
+            response = await sending
+        except BaseException as exc:
+            code = getattr(exc, "code", None)
+            if isinstance(code, int):
+                span.set_attribute("http.response.status_code", code)
+            from opentelemetry.trace import Status, StatusCode
+
+            span.set_status(Status(StatusCode.ERROR, type(exc).__name__))
+            raise
+        else:
+            code = getattr(response, "status_code", None)
+            if isinstance(code, int):
+                span.set_attribute("http.response.status_code", code)
+            return response
+        finally:
+            _HEADERS.reset(token)
+            span.end()
+
+
+def request_span(method: str, path: str) -> _RequestSpan | None:
+    """A client span for one API request, when the current task works for a traced run.
+
+    ``None`` otherwise, after one context variable lookup. Synchronous; the span starts now
+    and ends when :meth:`_RequestSpan.around` returns.
+    """
+    tracer = _TRACER.get()
+    if tracer is None:
+        return None
+    from opentelemetry.trace import SpanKind, set_span_in_context
+    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+    resource = api_resource(path)
+    attributes: dict[str, str] = {"http.request.method": method, "url.path": path, "k8s.resource": resource}
+    span = tracer.start_span(f"{method} {resource}", kind=SpanKind.CLIENT, attributes=attributes)
+    carrier: dict[str, str] = {}
+    TraceContextTextMapPropagator().inject(carrier, context=set_span_in_context(span))
+    return _RequestSpan(span, list(carrier.items()))
+
+
+def trace_headers() -> list[tuple[str, str]] | None:
+    """The ``traceparent`` (and ``tracestate``) headers of the request being sent in the
+    current task, or ``None`` when it is not traced. One context variable lookup."""
+    return _HEADERS.get()
+
+
+def api_resource(path: str) -> str:
+    """The resource (with its subresource) a Kubernetes API path names: ``configmaps``,
+    ``deployments/status``; the path itself for one outside ``/api`` and ``/apis``."""
+    parts = [part for part in path.split("/") if part]
+    if parts[:1] == ["api"]:
+        rest = parts[2:]
+    elif parts[:1] == ["apis"]:
+        rest = parts[3:]
+    else:
+        return path
+    if len(rest) >= 3 and rest[0] == "namespaces":
+        rest = rest[2:]
+    if not rest:
+        return path
+    return rest[0] if len(rest) < 3 else f"{rest[0]}/{rest[2]}"
+

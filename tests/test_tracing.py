@@ -1,0 +1,276 @@
+"""Tests of engine._tracing: a span per run, its API requests as child spans with ``traceparent``."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+
+import pytest
+import trio
+import trio.testing
+
+from engine import (
+    Controller,
+    Manager,
+    ObjectRef,
+    OutcomeKind,
+    Result,
+    RunContext,
+    RunLog,
+    RunTracer,
+    SupersedePolicy,
+)
+from engine._tracing import api_resource, request_span
+
+from ._support import running
+
+pytest.importorskip("opentelemetry.sdk.trace", reason="the OpenTelemetry SDK (the 'test' extra) is not installed")
+
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider  # noqa: E402
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor  # noqa: E402
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter  # noqa: E402
+from opentelemetry.trace import SpanKind, StatusCode  # noqa: E402
+
+A = ObjectRef("Bundle", "a", "ns")
+
+
+@pytest.fixture
+def exporter() -> Iterator[InMemorySpanExporter]:
+    yield InMemorySpanExporter()
+
+
+def traced(exporter: InMemorySpanExporter, reconcile, **kwargs) -> tuple[Manager, Controller, RunLog]:  # type: ignore[no-untyped-def]
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    manager = Manager(handle_signals=False, grace_period=5)
+    log = RunLog()
+    manager.add_observer(log)
+    manager.add_observer(RunTracer(provider))
+    controller = manager.add_controller(Controller("test", reconcile, **kwargs))
+    return manager, controller, log
+
+
+def runs(exporter: InMemorySpanExporter) -> list[ReadableSpan]:
+    return [s for s in exporter.get_finished_spans() if s.name == "reconcile test"]
+
+
+async def test_a_run_span_has_its_trigger_queue_wait_and_outcome(
+    autojump_clock: trio.testing.MockClock, exporter: InMemorySpanExporter
+) -> None:
+    release = trio.Event()
+
+    async def reconcile(ctx: RunContext) -> Result | None:
+        if ctx.ref == A:
+            await release.wait()
+            return None
+        return Result(requeue_after=60)
+
+    b = ObjectRef("Bundle", "b", "ns")
+    manager, controller, log = traced(exporter, reconcile)
+    async with running(manager):
+        controller.trigger(A, reason="Bundle modified", revision="7")
+        await trio.sleep(1)
+        controller.trigger(b, reason="resync")
+        await trio.sleep(2.5)
+        release.set()
+        await trio.sleep(1)
+    spans = {s.attributes["engine.object"]: s for s in runs(exporter)}  # type: ignore[index]
+    span_a, span_b = spans[str(A)], spans[str(b)]
+    assert span_a.kind is SpanKind.CONSUMER
+    assert dict(span_a.attributes or {}) == {
+        "engine.controller": "test",
+        "engine.run_id": log.records[0].run_id,
+        "engine.attempt": 1,
+        "engine.object": str(A),
+        "engine.object.kind": "Bundle",
+        "engine.object.name": "a",
+        "engine.object.namespace": "ns",
+        "engine.trigger.reason": "Bundle modified",
+        "engine.trigger.sequence": 1,
+        "engine.trigger.revision": "7",
+        "engine.queue_wait_s": 0.0,
+        "engine.outcome": "success",
+    }
+    assert span_b.attributes is not None
+    assert span_b.attributes["engine.queue_wait_s"] == pytest.approx(2.5)
+    assert span_b.attributes["engine.outcome"] == "requeue_after"
+    assert span_b.attributes["engine.requeue_after_s"] == 60
+    wait = next(
+        s for s in exporter.get_finished_spans()
+        if s.name == "queue wait" and s.parent is not None and s.parent.span_id == span_b.context.span_id
+    )
+    assert wait.start_time == span_b.start_time
+    assert wait.end_time is not None and wait.start_time is not None
+    assert (wait.end_time - wait.start_time) / 1e9 == pytest.approx(2.5)
+    assert span_a.status.status_code is StatusCode.UNSET
+
+
+async def test_a_failed_run_has_error_status_and_the_exception(
+    autojump_clock: trio.testing.MockClock, exporter: InMemorySpanExporter
+) -> None:
+    async def reconcile(ctx: RunContext) -> None:
+        raise RuntimeError("boom")
+
+    manager, controller, _ = traced(exporter, reconcile)
+    async with running(manager):
+        controller.trigger(A)
+        await trio.sleep(0.5)
+    span = runs(exporter)[0]
+    assert span.status.status_code is StatusCode.ERROR
+    assert span.status.description == "boom"
+    assert span.attributes is not None and span.attributes["engine.outcome"] == "error"
+    assert [e.name for e in span.events] == ["exception"]
+
+
+async def test_a_superseded_run_is_linked_from_its_successor(
+    autojump_clock: trio.testing.MockClock, exporter: InMemorySpanExporter
+) -> None:
+    async def reconcile(ctx: RunContext) -> None:
+        if ctx.trigger.revision == "1":
+            await trio.sleep(100)
+
+    manager, controller, log = traced(exporter, reconcile, supersede=SupersedePolicy.CANCEL_RUN)
+    async with running(manager):
+        controller.trigger(A, revision="1")
+        await trio.sleep(1)
+        controller.trigger(A, revision="2")
+        await trio.sleep(1)
+    assert log.kinds() == [OutcomeKind.SUPERSEDED, OutcomeKind.SUCCEEDED]
+    first, second = sorted(runs(exporter), key=lambda s: s.start_time or 0)
+    assert first.attributes is not None
+    assert first.attributes["engine.outcome"] == "superseded"
+    assert first.attributes["engine.cancel_cause"] == "superseded"
+    assert first.attributes["engine.cancel_reason"] == "superseded by trigger #2"
+    assert first.status.status_code is StatusCode.UNSET
+    assert [link.context.span_id for link in second.links] == [first.context.span_id]
+    assert not first.links
+
+
+async def test_the_live_trace_id_is_the_run_spans(
+    autojump_clock: trio.testing.MockClock, exporter: InMemorySpanExporter
+) -> None:
+    seen: list[str | None] = []
+
+    class Ids(RunLog):
+        def on_run_started(self, controller: Controller, run) -> None:  # type: ignore[no-untyped-def]
+            seen.append(run.trace_id)
+
+    async def reconcile(ctx: RunContext) -> None:
+        pass
+
+    manager, controller, _ = traced(exporter, reconcile)
+    manager.add_observer(Ids())
+    async with running(manager):
+        controller.trigger(A)
+        await trio.sleep(0.5)
+    assert seen == [format(runs(exporter)[0].context.trace_id, "032x")]
+
+
+async def test_a_runs_api_requests_are_child_spans_and_carry_its_traceparent(exporter: InMemorySpanExporter) -> None:
+    from engine.apiserver import ApiServer
+    from engine.apiserver._api import ServedRequest
+    from engine.kube import Client, Config, NotFoundError, Resource
+
+    configmaps = Resource(group="", version="v1", kind="ConfigMap", plural="configmaps", namespaced=True)
+    served: list[ServedRequest] = []
+    async with ApiServer() as api, Client(Config.from_dict(api.kubeconfig)) as client:
+        api.add_request_observer(served.append)
+
+        async def reconcile(ctx: RunContext) -> None:
+            await client.create(configmaps, {"metadata": {"name": "a", "namespace": "default"}, "data": {}})
+            with pytest.raises(NotFoundError):
+                await client.get(configmaps, "missing", namespace="default")
+
+        await client.create(configmaps, {"metadata": {"name": "outside", "namespace": "default"}, "data": {}})
+        manager, controller, _ = traced(exporter, reconcile)
+        async with running(manager):
+            controller.trigger(A)
+            with trio.fail_after(10):
+                while not runs(exporter):
+                    await trio.sleep(0.01)
+    run = runs(exporter)[0]
+    children = [s for s in exporter.get_finished_spans() if s.kind is SpanKind.CLIENT]
+    assert [(s.name, dict(s.attributes or {})) for s in children] == [
+        ("POST configmaps", {
+            "http.request.method": "POST", "url.path": "/api/v1/namespaces/default/configmaps",
+            "k8s.resource": "configmaps", "http.response.status_code": 201,
+        }),
+        ("GET configmaps", {
+            "http.request.method": "GET", "url.path": "/api/v1/namespaces/default/configmaps/missing",
+            "k8s.resource": "configmaps", "http.response.status_code": 404,
+        }),
+    ]
+    assert all(s.parent is not None and s.parent.span_id == run.context.span_id for s in children)
+    assert children[1].status.status_code is StatusCode.ERROR
+    trace_id = format(run.context.trace_id, "032x")
+    assert [(r.verb, r.traceparent and r.traceparent.split("-")[:3]) for r in served] == [
+        ("create", None),
+        ("create", ["00", trace_id, format(children[0].context.span_id, "016x")]),
+        ("get", ["00", trace_id, format(children[1].context.span_id, "016x")]),
+    ]
+
+
+async def test_a_global_provider_is_traced_without_being_asked(
+    autojump_clock: trio.testing.MockClock, exporter: InMemorySpanExporter, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from opentelemetry import trace
+
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    monkeypatch.setattr(trace, "get_tracer_provider", lambda: provider)
+
+    async def reconcile(ctx: RunContext) -> None:
+        pass
+
+    manager = Manager(handle_signals=False, grace_period=5)
+    controller = manager.add_controller(Controller("test", reconcile))
+    async with running(manager):
+        controller.trigger(A)
+        await trio.sleep(0.5)
+    assert len(runs(exporter)) == 1
+
+
+async def test_without_a_provider_or_the_api_nothing_is_traced_and_nothing_fails(
+    autojump_clock: trio.testing.MockClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ids: list[str | None] = []
+
+    class Ids(RunLog):
+        def on_run_started(self, controller: Controller, run) -> None:  # type: ignore[no-untyped-def]
+            ids.append(run.trace_id)
+
+    async def reconcile(ctx: RunContext) -> None:
+        assert request_span("GET", "/api/v1/namespaces/ns/configmaps/a") is None
+
+    for installed in (True, False):
+        if not installed:
+            for module in ("opentelemetry", "opentelemetry.trace", "opentelemetry.context"):
+                monkeypatch.setitem(sys.modules, module, None)
+            with pytest.raises(ImportError):
+                RunTracer()
+        assert RunTracer.from_global_provider() is None
+        manager = Manager(handle_signals=False, grace_period=5)
+        manager.add_observer(Ids())
+        controller = manager.add_controller(Controller("test", reconcile))
+        async with running(manager):
+            controller.trigger(A)
+            await trio.sleep(0.5)
+        assert controller.outcomes[OutcomeKind.SUCCEEDED] == 1
+    assert ids == [None, None]
+
+
+@pytest.mark.parametrize(
+    ("path", "resource"),
+    [
+        ("/api/v1/namespaces/ns/configmaps/a", "configmaps"),
+        ("/api/v1/namespaces/ns/configmaps", "configmaps"),
+        ("/api/v1/namespaces/ns", "namespaces"),
+        ("/api/v1/namespaces", "namespaces"),
+        ("/apis/apps/v1/namespaces/ns/deployments/d/status", "deployments/status"),
+        ("/apis/example.com/v1/bundles", "bundles"),
+        ("/apis/apps/v1", "/apis/apps/v1"),
+        ("/version", "/version"),
+    ],
+)
+def test_api_resource_names_the_resource_of_a_path(path: str, resource: str) -> None:
+    assert api_resource(path) == resource
