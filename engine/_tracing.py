@@ -6,10 +6,10 @@ the engine pays nothing: :meth:`Manager.run <engine.Manager.run>` adds a :class:
 its own only when the OpenTelemetry API was imported and a global tracer provider was set, and
 the client's requests check one context variable.
 
-A run's span is ``reconcile <controller>``: it starts when the run's trigger entered the queue,
-holds a ``queue wait`` child span up to the run's start, the trigger and the run's identity as
-attributes, a link to the run it superseded, and ends with the run's outcome (error status for
-a failure). While the run's span is current, the engine's API requests (see
+A run's span is ``reconcile <controller>``: it starts when the run's trigger entered the queue
+and has a ``run started`` event when a worker took the key (the queue wait between them is the
+attribute ``engine.queue_wait_s``); it holds the trigger and the run's identity as attributes, a
+link to the run it superseded, and ends with the run's outcome (error status for a failure). While the run's span is current, the engine's API requests (see
 :func:`request_span`) are client spans under it and carry its W3C ``traceparent``.
 """
 
@@ -102,14 +102,10 @@ class RunTracer(RunObserver):
             "engine.run_id": run.id,
             "engine.attempt": run.attempt,
             "engine.object": str(key),
-            "engine.object.kind": key.kind,
-            "engine.object.name": key.name,
             "engine.trigger.reason": trigger.reason,
             "engine.trigger.sequence": trigger.sequence,
             "engine.queue_wait_s": wait,
         }
-        if key.namespace:
-            attributes["engine.object.namespace"] = key.namespace
         if trigger.revision is not None:
             attributes["engine.trigger.revision"] = trigger.revision
         links = None
@@ -120,8 +116,8 @@ class RunTracer(RunObserver):
             f"reconcile {controller.name}", kind=trace.SpanKind.CONSUMER, attributes=attributes,
             links=links, start_time=queued_ns,
         )
+        span.add_event("run started", timestamp=started_ns)
         run_context = trace.set_span_in_context(span)
-        self.tracer.start_span("queue wait", context=run_context, start_time=queued_ns).end(end_time=started_ns)
         run.trace_id = format(span.get_span_context().trace_id, "032x")
         self._open[run] = (span, self._context.attach(run_context), _TRACER.set(self.tracer))
 
@@ -132,13 +128,14 @@ class RunTracer(RunObserver):
         span, token, tracer_token = entry
         _TRACER.reset(tracer_token)
         self._context.detach(token)
-        span.set_attribute("engine.outcome", outcome.kind.value)
+        ended: dict[str, str | float] = {"engine.outcome": outcome.kind.value}
         if run.cause is not None:
-            span.set_attribute("engine.cancel_cause", run.cause.value)
+            ended["engine.cancel_cause"] = run.cause.value
         if outcome.reason:
-            span.set_attribute("engine.cancel_reason", outcome.reason)
+            ended["engine.cancel_reason"] = outcome.reason
         if outcome.requeue_after is not None:
-            span.set_attribute("engine.requeue_after_s", outcome.requeue_after)
+            ended["engine.requeue_after_s"] = outcome.requeue_after
+        span.set_attributes(ended)
         if outcome.is_failure:
             error = outcome.error
             if error is not None:
