@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Iterator, Mapping
+from contextlib import contextmanager
 from contextvars import ContextVar, Token
 from typing import TYPE_CHECKING, TypeVar
 
@@ -32,7 +33,7 @@ if TYPE_CHECKING:
     from opentelemetry.context import Context
     from opentelemetry.trace import Span, Tracer, TracerProvider
 
-__all__ = ["RunTracer", "request_span", "trace_headers"]
+__all__ = ["RunTracer", "global_provider", "request_span", "served_span", "trace_headers"]
 
 _INSTRUMENTATION = "engine"
 
@@ -69,15 +70,10 @@ class RunTracer(RunObserver):
 
     @classmethod
     def from_global_provider(cls) -> RunTracer | None:
-        """A tracer for OpenTelemetry's global provider, or ``None`` when no provider was set
-        (or the API was never imported: then no provider can have been set). Imports nothing."""
-        trace = sys.modules.get("opentelemetry.trace")
-        if trace is None:
-            return None
-        provider = trace.get_tracer_provider()
-        if isinstance(provider, (trace.ProxyTracerProvider, trace.NoOpTracerProvider)):
-            return None
-        return cls(provider)
+        """A tracer for OpenTelemetry's global provider, or ``None`` when none was set (see
+        :func:`global_provider`)."""
+        provider = global_provider()
+        return None if provider is None else cls(provider)
 
     def _wall_ns(self, at: float) -> int:
         """The wall-clock time (ns) of trio clock time ``at`` (the offset is taken once)."""
@@ -146,6 +142,35 @@ class RunTracer(RunObserver):
         span.end(end_time=None if end is None else self._wall_ns(end))
 
 
+def global_provider() -> TracerProvider | None:
+    """OpenTelemetry's global tracer provider, or ``None`` when none was set (or the API was
+    never imported: then none can have been set). Imports nothing."""
+    trace = sys.modules.get("opentelemetry.trace")
+    if trace is None:
+        return None
+    provider: TracerProvider = trace.get_tracer_provider()
+    if isinstance(provider, (trace.ProxyTracerProvider, trace.NoOpTracerProvider)):
+        return None
+    return provider
+
+
+@contextmanager
+def served_span(provider: TracerProvider, method: str, path: str, headers: Mapping[str, str]) -> Iterator[Span]:
+    """A ``SERVER`` span, current for the block, for one request this process serves (a
+    webhook call), under the trace context its ``traceparent`` header names (lower-case
+    header names). An exception leaving the block is recorded and propagates."""
+    from opentelemetry import trace
+    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+    parent = TraceContextTextMapPropagator().extract(headers)
+    tracer = trace.get_tracer(_INSTRUMENTATION, tracer_provider=provider)
+    attributes = {"http.request.method": method, "url.path": path}
+    with tracer.start_as_current_span(
+        f"{method} {path}", context=parent, kind=trace.SpanKind.SERVER, attributes=attributes
+    ) as span:
+        yield span
+
+
 class _RequestSpan:
     """The client span of one API request (see :func:`request_span`)."""
 
@@ -190,7 +215,10 @@ def request_span(method: str, path: str) -> _RequestSpan | None:
     tracer = _TRACER.get()
     if tracer is None:
         return None
-    from opentelemetry.trace import SpanKind, set_span_in_context
+    from opentelemetry.trace import SpanKind, get_current_span, set_span_in_context
+
+    if not get_current_span().is_recording():
+        return None  # a task a run started that outlived it
     from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
     resource = api_resource(path)

@@ -140,24 +140,32 @@ async def test_a_superseded_run_is_linked_from_its_successor(
     assert not first.links
 
 
-async def test_the_live_trace_id_is_the_run_spans(
+async def test_the_live_stream_shows_the_trace_id_of_a_run_in_progress_and_ended(
     autojump_clock: trio.testing.MockClock, exporter: InMemorySpanExporter
 ) -> None:
-    seen: list[str | None] = []
+    from engine.observability import LiveStream
 
-    class Ids(RunLog):
-        def on_run_started(self, controller: Controller, run) -> None:  # type: ignore[no-untyped-def]
-            seen.append(run.trace_id)
+    release = trio.Event()
 
     async def reconcile(ctx: RunContext) -> None:
-        pass
+        await release.wait()
 
-    manager, controller, _ = traced(exporter, reconcile)
-    manager.add_observer(Ids())
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    manager = Manager(handle_signals=False, grace_period=5)
+    live = LiveStream(manager)
+    manager.add_observer(RunTracer(provider))  # after the stream: the manager runs tracers first
+    controller = manager.add_controller(Controller("test", reconcile))
     async with running(manager):
         controller.trigger(A)
         await trio.sleep(0.5)
-    assert seen == [format(runs(exporter)[0].context.trace_id, "032x")]
+        (running_now,) = (o["running"] for o in live.state.objects() if o["object"] == str(A))
+        release.set()
+        await trio.sleep(0.5)
+        (last,) = (o["last"] for o in live.state.objects() if o["object"] == str(A))
+    trace_id = format(runs(exporter)[0].context.trace_id, "032x")
+    assert running_now["trace_id"] == trace_id
+    assert last["trace_id"] == trace_id
 
 
 async def test_a_runs_api_requests_are_child_spans_and_carry_its_traceparent(exporter: InMemorySpanExporter) -> None:
@@ -268,3 +276,48 @@ async def test_without_a_provider_or_the_api_nothing_is_traced_and_nothing_fails
 )
 def test_api_resource_names_the_resource_of_a_path(path: str, resource: str) -> None:
     assert api_resource(path) == resource
+
+
+async def test_a_webhook_call_is_a_server_span_under_the_callers_traceparent(
+    autojump_clock: trio.testing.MockClock, exporter: InMemorySpanExporter, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import httpx
+    from opentelemetry import trace
+
+    from engine.kube import (
+        AdmissionRequest,
+        AdmissionResponse,
+        AdmissionRule,
+        AdmissionWebhook,
+        WebhookContext,
+        WebhookServer,
+    )
+
+    async def allow(request: AdmissionRequest, ctx: WebhookContext) -> AdmissionResponse | None:
+        return None
+
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    monkeypatch.setattr(trace, "get_tracer_provider", lambda: provider)
+    rules = [AdmissionRule("widgets.test.dev/v1", "widgets", ("CREATE",))]
+    server = WebhookServer([AdmissionWebhook("allow.widgets.test.dev", allow, rules)])
+    widget = {"apiVersion": "widgets.test.dev/v1", "kind": "Widget", "metadata": {"name": "w", "namespace": "ns"}}
+    review = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
+        "uid": "u-1", "kind": {"group": "widgets.test.dev", "version": "v1", "kind": "Widget"},
+        "resource": {"group": "widgets.test.dev", "version": "v1", "resource": "widgets"},
+        "name": "w", "namespace": "ns", "operation": "CREATE", "userInfo": {"username": "alice"},
+        "object": widget, "oldObject": None, "dryRun": False}}
+    parent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    async with httpx.AsyncClient(transport=server.transport()) as client:
+        answer = await client.post(
+            "https://webhooks.invalid/validate/allow.widgets.test.dev", json=review, headers={"traceparent": parent}
+        )
+    assert answer.status_code == 200
+    (span,) = exporter.get_finished_spans()
+    assert span.name == "POST /validate/allow.widgets.test.dev"
+    assert span.kind is SpanKind.SERVER
+    assert format(span.context.trace_id, "032x") == "0af7651916cd43dd8448eb211c80319c"
+    assert span.parent is not None and format(span.parent.span_id, "016x") == "b7ad6b7169203331"
+    assert dict(span.attributes or {}) == {
+        "http.request.method": "POST", "url.path": "/validate/allow.widgets.test.dev", "http.response.status_code": 200,
+    }
