@@ -9,8 +9,10 @@ the client's requests check one context variable.
 A run's span is ``reconcile <controller>``: it starts when the run's trigger entered the queue
 and has a ``run started`` event when a worker took the key (the queue wait between them is the
 attribute ``engine.queue_wait_s``); it holds the trigger and the run's identity as attributes, a
-link to the run it superseded, and ends with the run's outcome (error status for a failure). While the run's span is current, the engine's API requests (see
-:func:`request_span`) are client spans under it and carry its W3C ``traceparent``.
+link to the run it superseded, and ends with the run's outcome (error status for a failure).
+While the run's span is current, the engine's API requests (see :func:`request_span`) are
+client spans under it and carry its W3C ``traceparent``. A webhook server makes a server span
+of each call it answers (see :func:`served_span`).
 """
 
 from __future__ import annotations
@@ -66,7 +68,6 @@ class RunTracer(RunObserver):
         self.tracer: Tracer = trace.get_tracer(_INSTRUMENTATION, tracer_provider=tracer_provider)
         self._open: dict[Run, tuple[Span, Token[Context], Token[Tracer | None]]] = {}
         self._superseded: dict[tuple[str, ObjectRef], Span] = {}
-        self._clock_offset: tuple[float, int] | None = None
 
     @classmethod
     def from_global_provider(cls) -> RunTracer | None:
@@ -75,12 +76,10 @@ class RunTracer(RunObserver):
         provider = global_provider()
         return None if provider is None else cls(provider)
 
-    def _wall_ns(self, at: float) -> int:
-        """The wall-clock time (ns) of trio clock time ``at`` (the offset is taken once)."""
-        if self._clock_offset is None:
-            self._clock_offset = (trio.current_time(), time.time_ns())
-        clock, wall = self._clock_offset
-        return wall + int((at - clock) * 1e9)
+    @staticmethod
+    def _wall_ns(at: float) -> int:
+        """The wall-clock time (ns, as spans take it) of trio clock time ``at``."""
+        return time.time_ns() - int((trio.current_time() - at) * 1e9)
 
     def on_trigger(self, controller: Controller, trigger: Trigger, superseded: Run | None) -> None:
         if superseded is not None and (entry := self._open.get(superseded)) is not None:
@@ -108,9 +107,10 @@ class RunTracer(RunObserver):
         previous = self._superseded.pop((controller.name, key), None)
         if previous is not None:
             links = [trace.Link(previous.get_span_context(), {"engine.link": "superseded"})]
+        # A root span: the worker's own context (the caller's of Manager.run) is not its parent.
         span = self.tracer.start_span(
-            f"reconcile {controller.name}", kind=trace.SpanKind.CONSUMER, attributes=attributes,
-            links=links, start_time=queued_ns,
+            f"reconcile {controller.name}", context=self._context.Context(), kind=trace.SpanKind.CONSUMER,
+            attributes=attributes, links=links, start_time=queued_ns,
         )
         span.add_event("run started", timestamp=started_ns)
         run_context = trace.set_span_in_context(span)

@@ -138,6 +138,8 @@ async def test_a_superseded_run_is_linked_from_its_successor(
     assert first.status.status_code is StatusCode.UNSET
     assert [link.context.span_id for link in second.links] == [first.context.span_id]
     assert not first.links
+    assert first.parent is None and second.parent is None
+    assert first.context.trace_id != second.context.trace_id, "each run is a trace of its own"
 
 
 async def test_the_live_stream_shows_the_trace_id_of_a_run_in_progress_and_ended(
@@ -226,10 +228,12 @@ async def test_a_global_provider_is_traced_without_being_asked(
 
     manager = Manager(handle_signals=False, grace_period=5)
     controller = manager.add_controller(Controller("test", reconcile))
-    async with running(manager):
-        controller.trigger(A)
-        await trio.sleep(0.5)
-    assert len(runs(exporter)) == 1
+    with provider.get_tracer("test").start_as_current_span("around the manager") as around:
+        async with running(manager):
+            controller.trigger(A)
+            await trio.sleep(0.5)
+    (run,) = runs(exporter)
+    assert run.parent is None and run.context.trace_id != around.get_span_context().trace_id
 
 
 async def test_without_a_provider_or_the_api_nothing_is_traced_and_nothing_fails(
