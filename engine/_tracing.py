@@ -27,13 +27,13 @@ from typing import TYPE_CHECKING, TypeVar
 import trio
 
 from ._controller import Controller, RunObserver
-from ._outcome import Outcome
-from ._refs import ObjectRef, Trigger
+from ._outcome import CancelCause, Outcome
+from ._refs import ObjectRef
 from ._run import Run
 
 if TYPE_CHECKING:
     from opentelemetry.context import Context
-    from opentelemetry.trace import Span, Tracer, TracerProvider
+    from opentelemetry.trace import Span, SpanContext, Tracer, TracerProvider
 
 __all__ = ["RunTracer", "global_provider", "request_span", "served_span", "trace_headers"]
 
@@ -67,7 +67,8 @@ class RunTracer(RunObserver):
         self._context = context
         self.tracer: Tracer = trace.get_tracer(_INSTRUMENTATION, tracer_provider=tracer_provider)
         self._open: dict[Run, tuple[Span, Token[Context], Token[Tracer | None]]] = {}
-        self._superseded: dict[tuple[str, ObjectRef], Span] = {}
+        self._superseded: dict[tuple[str, ObjectRef], SpanContext] = {}
+        self._clock_offset: tuple[float, int] | None = None
 
     @classmethod
     def from_global_provider(cls) -> RunTracer | None:
@@ -76,14 +77,14 @@ class RunTracer(RunObserver):
         provider = global_provider()
         return None if provider is None else cls(provider)
 
-    @staticmethod
-    def _wall_ns(at: float) -> int:
-        """The wall-clock time (ns, as spans take it) of trio clock time ``at``."""
-        return time.time_ns() - int((trio.current_time() - at) * 1e9)
-
-    def on_trigger(self, controller: Controller, trigger: Trigger, superseded: Run | None) -> None:
-        if superseded is not None and (entry := self._open.get(superseded)) is not None:
-            self._superseded[controller.name, trigger.ref] = entry[0]
+    def _wall_ns(self, at: float) -> int:
+        """The wall-clock time (ns, as spans take it) of trio clock time ``at``: one offset
+        between the clocks, taken at the first run, so that a virtual clock's times keep their
+        order and distances."""
+        if self._clock_offset is None:
+            self._clock_offset = (trio.current_time(), time.time_ns())
+        clock, wall = self._clock_offset
+        return wall + int((at - clock) * 1e9)
 
     def on_run_started(self, controller: Controller, run: Run) -> None:
         trace = self._trace
@@ -106,7 +107,7 @@ class RunTracer(RunObserver):
         links = None
         previous = self._superseded.pop((controller.name, key), None)
         if previous is not None:
-            links = [trace.Link(previous.get_span_context(), {"engine.link": "superseded"})]
+            links = [trace.Link(previous, {"engine.link": "superseded"})]
         # A root span: the worker's own context (the caller's of Manager.run) is not its parent.
         span = self.tracer.start_span(
             f"reconcile {controller.name}", context=self._context.Context(), kind=trace.SpanKind.CONSUMER,
@@ -127,6 +128,9 @@ class RunTracer(RunObserver):
         ended: dict[str, str | float] = {"engine.outcome": outcome.kind.value}
         if run.cause is not None:
             ended["engine.cancel_cause"] = run.cause.value
+            if run.cause is CancelCause.SUPERSEDED:
+                # The key runs next for the trigger that superseded this run: that run links here.
+                self._superseded[controller.name, run.key] = span.get_span_context()
         if outcome.reason:
             ended["engine.cancel_reason"] = outcome.reason
         if outcome.requeue_after is not None:

@@ -116,14 +116,19 @@ async def test_a_failed_run_has_error_status_and_the_exception(
     assert [e.name for e in span.events] == ["run started", "exception"]
 
 
+@pytest.mark.parametrize("policy", [SupersedePolicy.CANCEL_RUN, SupersedePolicy.INTERRUPTIBLE])
 async def test_a_superseded_run_is_linked_from_its_successor(
-    autojump_clock: trio.testing.MockClock, exporter: InMemorySpanExporter
+    autojump_clock: trio.testing.MockClock, exporter: InMemorySpanExporter, policy: SupersedePolicy
 ) -> None:
+    """Under ``INTERRUPTIBLE`` the run is cancelled after the trigger, when it enters its section."""
+
     async def reconcile(ctx: RunContext) -> None:
         if ctx.trigger.revision == "1":
-            await trio.sleep(100)
+            await trio.sleep(1.5)
+            with ctx.interruptible():
+                await trio.sleep(100)
 
-    manager, controller, log = traced(exporter, reconcile, supersede=SupersedePolicy.CANCEL_RUN)
+    manager, controller, log = traced(exporter, reconcile, supersede=policy)
     async with running(manager):
         controller.trigger(A, revision="1")
         await trio.sleep(1)
