@@ -189,6 +189,8 @@ async def test_a_runs_api_requests_are_child_spans_and_carry_its_traceparent(exp
             await client.create(configmaps, {"metadata": {"name": "a", "namespace": "default"}, "data": {}})
             with pytest.raises(NotFoundError):
                 await client.get(configmaps, "missing", namespace="default")
+            with pytest.raises(NotFoundError):  # a path the client sends through httpx, not its direct path
+                await client.get(configmaps, "not:plain", namespace="default")
 
         await client.create(configmaps, {"metadata": {"name": "outside", "namespace": "default"}, "data": {}})
         manager, controller, _ = traced(exporter, reconcile)
@@ -208,6 +210,10 @@ async def test_a_runs_api_requests_are_child_spans_and_carry_its_traceparent(exp
             "http.request.method": "GET", "url.path": "/api/v1/namespaces/default/configmaps/missing",
             "k8s.resource": "configmaps", "http.response.status_code": 404,
         }),
+        ("GET configmaps", {
+            "http.request.method": "GET", "url.path": "/api/v1/namespaces/default/configmaps/not%3Aplain",
+            "k8s.resource": "configmaps", "http.response.status_code": 404,
+        }),
     ]
     assert all(s.parent is not None and s.parent.span_id == run.context.span_id for s in children)
     assert children[1].status.status_code is StatusCode.ERROR
@@ -216,6 +222,7 @@ async def test_a_runs_api_requests_are_child_spans_and_carry_its_traceparent(exp
         ("create", None),
         ("create", ["00", trace_id, format(children[0].context.span_id, "016x")]),
         ("get", ["00", trace_id, format(children[1].context.span_id, "016x")]),
+        ("get", ["00", trace_id, format(children[2].context.span_id, "016x")]),
     ]
 
 
