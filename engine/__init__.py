@@ -67,6 +67,7 @@ from ._sources import ChannelSource as ChannelSource
 from ._sources import MappedSource as MappedSource
 from ._sources import Source as Source
 from ._sources import TimerSource as TimerSource
+from ._tracing import RunTracer as RunTracer
 from ._workqueue import QueueObserver as QueueObserver
 from ._workqueue import WorkQueue as WorkQueue
 from ._workqueue import WorkQueueStatistics as WorkQueueStatistics
@@ -116,6 +117,7 @@ __all__ = [
     "RunLog",
     "RunObserver",
     "RunRecord",
+    "RunTracer",
     "ShutdownReport",
     "Source",
     "SupersedePolicy",

@@ -38,6 +38,7 @@ from ._outcome import CancelCause
 from ._ownership import OwnershipGate
 from ._refs import ObjectRef
 from ._sources import Source
+from ._tracing import RunTracer
 
 __all__ = ["Manager", "ShutdownReport", "LeaderElection"]
 
@@ -222,6 +223,15 @@ class Manager:
         """Add a run observer (metrics, live stream, tests)."""
         self._observers.append(observer)
 
+    def _trace_runs(self) -> None:
+        """Add a :class:`RunTracer` for OpenTelemetry's global tracer provider, when one was set
+        and no tracer was added; put tracers first, so other observers see a run's trace id."""
+        if not any(isinstance(o, RunTracer) for o in self._observers):
+            tracer = RunTracer.from_global_provider()
+            if tracer is not None:
+                self._observers.append(tracer)
+        self._observers.sort(key=lambda o: not isinstance(o, RunTracer))
+
     def add_start_gate(self, gate: Callable[[], Awaitable[None]]) -> None:
         """Await ``gate()`` after sources started and before controllers start (for example,
         until informer caches are synced, as controller-runtime waits for cache sync).
@@ -362,6 +372,7 @@ class Manager:
         if self._state is not _State.UNSTARTED:
             raise ManagerStateError("Manager.run() can only be called once")
         self._state = _State.RUNNING
+        self._trace_runs()
         cancelled_runs = 0
         drain_seconds = 0.0
         flushed = False

@@ -60,6 +60,8 @@ class Run:
     """The dependency index's epoch when the run started."""
     outcome: Outcome | None = None
     finished_at: float | None = None
+    trace_id: str | None = None
+    """The run's OpenTelemetry trace id (32 hex digits) when it is traced (see :class:`engine.RunTracer`)."""
 
     def __init__(
         self,

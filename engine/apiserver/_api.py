@@ -91,6 +91,8 @@ class ServedRequest:
     object selected only if there were no more than that."""
     continued: bool = False
     """Whether a list asked for a page after the first (``continue``)."""
+    traceparent: str | None = None
+    """The request's W3C ``traceparent`` header (the caller's trace context), if it sent one."""
 
 
 RequestObserver = Callable[[ServedRequest], None]
@@ -167,7 +169,7 @@ class Router:
                 target.namespace, target.name, target.subresource, response.status, request.body,
                 (request.query.get("labelSelector", ""), request.query.get("fieldSelector", "")), received_at,
                 response.body if response.status >= 400 else b"", _limit(request.query.get("limit")),
-                bool(request.query.get("continue")),
+                bool(request.query.get("continue")), request.headers.get("traceparent"),
             )
             for observer in self.observers:
                 observer(record)

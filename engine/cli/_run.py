@@ -48,6 +48,7 @@ from .._text import summarize
 from ._args import ArgumentParser
 from ._live import TOKEN_ENV
 from ._progress import TerminalProgress, counted
+from ._tracing import configure_tracing
 
 if TYPE_CHECKING:
     from ..kube import Plugin, PluginHost, WebhookServing
@@ -703,6 +704,7 @@ def main(argv: list[str]) -> int:
     if not debug:
         # stdout already says where the embedded server listens
         logging.getLogger("engine.apiserver.server").setLevel(logging.WARNING)
+    end_tracing = configure_tracing(os.environ)
     try:
         return trio.run(_run, args, progress)
     except KeyboardInterrupt:
@@ -716,3 +718,6 @@ def main(argv: list[str]) -> int:
             hint = " (--log-level debug shows the traceback)"
         print(f"error: {describe(cause)}{hint}", file=sys.stderr, flush=True)
         return 2 if isinstance(cause, _UsageError) else 1
+    finally:
+        if end_tracing is not None:
+            end_tracing()

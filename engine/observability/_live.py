@@ -318,6 +318,8 @@ class LiveStream(RunObserver):
             message["attempt"] = run.attempt
             message["reason"] = redact(run.trigger.reason)
             message["revision"] = run.trigger.revision
+            if run.trace_id is not None:
+                message["trace_id"] = run.trace_id
             self._publish(controller.name, run.key, message)
         except Exception:
             logger.exception("live stream hook failed")
@@ -339,6 +341,8 @@ class LiveStream(RunObserver):
                 message["dependencies"] = [str(ref) for ref in outcome.dependencies]
             if outcome.reason is not None:
                 message["reason"] = redact(outcome.reason)
+            if run.trace_id is not None:
+                message["trace_id"] = run.trace_id
             self.state.finished(controller.name, run, outcome, step, message)
             if self._clients:
                 self._publish(controller.name, run.key, message)
@@ -394,7 +398,7 @@ class LiveStream(RunObserver):
             entry = self._controller_stats(controller)
             entry["running"] = [
                 {"object": str(run.key), "run_id": run.id, "attempt": run.attempt,
-                 "running_for": round(now - run.started_at, 6)}
+                 "running_for": round(now - run.started_at, 6), "trace_id": run.trace_id}
                 for run in controller.running.values()
             ]
             controllers.append(entry)

@@ -42,10 +42,10 @@ class ObjectState:
     queued: bool = False
     """A trigger was accepted since the last run started."""
     running: dict[str, Any] | None = None
-    """``run_id``, ``attempt``, ``ts`` (wall clock start) of the run in progress."""
+    """``run_id``, ``attempt``, ``ts`` (wall clock start) and, when traced, ``trace_id`` of the run in progress."""
     last: dict[str, Any] | None = None
     """How the last run ended: ``step``, ``result``, ``ts``, ``duration`` and, when set,
-    ``error``, ``reason``, ``delay``, ``attempt``, ``run_id``."""
+    ``error``, ``reason``, ``delay``, ``attempt``, ``run_id``, ``trace_id``."""
     dependencies: tuple[str, ...] = ()
     """What the object last reported waiting on (kept after it stopped waiting)."""
     history: deque[tuple[str, float, float]] = attrs.field(factory=deque)
@@ -120,6 +120,8 @@ class LiveState:
         if run.trigger.revision is not None:
             state.revision = run.trigger.revision
         state.running = {"run_id": run.id, "attempt": run.attempt, "ts": now}
+        if run.trace_id is not None:
+            state.running["trace_id"] = run.trace_id
 
     def finished(self, controller: str, run: Run, outcome: Outcome, step: str, message: dict[str, Any]) -> None:
         """``message`` is the live-stream ``run`` message of this end (its fields are kept)."""
@@ -128,7 +130,9 @@ class LiveState:
         state.running = None
         state.last = {
             name: message[name]
-            for name in ("step", "result", "ts", "duration", "error", "reason", "delay", "attempt", "run_id")
+            for name in (
+                "step", "result", "ts", "duration", "error", "reason", "delay", "attempt", "run_id", "trace_id"
+            )
             if message.get(name) is not None
         }
         state.history.append((step, round(started, 3), message["duration"]))

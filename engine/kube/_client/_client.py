@@ -20,6 +20,7 @@ import attrs
 import httpx
 import trio
 
+from ..._tracing import request_span
 from . import _json
 from ._config import Config
 from ._errors import (
@@ -337,10 +338,12 @@ class Client:
                 self.forbidden.record(err)
             raise err
 
-        return await call_with_retries(
+        sending = call_with_retries(
             attempt, policy=self.retry if options.retry is None else options.retry, rng=self._rng, safe=options.safe,
             what=what,
         )
+        span = request_span(method, path)
+        return await (sending if span is None else span.around(sending))
 
     def _transport_error(self, exc: httpx.TransportError, what: str) -> Exception:
         return transport_error(

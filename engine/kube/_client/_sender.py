@@ -24,6 +24,7 @@ from typing import Any, Protocol
 import attrs
 import httpx
 
+from ..._tracing import trace_headers
 from ._auth import BearerTokenAuth, TokenFileAuth
 from ._config import wraps_sockets_as_standard
 from ._request import RequestOptions
@@ -84,6 +85,8 @@ class RequestDefaults:
         content = options.content
         if content is not None:
             headers = [*headers, ("Content-Type", options.content_type)]
+        if (traced := trace_headers()) is not None:
+            headers = [*headers, *traced]
         return httpx.Request(
             method,
             self.url(path, options.query),
@@ -218,6 +221,8 @@ class DirectSender:
                 headers.append((b"Content-Length", b"%d" % len(content or b"")))
             if authorization is not None:
                 headers.append((b"Authorization", authorization().encode("latin-1")))
+        if (traced := trace_headers()) is not None:
+            headers = [*headers, *((name.encode("latin-1"), value.encode("latin-1")) for name, value in traced)]
         stream = options.stream
         return await self.transport.request(
             method.encode("ascii"),

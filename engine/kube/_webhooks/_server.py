@@ -24,6 +24,7 @@ import httpx
 import trio
 
 from ..._http import BindAddress, Request, Response, open_listeners, serve_http
+from ..._tracing import global_provider, served_span
 from .._client._errors import KubeError
 from ._review import Webhook, WebhookDispatcher
 
@@ -162,7 +163,7 @@ class WebhookTransport(httpx.AsyncBaseTransport):
         values: dict[str, list[str]] = {}
         for name, value in query:
             values.setdefault(name, []).append(value)
-        answer = await self._server.dispatcher.handle(Request(
+        answer = await self._server._handle(Request(
             method=request.method.upper(), path=urllib.parse.unquote(request.url.path) or "/", query=dict(query),
             query_values=values, headers={k.lower(): v for k, v in request.headers.items()}, body=body,
         ))
@@ -172,7 +173,8 @@ class WebhookTransport(httpx.AsyncBaseTransport):
 class WebhookServer:
     """Serves ``webhooks`` on ``host:port`` over HTTPS with ``certificates`` (generated for
     loopback when first needed, if not given). Handlers get ``cluster`` and ``client`` in their
-    context."""
+    context. When OpenTelemetry's global tracer provider was set before the server was made,
+    each call is a ``SERVER`` span under the caller's ``traceparent`` (see :mod:`engine._tracing`)."""
 
     idle_timeout = 90.0
 
@@ -195,6 +197,7 @@ class WebhookServer:
         self.reload_interval = reload_interval
         self.address: BindAddress | None = None
         """The bound ``(host, port)`` once serving."""
+        self._tracer_provider = global_provider()
 
     @property
     def certificates(self) -> WebhookCertificates:
@@ -245,7 +248,13 @@ class WebhookServer:
         await serve_http(tls, self._handle, idle_timeout=self.idle_timeout, max_body=self.max_body)
 
     async def _handle(self, request: Request) -> Response:
-        return await self.dispatcher.handle(request)
+        provider = self._tracer_provider
+        if provider is None:
+            return await self.dispatcher.handle(request)
+        with served_span(provider, request.method, request.path, request.headers) as span:
+            response = await self.dispatcher.handle(request)
+            span.set_attribute("http.response.status_code", response.status)
+            return response
 
     def summary(self) -> list[str]:
         """One line per webhook with its counts, as the dashboard's header shows them

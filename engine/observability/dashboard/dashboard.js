@@ -143,7 +143,7 @@
         for (const c of m.controllers || []) {
           for (const r of c.running || []) {
             const o = record(c.name, r.object, {});
-            o.running = { run_id: r.run_id, attempt: r.attempt, ts: m.ts - r.running_for };
+            o.running = { run_id: r.run_id, attempt: r.attempt, trace_id: r.trace_id, ts: m.ts - r.running_for };
           }
         }
         dirty.header = true;
@@ -220,13 +220,13 @@
     }
     if (m.step === "started") {
       o.queued = false;
-      o.running = { run_id: m.run_id, attempt: m.attempt, ts: m.ts };
+      o.running = { run_id: m.run_id, attempt: m.attempt, trace_id: m.trace_id, ts: m.ts };
       return;
     }
     o.running = null;
     o.last = {
       step: m.step, result: m.result, ts: m.ts, duration: m.duration, error: m.error,
-      reason: m.reason, delay: m.delay, attempt: m.attempt, run_id: m.run_id,
+      reason: m.reason, delay: m.delay, attempt: m.attempt, run_id: m.run_id, trace_id: m.trace_id,
     };
     o.history.push([m.step, m.ts - (m.duration || 0), m.duration || 0]);
     if (o.history.length > HISTORY) o.history.splice(0, o.history.length - HISTORY);
@@ -474,7 +474,7 @@
       const cause = o.last.error || o.last.reason || (o.last.delay ? `again in ${fmtDuration(o.last.delay)}` : "");
       c.state.appendChild(el("span", "cause" + (o.last.error ? " error" : ""), cause));
       c.state.title = `${label}${o.last.attempt ? ` (attempt ${o.last.attempt})` : ""} at ${fmtTime(o.last.ts)}` +
-        (cause ? `\n${cause}` : "");
+        (cause ? `\n${cause}` : "") + (o.last.trace_id ? `\ntrace ${o.last.trace_id}` : "");
     } else {
       c.state.title = "";
     }
@@ -488,7 +488,8 @@
     if (o.running) {
       c.running.textContent = `▶ ${fmtDuration(Math.max(0, now() - o.running.ts))}` +
         (o.running.attempt > 1 ? ` #${o.running.attempt}` : "");
-      c.running.title = `running ${o.running.run_id}, attempt ${o.running.attempt}`;
+      c.running.title = `running ${o.running.run_id}, attempt ${o.running.attempt}` +
+        (o.running.trace_id ? `, trace ${o.running.trace_id}` : "");
     } else {
       c.running.textContent = o.queued ? "queued" : "";
       c.running.title = "";
