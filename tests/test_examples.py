@@ -3,11 +3,17 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
+from typing import Any
 
+import pytest
 import trio
+
+from engine.kube import ApiError
+from engine.testing import KubeTarget, open_plugin_test
 
 from ._e2e import API, ROOT, bundle, cluster, configmap, ready_at, source, watch
 
@@ -34,3 +40,51 @@ async def test_kubeconfig_runner_example_reconciles_and_stops_on_sigterm() -> No
             if proc.returncode is None:
                 proc.kill()
                 await proc.wait()
+
+
+async def test_webhook_plugin_example_defaults_validates_and_converts(kube_target: KubeTarget) -> None:
+    """``examples/webhook_plugin.py``, as docs/webhooks.md shows it, through the API server's
+    admission chain (in-process on the embedded server, over HTTPS on a real one)."""
+    from examples.webhook_plugin import plugin
+
+    def queue(name: str, api_version: str = "example.dev/v1", **spec: Any) -> dict[str, Any]:
+        return {"apiVersion": api_version, "kind": "Queue", "metadata": {"name": name}, "spec": spec}
+
+    async with open_plugin_test(plugin, kube_target, watch_namespace=kube_target.namespace) as h:
+        denied = 'admission webhook "validate.queues.example.dev" denied the request: '
+        with pytest.raises(ApiError, match=f"{re.escape(denied)}deadLetter 'missing': no Queue of that name in "
+                                           f"namespace {re.escape(h.namespace)}$") as refused:
+            await h.apply(queue("orders", deadLetter="missing"))
+        assert refused.value.code == 422
+        assert await h.get("example.dev/v1/Queue", "orders") is None
+        with pytest.raises(ApiError, match=f"{re.escape(denied)}deadLetter 'orders' is this Queue itself$") as own:
+            await h.apply(queue("orders", deadLetter="orders"))
+        assert own.value.code == 403
+
+        await h.apply(queue("orders-dead"))
+        await h.apply(queue("orders", "example.dev/v2", limits={"messages": 50}, deadLetter="orders-dead"))
+        dead = await h.get("example.dev/v1/Queue", "orders-dead")
+        assert dead is not None and dead["spec"] == {"maxMessages": 1000}, "defaulted"
+        orders = await h.get("example.dev/v1/Queue", "orders")
+        assert orders is not None and orders["spec"] == {"maxMessages": 50, "deadLetter": "orders-dead"}
+        as_v2 = await h.get("example.dev/v2/Queue", "orders-dead")
+        assert as_v2 is not None and as_v2["spec"] == {"limits": {"messages": 1000}}
+
+        await h.apply(queue("audit", "example.dev/v2"))
+        audit = await h.get("example.dev/v2/Queue", "audit")
+        assert audit is not None and audit["spec"] == {"limits": {"messages": 1000}}, (
+            "a v2 write is defaulted through the v1 rules")
+        with pytest.raises(ApiError, match=f"{re.escape(denied)}deadLetter 'gone': "):
+            await h.apply(queue("audit", "example.dev/v2", deadLetter="gone"))
+        assert h.webhook_server is not None
+        assert h.webhook_server.statistics()["/validate/validate.queues.example.dev"]["denied"] == 3
+
+
+def test_the_code_docs_webhooks_md_quotes_is_in_the_files_it_names() -> None:
+    """A ``python`` block of docs/webhooks.md opening with ``# from PATH`` is a verbatim excerpt of PATH."""
+    text = (ROOT / "docs" / "webhooks.md").read_text()
+    quoted = re.findall(r"```python\n# from (\S+)\n(.*?)```", text, re.S)
+    assert len(quoted) == text.count("```python\n"), "every python block names the file it quotes"
+    assert {path for path, _ in quoted} == {"examples/webhook_plugin.py", "tests/test_examples.py"}
+    for path, block in quoted:
+        assert block in (ROOT / path).read_text(), f"docs/webhooks.md quotes {path} as it no longer is:\n{block}"
