@@ -40,7 +40,7 @@ import trio
 import yaml
 
 from .._errors import EngineError
-from .._logging import configure_logging
+from .._logging import JSONFormatter, configure_logging
 from .._manager import DEFAULT_EVENT_FLUSH_TIMEOUT, DEFAULT_GRACE_PERIOD, Manager, ShutdownReport
 from .._ownership import OwnershipGate
 from .._sinks import WebhookSink
@@ -686,6 +686,18 @@ def _progress_enabled(args: argparse.Namespace) -> bool:
     return sys.stdout.isatty()
 
 
+def _fatal(text: str, error: BaseException | None, *, json_logs: bool) -> None:
+    """Say why the run ends, in the format of the logs on stderr: a JSON record (level
+    ``error``, the traceback of ``error`` as its ``stacktrace``) among JSON logs, else the
+    traceback and one ``error:`` line."""
+    if json_logs:
+        logging.getLogger("engine.cli").error(text, exc_info=error)
+        return
+    if error is not None:
+        traceback.print_exception(error, file=sys.stderr)
+    print(f"error: {text}", file=sys.stderr, flush=True)
+
+
 def main(argv: list[str]) -> int:
     """Run the ``run`` command; returns the exit code (see the description above)."""
     try:
@@ -699,7 +711,8 @@ def main(argv: list[str]) -> int:
         return 2
     progress = _progress_enabled(args)
     level = args.log_level or ("warning" if progress else "info")
-    configure_logging(level.upper(), json_lines=None if args.log_format is None else args.log_format == "json")
+    handler = configure_logging(level.upper(), json_lines=None if args.log_format is None else args.log_format == "json")
+    json_logs = isinstance(handler.formatter, JSONFormatter)
     debug = level == "debug"
     if not debug:
         # stdout already says where the embedded server listens
@@ -711,12 +724,10 @@ def main(argv: list[str]) -> int:
         return 130
     except Exception as exc:
         cause = first_cause(exc)
-        if debug:
-            traceback.print_exception(exc, file=sys.stderr)
         hint = ""
         if not debug and not isinstance(cause, (_UsageError, _StartupError, EngineError, OSError)):
             hint = " (--log-level debug shows the traceback)"
-        print(f"error: {describe(cause)}{hint}", file=sys.stderr, flush=True)
+        _fatal(f"{describe(cause)}{hint}", exc if debug else None, json_logs=json_logs)
         return 2 if isinstance(cause, _UsageError) else 1
     finally:
         if end_tracing is not None:

@@ -6,6 +6,7 @@ start in one line."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import sys
@@ -97,10 +98,11 @@ async def test_the_generated_role_is_enough_and_a_bare_service_account_is_refuse
                                     "--plugin", "bundles", "--skip-crd-install", "--progress", "never",
                                     "--log-format", "json", "--log-level", "error")
         assert (code, out) == (1, "")
-        assert err.splitlines() == [
-            'error: User "system:serviceaccount:engine-system:nobody" lacks 2 permissions the plugins need: '
+        assert [(r["level"], r["logger"], r["msg"]) for r in map(json.loads, err.splitlines())] == [(
+            "error", "engine.cli",
+            'User "system:serviceaccount:engine-system:nobody" lacks 2 permissions the plugins need: '
             'get customresourcedefinitions.apiextensions.k8s.io "bundles.bundles.engine.dev" cluster-wide; '
             'get customresourcedefinitions.apiextensions.k8s.io "sources.bundles.engine.dev" cluster-wide '
             "(python -m engine manifests --plugin bundles generates the Role they need)"
-        ]
+        )]
         assert bare not in err and token not in err

@@ -4,6 +4,7 @@ cluster before every check passed."""
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -35,10 +36,23 @@ async def _arun(*args: str) -> subprocess.CompletedProcess[bytes]:
 
 
 def _one_error(stderr: str) -> str:
+    """The one line a failed start wrote on stderr, as ``error: ...``: a usage error before the
+    logs are set up is that line; after, off a terminal, it is a JSON record like every log."""
     lines = stderr.splitlines()
     assert len(lines) == 1, stderr
+    if lines[0].startswith("{"):
+        return _fatal(stderr)
     assert lines[0].startswith("error: "), stderr
     return lines[0]
+
+
+def _fatal(stderr: str) -> str:
+    """Off a terminal every stderr line is a JSON record, the last one why the run ended
+    (returned as ``error: <msg>``); no human line among them."""
+    records = [json.loads(line) for line in stderr.splitlines()]
+    last = records[-1]
+    assert (last["level"], last["logger"]) == ("error", "engine.cli"), stderr
+    return f"error: {last['msg']}"
 
 
 def _kubeconfig(tmp_path: Path, *, server: str = "http://127.0.0.1:1", user: dict[str, object] | None = None,
@@ -116,8 +130,11 @@ def test_debug_log_level_adds_the_traceback(tmp_path: Path) -> None:
     path = _kubeconfig(tmp_path, server="https://127.0.0.1:1", ca_data="Z2FyYmFnZQ==")
     out = _run("--kubeconfig", str(path), "--plugin", "bundles", "--log-level", "debug")
     assert out.returncode == 1
-    assert "Traceback" in out.stderr
-    assert out.stderr.splitlines()[-1].startswith(f"error: {path}: clusters[name=c].cluster.certificate-authority-data")
+    assert _fatal(out.stderr).startswith(f"error: {path}: clusters[name=c].cluster.certificate-authority-data")
+    assert "Traceback" in json.loads(out.stderr.splitlines()[-1])["stacktrace"]
+    text = _run("--kubeconfig", str(path), "--plugin", "bundles", "--log-level", "debug", "--log-format", "text")
+    assert "Traceback" in text.stderr
+    assert text.stderr.splitlines()[-1].startswith(f"error: {path}: clusters[name=c].cluster.certificate-authority-data")
 
 
 async def _bundle_crd_exists(client: Client) -> bool:
@@ -222,8 +239,8 @@ async def test_a_plugin_that_fails_to_set_up_stops_the_run_by_default(tmp_path: 
         out = await _arun("--kubeconfig", str(kubeconfig), "--plugin", "tests.programs.plugins_for_tests:broken_setup",
                           "--plugin", "bundles", "--no-cluster-events")
         assert out.returncode == 1
-        lines = [line for line in out.stderr.decode().splitlines() if not line.startswith("{")]
-        assert lines == ["error: plugin 'broken' failed to set up: RuntimeError: cannot reach the widget service"]
+        assert _fatal(out.stderr.decode()) == (
+            "error: plugin 'broken' failed to set up: RuntimeError: cannot reach the widget service")
         assert b"Traceback" not in out.stderr
 
 
@@ -244,8 +261,7 @@ async def test_a_replica_of_a_ring_whose_members_run_other_plugins_refuses_to_st
         out = await _arun("--kubeconfig", str(kubeconfig), "--plugin", "tests.programs.plugins_for_tests:good",
                           "--scale-out", "--leader-election-id", "ring-x", "--no-cluster-events")
         assert out.returncode == 1
-        lines = [line for line in out.stderr.decode().splitlines() if not line.startswith("{")]
-        assert lines == ["error: ring 'ring-x' has members running plugins 'bundles', not 'good'"]
+        assert _fatal(out.stderr.decode()) == "error: ring 'ring-x' has members running plugins 'bundles', not 'good'"
         leases = await client.list(LEASE_RESOURCE, namespace="default", label_selector={RING_LABEL: "ring-x"})
         assert [item["metadata"]["name"] for item in leases.items] == ["ring-x-member"]
 

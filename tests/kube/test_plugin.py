@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import importlib.metadata
+import json
 import os
 import subprocess
 import sys
@@ -140,7 +141,8 @@ def test_runner_reports_a_bad_plugin_and_exits_when_strict(tmp_path: Path) -> No
     out = _run("--embedded", "--write-kubeconfig", str(tmp_path / "kc"), "--plugin", "nope", "--plugin", "bundles",
                "--strict-plugins")
     assert out.returncode == 1
-    assert "error: plugin 'nope' not found" in out.stderr
+    (last,) = [json.loads(line) for line in out.stderr.splitlines() if "not found" in line]
+    assert (last["level"], last["msg"][:27]) == ("error", "plugin 'nope' not found (no")
 
 
 def test_runner_needs_a_plugin() -> None:
@@ -154,7 +156,8 @@ def test_runner_names_the_bad_kubeconfig_field(tmp_path: Path) -> None:
     bad.write_text("apiVersion: v1\nkind: Config\nclusters: []\ncontexts: []\nusers: []\n")
     out = _run("--kubeconfig", str(bad), "--plugin", "bundles")
     assert out.returncode == 1
-    assert str(bad) in out.stderr and "error:" in out.stderr
+    (last,) = [json.loads(line) for line in out.stderr.splitlines()]
+    assert last["level"] == "error" and last["msg"].startswith(f"{bad}: ")
 
 
 def test_missing_module_of_a_module_attr_spec() -> None:
