@@ -117,7 +117,7 @@ from ._harness import (
     webhook_configuration_name,
 )
 from ._schedule import RING_FAULTS, FaultKind, ScheduledFault, plan_faults
-from ._simulation import ClusterState, Simulation, Step
+from ._simulation._spec import ClusterState, Simulation, Step
 from ._target import KubeTarget, open_embedded_target
 from ._trace import Trace, TraceEntry
 from ._webhook_service import WebhookCall, WebhookService

@@ -1,0 +1,1 @@
+"""The simulator: what a plugin author gives it, and where it is found."""
