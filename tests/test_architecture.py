@@ -32,6 +32,7 @@ PACKAGES = (
     "engine.kube._hosting",
     "engine.apiserver",
     "engine.testing",
+    "engine.testing._simulation",
     "engine.cli",
 )
 """Every package, bottom first: the order of the map."""

@@ -293,6 +293,75 @@ def test_the_kube_part_check_sees_an_upward_and_a_sideways_import(tmp_path: Path
     ]
 
 
+SIMULATION = ENGINE / "testing" / "_simulation"
+SIMULATION_ROOMS = {
+    "the oracle": {"_spec": 0, "_finder": 1, "_verdict": 1, "_replica": 1, "_notifications": 2, "_checks": 3,
+                   "_audit": 4, "_observer": 4, "_oracle": 5},
+    "the fleet and the fault driver": {"_fleet": 6, "_faults": 7, "_settling": 7},
+    "the seed runner": {"_result": 8, "_seed": 9, "_sweep": 10},
+}
+"""The modules of the simulator (``engine.testing._simulation``) by room and rank: each imports
+only modules of lower rank (those of one rank share it, so neither imports the other); the rooms'
+ranks follow one another, so the runner imports the fleet and the oracle, and the oracle neither."""
+SIMULATION_PARTS = {module: rank for room in SIMULATION_ROOMS.values() for module, rank in room.items()}
+
+
+def _simulation_offences(path: Path) -> list[str]:
+    own = path.stem
+    package = ".".join(path.relative_to(ENGINE.parent).parts[:-1])
+    offending = []
+    for line, module in _imported_modules(path.read_text(), package):
+        parts = module.split(".")
+        if parts[:3] != ["engine", "testing", "_simulation"]:
+            continue
+        part = parts[3] if len(parts) > 3 else None
+        if part == own:
+            continue
+        if part not in SIMULATION_PARTS or SIMULATION_PARTS[part] >= SIMULATION_PARTS[own]:
+            offending.append(f"{path.relative_to(ENGINE.parent)}:{line} ({own}) imports {module}")
+    return offending
+
+
+def test_every_simulation_module_has_a_rank_and_the_rooms_follow_one_another() -> None:
+    modules = sorted(p.stem for p in SIMULATION.glob("*.py") if p.name != "__init__.py")
+    assert modules == sorted(SIMULATION_PARTS)
+    assert not [p for p in SIMULATION.iterdir() if p.is_dir() and p.name != "__pycache__"]
+    bands = [(min(room.values()), max(room.values())) for room in SIMULATION_ROOMS.values()]
+    assert all(low_next > high for (_, high), (low_next, _) in zip(bands, bands[1:]))
+
+
+@pytest.mark.parametrize("module", sorted(SIMULATION_PARTS))
+def test_each_simulation_module_imports_only_the_ranks_below_it(module: str) -> None:
+    assert _simulation_offences(SIMULATION / f"{module}.py") == []
+
+
+def test_the_simulation_rank_check_sees_an_upward_and_a_sideways_import() -> None:
+    oracle = SIMULATION / "_planted_oracle.py"
+    faults = SIMULATION / "_planted_faults.py"
+    SIMULATION_PARTS.update({"_planted_oracle": 3, "_planted_faults": 7})
+    cases = {
+        oracle: "from ._fleet import Fleet\nfrom engine.testing._simulation import _seed\nfrom ._replica import Replica\n",
+        faults: "from ._settling import Settler\nfrom ._fleet import Fleet\n",
+    }
+    found = {}
+    try:
+        for path, source in cases.items():
+            path.write_text(source)
+            try:
+                found[path] = _simulation_offences(path)
+            finally:
+                path.unlink()
+    finally:
+        del SIMULATION_PARTS["_planted_oracle"], SIMULATION_PARTS["_planted_faults"]
+    assert [o.split(" imports ")[1] for o in found[oracle]] == [
+        "engine.testing._simulation._fleet", "engine.testing._simulation._fleet.Fleet",
+        "engine.testing._simulation", "engine.testing._simulation._seed",
+    ]
+    assert [o.split(" imports ")[1] for o in found[faults]] == [
+        "engine.testing._simulation._settling", "engine.testing._simulation._settling.Settler",
+    ]
+
+
 def _private_module_imports(path: Path) -> list[str]:
     """Imports in ``path`` of a private module of another package than its own: the core's
     private modules (``engine._text``) are shared by every package below ``engine``, and the
@@ -314,10 +383,11 @@ def test_no_package_imports_another_packages_private_modules() -> None:
 
 def test_the_private_module_check_sees_one(tmp_path: Path) -> None:
     planted = ENGINE / "cli" / "_planted.py"
-    planted.write_text("from ..testing._simulate import DEFAULT_BOUND\nfrom ..testing import simulate\nfrom .._text import summarize\n")
+    planted.write_text("from ..testing._simulation._result import DEFAULT_BOUND\nfrom ..testing import simulate\n"
+                       "from .._text import summarize\n")
     try:
         found = _private_module_imports(planted)
     finally:
         planted.unlink()
-    assert found == ["engine/cli/_planted.py:1 imports engine.testing._simulate",
-                     "engine/cli/_planted.py:1 imports engine.testing._simulate.DEFAULT_BOUND"]
+    assert found == ["engine/cli/_planted.py:1 imports engine.testing._simulation._result",
+                     "engine/cli/_planted.py:1 imports engine.testing._simulation._result.DEFAULT_BOUND"]

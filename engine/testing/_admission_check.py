@@ -42,7 +42,7 @@ import attrs
 import trio
 
 from ..apiserver import Change, ObjectStorage, RequestInfo, ServedRequest
-from ._simulation import AdmissionOracle, Inadmissible
+from ._simulation._spec import AdmissionOracle, Inadmissible
 from ._webhook_service import WebhookCall
 
 __all__ = ["AdmissionCheck", "SETTLE"]

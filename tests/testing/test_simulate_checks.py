@@ -126,7 +126,7 @@ def test_a_relist_that_drops_a_vanished_object_silently_is_a_lost_notification()
 
 
 def test_a_change_still_owed_a_trigger_when_everything_converged_is_waited_for(monkeypatch: pytest.MonkeyPatch) -> None:
-    from engine.testing._simulate import _Simulator
+    from engine.testing._simulation._settling import Settler
 
     result = caught_at("relist-drops-vanished-silently", 22)
     assert result.violation == (
@@ -134,10 +134,10 @@ def test_a_change_still_owed_a_trigger_when_everything_converged_is_waited_for(m
         "predicates of its watch handler but led to no trigger of Source.bundles.engine.dev/sim/s3 from that handler "
         "within 60s (a lost notification)")
 
-    async def converged_is_enough(self: _Simulator) -> None:
+    async def converged_is_enough(self: Settler) -> None:
         return None
 
-    monkeypatch.setattr(_Simulator, "_owed_paid", converged_is_enough)
+    monkeypatch.setattr(Settler, "_owed_paid", converged_is_enough)
     assert caught_at("relist-drops-vanished-silently", 22).ok, "the seed converges before the change's bound"
 
 
@@ -206,9 +206,9 @@ def test_a_ring_that_gains_ranges_others_still_hold_is_caught_owning_them_on_two
 
 
 def test_the_run_overlap_check_covers_ring_replicas(monkeypatch: pytest.MonkeyPatch) -> None:
-    from engine.testing._simulate import _Simulator
+    from engine.testing._simulation._checks import Checks
 
-    monkeypatch.setattr(_Simulator, "check_exclusive", lambda self, rep: None)
+    monkeypatch.setattr(Checks, "check_exclusive", lambda self, rep: None)
     result = caught_at("ring-gains-over-others-claims", 1)
     assert result.violation == OVERLAP_1
 
@@ -216,9 +216,9 @@ def test_the_run_overlap_check_covers_ring_replicas(monkeypatch: pytest.MonkeyPa
 def test_a_gate_whose_release_returns_before_its_runs_ended_is_caught_writing_after_the_release(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from engine.testing._simulate import _Simulator
+    from engine.testing._simulation._checks import Checks
 
-    monkeypatch.setattr(_Simulator, "check_overlap", False)  # the outside view alone catches it
+    monkeypatch.setattr(Checks, "check_overlap", False)  # the outside view alone catches it
     result = caught_at("gate-release-returns-at-once", 3)
     assert result.violation == WRITE_3
 
@@ -231,17 +231,17 @@ def test_a_ring_that_honours_a_crashed_members_lease_too_long_leaves_its_ranges_
 def test_a_range_lost_late_and_never_taken_over_is_caught_after_everything_converged(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from engine.testing._simulate import _Simulator
+    from engine.testing._simulation._settling import Settler
 
     result = caught_at("ring-never-takes-over-dead-leases", 3)
     assert result.violation == ("49.1% of the key space that replica-2.1 owned when it crashed at 15.209s was owned "
                                 "by no live replica 11.984s later (bound 11s)")
     assert any(e.what == "settle" and e.text == "converged" for e in result.trace)
 
-    async def converged_is_enough(self: _Simulator) -> None:
+    async def converged_is_enough(self: Settler) -> None:
         pass
 
-    monkeypatch.setattr(_Simulator, "_owned_again", converged_is_enough)
+    monkeypatch.setattr(Settler, "_owned_again", converged_is_enough)
     assert caught_at("ring-never-takes-over-dead-leases", 3).ok
 
 
@@ -264,9 +264,9 @@ def test_a_cycle_check_that_follows_direct_dependencies_only_is_caught_letting_a
 
 
 def test_without_the_admission_check_neither_admission_bug_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
-    from engine.testing._simulate import _Simulator
+    from engine.testing._simulation._audit import RequestAudit
 
-    monkeypatch.setattr(_Simulator, "_admitted", lambda self, change: None)
+    monkeypatch.setattr(RequestAudit, "admitted", lambda self, change: None)
     assert caught_at("validating-webhooks-skipped-on-update", 0).ok
     assert caught_at("cycle-check-sees-direct-dependencies-only", 7).ok
 
@@ -287,13 +287,13 @@ def test_a_403_is_taken_for_a_webhook_denial_only_when_the_answer_says_so() -> N
     """A replica refused by RBAC while a webhook happened to deny the same object is still a
     missing permission: the answered Status, not the timing alone, tells the two apart."""
     from engine.apiserver._api import ServedRequest
-    from engine.testing._simulate import _Simulator
+    from engine.testing._simulation._seed import _Simulator
     from engine.testing._webhook_service import WebhookCall
 
-    simulator = _Simulator(simulation_for("bundles"), 0, frozenset(), 1.0, 1.0)
+    audit = _Simulator(simulation_for("bundles"), 0, frozenset(), 1.0, 1.0).oracle.audit
     review = {"kind": {"group": "bundles.engine.dev", "version": "v1alpha1", "kind": "Bundle"},
               "name": "b1", "namespace": "sim"}
-    simulator.webhook_calls.append(WebhookCall("/validate/bundles", review, "replica-1.1", 5.0, 5.1,
+    audit.webhook_calls.append(WebhookCall("/validate/bundles", review, "replica-1.1", 5.0, 5.1,
                                                {"allowed": False, "status": {"code": 403}}))
 
     def refused(message: str) -> ServedRequest:
@@ -303,9 +303,9 @@ def test_a_403_is_taken_for_a_webhook_denial_only_when_the_answer_says_so() -> N
                              "replica-1.1", "bundles.engine.dev", "Bundle", "sim", "b1", None, 403, b"{}",
                              received_at=4.9, reply=reply)
 
-    assert simulator._denied_by_webhook(refused(
+    assert audit._denied_by_webhook(refused(
         'admission webhook "validate.bundles.engine.dev" denied the request: dependency cycle: b1 -> b1'))
-    assert not simulator._denied_by_webhook(refused(
+    assert not audit._denied_by_webhook(refused(
         'bundles.bundles.engine.dev "b1" is forbidden: User "system:serviceaccount:sim:bundles" cannot patch '
         'resource "bundles" in API group "bundles.engine.dev" in the namespace "sim"'))
 
@@ -316,7 +316,7 @@ def test_a_task_error_reaching_the_run_with_a_violations_cancellation_is_reporte
     """A violation cancels the run while a task's error still propagates: the two reach the
     simulation as one group with the cancellations (bundles seed 2 under ``sink-delivered-inline``
     showed it, until the watcher's history check moved that seed's schedule)."""
-    from engine.testing._simulate import _Simulator
+    from engine.testing._simulation._seed import _Simulator
 
     async def run(self: _Simulator) -> None:
         async def fails() -> None:
@@ -324,7 +324,7 @@ def test_a_task_error_reaching_the_run_with_a_violations_cancellation_is_reporte
 
         async with trio.open_nursery() as nursery:
             nursery.start_soon(fails)
-            self.fail("planted violation")
+            self.oracle.verdict.fail("planted violation")
             await trio.sleep_forever()
 
     monkeypatch.setattr(_Simulator, "_run", run)
@@ -333,7 +333,7 @@ def test_a_task_error_reaching_the_run_with_a_violations_cancellation_is_reporte
 
 
 def test_what_ends_a_simulation_run_is_reported_by_its_errors_never_raised_with_its_cancellations() -> None:
-    from engine.testing._simulate import _errors_of
+    from engine.testing._simulation._seed import _errors_of
 
     error = ValueError("boom")
     assert _errors_of(error) is error
@@ -357,20 +357,22 @@ async def test_after_a_rewind_writes_stay_held_until_each_replica_listed_again_o
     from types import SimpleNamespace
 
     from engine.apiserver._faults import Faults, RequestInfo
-    from engine.testing._simulate import REPLICA, _Simulator
+    from engine.testing._simulation._replica import REPLICA
+    from engine.testing._simulation._seed import _Simulator
 
     simulator = _Simulator(simulation_for("mirror"), 0, frozenset(), 1.0, 1.0)
+    driver, oracle = simulator.faults, simulator.oracle
     faults = Faults()
-    simulator._target = SimpleNamespace(faults=faults)  # type: ignore[assignment]
+    driver.target = SimpleNamespace(faults=faults)  # type: ignore[assignment]
     listing, stopping, synced, gone = (
         SimpleNamespace(identity=f"replica-{n}.1", alive=alive, done=trio.Event())
         for n, alive in ((1, True), (2, False), (3, True), (4, False))
     )
     gone.done.set()
-    simulator.current = {0: listing, 1: stopping, 2: synced}  # type: ignore[dict-item]
-    simulator.resyncing = {(listing.identity, "/api/v1/configmaps", "", "")}
-    simulator.rewinds_pending = 1
-    simulator.writable = trio.Event()
+    oracle.roster.current = {0: listing, 1: stopping, 2: synced}  # type: ignore[dict-item]
+    oracle.notifications.resyncing = {(listing.identity, "/api/v1/configmaps", "", "")}
+    oracle.checks.rewinds_pending = 1
+    driver.writable = trio.Event()
 
     def held(who: SimpleNamespace) -> bool:
         write = RequestInfo("patch", "configmaps", "", f"{who.identity}/test")
@@ -379,13 +381,13 @@ async def test_after_a_rewind_writes_stay_held_until_each_replica_listed_again_o
     writes = faults.fail(503, count=None, client=REPLICA, verbs={"patch"})
     down = faults.fail(503, count=None)
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(simulator._rewound, down, writes, [listing, stopping, synced, gone], 3.0)
+        nursery.start_soon(driver._rewound, down, writes, [listing, stopping, synced, gone], 3.0)
         await trio.sleep(3.5)
-        assert held(synced) and not simulator.writable.is_set()
-        simulator.resyncing.clear()
+        assert held(synced) and not driver.writable.is_set()
+        oracle.notifications.resyncing.clear()
         await trio.sleep(1.0)
-        assert held(synced) and held(stopping) and not simulator.writable.is_set()
+        assert held(synced) and held(stopping) and not driver.writable.is_set()
         stopping.done.set()
         await trio.sleep(1.0)
-        assert not faults.active and simulator.writable.is_set()
-    assert simulator.trace.entries[-1].text == "writes accepted again"
+        assert not faults.active and driver.writable.is_set()
+    assert oracle.verdict.trace.entries[-1].text == "writes accepted again"

@@ -9,7 +9,8 @@ import logging
 import sys
 import time
 
-from engine.testing import _simulate, simulate, simulation_for
+from engine.testing import simulate, simulation_for
+from engine.testing._simulation import _seed
 
 
 def main(argv: list[str]) -> int:
@@ -18,13 +19,13 @@ def main(argv: list[str]) -> int:
     logging.disable(logging.CRITICAL)
     simulation = simulation_for(plugin)
     for direct in (False, True, False, True):
-        _simulate.DIRECT_TRANSPORT = direct
+        _seed.DIRECT_TRANSPORT = direct
         started = time.perf_counter()
         failed = [seed for seed in range(seeds) if not simulate(simulation, seed).ok]
         took = time.perf_counter() - started
         print(f"{plugin} {'direct' if direct else 'http  '} {seeds} seeds {took:.1f}s {seeds / took:.2f} seeds/s"
               + (f" violations at {failed}" if failed else ""), flush=True)
-    _simulate.DIRECT_TRANSPORT = True
+    _seed.DIRECT_TRANSPORT = True
     return 0
 
 
