@@ -25,6 +25,7 @@ import httpx
 import trio
 
 from ..._keyspace import KeyRanges
+from ..._writes import own_write
 from . import _json
 from ._auth import BearerTokenAuth, TokenFileAuth
 from ._config import Config, wraps_sockets_as_standard
@@ -42,6 +43,7 @@ from ._resource import Resource, parse_resource_list, split_api_version
 from ._retry import RetryPolicy, call_with_retries, parse_retry_after
 from ._transport import Transport
 from ._watch import WatchEvent, WatchEventType, WatchStream
+from ._wire import resource_version_of
 
 __all__ = [
     "Client",
@@ -573,16 +575,32 @@ class Client:
         safe: bool,
         retry: RetryPolicy | None = None,
     ) -> dict[str, Any]:
-        response = await self._send(
-            method, path, params=params, body=body, content_type=content_type, safe=safe, retry=retry
-        )
-        return _decode_object(response, f"{method} {path}")
+        """Send a request and decode the object answered. A write (not ``safe``) in a run is
+        noted with the ``resourceVersion`` it returned (:func:`engine._writes.own_write`), so
+        the watch echo of the run's own write is not news to its controller."""
+        note = None if safe else own_write()
+        if note is None:
+            response = await self._send(
+                method, path, params=params, body=body, content_type=content_type, safe=safe, retry=retry
+            )
+            return _decode_object(response, f"{method} {path}")
+        with note:
+            response = await self._send(
+                method, path, params=params, body=body, content_type=content_type, safe=safe, retry=retry
+            )
+            obj = _decode_object(response, f"{method} {path}")
+            note.revision = resource_version_of(obj)
+            return obj
 
     async def _request_unread(
         self, method: str, path: str, *, params: Mapping[str, Any] | None, body: Any, content_type: str
     ) -> None:
         """As :meth:`_request_json` for a write whose answer the caller does not use: the
-        answer is read (so the connection is reused) but decoded only when it is an error."""
+        answer is read (so the connection is reused) but decoded only when it is an error,
+        or in a run, where its ``resourceVersion`` is noted (see :meth:`_request_json`)."""
+        if own_write() is not None:
+            await self._request_json(method, path, params=params, body=body, content_type=content_type, safe=False)
+            return
         await self._send(method, path, params=params, body=body, content_type=content_type, safe=False, load=False)
 
     def _namespace_for(

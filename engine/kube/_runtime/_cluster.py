@@ -325,7 +325,9 @@ class Cluster:
         owner_api_version: str,
         owner_namespaced: bool = True,
     ) -> None:
-        """Trigger the owner (through ``ownerReferences``) of each changed child object.
+        """Trigger the owner (through ``ownerReferences``) of each changed child object, with
+        the child's ``resourceVersion`` as the trigger's revision (so the echo of the owner's
+        own write of the child is not news).
 
         A namespaced owner is in its child's namespace; pass ``owner_namespaced=False`` for a
         cluster-scoped owner type.
@@ -336,7 +338,9 @@ class Cluster:
             lambda obj: _owners(obj, owner_kind, owner_group, owner_namespaced),
             reason=f"owned {informer.resource.kind} changed",
         )
-        informer.add_handler(lambda event: mapped.handle_many(_views(event)))
+        informer.add_handler(
+            lambda event: mapped.handle_many(_views(event), revision=event.obj.get("metadata", {}).get("resourceVersion"))
+        )
 
     def watches_mapped(
         self,
