@@ -205,6 +205,7 @@ class Controller:
         reason: str = "",
         revision: str | None = None,
         sequence: int | None = None,
+        news: bool = False,
     ) -> Trigger | None:
         """Enqueue ``ref`` and, per the supersede policy, supersede its run in progress.
 
@@ -219,6 +220,8 @@ class Controller:
         dropped and ``None`` is returned. While a run of ``ref`` has a write in flight, a
         trigger with a revision is held (``None`` is returned) until the write's answer, then
         dropped if it was the echo and applied at once otherwise (see :mod:`engine._writes`).
+        ``news=True`` says the change cannot be a run's own write alone (a source that sees more
+        than one write in it): it is never taken for an echo.
         """
         if sequence is None:
             self._sequence += 1
@@ -227,7 +230,7 @@ class Controller:
             seq = sequence
         # tuple.__new__ is what Trigger(...) calls, without the named tuple's Python-level frame.
         trig = _new_tuple(Trigger, (ref, seq, reason, revision, self._now()))
-        if revision is not None and self._own_writes and not self._own_writes.screen(trig):
+        if revision is not None and not news and self._own_writes and not self._own_writes.screen(trig):
             return None
         # The newest trigger of a key waits for its run as the note of the key in the queue.
         kept = self.queue.add_noted(ref, trig)

@@ -215,3 +215,26 @@ async def test_anothers_change_while_a_write_is_in_flight_supersedes_once_the_an
             gates.pop("w0")
             await _settle(h)
             assert h.outcomes(name="w0") == [OutcomeKind.SUPERSEDED, OutcomeKind.SUCCEEDED], (h.outcomes(name="w0"), h.triggers)
+
+
+async def test_a_change_answered_by_a_write_that_changed_nothing_is_still_news(kube_target: KubeTarget) -> None:
+    """The run's status write changes nothing (the status is already so) and is handled just
+    after someone else changed the widget's spec: its answer carries the resourceVersion of that
+    change. The change is news all the same: the widget ends up observed at its new generation."""
+    gates: dict[str, trio.Event] = {}
+    manager = Manager(handle_signals=False, grace_period=5.0)
+    async with await _open(kube_target, None, gates) as client:
+        await _setup(client, manager, kube_target.namespace, gates)
+        async with open_plugin_test(manager, kube_target) as h:
+            await h.apply(widget("w0", 1))
+            await _settle(h)
+            h.faults.add_latency(0.4, verbs={"patch"}, resource="widgets", client="widgets", count=1)
+            await h.patch("ConfigMap", "w0-config", {"data": {"size": "tampered"}})
+            await trio.sleep(0.1)
+            changed = await h.patch("Widget", "w0", {"spec": {"size": 2}})
+            await _settle(h)
+            # The second run's status write was in ctx.shield and its last step: it ends as a success.
+            assert h.outcomes(name="w0") == [OutcomeKind.SUCCEEDED] * 3, [(r.kind.value, r.trigger.reason, r.trigger.revision, r.started_at, r.finished_at) for r in h.runs]
+            assert h.runs_for(name="w0")[2].trigger.revision == changed["metadata"]["resourceVersion"]
+            status = (await h.get("Widget", "w0") or {})["status"]
+            assert status == {"observedGeneration": changed["metadata"]["generation"], "size": 2}
