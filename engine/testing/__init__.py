@@ -28,6 +28,7 @@ from ._schedule import FaultKind as FaultKind
 from ._schedule import parse_fault_kinds as parse_fault_kinds
 from ._simulate import DEFAULT_BOUND as DEFAULT_BOUND
 from ._simulate import DEFAULT_DURATION as DEFAULT_DURATION
+from ._simulate import DEFAULT_SEED_TIMEOUT as DEFAULT_SEED_TIMEOUT
 from ._simulate import SimulationResult as SimulationResult
 from ._simulate import simulate as simulate
 from ._simulate import simulate_seeds as simulate_seeds
@@ -46,6 +47,7 @@ from ._trace import TraceEntry as TraceEntry
 __all__ = [
     "DEFAULT_BOUND",
     "DEFAULT_DURATION",
+    "DEFAULT_SEED_TIMEOUT",
     "AdmissionOracle",
     "ClusterState",
     "EnvTest",

@@ -122,12 +122,14 @@ from ._target import KubeTarget, open_embedded_target
 from ._trace import Trace, TraceEntry
 from ._webhook_service import WebhookCall, WebhookService
 
-__all__ = ["simulate", "simulate_seeds", "SimulationResult", "DEFAULT_DURATION", "DEFAULT_BOUND"]
+__all__ = ["simulate", "simulate_seeds", "SimulationResult", "DEFAULT_DURATION", "DEFAULT_BOUND", "DEFAULT_SEED_TIMEOUT"]
 
 DEFAULT_DURATION = 60.0
 """Seconds of virtual time with workload and faults."""
 DEFAULT_BOUND = 300.0
 """Seconds of virtual time within which everything must converge once the faults stopped."""
+DEFAULT_SEED_TIMEOUT = 300.0
+"""Seconds of wall time one seed may take before it is reported as hung."""
 GRACE_PERIOD = 5.0
 EPOCH = 1_700_000_000.0
 REPLICA = "replica-"
@@ -1761,6 +1763,33 @@ def _admission_refused(exc: KubeError) -> bool:
     return 'admission webhook "' in text or 'failed calling webhook "' in text
 
 
+class _SeedTimeout(trio.abc.Instrument):
+    """Reports a seed past its wall-clock limit as a violation (the simulation then ends as on
+    any violation). A seed hangs when the engine keeps busy at one virtual instant (a
+    controller that triggers itself without end): the mock clock jumps only when every task
+    waits, so virtual time, and the simulation's deadlines with it, would never come. Checked
+    once per scheduler pass, before trio polls for I/O."""
+
+    def __init__(self, runner: _Simulator, seconds: float) -> None:
+        self._runner = runner
+        self._seconds = seconds
+        self._deadline = time.perf_counter() + seconds
+        self._fired = False
+
+    def before_io_wait(self, timeout: float) -> None:
+        if self._fired or time.perf_counter() < self._deadline:
+            return
+        self._fired = True
+        trio.lowlevel.current_trio_token().run_sync_soon(self._report)
+
+    def _report(self) -> None:
+        self._runner.fail(
+            f"the seed hung: it did not end within {self._seconds:g}s of wall time (virtual time stuck at "
+            f"{trio.current_time() - self._runner.trace.origin:.3f}s: something keeps the engine busy at one "
+            "virtual instant, such as a controller that triggers itself without end)"
+        )
+
+
 def simulate(
     simulation: Simulation,
     seed: int,
@@ -1773,6 +1802,7 @@ def simulate(
     rbac: bool = True,
     scale_out: bool = False,
     webhooks: bool = True,
+    seed_timeout: float | None = DEFAULT_SEED_TIMEOUT,
 ) -> SimulationResult:
     """Simulate ``simulation`` for one ``seed``; return how it went (never raises for a
     violation: see :attr:`SimulationResult.violation`).
@@ -1791,8 +1821,11 @@ def simulate(
     replica owned the key's range, and every range a crashed or cut-off replica owned must be
     owned again within :data:`OWNED_AGAIN_BOUND`. With ``webhooks`` (the default) the plugin's
     webhooks are registered, served by the live replicas, and the simulation's admission
-    oracles are checked. Runs its own ``trio.run`` under ``MockClock``: call it from synchronous code,
-    not from inside trio. The same arguments give the same trace, entry for entry.
+    oracles are checked. A seed still running after ``seed_timeout`` seconds of wall time
+    (``None``: no limit) ends as a violation that says it hung, with its replay command.
+    Runs its own ``trio.run`` under ``MockClock``: call it from synchronous code,
+    not from inside trio. The same arguments give the same trace, entry for entry (up to a
+    seed that hung, which ends where the wall clock stopped it).
     """
     if duration <= 0 or bound <= 0:
         raise ValueError("duration and bound must be > 0")
@@ -1800,8 +1833,11 @@ def simulate(
     runner = _Simulator(simulation, seed, kinds, duration, bound, rbac, scale_out=scale_out, webhooks=webhooks)
     clock = trio.testing.MockClock(autojump_threshold=0)
     wall = time.perf_counter()
+    if seed_timeout is not None and not seed_timeout > 0:
+        raise ValueError("seed_timeout must be > 0 or None")
+    instruments = [] if seed_timeout is None else [_SeedTimeout(runner, seed_timeout)]
     with deterministic_scheduling(seed):
-        trio.run(runner.main, clock=clock)
+        trio.run(runner.main, clock=clock, instruments=instruments)
     named = plugin if plugin is not None or simulation_ref is not None else simulation.plugin.name
     replay = _replay_command(named, simulation_ref, seed, kinds, duration, bound, rbac, scale_out, webhooks)
     return runner.result(replay, time.perf_counter() - wall, clock.current_time())
