@@ -402,7 +402,8 @@ class Controller:
         deps = self._deps
         observers = self._observers
         read_clock = self._now
-        own_writes = self._own_writes
+        # Writes are noted for the run this worker runs now (none while it waits for a key).
+        writer = self._own_writes.writer()
         # num_requeues and forget are called only while some key is failing.
         failing = queue.failing_keys
         key: ObjectRef | None = None
@@ -412,7 +413,7 @@ class Controller:
             try:
                 with scope:
                     while True:
-                        key = None
+                        key = writer.key = None
                         key = await queue.get()
                         if self._stopping:
                             queue.done(key)
@@ -439,7 +440,7 @@ class Controller:
                                 observer.on_run_started(self, run)
                         if timeout is not None:
                             scope.deadline = run.started_at + timeout
-                        own_writes.enter(key)
+                        writer.key = key
                         try:
                             result = await self._reconcile(RunContext(run, recorder))
                         except Exception as exc:

@@ -30,7 +30,7 @@ import trio
 
 from ._refs import ObjectRef, Trigger
 
-__all__ = ["OwnWrites", "OwnWrite", "ECHO_HORIZON", "ECHO_WAIT", "own_write"]
+__all__ = ["OwnWrites", "OwnWrite", "Writer", "ECHO_HORIZON", "ECHO_WAIT", "own_write"]
 
 ECHO_HORIZON = 60.0
 """Seconds (trio time) a written revision is remembered, waiting for its echo."""
@@ -38,7 +38,7 @@ ECHO_HORIZON = 60.0
 ECHO_WAIT = 0.5
 """Seconds (trio time) a trigger is held at most while a write of its key is in flight."""
 
-_WRITER: contextvars.ContextVar[tuple[OwnWrites, ObjectRef] | None] = contextvars.ContextVar(
+_WRITER: contextvars.ContextVar[Writer | None] = contextvars.ContextVar(
     "engine_own_writes", default=None
 )
 
@@ -74,9 +74,12 @@ class OwnWrites:
         """Revisions remembered now."""
         return len(self._written)
 
-    def enter(self, key: ObjectRef) -> None:
-        """Make the current task (and the tasks it starts) write on behalf of ``key``'s run."""
-        _WRITER.set((self, key))
+    def writer(self) -> Writer:
+        """A writer for the current task (and the tasks it starts from now on): writes made
+        while its :attr:`~Writer.key` is set are noted for that key's run. Synchronous."""
+        writer = Writer(self)
+        _WRITER.set(writer)
+        return writer
 
     def screen(self, trigger: Trigger) -> bool:
         """Whether ``trigger`` (which carries a revision) goes on: ``False`` when it is the echo
@@ -153,6 +156,17 @@ class OwnWrites:
                     self._settle(key)
 
 
+class Writer:
+    """Whose writes a task makes now: the run of :attr:`key` (a worker sets it for each run),
+    or nobody (``None``)."""
+
+    __slots__ = ("writes", "key")
+
+    def __init__(self, writes: OwnWrites) -> None:
+        self.writes = writes
+        self.key: ObjectRef | None = None
+
+
 class OwnWrite:
     """A note of one write in flight on behalf of a run: use as ``with note:`` around the
     write, and set :attr:`revision` to what it returned before the block ends."""
@@ -179,4 +193,6 @@ def own_write() -> OwnWrite | None:
     """A note for a write made now, or ``None`` outside a run (or in a run whose controller
     keeps no record). Synchronous, not a checkpoint."""
     writer = _WRITER.get()
-    return None if writer is None else OwnWrite(*writer)
+    if writer is None or writer.key is None:
+        return None
+    return OwnWrite(writer.writes, writer.key)

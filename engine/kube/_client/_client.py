@@ -995,7 +995,8 @@ class Client:
         For :attr:`PatchType.APPLY` the field manager defaults to the client's and ``force``
         takes over conflicting fields. With ``decode=False`` the server's answer is read but
         not decoded (nor checked to be JSON) unless it is an error, which raises as always:
-        for callers that do not use the stored object. Retried only on 429.
+        for callers that do not use the stored object (inside a run it is decoded, for the
+        ``resourceVersion`` the run's controller notes). Retried only on 429.
         Cancellation: a checkpoint; if cancelled after sending, the patch may have been applied.
         """
         ns = self._namespace_for(resource, namespace)
