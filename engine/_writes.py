@@ -47,7 +47,8 @@ class OwnWrites:
     """One controller's record of its runs' writes, and the triggers held while writes are in flight.
 
     ``retrigger`` is how a held trigger that is news is applied (the controller's ``trigger``,
-    with the held trigger's sequence). Every method is synchronous and not a checkpoint.
+    with the held trigger's sequence). Every method but :meth:`run` is synchronous and not a
+    checkpoint.
     """
 
     __slots__ = ("_written", "_writing", "_held", "_deadlines", "_wake", "_settling", "_retrigger")

@@ -10,24 +10,12 @@ import httpx
 import pytest
 import trio
 
-from engine import Controller, Manager, OutcomeKind, RunContext
-from engine._writes import ECHO_WAIT
+from engine import ECHO_WAIT, Controller, Manager, OutcomeKind, RunContext
 from engine.apiserver import ApiServer
 from engine.kube import Client, Cluster, Informer, PatchType
 from engine.testing import KubeTarget, PluginHarness, open_plugin_test
 
-WIDGET_CRD = {
-    "apiVersion": "apiextensions.k8s.io/v1",
-    "kind": "CustomResourceDefinition",
-    "metadata": {"name": "widgets.test.dev"},
-    "spec": {
-        "group": "test.dev",
-        "scope": "Namespaced",
-        "names": {"kind": "Widget", "plural": "widgets", "singular": "widget", "listKind": "WidgetList"},
-        "versions": [{"name": "v1", "served": True, "storage": True, "subresources": {"status": {}},
-                      "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}}}],
-    },
-}
+from ..testing.test_harness import WIDGET_CRD
 
 
 class HoldConfigMapWrites(httpx.AsyncBaseTransport):
