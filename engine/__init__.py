@@ -71,10 +71,14 @@ from ._tracing import RunTracer as RunTracer
 from ._workqueue import QueueObserver as QueueObserver
 from ._workqueue import WorkQueue as WorkQueue
 from ._workqueue import WorkQueueStatistics as WorkQueueStatistics
+from ._writes import ECHO_HORIZON as ECHO_HORIZON
+from ._writes import ECHO_WAIT as ECHO_WAIT
 
 __version__ = "0.1.0.dev0"
 
 __all__ = [
+    "ECHO_HORIZON",
+    "ECHO_WAIT",
     "CancelCause",
     "Change",
     "ChannelSource",

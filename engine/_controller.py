@@ -35,6 +35,7 @@ from ._refs import ObjectRef, Trigger
 from ._run import Run, RunContext
 from ._text import summarize
 from ._workqueue import QueueObserver, WorkQueue
+from ._writes import OwnWrites
 
 __all__ = [
     "Controller",
@@ -166,6 +167,7 @@ class Controller:
         self._sequence = 0
         self._runs_started = 0
         self._running: dict[ObjectRef, Run] = {}
+        self._own_writes = OwnWrites(self._retrigger)
         self._wiring: ControllerWiring | None = None
         self._observers: Sequence[RunObserver] = ()
         self._deps = DependencyIndex()
@@ -203,6 +205,7 @@ class Controller:
         reason: str = "",
         revision: str | None = None,
         sequence: int | None = None,
+        news: bool = False,
     ) -> Trigger | None:
         """Enqueue ``ref`` and, per the supersede policy, supersede its run in progress.
 
@@ -211,6 +214,14 @@ class Controller:
         happen. A run is superseded only by a trigger observed after the run's own trigger
         (``sequence`` greater than the run's), so one change delivered twice never cancels
         the run it started. Returns the trigger, or ``None`` once the controller is stopping.
+
+        Own writes are not news: a ``revision`` that a run of ``ref`` wrote (through a client
+        that notes its writes, as ``engine.kube.Client`` does) is the echo of that write: it is
+        dropped and ``None`` is returned. While a run of ``ref`` has a write in flight, a
+        trigger with a revision is held (``None`` is returned) until the write's answer, then
+        dropped if it was the echo and applied at once otherwise (see :mod:`engine._writes`).
+        ``news=True`` says the change cannot be a run's own write alone (a source that sees more
+        than one write in it): it is never taken for an echo.
         """
         if sequence is None:
             self._sequence += 1
@@ -219,6 +230,8 @@ class Controller:
             seq = sequence
         # tuple.__new__ is what Trigger(...) calls, without the named tuple's Python-level frame.
         trig = _new_tuple(Trigger, (ref, seq, reason, revision, self._now()))
+        if revision is not None and not news and self._own_writes and not self._own_writes.screen(trig):
+            return None
         # The newest trigger of a key waits for its run as the note of the key in the queue.
         kept = self.queue.add_noted(ref, trig)
         if kept is not None:
@@ -241,6 +254,9 @@ class Controller:
         if self._observers:
             self._notify_trigger(trig, superseded)
         return trig
+
+    def _retrigger(self, held: Trigger) -> None:
+        self.trigger(held.ref, reason=held.reason, revision=held.revision, sequence=held.sequence)
 
     def _notify_trigger(self, trig: Trigger, superseded: Run | None) -> None:
         for observer in self._observers:
@@ -339,11 +355,16 @@ class Controller:
             raise ManagerStateError(f"controller {self.name!r} must be added to a manager to run")
         self._now = trio.lowlevel.current_clock().current_time
         try:
-            async with trio.open_nursery() as nursery:
-                await nursery.start(self.queue.run)
-                for i in range(self.max_concurrent):
-                    nursery.start_soon(self._worker, name=f"{self.name}-worker-{i}")
-                task_status.started()
+            async with trio.open_nursery() as held_triggers:
+                held_triggers.start_soon(self._own_writes.run, name=f"{self.name}-held-triggers")
+                try:
+                    async with trio.open_nursery() as nursery:
+                        await nursery.start(self.queue.run)
+                        for i in range(self.max_concurrent):
+                            nursery.start_soon(self._worker, name=f"{self.name}-worker-{i}")
+                        task_status.started()
+                finally:
+                    held_triggers.cancel_scope.cancel()
         finally:
             self._now = trio.current_time
 
@@ -381,6 +402,8 @@ class Controller:
         deps = self._deps
         observers = self._observers
         read_clock = self._now
+        # Writes are noted for the run this worker runs now (none while it waits for a key).
+        writer = self._own_writes.writer()
         # num_requeues and forget are called only while some key is failing.
         failing = queue.failing_keys
         key: ObjectRef | None = None
@@ -390,7 +413,7 @@ class Controller:
             try:
                 with scope:
                     while True:
-                        key = None
+                        key = writer.key = None
                         key = await queue.get()
                         if self._stopping:
                             queue.done(key)
@@ -417,6 +440,7 @@ class Controller:
                                 observer.on_run_started(self, run)
                         if timeout is not None:
                             scope.deadline = run.started_at + timeout
+                        writer.key = key
                         try:
                             result = await self._reconcile(RunContext(run, recorder))
                         except Exception as exc:

@@ -16,6 +16,7 @@ from ..kube import PluginError, load_plugin
 from ..testing import (
     DEFAULT_BOUND,
     DEFAULT_DURATION,
+    DEFAULT_SEED_TIMEOUT,
     Simulation,
     SimulationResult,
     find_simulation,
@@ -50,6 +51,9 @@ def _parser() -> argparse.ArgumentParser:
                         help=f"virtual seconds to converge once the faults stop (default {DEFAULT_BOUND:g})")
     parser.add_argument("--budget", type=float, default=None,
                         help="stop starting new seeds after this many seconds of wall time")
+    parser.add_argument("--seed-timeout", type=float, default=DEFAULT_SEED_TIMEOUT, metavar="SECONDS",
+                        help="report a seed as hung (a violation, with its replay command) once it ran this many "
+                             f"seconds of wall time (default {DEFAULT_SEED_TIMEOUT:g}; 0: no limit)")
     parser.add_argument("--jobs", type=int, default=1, metavar="J",
                         help="run seeds in J worker processes (same results as one; default 1)")
     parser.add_argument("--no-rbac", dest="rbac", action="store_false",
@@ -70,7 +74,8 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str]) -> int:
     """Parse ``argv`` (without the program name), simulate, return the exit code: 0 when every
-    seed held, 1 on a violation, 2 for bad arguments or a plugin that cannot be loaded."""
+    seed held, 1 on a violation (a hung seed included), 2 for bad arguments or a plugin that
+    cannot be loaded, 130 when interrupted (Ctrl-C)."""
     parser = _parser()
     try:
         args = parser.parse_args(argv)
@@ -80,6 +85,9 @@ def main(argv: list[str]) -> int:
         kinds = parse_fault_kinds(args.faults)
     except ValueError as exc:
         print(f"python -m engine simulate: {exc}", file=sys.stderr)
+        return 2
+    if args.seed_timeout < 0:
+        print("python -m engine simulate: --seed-timeout must be >= 0", file=sys.stderr)
         return 2
     if args.duration <= 0 or args.bound <= 0 or (args.seeds is not None and args.seeds < 1) or args.jobs < 1:
         print("python -m engine simulate: --duration, --bound, --seeds and --jobs must be > 0", file=sys.stderr)
@@ -111,8 +119,15 @@ def main(argv: list[str]) -> int:
             simulation, range(first, first + count), budget=args.budget, keep_going=args.keep_going,
             on_result=on_result, faults=kinds, duration=args.duration, bound=args.bound, plugin=args.plugin,
             simulation_ref=args.simulation, jobs=args.jobs, rbac=args.rbac, scale_out=args.scale_out,
-            webhooks=args.webhooks,
+            webhooks=args.webhooks, seed_timeout=args.seed_timeout or None,
         )
+    except (KeyboardInterrupt, BaseExceptionGroup) as exc:
+        # Ctrl-C reaches the seed's trio.run, which may raise it within a group of its tasks'.
+        if isinstance(exc, BaseExceptionGroup) and exc.split(KeyboardInterrupt)[0] is None:
+            raise
+        progress.clear()
+        print(f"{simulation.plugin.name}: interrupted after {len(done)} seed(s) from {first}", flush=True)
+        return 130
     finally:
         progress.clear()
         if not args.verbose:

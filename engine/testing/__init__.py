@@ -31,6 +31,7 @@ from ._simulation._finder import load_simulation as load_simulation
 from ._simulation._finder import simulation_for as simulation_for
 from ._simulation._result import DEFAULT_BOUND as DEFAULT_BOUND
 from ._simulation._result import DEFAULT_DURATION as DEFAULT_DURATION
+from ._simulation._result import DEFAULT_SEED_TIMEOUT as DEFAULT_SEED_TIMEOUT
 from ._simulation._result import SimulationResult as SimulationResult
 from ._simulation._seed import simulate as simulate
 from ._simulation._spec import AdmissionOracle as AdmissionOracle
@@ -46,6 +47,7 @@ from ._trace import TraceEntry as TraceEntry
 __all__ = [
     "DEFAULT_BOUND",
     "DEFAULT_DURATION",
+    "DEFAULT_SEED_TIMEOUT",
     "AdmissionOracle",
     "ClusterState",
     "EnvTest",

@@ -236,7 +236,8 @@ def test_a_write_in_flight_across_a_history_rewind_does_not_land_bundles_seed_11
 
 
 def test_a_run_of_a_recreated_names_old_uid_overlapping_the_new_uids_run_is_the_known_limit() -> None:
-    result = simulate(simulation_for("mirror"), 1085, scale_out=True)
+    # Seed 1085 showed it until own writes were no longer news (fewer runs), seed 1062 since.
+    result = simulate(simulation_for("mirror"), 1062, scale_out=True)
     assert result.ok, result.report()
     assert any(e.what == "overlap" and "they know the name by different uids" in e.text for e in result.trace)
 
@@ -244,11 +245,12 @@ def test_a_run_of_a_recreated_names_old_uid_overlapping_the_new_uids_run_is_the_
 def test_a_write_in_flight_when_the_range_of_its_key_is_given_up_is_traced_as_late_not_flagged() -> None:
     # Seed 1114 showed a write arriving the very instant its run ended and the range was given
     # up (the in_flight case of _Simulator's write check); after the watcher's history check
-    # moved the schedules, no mirror scale-out seed of 1000-1399 shows that instant any more.
-    result = simulate(simulation_for("mirror"), 1027, scale_out=True)
+    # moved the schedules, no mirror scale-out seed of 1000-1399 shows that instant any more;
+    # seed 1027 showed it until own writes were no longer news (fewer runs), seed 1450 since.
+    result = simulate(simulation_for("mirror"), 1450, scale_out=True)
     assert result.ok, result.report()
     assert any(e.what == "late" and e.text == "patch ConfigMap sim/src1 was in flight when the range of its key was "
-               "given up; landed 1.512s later" for e in result.trace)
+               "given up; landed 0.746s later" for e in result.trace)
 
 
 def test_a_ring_member_that_starts_leaving_while_it_claims_gains_nothing_bundles_seed_1114() -> None:
@@ -271,13 +273,15 @@ def test_a_replica_that_knows_a_recreated_name_by_its_old_uid_leaves_the_new_obj
 
 def test_a_partitioned_replica_honours_the_leases_it_reads_on_reconnecting_for_a_lease_duration_mirror_seed_1301(
 ) -> None:
-    """Cut off for 13 s, replica-4.2 read the member Leases afresh on reconnecting and honoured
-    the ones that had changed for a whole lease duration from then, as a joining member does:
-    the bound on owning a crashed member's range again starts there, not at the partition."""
+    """Cut off until 60 s, replica-3.2 and replica-4.1 read the member Leases afresh on
+    reconnecting and honoured the ones that had changed for a whole lease duration from then, as
+    a joining member does: the bound on owning the range of replica-2.2 (crashed at 50 s) again
+    starts there, not at the partition. (Before own writes were not news, the seed showed the
+    same with replica-4.2 cut off and replica-4.1 crashed.)"""
     result = simulate(simulation_for("mirror"), 1301, scale_out=True)
     assert result.ok, result.report()
     owned = [e for e in result.trace if e.what == "owned"]
-    assert any(e.text.startswith("what replica-4.1 owned when it crashed is owned again") for e in owned), owned
+    assert any(e.text.startswith("what replica-2.2 owned when it crashed is owned again") for e in owned), owned
 
 
 def test_two_scale_downs_in_one_instant_leave_a_replica_mirror_seed_1224() -> None:

@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import io
 import re
+import signal
+import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -170,3 +173,40 @@ def test_scale_out_runs_ring_replicas_and_a_violation_replays_with_the_flag(caps
     assert main(["--plugin", "mirror", "--seed", "2", "--scale-out", "--faults", "crash", "--duration", "20",
                  "--show-trace"]) == 0
     assert "(ring member engine-mirror-" in capsys.readouterr().out
+
+
+BUSY = "tests.programs.busy_plugin:plugin"
+
+
+def test_a_seed_that_hangs_is_a_violation_with_its_replay_command(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--plugin", BUSY, "--seed", "0", "--duration", "5", "--seed-timeout", "1", "--trace", "2"]) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert out[1].startswith("seed 0: VIOLATION: the seed hung: it did not end within 1s of wall time (virtual time "
+                             "stuck at 0.000s: ")
+    assert out[2] == f"replay: python -m engine simulate --plugin {BUSY} --seed 0 --duration 5"
+    assert out[-1].startswith("busy: 1 seed(s) from 0, 1 violation(s), ")
+
+
+def test_ctrl_c_stops_simulate_at_once() -> None:
+    command = [sys.executable, "-m", "engine", "simulate", "--plugin", BUSY, "--seed", "0", "--duration", "5"]
+    with subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as process:
+        assert process.stdout is not None
+        assert process.stdout.readline().startswith("busy: simulation ")
+        time.sleep(1.0)
+        process.send_signal(signal.SIGINT)
+        sent = time.monotonic()
+        out, err = process.communicate(timeout=30)
+        stopped = time.monotonic() - sent
+    assert process.returncode == 130, err
+    assert out.splitlines()[-1] == "busy: interrupted after 0 seed(s) from 0"
+    assert stopped < 5, f"stopped {stopped:.1f}s after Ctrl-C"
+
+
+def test_an_owner_that_applies_its_child_then_writes_its_status_ends_every_seed(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Were the watch echo of its own writes news, each of its runs would start another at the
+    same virtual instant (its status says when it ran, by the wall clock), and no seed would end."""
+    spec = "tests.programs.owned_configmaps:plugin"
+    assert main(["--plugin", spec, "--seeds", "3", "--duration", "10", "--seed-timeout", "60"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1].startswith("owned-configmaps: 3 seed(s) from 0, 0 violation(s), ")

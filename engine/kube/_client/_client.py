@@ -21,6 +21,7 @@ import httpx
 import trio
 
 from ..._tracing import request_span
+from ..._writes import own_write
 from . import _json
 from ._config import Config
 from ._errors import (
@@ -38,6 +39,7 @@ from ._resource import Resource, parse_resource_list, split_api_version
 from ._retry import RetryPolicy, call_with_retries, parse_retry_after
 from ._sender import Sender, open_sender
 from ._watch import WatchEvent, WatchEventType, WatchStream
+from ._wire import resource_version_of
 
 __all__ = [
     "Client",
@@ -355,7 +357,16 @@ class Client:
         )
 
     async def _request_json(self, method: str, path: str, options: RequestOptions = _READ) -> dict[str, Any]:
-        return _decode_object(await self._send(method, path, options), f"{method} {path}")
+        """Send a request and decode the object answered. A write (not ``safe``) in a run is
+        noted with the ``resourceVersion`` it returned (:func:`engine._writes.own_write`), so
+        the watch echo of the run's own write is not news to its controller."""
+        note = None if options.safe else own_write()
+        if note is None:
+            return _decode_object(await self._send(method, path, options), f"{method} {path}")
+        with note:
+            obj = _decode_object(await self._send(method, path, options), f"{method} {path}")
+            note.revision = resource_version_of(obj)
+            return obj
 
     def _namespace_for(
         self, resource: Resource, namespace: str | None, obj: Mapping[str, Any] | None = None
@@ -683,7 +694,8 @@ class Client:
         For :attr:`PatchType.APPLY` the field manager defaults to the client's and ``force``
         takes over conflicting fields. With ``decode=False`` the server's answer is read but
         not decoded (nor checked to be JSON) unless it is an error, which raises as always:
-        for callers that do not use the stored object. Retried only on 429.
+        for callers that do not use the stored object (inside a run it is decoded, for the
+        ``resourceVersion`` the run's controller notes). Retried only on 429.
         Cancellation: a checkpoint; if cancelled after sending, the patch may have been applied.
         """
         ns = self._namespace_for(resource, namespace)
@@ -695,12 +707,15 @@ class Client:
             raise ValueError("force applies only to PatchType.APPLY")
         elif field_manager is not None:
             params = {"fieldManager": field_manager}
-        options = RequestOptions.of(safe=False, params=params, body=patch, content_type=patch_type.value, load=decode)
-        if not decode:
-            # The answer is read (so the connection is reused) but decoded only when it is an error.
+        if not decode and own_write() is None:
+            # The answer is read (so the connection is reused) but decoded only when it is an
+            # error; in a run it is decoded, for the resourceVersion the run wrote.
+            options = RequestOptions.of(safe=False, params=params, body=patch, content_type=patch_type.value, load=False)
             await self._send("PATCH", path, options)
             return None
-        return await self._request_json("PATCH", path, options)
+        options = RequestOptions.of(safe=False, params=params, body=patch, content_type=patch_type.value)
+        obj = await self._request_json("PATCH", path, options)
+        return obj if decode else None
 
     @overload
     async def patch_status(

@@ -306,7 +306,14 @@ class Cluster:
         *,
         predicates: Sequence[Predicate] = (),
     ) -> None:
-        """Trigger ``controller`` for each event on its primary objects that passes every predicate."""
+        """Trigger ``controller`` for each event on its primary objects that passes every predicate.
+
+        Only a change of ``status`` alone can be the watch echo of a run's own (status) write
+        and be dropped as one (:meth:`Controller.trigger <engine.Controller.trigger>`): any
+        other change of a primary object is news, even when a run's write answered its
+        ``resourceVersion`` (a write that changed nothing answers the object as someone else
+        left it; a relist may show someone else's change and the run's write as one).
+        """
         resource = informer.resource
         reasons = {kind: f"{resource.kind} {kind.value.lower()}" for kind in WatchEventType}
 
@@ -316,6 +323,7 @@ class Cluster:
                     ref_for(resource, event.obj),
                     reason=reasons[event.type],
                     revision=event.obj.get("metadata", {}).get("resourceVersion"),
+                    news=not _status_only(event),
                 )
 
         informer.add_handler(handle)
@@ -329,7 +337,9 @@ class Cluster:
         owner_api_version: str,
         owner_namespaced: bool = True,
     ) -> None:
-        """Trigger the owner (through ``ownerReferences``) of each changed child object.
+        """Trigger the owner (through ``ownerReferences``) of each changed child object, with
+        the child's ``resourceVersion`` as the trigger's revision (so the echo of the owner's
+        own write of the child is not news).
 
         A namespaced owner is in its child's namespace; pass ``owner_namespaced=False`` for a
         cluster-scoped owner type.
@@ -340,7 +350,9 @@ class Cluster:
             lambda obj: _owners(obj, owner_kind, owner_group, owner_namespaced),
             reason=f"owned {informer.resource.kind} changed",
         )
-        informer.add_handler(lambda event: mapped.handle_many(_views(event)))
+        informer.add_handler(
+            lambda event: mapped.handle_many(_views(event), revision=event.obj.get("metadata", {}).get("resourceVersion"))
+        )
 
     def watches_mapped(
         self,
@@ -379,6 +391,22 @@ class Cluster:
             )
 
         informer.add_handler(handle)
+
+
+_NOT_CHANGES = frozenset({"resourceVersion", "managedFields"})
+
+
+def _status_only(event: InformerEvent) -> bool:
+    """Whether ``event`` modified nothing but the object's ``status`` (what the echo of a status
+    write is), its ``resourceVersion`` going forward."""
+    old, new = event.old, event.obj
+    if event.type is not WatchEventType.MODIFIED or old is None or _went_back(old, new):
+        return False
+    for key in old.keys() | new.keys():
+        if key != "status" and key != "metadata" and old.get(key) != new.get(key):
+            return False
+    before, after = old.get("metadata") or {}, new.get("metadata") or {}
+    return all(before.get(key) == after.get(key) for key in (before.keys() | after.keys()) - _NOT_CHANGES)
 
 
 def _views(event: InformerEvent) -> list[dict[str, Any]]:

@@ -7,12 +7,14 @@ import attrs
 from .._schedule import FaultKind
 from .._trace import TraceEntry
 
-__all__ = ["SimulationResult", "replay_command", "DEFAULT_DURATION", "DEFAULT_BOUND"]
+__all__ = ["SimulationResult", "replay_command", "DEFAULT_DURATION", "DEFAULT_BOUND", "DEFAULT_SEED_TIMEOUT"]
 
 DEFAULT_DURATION = 60.0
 """Seconds of virtual time with workload and faults."""
 DEFAULT_BOUND = 300.0
 """Seconds of virtual time within which everything must converge once the faults stopped."""
+DEFAULT_SEED_TIMEOUT = 300.0
+"""Seconds of wall time one seed may take before it is reported as hung."""
 
 
 @attrs.frozen

@@ -24,7 +24,7 @@ from ._faults import FaultDriver
 from ._fleet import TICK, Fleet
 from ._oracle import Oracle
 from ._replica import RING_REPLICAS
-from ._result import DEFAULT_BOUND, DEFAULT_DURATION, SimulationResult, replay_command
+from ._result import DEFAULT_BOUND, DEFAULT_DURATION, DEFAULT_SEED_TIMEOUT, SimulationResult, replay_command
 from ._settling import Settler
 from ._spec import Simulation
 
@@ -193,6 +193,34 @@ def _errors_of(raised: BaseException) -> Exception:
     raise raised
 
 
+class _SeedTimeout(trio.abc.Instrument):
+    """Reports a seed past its wall-clock limit as a violation (the simulation then ends as on
+    any violation). A seed hangs when the engine keeps busy at one virtual instant (a
+    controller that triggers itself without end): the mock clock jumps only when every task
+    waits, so virtual time, and the simulation's deadlines with it, would never come. Checked
+    once per scheduler pass, before trio polls for I/O."""
+
+    def __init__(self, runner: _Simulator, seconds: float) -> None:
+        self._runner = runner
+        self._seconds = seconds
+        self._deadline = time.perf_counter() + seconds
+        self._fired = False
+
+    def before_io_wait(self, timeout: float) -> None:
+        if self._fired or time.perf_counter() < self._deadline:
+            return
+        self._fired = True
+        trio.lowlevel.current_trio_token().run_sync_soon(self._report)
+
+    def _report(self) -> None:
+        oracle = self._runner.oracle
+        oracle.verdict.fail(
+            f"the seed hung: it did not end within {self._seconds:g}s of wall time (virtual time stuck at "
+            f"{trio.current_time() - oracle.trace.origin:.3f}s: something keeps the engine busy at one "
+            "virtual instant, such as a controller that triggers itself without end)"
+        )
+
+
 def simulate(
     simulation: Simulation,
     seed: int,
@@ -205,6 +233,7 @@ def simulate(
     rbac: bool = True,
     scale_out: bool = False,
     webhooks: bool = True,
+    seed_timeout: float | None = DEFAULT_SEED_TIMEOUT,
 ) -> SimulationResult:
     """Simulate ``simulation`` for one ``seed``; return how it went (never raises for a
     violation: see :attr:`SimulationResult.violation`).
@@ -224,9 +253,11 @@ def simulate(
     range a crashed or cut-off replica owned must be owned again within
     :data:`~engine.testing._simulation._checks.OWNED_AGAIN_BOUND`. With ``webhooks`` (the
     default) the plugin's webhooks are registered, served by the live replicas, and the
-    simulation's admission oracles are checked. Runs its own ``trio.run`` under ``MockClock``:
-    call it from synchronous code, not from inside trio. The same arguments give the same
-    trace, entry for entry.
+    simulation's admission oracles are checked. A seed still running after ``seed_timeout``
+    seconds of wall time (``None``: no limit) ends as a violation that says it hung, with its
+    replay command. Runs its own ``trio.run`` under ``MockClock``: call it from synchronous
+    code, not from inside trio. The same arguments give the same trace, entry for entry (up to
+    a seed that hung, which ends where the wall clock stopped it).
     """
     if duration <= 0 or bound <= 0:
         raise ValueError("duration and bound must be > 0")
@@ -234,8 +265,11 @@ def simulate(
     runner = _Simulator(simulation, seed, kinds, duration, bound, rbac, scale_out=scale_out, webhooks=webhooks)
     clock = trio.testing.MockClock(autojump_threshold=0)
     wall = time.perf_counter()
+    if seed_timeout is not None and not seed_timeout > 0:
+        raise ValueError("seed_timeout must be > 0 or None")
+    instruments = [] if seed_timeout is None else [_SeedTimeout(runner, seed_timeout)]
     with deterministic_scheduling(seed):
-        trio.run(runner.main, clock=clock)
+        trio.run(runner.main, clock=clock, instruments=instruments)
     named = plugin if plugin is not None or simulation_ref is not None else simulation.plugin.name
     replay = replay_command(named, simulation_ref, seed, kinds, duration, bound, rbac, scale_out, webhooks)
     return runner.result(replay, time.perf_counter() - wall, clock.current_time())
