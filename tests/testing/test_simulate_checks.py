@@ -162,7 +162,7 @@ def test_an_unshielded_copy_write_overtaken_by_the_next_runs_is_caught_going_bac
     result = caught_at("copy-write-unshielded", 38)
     assert result.violation == (
         "plugin invariant no_copy_goes_back_to_older_data: copy team-ns0/src2 written with value 6353 by "
-        "replica-1.1 at 7.230 (sent at 6.354), after value 6783 sent later (at 6.982) was written at 6.982")
+        "replica-1.1 at 7.230 (sent at 6.354), after value 6783 sent later (at 6.784) was written at 6.982")
     assert "reorder" in " ".join(result.faults)
 
 
