@@ -31,7 +31,7 @@ from ._outcome import (
 )
 from ._ownership import OwnershipGate
 from ._ratelimit import RateLimiter
-from ._refs import ObjectRef, Trigger
+from ._refs import ObjectRef, Priority, Trigger
 from ._run import Run, RunContext
 from ._text import summarize
 from ._workqueue import QueueObserver, WorkQueue
@@ -203,14 +203,18 @@ class Controller:
         reason: str = "",
         revision: str | None = None,
         sequence: int | None = None,
+        priority: Priority = Priority.NORMAL,
     ) -> Trigger | None:
-        """Enqueue ``ref`` and, per the supersede policy, supersede its run in progress.
+        """Enqueue ``ref`` at ``priority`` and, per the supersede policy, supersede its run in
+        progress.
 
         One synchronous step, no checkpoint: the key is marked dirty (or queued) first, and a
         run is cancelled only if that succeeded, so a cancel without a matching enqueue cannot
         happen. A run is superseded only by a trigger observed after the run's own trigger
         (``sequence`` greater than the run's), so one change delivered twice never cancels
-        the run it started. Returns the trigger, or ``None`` once the controller is stopping.
+        the run it started. A key queued already keeps the better of its priority and
+        ``priority`` (see :class:`WorkQueue`). Returns the trigger, or ``None`` once the
+        controller is stopping.
         """
         if sequence is None:
             self._sequence += 1
@@ -218,9 +222,9 @@ class Controller:
         else:
             seq = sequence
         # tuple.__new__ is what Trigger(...) calls, without the named tuple's Python-level frame.
-        trig = _new_tuple(Trigger, (ref, seq, reason, revision, self._now()))
+        trig = _new_tuple(Trigger, (ref, seq, reason, revision, self._now(), priority))
         # The newest trigger of a key waits for its run as the note of the key in the queue.
-        kept = self.queue.add_noted(ref, trig)
+        kept = self.queue.add_noted(ref, trig, priority)
         if kept is not None:
             if kept is False:
                 return None
@@ -402,8 +406,11 @@ class Controller:
                         # The run begins (inlined: this is every run's path).
                         trig = queue.handed_out_note
                         now = queue.handed_out_at
+                        priority = queue.handed_out_priority
                         if trig is None:
-                            trig = Trigger(key, self._sequence, "requeue", None, now)
+                            trig = Trigger(key, self._sequence, "requeue", None, now, priority)
+                        elif trig.priority is not priority:
+                            trig = Trigger(key, trig.sequence, trig.reason, trig.revision, trig.observed_at, priority)
                         self._runs_started += 1
                         # Positional arguments: a keyword call costs more.
                         run = Run(
@@ -536,21 +543,28 @@ class Controller:
             )
         if result.requeue_after is None:
             return SUCCEEDED
-        return Outcome(OutcomeKind.REQUEUE_AFTER, requeue_after=result.requeue_after)
+        return Outcome(OutcomeKind.REQUEUE_AFTER, requeue_after=result.requeue_after, priority=result.priority)
 
     def _settle(self, run: Run, outcome: Outcome) -> None:
-        """Count and act on an outcome other than the shared ``SUCCEEDED`` (which ``_end`` settles)."""
+        """Count and act on an outcome other than the shared ``SUCCEEDED`` (which ``_end`` settles).
+
+        A requeue keeps the priority the run was handed out at, unless the result asks for one.
+        """
         key = run.key
         queue = self.queue
         kind = outcome.kind
+        priority = run.trigger.priority
         self._outcomes[kind] += 1
         if kind is OutcomeKind.SUCCEEDED:
             queue.forget(key)
         elif kind is OutcomeKind.REQUEUE_AFTER:
             queue.forget(key)
-            queue.add_after(key, outcome.requeue_after or 0.0)
+            queue.add_after(
+                key, outcome.requeue_after or 0.0,
+                priority if outcome.priority is None else outcome.priority,
+            )
         elif kind is OutcomeKind.FAILED or kind is OutcomeKind.DEADLINE:
-            queue.add_rate_limited(key)
+            queue.add_rate_limited(key, priority)
             summary = _summary(outcome.error)
             retry_in = queue.ready_in(key)
             context: dict[str, object] = {"controller": self.name, "object": str(key), "reconcileID": run.id}
@@ -579,7 +593,7 @@ class Controller:
             queue.forget(key)
             assert self._wiring is not None
             if not self._wiring.dependencies.wait(self, key, outcome.dependencies, since=run.dependency_epoch):
-                queue.add_after(key, outcome.requeue_after or 0.0)
+                queue.add_after(key, outcome.requeue_after or 0.0, priority)
         else:
             logger.debug(
                 "run %s ended: %s (%s)", run.id, kind.value, outcome.reason,
