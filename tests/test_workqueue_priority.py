@@ -12,16 +12,9 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from engine import Priority, WorkQueue
 
+from .test_workqueue import drain_nowait
+
 LOW, NORMAL, HIGH = Priority.LOW, Priority.NORMAL, Priority.HIGH
-
-
-def drain_nowait(q: WorkQueue[str]) -> list[str]:
-    out = []
-    while True:
-        try:
-            out.append(q.get_nowait())
-        except trio.WouldBlock:
-            return out
 
 
 async def test_highest_priority_first_and_fifo_within_a_priority() -> None:
