@@ -12,11 +12,16 @@ Invariants:
 * no starvation: at most ``max_overtakes`` hand-outs in a row pass over the key that has been
   ready longest (``_overtakes``).
 
-A ready key is an entry ``(ticket, key)`` in the lane of its priority; tickets grow with each
-entry, so the head of a lane is its oldest key and the oldest ready key is the head with the
-lowest ticket. A key raised to a better priority while ready gets a new entry in the better
-lane; its old entry stays behind, counted in ``_stale`` of its lane, and is dropped when it
-reaches the head (a key's stale entries in a lane always come before its live one there).
+A ready key is an entry in the lane of its priority, so the head of a lane is its oldest key.
+The ``NORMAL`` lane holds bare keys (every trigger's path: no allocation); an entry of another
+lane is ``(order, normals, key)``: its rank among the entries of the other lanes, and how many
+entries the ``NORMAL`` lane had taken before it. So the ``NORMAL`` head, the
+``_normal_in - len(_normal)``-th entry of its lane, is older than another head exactly when
+that number is below the other's ``normals``, and the oldest ready key is found among the
+heads without a ticket per key. A key raised to a better priority while ready gets a new
+entry in the better lane; its old entry stays behind, counted in ``_stale`` of its lane, and
+is dropped when it reaches the head (a key's stale entries in a lane always come before its
+live one there).
 """
 
 from __future__ import annotations
@@ -41,6 +46,7 @@ __all__ = ["WorkQueue", "WorkQueueStatistics", "QueueObserver"]
 K = TypeVar("K", bound=Hashable)
 
 _NORMAL = Priority.NORMAL
+_HIGH = Priority.HIGH
 _LANES = (Priority.HIGH, Priority.NORMAL, Priority.LOW)
 """The priorities, best first: the order of :attr:`WorkQueue._lanes`."""
 
@@ -137,19 +143,26 @@ class WorkQueue(Generic[K]):
         self.name = name
         self.max_overtakes = max_overtakes
         """How many hand-outs in a row may pass over the key ready longest (see the class)."""
-        self._lanes: tuple[collections.deque[tuple[int, K]], ...] = tuple(collections.deque() for _ in _LANES)
-        """The ready keys as ``(ticket, key)`` entries, one lane per priority, best first."""
-        self._lane: dict[Priority, collections.deque[tuple[int, K]]] = dict(zip(_LANES, self._lanes, strict=True))
+        self._normal: collections.deque[K] = collections.deque()
+        self._high: collections.deque[tuple[int, int, K]] = collections.deque()
+        self._low: collections.deque[tuple[int, int, K]] = collections.deque()
+        self._lanes: tuple[collections.deque[Any], ...] = (self._high, self._normal, self._low)
+        """The ready keys, one lane per priority, best first (see the module)."""
         self._stale: tuple[dict[K, int], ...] = tuple({} for _ in _LANES)
         """Per lane, the keys with entries left behind by a move to a better lane, and how many."""
         self._stale_total = 0
         self._queued = 0
-        """Live entries in the lanes (``_ready`` less the keys handed straight to a getter that
-        has not resumed yet, which are in ``_flight``)."""
+        """Live entries in the lanes."""
         self._flight: set[K] = set()
-        self._ticket = 0
+        """Keys handed straight to a waiting getter that has not resumed yet (ready, in no lane)."""
+        self._normal_in = 0
+        """Entries the ``NORMAL`` lane has taken."""
+        self._others_in = 0
+        """Entries the other lanes have taken."""
+        self._direct = 0
+        """Keys handed straight to a waiting getter."""
         self._moves = 0
-        """Entries made by a move to a better lane (tickets that are not adds)."""
+        """Entries made by a move to a better lane (entries that are not adds)."""
         self._overtakes = 0
         """Hand-outs in a row that passed over the key ready longest."""
         self._prio: dict[K, Priority] = {}
@@ -173,7 +186,6 @@ class WorkQueue(Generic[K]):
         self._limiter: RateLimiter = rate_limiter if rate_limiter is not None else default_rate_limiter()
         self._observer = observer
         self._failing: set[K] = set()
-        self._ready = 0
         self._shut = False
         self._idle = trio.Event()
         self._timer_scope: trio.CancelScope | None = None
@@ -241,17 +253,20 @@ class WorkQueue(Generic[K]):
             self._redo.add(key)
             return None
         # _enqueue(key), inlined: this is every trigger's path.
-        self._ready += 1
-        self._ticket += 1
         if self._getters:
             # A worker is waiting, so no key is ready: hand this one over directly.
             task, _ = self._getters.popitem(last=False)
+            self._direct += 1
             self._flight.add(key)
             self._overtakes = 0
             trio.lowlevel.reschedule(task, outcome.Value(key))
         else:
             self._queued += 1
-            self._lane[priority].append((self._ticket, key))
+            if priority is _NORMAL:
+                self._normal_in += 1
+                self._normal.append(key)
+            else:
+                self._append(key, priority)
         if self._observer is not None:
             self._queued_at[key] = trio.current_time()
             self._observer.on_add(key)
@@ -278,21 +293,27 @@ class WorkQueue(Generic[K]):
         stale = self._stale[_LANES.index(current)]
         stale[key] = stale.get(key, 0) + 1
         self._stale_total += 1
-        self._ticket += 1
         self._moves += 1
-        self._lane[priority].append((self._ticket, key))
+        self._append(key, priority)
+
+    def _append(self, key: K, priority: Priority) -> None:
+        if priority is _NORMAL:
+            self._normal_in += 1
+            self._normal.append(key)
+        else:
+            self._others_in += 1
+            (self._high if priority is _HIGH else self._low).append((self._others_in, self._normal_in, key))
 
     def _enqueue(self, key: K) -> None:
-        self._ready += 1
-        self._ticket += 1
         if self._getters:
             task, _ = self._getters.popitem(last=False)
+            self._direct += 1
             self._flight.add(key)
             self._overtakes = 0
             trio.lowlevel.reschedule(task, outcome.Value(key))
         else:
             self._queued += 1
-            self._lane[self._prio.get(key, _NORMAL) if self._prio else _NORMAL].append((self._ticket, key))
+            self._append(key, self._prio.get(key, _NORMAL) if self._prio else _NORMAL)
         if self._observer is not None:
             self._queued_at[key] = trio.current_time()
             self._observer.on_add(key)
@@ -377,7 +398,11 @@ class WorkQueue(Generic[K]):
             raise QueueShutDown(f"work queue {self.name!r} is shut down")
         if not self._queued:
             raise trio.WouldBlock
-        return self._take(self._pop())
+        self._queued -= 1
+        if self._high or self._low or self._stale_total:
+            return self._take(self._pop_ranked())
+        self._overtakes = 0
+        return self._take(self._normal.popleft())
 
     async def get(self) -> K:
         """Wait for a ready key and hand it to the caller, who must later call :meth:`done`.
@@ -392,7 +417,13 @@ class WorkQueue(Generic[K]):
         key: K
         if self._queued:
             await trio.lowlevel.checkpoint_if_cancelled()
-            key = self._pop()
+            # _pop(), inlined: this is every run's path.
+            self._queued -= 1
+            if self._high or self._low or self._stale_total:
+                key = self._pop_ranked()
+            else:
+                self._overtakes = 0
+                key = self._normal.popleft()
             await trio.lowlevel.cancel_shielded_checkpoint()
         else:
             task = trio.lowlevel.current_task()
@@ -408,7 +439,6 @@ class WorkQueue(Generic[K]):
         if self._shut:
             raise QueueShutDown(f"work queue {self.name!r} is shut down")
         # _take(key), inlined: this is every run's path.
-        self._ready -= 1
         now = self.handed_out_at = self._now()
         self.handed_out_note = self._dirty.pop(key, None)
         self.handed_out_priority = self._prio.pop(key, _NORMAL) if self._prio else _NORMAL
@@ -421,7 +451,6 @@ class WorkQueue(Generic[K]):
         return key
 
     def _take(self, key: K) -> K:
-        self._ready -= 1
         now = self.handed_out_at = self._now()
         self.handed_out_note = self._dirty.pop(key, None)
         self.handed_out_priority = self._prio.pop(key, _NORMAL) if self._prio else _NORMAL
@@ -433,44 +462,46 @@ class WorkQueue(Generic[K]):
             self._observer.on_get(key, now - self._queued_at.pop(key, now))
         return key
 
-    def _pop(self) -> K:
-        """Remove and return the next key to hand out; a live entry must be queued."""
-        self._queued -= 1
-        high, normal, low = self._lanes
-        if not high and not low and not self._stale_total:
-            self._overtakes = 0
-            return normal.popleft()[1]
-        return self._pop_ranked()
-
     def _pop_ranked(self) -> K:
-        lanes = self._lanes
-        best = oldest = -1
-        for index, lane in enumerate(lanes):
-            stale = self._stale[index]
-            while stale and lane:
-                head = lane[0][1]
-                left = stale.get(head)
-                if left is None:
-                    break
-                lane.popleft()
-                self._stale_total -= 1
-                if left == 1:
-                    del stale[head]
-                else:
-                    stale[head] = left - 1
-            if lane:
-                if best < 0:
-                    best = oldest = index
-                elif lane[0][0] < lanes[oldest][0][0]:
-                    oldest = index
-        if best == oldest:
+        """Remove and return the next key to hand out, when more than the ``NORMAL`` lane may
+        hold entries (``get`` takes the head of that lane itself otherwise)."""
+        high, normal, low = self._lanes
+        stale_high, stale_normal, stale_low = self._stale
+        if stale_high:
+            self._strip(high, stale_high, True)
+        if stale_normal:
+            self._strip(normal, stale_normal, False)
+        if stale_low:
+            self._strip(low, stale_low, True)
+        other = high if high else low
+        if low and high and low[0][0] < high[0][0]:
+            other = low
+        oldest: collections.deque[Any] = normal if normal and (
+            not other or self._normal_in - len(normal) < other[0][1]
+        ) else other
+        best: collections.deque[Any] = high if high else (normal if normal else low)
+        if best is oldest:
             self._overtakes = 0
         elif self._overtakes >= self.max_overtakes:
             self._overtakes = 0
             best = oldest
         else:
             self._overtakes += 1
-        return lanes[best].popleft()[1]
+        return best.popleft() if best is normal else best.popleft()[2]
+
+    def _strip(self, lane: collections.deque[Any], stale: dict[K, int], entries: bool) -> None:
+        """Drop the stale entries at the head of ``lane`` (``entries``: a lane of tuples)."""
+        while lane:
+            head = lane[0][2] if entries else lane[0]
+            left = stale.get(head)
+            if left is None:
+                return
+            lane.popleft()
+            self._stale_total -= 1
+            if left == 1:
+                del stale[head]
+            else:
+                stale[head] = left - 1
 
     def is_processing(self, key: K) -> bool:
         """Whether ``key`` was handed out and is not ``done`` yet."""
@@ -583,7 +614,7 @@ class WorkQueue(Generic[K]):
 
     def __len__(self) -> int:
         """Number of keys ready and waiting for a worker."""
-        return self._ready if not self._shut else 0
+        return self._queued + len(self._flight) if not self._shut else 0
 
     def statistics(self) -> WorkQueueStatistics:
         """A snapshot of the queue's state and counters."""
@@ -595,7 +626,8 @@ class WorkQueue(Generic[K]):
             depths[priority] = 0 if self._shut else len(lane) - sum(stale.values())
             waits[priority] = 0.0
             skip = dict(stale)
-            for _, key in lane:
+            for entry in lane:
+                key = entry if lane is self._normal else entry[2]
                 if skip.get(key):
                     skip[key] -= 1
                     continue
@@ -605,7 +637,7 @@ class WorkQueue(Generic[K]):
             depth=len(self),
             processing=len(self._processing),
             waiting=len(self._waiting),
-            adds_total=self._ticket - self._moves,
+            adds_total=self._normal_in + self._others_in + self._direct - self._moves,
             retries_total=self._retries_total,
             shut_down=self._shut,
             longest_processing=longest,
