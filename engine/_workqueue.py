@@ -150,7 +150,9 @@ class WorkQueue(Generic[K]):
         """The ready keys, one lane per priority, best first (see the module)."""
         self._stale: tuple[dict[K, int], ...] = tuple({} for _ in _LANES)
         """Per lane, the keys with entries left behind by a move to a better lane, and how many."""
-        self._stale_total = 0
+        self._ranked = 0
+        """Entries in the ``HIGH`` and ``LOW`` lanes, and stale entries: while there are none,
+        ``get`` takes the head of the ``NORMAL`` lane without looking further."""
         self._queued = 0
         """Live entries in the lanes."""
         self._flight: set[K] = set()
@@ -248,6 +250,11 @@ class WorkQueue(Generic[K]):
             return kept
         if priority is not _NORMAL:
             self._prio[key] = priority
+            if key in self._processing:
+                self._redo.add(key)
+            else:
+                self._enqueue(key)
+            return None
         processing = self._processing
         if processing and key in processing:
             self._redo.add(key)
@@ -262,11 +269,8 @@ class WorkQueue(Generic[K]):
             trio.lowlevel.reschedule(task, outcome.Value(key))
         else:
             self._queued += 1
-            if priority is _NORMAL:
-                self._normal_in += 1
-                self._normal.append(key)
-            else:
-                self._append(key, priority)
+            self._normal_in += 1
+            self._normal.append(key)
         if self._observer is not None:
             self._queued_at[key] = trio.current_time()
             self._observer.on_add(key)
@@ -292,7 +296,7 @@ class WorkQueue(Generic[K]):
             return
         stale = self._stale[_LANES.index(current)]
         stale[key] = stale.get(key, 0) + 1
-        self._stale_total += 1
+        self._ranked += 1
         self._moves += 1
         self._append(key, priority)
 
@@ -302,6 +306,7 @@ class WorkQueue(Generic[K]):
             self._normal.append(key)
         else:
             self._others_in += 1
+            self._ranked += 1
             (self._high if priority is _HIGH else self._low).append((self._others_in, self._normal_in, key))
 
     def _enqueue(self, key: K) -> None:
@@ -399,7 +404,7 @@ class WorkQueue(Generic[K]):
         if not self._queued:
             raise trio.WouldBlock
         self._queued -= 1
-        if self._high or self._low or self._stale_total:
+        if self._ranked:
             return self._take(self._pop_ranked())
         self._overtakes = 0
         return self._take(self._normal.popleft())
@@ -419,7 +424,7 @@ class WorkQueue(Generic[K]):
             await trio.lowlevel.checkpoint_if_cancelled()
             # _pop(), inlined: this is every run's path.
             self._queued -= 1
-            if self._high or self._low or self._stale_total:
+            if self._ranked:
                 key = self._pop_ranked()
             else:
                 self._overtakes = 0
@@ -465,7 +470,7 @@ class WorkQueue(Generic[K]):
     def _pop_ranked(self) -> K:
         """Remove and return the next key to hand out, when more than the ``NORMAL`` lane may
         hold entries (``get`` takes the head of that lane itself otherwise)."""
-        high, normal, low = self._lanes
+        high, normal, low = self._high, self._normal, self._low
         stale_high, stale_normal, stale_low = self._stale
         if stale_high:
             self._strip(high, stale_high, True)
@@ -487,7 +492,11 @@ class WorkQueue(Generic[K]):
             best = oldest
         else:
             self._overtakes += 1
-        return best.popleft() if best is normal else best.popleft()[2]
+        if best is normal:
+            return normal.popleft()
+        self._ranked -= 1
+        key: K = best.popleft()[2]
+        return key
 
     def _strip(self, lane: collections.deque[Any], stale: dict[K, int], entries: bool) -> None:
         """Drop the stale entries at the head of ``lane`` (``entries``: a lane of tuples)."""
@@ -497,7 +506,7 @@ class WorkQueue(Generic[K]):
             if left is None:
                 return
             lane.popleft()
-            self._stale_total -= 1
+            self._ranked -= 1
             if left == 1:
                 del stale[head]
             else:
@@ -547,7 +556,7 @@ class WorkQueue(Generic[K]):
         for lane, stale in zip(self._lanes, self._stale, strict=True):
             lane.clear()
             stale.clear()
-        self._stale_total = self._queued = 0
+        self._ranked = self._queued = 0
         self._prio.clear()
         self._delay_prio.clear()
         getters, self._getters = self._getters, collections.OrderedDict()
