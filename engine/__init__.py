@@ -54,6 +54,7 @@ from ._ratelimit import RateLimiter as RateLimiter
 from ._ratelimit import TokenBucketLimiter as TokenBucketLimiter
 from ._ratelimit import default_rate_limiter as default_rate_limiter
 from ._refs import ObjectRef as ObjectRef
+from ._refs import Priority as Priority
 from ._refs import Trigger as Trigger
 from ._refs import Triggerable as Triggerable
 from ._run import Run as Run
@@ -111,6 +112,7 @@ __all__ = [
     "OutcomeKind",
     "OwnershipGate",
     "OwnershipStatistics",
+    "Priority",
     "QueueObserver",
     "QueueShutDown",
     "RateLimiter",

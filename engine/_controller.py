@@ -31,7 +31,7 @@ from ._outcome import (
 )
 from ._ownership import OwnershipGate
 from ._ratelimit import RateLimiter
-from ._refs import ObjectRef, Trigger
+from ._refs import ObjectRef, Priority, Trigger
 from ._run import Run, RunContext
 from ._text import summarize
 from ._workqueue import QueueObserver, WorkQueue
@@ -205,15 +205,19 @@ class Controller:
         reason: str = "",
         revision: str | None = None,
         sequence: int | None = None,
+        priority: Priority = Priority.NORMAL,
         news: bool = False,
     ) -> Trigger | None:
-        """Enqueue ``ref`` and, per the supersede policy, supersede its run in progress.
+        """Enqueue ``ref`` at ``priority`` and, per the supersede policy, supersede its run in
+        progress.
 
         One synchronous step, no checkpoint: the key is marked dirty (or queued) first, and a
         run is cancelled only if that succeeded, so a cancel without a matching enqueue cannot
         happen. A run is superseded only by a trigger observed after the run's own trigger
         (``sequence`` greater than the run's), so one change delivered twice never cancels
-        the run it started. Returns the trigger, or ``None`` once the controller is stopping.
+        the run it started. A key queued already keeps the better of its priority and
+        ``priority`` (see :class:`WorkQueue`). Returns the trigger, or ``None`` once the
+        controller is stopping.
 
         Own writes are not news: a ``revision`` that a run of ``ref`` wrote (through a client
         that notes its writes, as ``engine.kube.Client`` does) is the echo of that write: it is
@@ -229,11 +233,11 @@ class Controller:
         else:
             seq = sequence
         # tuple.__new__ is what Trigger(...) calls, without the named tuple's Python-level frame.
-        trig = _new_tuple(Trigger, (ref, seq, reason, revision, self._now()))
+        trig = _new_tuple(Trigger, (ref, seq, reason, revision, self._now(), priority))
         if revision is not None and not news and self._own_writes and not self._own_writes.screen(trig):
             return None
         # The newest trigger of a key waits for its run as the note of the key in the queue.
-        kept = self.queue.add_noted(ref, trig)
+        kept = self.queue.add_noted(ref, trig, priority)
         if kept is not None:
             if kept is False:
                 return None
@@ -256,7 +260,8 @@ class Controller:
         return trig
 
     def _retrigger(self, held: Trigger) -> None:
-        self.trigger(held.ref, reason=held.reason, revision=held.revision, sequence=held.sequence)
+        self.trigger(held.ref, reason=held.reason, revision=held.revision, sequence=held.sequence,
+                     priority=held.priority)
 
     def _notify_trigger(self, trig: Trigger, superseded: Run | None) -> None:
         for observer in self._observers:
@@ -425,8 +430,11 @@ class Controller:
                         # The run begins (inlined: this is every run's path).
                         trig = queue.handed_out_note
                         now = queue.handed_out_at
+                        priority = queue.handed_out_priority
                         if trig is None:
-                            trig = Trigger(key, self._sequence, "requeue", None, now)
+                            trig = Trigger(key, self._sequence, "requeue", None, now, priority)
+                        elif trig.priority is not priority:
+                            trig = Trigger(key, trig.sequence, trig.reason, trig.revision, trig.observed_at, priority)
                         self._runs_started += 1
                         # Positional arguments: a keyword call costs more.
                         run = Run(
@@ -560,21 +568,28 @@ class Controller:
             )
         if result.requeue_after is None:
             return SUCCEEDED
-        return Outcome(OutcomeKind.REQUEUE_AFTER, requeue_after=result.requeue_after)
+        return Outcome(OutcomeKind.REQUEUE_AFTER, requeue_after=result.requeue_after, priority=result.priority)
 
     def _settle(self, run: Run, outcome: Outcome) -> None:
-        """Count and act on an outcome other than the shared ``SUCCEEDED`` (which ``_end`` settles)."""
+        """Count and act on an outcome other than the shared ``SUCCEEDED`` (which ``_end`` settles).
+
+        A requeue keeps the priority the run was handed out at, unless the result asks for one.
+        """
         key = run.key
         queue = self.queue
         kind = outcome.kind
+        priority = run.trigger.priority
         self._outcomes[kind] += 1
         if kind is OutcomeKind.SUCCEEDED:
             queue.forget(key)
         elif kind is OutcomeKind.REQUEUE_AFTER:
             queue.forget(key)
-            queue.add_after(key, outcome.requeue_after or 0.0)
+            queue.add_after(
+                key, outcome.requeue_after or 0.0,
+                priority if outcome.priority is None else outcome.priority,
+            )
         elif kind is OutcomeKind.FAILED or kind is OutcomeKind.DEADLINE:
-            queue.add_rate_limited(key)
+            queue.add_rate_limited(key, priority)
             summary = _summary(outcome.error)
             retry_in = queue.ready_in(key)
             context: dict[str, object] = {"controller": self.name, "object": str(key), "reconcileID": run.id}
@@ -603,7 +618,7 @@ class Controller:
             queue.forget(key)
             assert self._wiring is not None
             if not self._wiring.dependencies.wait(self, key, outcome.dependencies, since=run.dependency_epoch):
-                queue.add_after(key, outcome.requeue_after or 0.0)
+                queue.add_after(key, outcome.requeue_after or 0.0, priority)
         else:
             logger.debug(
                 "run %s ended: %s (%s)", run.id, kind.value, outcome.reason,

@@ -8,7 +8,7 @@ from collections.abc import Iterable
 import attrs
 
 from ._errors import EngineError
-from ._refs import ObjectRef
+from ._refs import ObjectRef, Priority
 
 __all__ = [
     "CancelCause",
@@ -73,10 +73,15 @@ class Result:
 
     requeue_after: float | None = None
     """Run the key again after this many seconds (a periodic resync), or never if ``None``."""
+    priority: Priority | None = None
+    """The priority of that run (it becomes ready at it, see :class:`engine.Priority`);
+    ``None``: the priority this run was handed out at. Needs ``requeue_after``."""
 
     def __attrs_post_init__(self) -> None:
         if self.requeue_after is not None and self.requeue_after < 0:
             raise ValueError("requeue_after must be >= 0")
+        if self.priority is not None and self.requeue_after is None:
+            raise ValueError("priority is the priority of a requeue: give requeue_after too")
 
 
 @attrs.frozen
@@ -86,6 +91,8 @@ class Outcome:
     kind: OutcomeKind
     requeue_after: float | None = None
     """Delay before the key runs again, when the engine scheduled one."""
+    priority: Priority | None = None
+    """The priority the reconciler asked for that run (``Result.priority``), if it did."""
     error: BaseException | None = None
     """The exception of a failed or terminal run."""
     dependencies: tuple[ObjectRef, ...] = ()

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Mapping
 from typing import Any, NamedTuple, Protocol
 
-__all__ = ["ObjectRef", "Trigger", "Triggerable"]
+__all__ = ["ObjectRef", "Priority", "Trigger", "Triggerable"]
 
 
 class ObjectRef(NamedTuple):
@@ -86,6 +87,23 @@ def _same_class(ref: ObjectRef, other: object, op: str) -> ObjectRef:
     return other
 
 
+class Priority(enum.IntEnum):
+    """How soon a queued key runs: the highest priority ready first, first in first out within
+    a priority, and no key starved (see :class:`engine.WorkQueue` for the bound).
+
+    The values are controller-runtime's (``LowPriority`` is -100), as the ``priority`` label
+    of the queue's metrics shows them.
+    """
+
+    LOW = -100
+    """Work that is not news: objects of an informer's first list or of a relist, and
+    periodic resyncs."""
+    NORMAL = 0
+    """A change: a watch event, a user's or a dependency's trigger (the default)."""
+    HIGH = 100
+    """What a reconciler asks to run before changes (``Result(priority=Priority.HIGH)``)."""
+
+
 class Trigger(NamedTuple):
     """Why a key was enqueued: the newest one a run sees as ``ctx.trigger``.
 
@@ -107,6 +125,9 @@ class Trigger(NamedTuple):
     """The revision of the triggering state, if the source knows one."""
     observed_at: float = 0.0
     """trio clock time at which the trigger was raised."""
+    priority: Priority = Priority.NORMAL
+    """The priority it enqueued its key at; for a run's trigger (``ctx.trigger``), the priority
+    the run was handed out at: the best any trigger of the key asked for while it waited."""
 
     def __eq__(self, other: object) -> bool:
         if other.__class__ is self.__class__:
@@ -153,6 +174,8 @@ class Triggerable(Protocol):
         reason: str = "",
         revision: str | None = None,
         sequence: int | None = None,
+        priority: Priority = Priority.NORMAL,
     ) -> Trigger | None:
-        """Enqueue ``ref`` because of one observed change; ``None`` if it was refused."""
+        """Enqueue ``ref`` because of one observed change, at ``priority``; ``None`` if it was
+        refused."""
         ...

@@ -17,7 +17,7 @@ from typing import Generic, Protocol, TypeVar
 import attrs
 import trio
 
-from ._refs import ObjectRef, Triggerable
+from ._refs import ObjectRef, Priority, Triggerable
 from ._text import summarize, truncate
 
 __all__ = ["Source", "Change", "ChannelSource", "TimerSource", "MappedSource"]
@@ -41,11 +41,12 @@ class Source(Protocol):
 
 @attrs.frozen
 class Change:
-    """An item for :class:`ChannelSource`: a key plus why and at which revision."""
+    """An item for :class:`ChannelSource`: a key plus why, at which revision and priority."""
 
     ref: ObjectRef
     reason: str = "changed"
     revision: str | None = None
+    priority: Priority = Priority.NORMAL
 
 
 class ChannelSource:
@@ -69,14 +70,15 @@ class ChannelSource:
         task_status.started()
         async for item in self._receive:
             if isinstance(item, Change):
-                self.controller.trigger(item.ref, reason=item.reason, revision=item.revision)
+                self.controller.trigger(item.ref, reason=item.reason, revision=item.revision, priority=item.priority)
             else:
                 self.controller.trigger(item, reason="changed")
 
 
 class TimerSource:
     """Periodic resync: every ``interval`` seconds (jittered by ``±jitter`` of it), triggers
-    every key ``keys()`` returns. Time is trio's clock. If cancelled, it just stops.
+    every key ``keys()`` returns, at ``priority`` (``LOW``: a resync is not news, changes run
+    first). Time is trio's clock. If cancelled, it just stops.
 
     A round for which ``keys()`` raises is skipped whole (logged, counted in :attr:`errors`
     and in the target's ``trigger_errors``); the next round comes as usual.
@@ -90,6 +92,7 @@ class TimerSource:
         interval: float,
         jitter: float = 0.1,
         rng: random.Random | None = None,
+        priority: Priority = Priority.LOW,
     ) -> None:
         if interval <= 0:
             raise ValueError("interval must be > 0")
@@ -100,6 +103,7 @@ class TimerSource:
         self._interval = interval
         self._jitter = jitter
         self._rng = rng or random.Random()
+        self._priority = priority
         self.errors = 0
         """Resync rounds skipped because ``keys()`` raised."""
 
@@ -126,7 +130,7 @@ class TimerSource:
                 continue
             sequence = self.controller.next_sequence()
             for ref in refs:
-                self.controller.trigger(ref, reason="resync", sequence=sequence)
+                self.controller.trigger(ref, reason="resync", sequence=sequence, priority=self._priority)
 
 
 class MappedSource(Generic[T]):
@@ -161,13 +165,16 @@ class MappedSource(Generic[T]):
         self.errors = 0
         """Events skipped because ``mapper`` raised for them."""
 
-    def handle(self, event: T, *, revision: str | None = None) -> int:
-        """Trigger every key ``event`` maps to; returns how many. Synchronous, no checkpoint."""
-        return self.handle_many((event,), revision=revision)
+    def handle(self, event: T, *, revision: str | None = None, priority: Priority = Priority.NORMAL) -> int:
+        """Trigger every key ``event`` maps to, at ``priority``; returns how many. Synchronous,
+        no checkpoint."""
+        return self.handle_many((event,), revision=revision, priority=priority)
 
-    def handle_many(self, events: Iterable[T], *, revision: str | None = None) -> int:
+    def handle_many(
+        self, events: Iterable[T], *, revision: str | None = None, priority: Priority = Priority.NORMAL
+    ) -> int:
         """Trigger the union of the keys several views of one change map to (old and new
-        object of an update), each once, with one sequence number."""
+        object of an update), each once, with one sequence number, at ``priority``."""
         sequence = self.controller.next_sequence()
         seen: set[ObjectRef] = set()
         for event in events:
@@ -180,7 +187,9 @@ class MappedSource(Generic[T]):
             for ref in refs:
                 if ref not in seen:
                     seen.add(ref)
-                    self.controller.trigger(ref, reason=self._reason, revision=revision, sequence=sequence)
+                    self.controller.trigger(
+                        ref, reason=self._reason, revision=revision, sequence=sequence, priority=priority
+                    )
         return len(seen)
 
     def _skip(self, event: T, error: Exception) -> None:

@@ -16,6 +16,7 @@ from engine import (
     MappedSource,
     ObjectRef,
     OutcomeKind,
+    Priority,
     Run,
     RunContext,
     RunLog,
@@ -148,10 +149,11 @@ class Target:
         return self.sequence
 
     def trigger(
-        self, ref: ObjectRef, *, reason: str = "", revision: str | None = None, sequence: int | None = None
+        self, ref: ObjectRef, *, reason: str = "", revision: str | None = None, sequence: int | None = None,
+        priority: Priority = Priority.NORMAL,
     ) -> Trigger | None:
         trig = Trigger(ref=ref, sequence=self.next_sequence() if sequence is None else sequence, reason=reason,
-                       revision=revision)
+                       revision=revision, priority=priority)
         self.triggers.append(trig)
         return trig
 

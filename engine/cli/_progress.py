@@ -5,7 +5,9 @@ matters; and :class:`SeedProgress`, the one line ``python -m engine simulate`` k
 plugin reports it, see ``Manager.mark_ready``) or, for objects that report no readiness, is
 first reconciled; fails (the error, once per distinct error, until it recovers); waits for its
 dependencies; is woken because a dependency became Ready; starts a rollout (a change to an
-object already reconciled or Ready) and finishes it (its next successful run, with how long
+object already reconciled or Ready; not a trigger at ``Priority.LOW``, which a list, a relist
+or a resync raised: a joining replica or a restarted runner listing an object changes
+nothing) and finishes it (its next successful run, with how long
 the rollout took); and when a run is superseded. :meth:`TerminalProgress.report_shutdown` prints the shutdown's progress:
 runs in flight and grace left, until every run ended.
 
@@ -26,7 +28,7 @@ import trio
 from .._controller import Controller, RunObserver
 from .._manager import Manager
 from .._outcome import Outcome, OutcomeKind
-from .._refs import ObjectRef, Trigger
+from .._refs import ObjectRef, Priority, Trigger
 from .._run import Run
 from .._text import summarize
 
@@ -103,7 +105,12 @@ class TerminalProgress(RunObserver):
     def on_trigger(self, controller: Controller, trigger: Trigger, superseded: Run | None) -> None:
         state = self._object(trigger.ref)
         reason = trigger.reason or "changed"
-        if (state.ready or state.reconciled) and state.rollout_since is None and reason not in _NOT_A_ROLLOUT:
+        if (
+            (state.ready or state.reconciled)
+            and state.rollout_since is None
+            and reason not in _NOT_A_ROLLOUT
+            and trigger.priority is not Priority.LOW
+        ):
             state.rollout_since = trio.current_time()
             self.say("rollout", show(trigger.ref), reason)
         if superseded is not None:

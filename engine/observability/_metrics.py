@@ -22,6 +22,13 @@ client-go's workqueue series, ``name`` being the controller's name: ``workqueue_
 ``workqueue_work_duration_seconds``, ``workqueue_unfinished_work_seconds``,
 ``workqueue_longest_running_processor_seconds``, ``workqueue_retries_total``.
 
+By priority (see :class:`~engine.Priority`): ``engine_workqueue_depth{name,priority}`` and
+``engine_workqueue_longest_wait_seconds{name,priority}`` (how long the longest-ready key of
+that priority has been waiting), ``priority`` being the value as controller-runtime labels it
+(``-100``, ``0``, ``100``). controller-runtime's priority queue puts that label on
+``workqueue_depth`` itself; here ``workqueue_depth{name}`` keeps client-go's labels (the total),
+so dashboards built on it keep working.
+
 The engine's own (prefix ``engine_``): supersedes, live and failed workers, items skipped
 because user code on the trigger path raised (``engine_trigger_errors_total``), events emitted,
 delivered, failed and dropped per sink and reason, dependency wake-ups, the last shutdown's
@@ -289,6 +296,15 @@ class _Collector:
         retries = CounterMetricFamily(
             "workqueue_retries_total", "Total number of retries handled by workqueue", labels=[n],
         )
+        p = "priority"
+        depth_by = GaugeMetricFamily(
+            "engine_workqueue_depth", "Current depth of workqueue by priority", labels=[n, p],
+        )
+        wait_by = GaugeMetricFamily(
+            "engine_workqueue_longest_wait_seconds",
+            "How many seconds the longest-ready item of each priority has been waiting in workqueue",
+            labels=[n, p],
+        )
         supersedes = CounterMetricFamily(
             "engine_supersedes_total", "Runs cancelled because a newer trigger arrived for their key", labels=[c],
         )
@@ -320,7 +336,7 @@ class _Collector:
         )
         families: list[Metric] = [
             total, errors, terminal, rtime, active, maxc, depth, adds, qdur, wdur, unfinished, longest,
-            retries, supersedes, live, dead, trigger_errors, emitted, delivered, failed, dropped, wakeups, drain,
+            retries, depth_by, wait_by, supersedes, live, dead, trigger_errors, emitted, delivered, failed, dropped, wakeups, drain,
         ]
         if with_samples:
             for controller in manager.controllers:
@@ -345,6 +361,10 @@ class _Collector:
                     runs = controller.running.values()
                     unfinished.add_metric(labels, sum(now - r.started_at for r in runs))
                     longest.add_metric(labels, stats.longest_processing)
+                    for priority, count in stats.depth_by_priority.items():
+                        depth_by.add_metric([name, str(priority.value)], count)
+                    for priority, waited in stats.longest_wait_by_priority.items():
+                        wait_by.add_metric([name, str(priority.value)], waited)
                 retries.add_metric(labels, m.retries)
                 supersedes.add_metric(labels, m.results[OutcomeKind.SUPERSEDED])
                 live.add_metric(labels, controller.live_workers)

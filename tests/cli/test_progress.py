@@ -7,7 +7,7 @@ import io
 import trio
 import trio.testing
 
-from engine import Controller, DependencyNotReady, Manager, ObjectRef, RunContext
+from engine import Controller, DependencyNotReady, Manager, ObjectRef, Priority, RunContext
 from engine.cli._progress import SeedProgress, TerminalProgress
 
 INFRA = ObjectRef("Bundle", "infra", "demo")
@@ -113,6 +113,40 @@ async def test_objects_that_report_no_readiness_are_reported_once_reconciled(
         "reconciled ConfigMap team-a/settings  in 0.00 s",
         "rollout    ConfigMap team-a/settings  ConfigMap modified",
         "reconciled ConfigMap team-a/settings  rollout finished in 0.0 s",
+    ]
+
+
+async def test_a_list_is_not_a_rollout(autojump_clock: trio.testing.MockClock) -> None:
+    """A joining replica or a restarted runner lists what is there (its triggers come at
+    ``Priority.LOW``, as a resync's): no rollout line; a change after it is one."""
+    manager = Manager(handle_signals=False)
+
+    async def reconcile(ctx: RunContext) -> None:
+        return None
+
+    controller = manager.add_controller(Controller("bundles", reconcile))
+    out = io.StringIO()
+    progress = TerminalProgress(manager, out)
+    manager.add_observer(progress)
+    async with trio.open_nursery() as ui:
+        ui.start_soon(progress.run)
+        async with trio.open_nursery() as nursery:
+            await nursery.start(manager.run)
+            controller.trigger(INFRA, reason="Bundle added", priority=Priority.LOW)
+            await trio.testing.wait_all_tasks_blocked()
+            manager.mark_ready(INFRA)
+            for reason in ("Bundle added", "source revision changed", "resync"):
+                controller.trigger(INFRA, reason=reason, priority=Priority.LOW)
+                await trio.testing.wait_all_tasks_blocked()
+            controller.trigger(INFRA, reason="source revision changed")
+            await trio.testing.wait_all_tasks_blocked()
+            manager.stop("test over")
+        progress.close()
+    assert _lines(out) == [
+        "reconciled Bundle demo/infra  in 0.00 s",
+        "ready      Bundle demo/infra",
+        "rollout    Bundle demo/infra  source revision changed",
+        "reconciled Bundle demo/infra  rollout finished in 0.0 s",
     ]
 
 

@@ -136,6 +136,43 @@ async def test_list_then_watch_with_handlers_after_store(api: ApiServer, autojum
     assert not informer.synced
 
 
+async def test_events_of_a_list_are_marked_listed_and_watch_events_are_not(
+    api: ApiServer, autojump_clock: trio.testing.MockClock
+) -> None:
+    async with memory_client(api) as client, trio.open_nursery() as nursery:
+        for name in ("keep", "change", "remove"):
+            await client.create(CONFIGMAPS, cm(name))
+        informer = Informer(client, CONFIGMAPS, namespace="default")
+        seen: list[tuple[WatchEventType, str, bool]] = []
+        informer.add_handler(lambda e: seen.append((e.type, e.obj["metadata"]["name"], e.listed)))
+        await nursery.start(informer.run)
+        await informer.wait_synced()
+        await wait_for(lambda: informer.statistics().watches == 1)
+        assert sorted(seen, key=lambda e: e[1]) == [(ADDED, name, True) for name in ("change", "keep", "remove")]
+        replayed: list[bool] = []
+        informer.add_handler(lambda e: replayed.append(e.listed))
+        assert replayed == [True, True, True]
+
+        await client.create(CONFIGMAPS, cm("watched"))
+        await wait_for(lambda: len(seen) == 4)
+        assert seen[-1] == (ADDED, "watched", False)
+
+        del seen[:]
+        blocked = api.faults.fail(503, count=None, verbs={"watch"})
+        assert api.faults.drop_watches(abrupt=True) == 1
+        await wait_for(lambda: blocked.hits >= 2)
+        await client.create(CONFIGMAPS, cm("added"))
+        await client.patch(CONFIGMAPS, "change", {"data": {"v": "2"}})
+        await client.delete(CONFIGMAPS, "remove")
+        api.faults.expire_next_watch()
+        api.faults.remove(blocked)
+        await wait_for(lambda: len(seen) >= 3)
+        assert sorted(seen, key=lambda e: e[1]) == [
+            (ADDED, "added", True), (MODIFIED, "change", True), (DELETED, "remove", False)
+        ]
+        nursery.cancel_scope.cancel()
+
+
 async def test_relist_after_watch_error_410_emits_the_difference(api: ApiServer, autojump_clock: trio.testing.MockClock) -> None:
     await _relist_after_410(api, http_status=False)
 

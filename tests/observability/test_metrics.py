@@ -15,6 +15,7 @@ from engine import (
     MemorySink,
     ObjectRef,
     OutcomeKind,
+    Priority,
     Result,
     RunContext,
     TerminalError,
@@ -282,3 +283,31 @@ def test_collect_outside_trio_and_metric_names() -> None:
         "engine_events_dropped_total", "engine_dependency_wakeups_total", "engine_shutdown_drain_seconds",
         "engine_workers_alive", "engine_worker_failures_total",
     } <= names
+
+
+async def test_queue_depth_and_longest_wait_by_priority(autojump_clock: trio.testing.MockClock) -> None:
+    started = trio.Event()
+
+    async def reconcile(ctx: RunContext) -> None:
+        started.set()
+        await trio.sleep(10)
+
+    manager = Manager(handle_signals=False)
+    controller = manager.add_controller(Controller("c", reconcile))
+    reg = EngineMetrics(manager, process_metrics=False).registry
+    async with running(manager):
+        controller.trigger(ObjectRef("K", "busy"))
+        await started.wait()
+        controller.trigger(ObjectRef("K", "listed-1"), priority=Priority.LOW)
+        await trio.sleep(2)
+        controller.trigger(ObjectRef("K", "listed-2"), priority=Priority.LOW)
+        controller.trigger(ObjectRef("K", "changed"))
+        await trio.sleep(1)
+
+        def sample(family: str, priority: str) -> float | None:
+            return reg.get_sample_value(family, {"name": "c", "priority": priority})
+
+        assert reg.get_sample_value("workqueue_depth", {"name": "c"}) == 3
+        assert [sample("engine_workqueue_depth", p) for p in ("-100", "0", "100")] == [2, 1, 0]
+        waits = [sample("engine_workqueue_longest_wait_seconds", p) for p in ("-100", "0", "100")]
+        assert waits == [pytest.approx(3), pytest.approx(1), 0]

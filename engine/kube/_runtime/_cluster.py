@@ -21,7 +21,7 @@ import trio
 from ..._controller import Controller
 from ..._keyspace import KeyRanges, fnv1a64
 from ..._manager import Manager
-from ..._refs import ObjectRef
+from ..._refs import ObjectRef, Priority
 from ..._sources import MappedSource
 from .._access._rbac import PolicyRule, rules_for
 from .._client._client import Client, Selector, WatchEventType, join_selectors
@@ -306,7 +306,8 @@ class Cluster:
         *,
         predicates: Sequence[Predicate] = (),
     ) -> None:
-        """Trigger ``controller`` for each event on its primary objects that passes every predicate.
+        """Trigger ``controller`` for each event on its primary objects that passes every
+        predicate: at ``Priority.LOW`` for what a list reported, else at ``NORMAL``.
 
         Only a change of ``status`` alone can be the watch echo of a run's own (status) write
         and be dropped as one (:meth:`Controller.trigger <engine.Controller.trigger>`): any
@@ -324,6 +325,7 @@ class Cluster:
                     reason=reasons[event.type],
                     revision=event.obj.get("metadata", {}).get("resourceVersion"),
                     news=not _status_only(event),
+                    priority=_priority(event),
                 )
 
         informer.add_handler(handle)
@@ -337,9 +339,9 @@ class Cluster:
         owner_api_version: str,
         owner_namespaced: bool = True,
     ) -> None:
-        """Trigger the owner (through ``ownerReferences``) of each changed child object, with
-        the child's ``resourceVersion`` as the trigger's revision (so the echo of the owner's
-        own write of the child is not news).
+        """Trigger the owner (through ``ownerReferences``) of each changed child object (at
+        ``Priority.LOW`` for what a list reported), with the child's ``resourceVersion`` as the
+        trigger's revision (so the echo of the owner's own write of the child is not news).
 
         A namespaced owner is in its child's namespace; pass ``owner_namespaced=False`` for a
         cluster-scoped owner type.
@@ -350,9 +352,9 @@ class Cluster:
             lambda obj: _owners(obj, owner_kind, owner_group, owner_namespaced),
             reason=f"owned {informer.resource.kind} changed",
         )
-        informer.add_handler(
-            lambda event: mapped.handle_many(_views(event), revision=event.obj.get("metadata", {}).get("resourceVersion"))
-        )
+        informer.add_handler(lambda event: mapped.handle_many(
+            _views(event), revision=event.obj.get("metadata", {}).get("resourceVersion"), priority=_priority(event),
+        ))
 
     def watches_mapped(
         self,
@@ -365,14 +367,18 @@ class Cluster:
     ) -> None:
         """Map each event on another type to keys of ``controller`` (through an index lookup in
         ``mapper``, never a list call). An update maps both the old and the new object as one
-        observation, so it supersedes a run at most once."""
+        observation, so it supersedes a run at most once. What a list reported triggers at
+        ``Priority.LOW``."""
         mapped: MappedSource[Mapping[str, Any]] = MappedSource(
             controller, mapper, reason=reason or f"{informer.resource.kind} changed"
         )
 
         def handle(event: InformerEvent) -> None:
             if all(p(event) for p in predicates):
-                mapped.handle_many(_views(event), revision=event.obj.get("metadata", {}).get("resourceVersion"))
+                mapped.handle_many(
+                    _views(event), revision=event.obj.get("metadata", {}).get("resourceVersion"),
+                    priority=_priority(event),
+                )
 
         informer.add_handler(handle)
 
@@ -407,6 +413,10 @@ def _status_only(event: InformerEvent) -> bool:
             return False
     before, after = old.get("metadata") or {}, new.get("metadata") or {}
     return all(before.get(key) == after.get(key) for key in (before.keys() | after.keys()) - _NOT_CHANGES)
+
+
+def _priority(event: InformerEvent) -> Priority:
+    return Priority.LOW if event.listed else Priority.NORMAL
 
 
 def _views(event: InformerEvent) -> list[dict[str, Any]]:

@@ -5,7 +5,8 @@ behaviour under failure); the store applies each of its events (:meth:`Store.app
 writer); the informer then hands every change the store reports to the handlers. A relist
 after 410 Gone thus reaches handlers as the difference against the store: ``ADDED`` for new
 objects, ``MODIFIED`` for objects whose ``resourceVersion`` changed, ``DELETED`` for objects
-that are gone.
+that are gone. Every change a list reports (but a deletion) is marked
+:attr:`InformerEvent.listed`: it is not news, and its triggers wait at ``Priority.LOW``.
 
 Anything the watcher does not absorb (a failing list, a bug) is logged; the informer reports
 itself unsynced, waits a jittered exponential backoff and starts over with a fresh list
@@ -277,7 +278,7 @@ class Informer:
         self._handlers.append(handler)
         if replay:
             for obj in self.store.list():
-                self._call(handler, InformerEvent(WatchEventType.ADDED, obj, None))
+                self._call(handler, InformerEvent(WatchEventType.ADDED, obj, None, True))
 
     def remove_handler(self, handler: Handler) -> None:
         """Unregister a handler; raises ``ValueError`` if it is not registered."""

@@ -47,6 +47,11 @@ class InformerEvent:
     """The object as it is now; for ``DELETED``, its last known state."""
     old: dict[str, Any] | None = None
     """The cached object before the change (``None`` for ``ADDED``)."""
+    listed: bool = False
+    """Whether a list reported it (the first list, a relist, a handler's replay of the cache)
+    rather than a watch event: a list is not news, so its triggers wait at low priority and
+    start no rollout. An object a relist finds gone is reported as a ``DELETED`` that is not
+    listed: that deletion did happen."""
 
 
 def object_key(obj: Mapping[str, Any]) -> ObjectKey:
@@ -273,7 +278,7 @@ class Store:
             current = self._get(object_key(event.obj))
             if current is not None and resource_version_of(current) == resource_version_of(event.obj):
                 return []
-            return self._changes(event.obj, self._put(event.obj))
+            return self._changes(event.obj, self._put(event.obj), False)
         if isinstance(event, Deleted):
             old = self._remove(object_key(event.obj))
             return [InformerEvent(WatchEventType.DELETED, event.obj, old)]
@@ -293,12 +298,15 @@ class Store:
         return len(gone)
 
     @staticmethod
-    def _changes(obj: dict[str, Any], old: dict[str, Any] | None) -> builtins.list[InformerEvent]:
+    def _changes(obj: dict[str, Any], old: dict[str, Any] | None, listed: bool) -> builtins.list[InformerEvent]:
         if old is None:
-            return [InformerEvent(WatchEventType.ADDED, obj, None)]
+            return [InformerEvent(WatchEventType.ADDED, obj, None, listed)]
         if _uid(old) != _uid(obj):
-            return [InformerEvent(WatchEventType.DELETED, old, old), InformerEvent(WatchEventType.ADDED, obj, None)]
-        return [InformerEvent(WatchEventType.MODIFIED, obj, old)]
+            return [
+                InformerEvent(WatchEventType.DELETED, old, old, listed),
+                InformerEvent(WatchEventType.ADDED, obj, None, listed),
+            ]
+        return [InformerEvent(WatchEventType.MODIFIED, obj, old, listed)]
 
     def _replace(self, objects: Iterable[dict[str, Any]], *, reset: bool) -> builtins.list[InformerEvent]:
         # Names seen, by namespace: the listed objects' own name strings, no key tuple each.
@@ -317,7 +325,9 @@ class Store:
             if not reset and current is not None and resource_version_of(current) == resource_version_of(obj):
                 continue
             planned.append((obj, self._index_values(obj)))
-        changes = [change for obj, values in planned for change in self._changes(obj, self._insert(obj, values))]
+        changes = [
+            change for obj, values in planned for change in self._changes(obj, self._insert(obj, values), True)
+        ]
         gone = [
             (namespace, name)
             for namespace, names in cached.items()
