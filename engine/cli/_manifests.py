@@ -360,6 +360,16 @@ def _write(directory: Path, objects: Sequence[Mapping[str, Any]]) -> list[Path]:
     return written
 
 
+def _certificate_note(name: str, install_namespace: str, *, cert_manager: bool) -> str:
+    """Who makes the webhooks' serving certificate, for the person applying the install."""
+    if cert_manager:
+        return (f"note: cert-manager issues the webhooks' serving certificate (Issuer and Certificate "
+                f"{install_namespace}/{name}-webhook) and injects its CA: cert-manager must be installed")
+    return (f"note: the runner provisions the webhooks' serving certificate itself (a CA and certificate in Secret "
+            f"{install_namespace}/{name}-webhook-cert, the caBundle injected into its webhook configurations); "
+            f"--cert-manager has cert-manager issue it instead")
+
+
 def main(argv: list[str]) -> int:
     """Run the ``manifests`` command; returns the exit code (see the description above)."""
     from ..kube import PluginError, load_plugins
@@ -389,6 +399,9 @@ def main(argv: list[str]) -> int:
         image=args.image, replicas=args.replicas, grace_period=args.grace_period, scale_out=args.scale_out,
         cert_manager=args.cert_manager,
     )
+    if any(plugin.webhooks for plugin in plugins):
+        print(_certificate_note(name, args.install_namespace, cert_manager=args.cert_manager), file=sys.stderr,
+              flush=True)
     if args.output_dir is None:
         sys.stdout.write(_dump(objects))
         return 0

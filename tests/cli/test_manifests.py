@@ -168,11 +168,19 @@ PROBES = ["--metrics-bind-address=0.0.0.0:8080", "--health-probe-bind-address=0.
           "--log-format=json", *WEBHOOK_ARGS]
 
 
+CERT_NOTE = (
+    "note: the runner provisions the webhooks' serving certificate itself (a CA and certificate in Secret "
+    "engine-system/engine-bundles-webhook-cert, the caBundle injected into its webhook configurations); "
+    "--cert-manager has cert-manager issue it instead\n"
+)
+"""What ``manifests`` tells on stderr when the plugins declare webhooks (the install prints no certificate)."""
+
+
 def test_one_replica_for_a_namespace_gets_a_role_there_and_no_leader_election(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     code, out, err = _run(capsys, "--plugin", "bundles", "--namespace", "demo", "--image", "registry.example/engine:1")
-    assert (code, err) == (0, "")
+    assert (code, err) == (0, CERT_NOTE)
     docs = list(yaml.safe_load_all(out))
     assert docs[:2] == [dict(crd) for crd in sorted(load_plugin("bundles").crds, key=lambda c: c["metadata"]["name"])]
     assert docs[2:] == [
@@ -198,7 +206,7 @@ def test_replicas_elect_a_leader_with_a_lease_in_the_engine_namespace_and_get_a_
 ) -> None:
     code, out, err = _run(capsys, "--plugin", "bundles", "--image", "registry.example/engine:1", "--replicas", "2",
                           "--grace-period", "20.5")
-    assert (code, err) == (0, "")
+    assert (code, err) == (0, CERT_NOTE)
     assert list(yaml.safe_load_all(out))[2:] == [
         *COMMON,
         _role("ClusterRole", [BUNDLES_RULES[0], *CONFIGURATION_RULES, CRD_RULE, *BUNDLES_RULES[1:]]),
@@ -222,7 +230,7 @@ def test_replicas_elect_a_leader_with_a_lease_in_the_engine_namespace_and_get_a_
 
 def test_scale_out_replicas_divide_the_objects_through_a_ring_of_leases(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = _run(capsys, "--plugin", "bundles", "--replicas", "3", "--scale-out")
-    assert (code, err) == (0, "")
+    assert (code, err) == (0, CERT_NOTE)
     docs = list(yaml.safe_load_all(out))
     role = next(d for d in docs if d["kind"] == "Role")
     assert role["metadata"]["namespace"] == "engine-system"
@@ -271,7 +279,7 @@ def test_output_dir_gets_one_file_per_kind_and_a_kustomization(
     files = ["customresourcedefinition.yaml", "namespace.yaml", "serviceaccount.yaml", "clusterrole.yaml",
              "clusterrolebinding.yaml", "role.yaml", "rolebinding.yaml", "service.yaml", "secret.yaml", "deployment.yaml",
              "poddisruptionbudget.yaml", "mutatingwebhookconfiguration.yaml", "validatingwebhookconfiguration.yaml"]
-    assert (code, out, err) == (0, "".join(f"wrote {target / f}\n" for f in [*files, "kustomization.yaml"]), "")
+    assert (code, out, err) == (0, "".join(f"wrote {target / f}\n" for f in [*files, "kustomization.yaml"]), CERT_NOTE)
     assert sorted(p.name for p in target.iterdir()) == sorted([*files, "kustomization.yaml"])
     assert yaml.safe_load((target / "kustomization.yaml").read_text()) == {
         "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization", "resources": files}
@@ -410,3 +418,11 @@ def test_plugins_without_webhooks_get_no_webhook_objects(capsys: pytest.CaptureF
     code, out, _ = _run(capsys, "--plugin", "mirror")
     assert code == 0
     assert "webhook" not in out
+
+
+def test_stderr_says_who_makes_the_webhooks_certificate(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = _run(capsys, "--plugin", "bundles", "--cert-manager")
+    assert (code, err) == (0, "note: cert-manager issues the webhooks' serving certificate (Issuer and Certificate "
+                              "engine-system/engine-bundles-webhook) and injects its CA: cert-manager must be installed\n")
+    code, _, err = _run(capsys, "--plugin", "mirror")
+    assert (code, err) == (0, ""), "no webhooks, no note"

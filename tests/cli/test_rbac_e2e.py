@@ -67,7 +67,7 @@ async def test_the_generated_role_is_enough_and_a_bare_service_account_is_refuse
         admin = tmp_path / "admin.kubeconfig"
         api.write_kubeconfig(admin)
         code, manifests, err = await _run(sys.executable, "-m", "engine", "manifests", "--plugin", "bundles")
-        assert (code, err) == (0, "")
+        assert code == 0 and err.startswith("note: the runner provisions the webhooks' serving certificate"), err
         # The webhook configurations call the webhook Service, which no pod backs here (the
         # runner runs outside): leave them out, or every Bundle write would fail closed.
         installed = [doc for doc in yaml.safe_load_all(manifests)
