@@ -408,7 +408,8 @@ class Controller:
         observers = self._observers
         read_clock = self._now
         # Writes are noted for the run this worker runs now (none while it waits for a key).
-        writer = self._own_writes.writer()
+        own_writes = self._own_writes
+        writer = own_writes.writer()
         # num_requeues and forget are called only while some key is failing.
         failing = queue.failing_keys
         key: ObjectRef | None = None
@@ -449,6 +450,8 @@ class Controller:
                         if timeout is not None:
                             scope.deadline = run.started_at + timeout
                         writer.key = key
+                        if own_writes:
+                            own_writes.started(key)
                         try:
                             result = await self._reconcile(RunContext(run, recorder))
                         except Exception as exc:

@@ -13,6 +13,10 @@ was an echo and applied at once otherwise; but never longer than :data:`ECHO_WAI
 that someone else's change during a slow write (a server that holds it) still supersedes the
 run nearly at once. A trigger without a revision is never held.
 
+What a run wrote is the echo's to consume only until the key runs again: a later run may have
+read a cache that did not hold the write yet (a delayed watch), so when the key's next run
+starts, the earlier runs' revisions are forgotten and their echoes are news (one more run).
+
 A revision names one write on one cluster (a Kubernetes ``resourceVersion`` is the storage's
 global revision), so the revision alone identifies the object written. What is remembered is
 bounded in time: revisions older than :data:`ECHO_HORIZON` seconds are forgotten (a later echo
@@ -51,11 +55,13 @@ class OwnWrites:
     checkpoint.
     """
 
-    __slots__ = ("_written", "_writing", "_held", "_deadlines", "_wake", "_settling", "_retrigger")
+    __slots__ = ("_written", "_by_key", "_writing", "_held", "_deadlines", "_wake", "_settling", "_retrigger")
 
     def __init__(self, retrigger: Callable[[Trigger], object]) -> None:
         self._written: dict[tuple[ObjectRef, str], float] = {}
         """(key, revision) -> when written; insertion order is the order written."""
+        self._by_key: dict[ObjectRef, set[str]] = {}
+        """The revisions remembered, per key."""
         self._writing: dict[ObjectRef, int] = {}
         """Writes in flight, per key."""
         self._held: dict[ObjectRef, tuple[float, list[Trigger]]] = {}
@@ -87,7 +93,7 @@ class OwnWrites:
         of an own write (dropped, and the revision forgotten) or is held until the key's writes
         in flight have their revisions."""
         key = trigger.ref
-        if self._written.pop((key, trigger.revision), None) is not None:  # type: ignore[arg-type]
+        if self._forget(key, trigger.revision):  # type: ignore[arg-type]
             return False
         if self._writing.get(key) and key != self._settling:
             held = self._held.get(key)
@@ -101,6 +107,24 @@ class OwnWrites:
             return False
         return True
 
+    def started(self, key: ObjectRef) -> None:
+        """A run of ``key`` starts: what its earlier runs wrote is forgotten (this run may not
+        have seen it in its cache, so the echo of it is news)."""
+        revisions = self._by_key.pop(key, None)
+        if revisions:
+            for revision in revisions:
+                self._written.pop((key, revision), None)
+
+    def _forget(self, key: ObjectRef, revision: str) -> bool:
+        """Forget ``revision`` of ``key``; whether it was remembered."""
+        if self._written.pop((key, revision), None) is None:
+            return False
+        revisions = self._by_key[key]
+        revisions.discard(revision)
+        if not revisions:
+            del self._by_key[key]
+        return True
+
     def began(self, key: ObjectRef) -> None:
         """A write on behalf of ``key``'s run is in flight."""
         self._writing[key] = self._writing.get(key, 0) + 1
@@ -112,14 +136,15 @@ class OwnWrites:
         now = trio.current_time()
         written = self._written
         if revision is not None:
-            written.pop((key, revision), None)
+            self._forget(key, revision)
             written[(key, revision)] = now
+            self._by_key.setdefault(key, set()).add(revision)
         horizon = now - ECHO_HORIZON
         while written:
             oldest = next(iter(written))
             if written[oldest] >= horizon:
                 break
-            del written[oldest]
+            self._forget(*oldest)
         left = self._writing[key] - 1
         if left:
             self._writing[key] = left
@@ -128,11 +153,10 @@ class OwnWrites:
         self._settle(key)
 
     def _settle(self, key: ObjectRef) -> None:
-        written = self._written
         self._settling = key
         try:
             for held in self._held.pop(key, (0.0, ()))[1]:
-                if written.pop((key, held.revision), None) is None:  # type: ignore[arg-type]
+                if not self._forget(key, held.revision):  # type: ignore[arg-type]
                     self._retrigger(held)
         finally:
             self._settling = None

@@ -30,6 +30,24 @@ async def test_an_echo_is_dropped_once_and_only_for_the_key_whose_run_wrote_it()
     assert not writes and applied == []
 
 
+async def test_an_earlier_runs_write_is_news_once_the_key_ran_again() -> None:
+    """A later run may have read a cache without the earlier run's write (a delayed watch):
+    the echo of it must run the key again (mirror seed 47 left stale copies otherwise)."""
+    writes = OwnWrites(lambda t: None)
+    writes.began(A)
+    writes.ended(A, "20")
+    writes.began(B)
+    writes.ended(B, "21")
+    writes.started(A)
+    assert writes.screen(trigger(A, "20")), "news to the run that started after the write"
+    assert not writes.screen(trigger(B, "21")), "B did not run again: still its echo"
+    assert not writes
+    writes.began(A)
+    writes.ended(A, "22")
+    writes.started(B)
+    assert not writes.screen(trigger(A, "22")), "another key's run forgets nothing of A"
+
+
 async def test_a_trigger_waits_for_the_write_in_flight_then_is_dropped_or_applied() -> None:
     applied: list[Trigger] = []
     writes = OwnWrites(applied.append)

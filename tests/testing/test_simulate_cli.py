@@ -189,14 +189,21 @@ def test_a_seed_that_hangs_is_a_violation_with_its_replay_command(capsys: pytest
 
 def test_ctrl_c_stops_simulate_at_once() -> None:
     command = [sys.executable, "-m", "engine", "simulate", "--plugin", BUSY, "--seed", "0", "--duration", "5"]
-    with subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as process:
-        assert process.stdout is not None
-        assert process.stdout.readline().startswith("busy: simulation ")
-        time.sleep(1.0)
-        process.send_signal(signal.SIGINT)
-        sent = time.monotonic()
-        out, err = process.communicate(timeout=30)
-        stopped = time.monotonic() - sent
+    # A shell's background job (a CI script run with '&') starts with SIGINT ignored, and so
+    # would this child: Ctrl-C is given back its default, as a terminal's foreground job has it.
+    with subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL)) as process:
+        try:
+            assert process.stdout is not None
+            assert process.stdout.readline().startswith("busy: simulation ")
+            time.sleep(1.0)
+            process.send_signal(signal.SIGINT)
+            sent = time.monotonic()
+            out, err = process.communicate(timeout=30)
+            stopped = time.monotonic() - sent
+        finally:
+            if process.returncode is None:
+                process.kill()
     assert process.returncode == 130, err
     assert out.splitlines()[-1] == "busy: interrupted after 0 seed(s) from 0"
     assert stopped < 5, f"stopped {stopped:.1f}s after Ctrl-C"
