@@ -12,7 +12,7 @@ import trio
 
 from engine import ECHO_WAIT, Controller, Manager, OutcomeKind, RunContext
 from engine.apiserver import ApiServer
-from engine.kube import Client, Cluster, Informer, PatchType
+from engine.kube import Client, Cluster, Informer, PatchType, install_crds
 from engine.testing import KubeTarget, PluginHarness, open_plugin_test
 
 from ..testing.test_harness import WIDGET_CRD
@@ -100,8 +100,7 @@ async def _settle(h: PluginHarness) -> None:
 
 async def _open(kube_target: KubeTarget, transport: HoldConfigMapWrites | None, gates: dict[str, trio.Event]) -> Any:
     async with kube_target.client(user_agent="setup") as setup:
-        crds = await setup.resource("apiextensions.k8s.io/v1", "CustomResourceDefinition")
-        await setup.create(crds, WIDGET_CRD)
+        await install_crds(setup, [WIDGET_CRD])
     kwargs: dict[str, Any] = {} if transport is None else {"transport": transport}
     return kube_target.client(user_agent="widgets", **kwargs)
 
@@ -205,6 +204,7 @@ async def test_anothers_change_while_a_write_is_in_flight_supersedes_once_the_an
             assert h.outcomes(name="w0") == [OutcomeKind.SUPERSEDED, OutcomeKind.SUCCEEDED], (h.outcomes(name="w0"), h.triggers)
 
 
+@pytest.mark.kube_embedded(reason="injects latency into one of the server's answers")
 async def test_a_change_answered_by_a_write_that_changed_nothing_is_still_news(kube_target: KubeTarget) -> None:
     """The run's status write changes nothing (the status is already so) and is handled just
     after someone else changed the widget's spec: its answer carries the resourceVersion of that
