@@ -2,15 +2,16 @@
 
 Run by hand (not a test)::
 
-    python bench/priority_restart.py [--n 10000] [--workers 4] [--repeat 2]
+    python bench/priority_restart.py [--n 10000] [--workers 4] [--repeat 2] [--kubeconfig PATH]
 
 Creates N ConfigMaps in the embedded API server (in this process, through its memory
-transport). Then, for each mode, interleaved ``--repeat`` times, it starts a fresh manager as a
-restarted controller would: a :class:`~engine.kube.Cluster` informer on the ConfigMaps and a
-controller of ``--workers`` workers whose reconcile reads its object from the server (a
-converged object: nothing to write). As soon as the informer has listed every object (N keys
-queued), a user patches one of them, the last one the list gave, and the time from the patch's
-answer to the start of the run its change triggered is measured.
+transport), or with ``--kubeconfig PATH`` in a fresh namespace of that cluster (deleted after).
+Then, for each mode, interleaved ``--repeat`` times, it starts a fresh manager as a restarted
+controller would: a :class:`~engine.kube.Cluster` informer on the ConfigMaps and a controller
+of ``--workers`` workers whose reconcile reads its object from the server (a converged object:
+nothing to write). As soon as the informer has listed every object (N keys queued), a user
+patches one of them, the last one the list gave, and the time from the patch's answer to the
+start of the run its change triggered is measured.
 
 The modes:
 
@@ -27,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import secrets
 import sys
 import time
 from typing import Any
@@ -38,8 +40,6 @@ sys.path.insert(0, os.environ.get("ROOT", "."))
 from engine import Controller, Manager, ObjectRef, Priority, RunContext, Trigger  # noqa: E402
 from engine.apiserver import ApiServer  # noqa: E402
 from engine.kube import Client, Cluster, Config, Resource  # noqa: E402
-
-NAMESPACE = "default"
 
 
 class FifoController(Controller):
@@ -53,18 +53,19 @@ class FifoController(Controller):
         revision: str | None = None,
         sequence: int | None = None,
         priority: Priority = Priority.NORMAL,
+        news: bool = False,
     ) -> Trigger | None:
-        return super().trigger(ref, reason=reason, revision=revision, sequence=sequence)
+        return super().trigger(ref, reason=reason, revision=revision, sequence=sequence, news=news)
 
 
-async def create_all(client: Client, cms: Resource, n: int) -> None:
+async def create_all(client: Client, cms: Resource, namespace: str, n: int) -> None:
     send, receive = trio.open_memory_channel[int](0)
 
     async def worker() -> None:
         async for i in receive:
             await client.create(
-                cms, {"metadata": {"name": f"cm-{i:06d}", "namespace": NAMESPACE}, "data": {"n": "1"}},
-                namespace=NAMESPACE,
+                cms, {"metadata": {"name": f"cm-{i:06d}", "namespace": namespace}, "data": {"n": "1"}},
+                namespace=namespace,
             )
 
     async with trio.open_nursery() as nursery:
@@ -75,7 +76,7 @@ async def create_all(client: Client, cms: Resource, n: int) -> None:
                 await send.send(i)
 
 
-async def restart(client: Client, cms: Resource, *, fifo: bool, workers: int, round_: int) -> dict[str, Any]:
+async def restart(client: Client, cms: Resource, namespace: str, *, fifo: bool, workers: int) -> dict[str, Any]:
     """One restart: returns the seconds from the patch to its run and the runs before it."""
     runs = 0
     patched: dict[str, Any] = {}
@@ -88,13 +89,13 @@ async def restart(client: Client, cms: Resource, *, fifo: bool, workers: int, ro
             patched["ran_at"] = time.perf_counter()
             patched["runs_before"] = runs - 1
             done.set()
-        await client.get(cms, ctx.ref.name, namespace=NAMESPACE)
+        await client.get(cms, ctx.ref.name, namespace=namespace)
 
     manager = Manager(handle_signals=False)
     kind = FifoController if fifo else Controller
     controller = manager.add_controller(kind("configmaps", reconcile, max_concurrent=workers))
     cluster = Cluster(client, manager)
-    informer = await cluster.informer("v1", "ConfigMap", namespace=NAMESPACE)
+    informer = await cluster.informer("v1", "ConfigMap", namespace=namespace)
     order: list[str] = []
     informer.add_handler(lambda event: order.append(event.obj["metadata"]["name"]) if event.listed else None)
     cluster.watches(controller, informer)
@@ -103,7 +104,7 @@ async def restart(client: Client, cms: Resource, *, fifo: bool, workers: int, ro
         await cluster.wait_synced()
         name = order[-1]
         patched["name"] = name
-        answer = await client.patch(cms, name, {"data": {"n": f"changed-{round_}"}}, namespace=NAMESPACE)
+        answer = await client.patch(cms, name, {"data": {"n": f"changed-{secrets.token_hex(4)}"}}, namespace=namespace)
         patched["revision"] = answer["metadata"]["resourceVersion"]
         patched["at"] = time.perf_counter()
         queued = len(controller.queue)
@@ -119,22 +120,36 @@ async def restart(client: Client, cms: Resource, *, fifo: bool, workers: int, ro
 
 
 async def main(args: argparse.Namespace) -> None:
-    async with ApiServer(listen=False) as api:
-        async with Client(Config.from_dict(api.kubeconfig), transport=api.memory_transport()) as client:
-            cms = await client.resource("v1", "ConfigMap")
-            started = time.perf_counter()
-            await create_all(client, cms, args.n)
-            print(f"created {args.n} ConfigMaps in {time.perf_counter() - started:.1f} s", flush=True)
-            results: dict[str, list[dict[str, Any]]] = {"priorities": [], "FIFO": []}
-            for round_ in range(args.repeat):
-                for mode in ("priorities", "FIFO") if round_ % 2 == 0 else ("FIFO", "priorities"):
-                    result = await restart(client, cms, fifo=mode == "FIFO", workers=args.workers, round_=round_)
-                    results[mode].append(result)
-                    print(
-                        f"  round {round_ + 1} {mode:>10}: patch to run {result['seconds'] * 1000:9.1f} ms, "
-                        f"{result['runs_before']} runs before it ({result['queued']} keys queued at the patch)",
-                        flush=True,
-                    )
+    if args.kubeconfig:
+        async with Client(Config.from_kubeconfig(args.kubeconfig)) as client:
+            namespaces = await client.resource("v1", "Namespace")
+            namespace = f"restart-{secrets.token_hex(3)}"
+            await client.create(namespaces, {"metadata": {"name": namespace}})
+            try:
+                await measure(client, namespace, args)
+            finally:
+                await client.delete(namespaces, namespace)
+    else:
+        async with ApiServer(listen=False) as api:
+            async with Client(Config.from_dict(api.kubeconfig), transport=api.memory_transport()) as client:
+                await measure(client, "default", args)
+
+
+async def measure(client: Client, namespace: str, args: argparse.Namespace) -> None:
+    cms = await client.resource("v1", "ConfigMap")
+    started = time.perf_counter()
+    await create_all(client, cms, namespace, args.n)
+    print(f"created {args.n} ConfigMaps in {time.perf_counter() - started:.1f} s", flush=True)
+    results: dict[str, list[dict[str, Any]]] = {"priorities": [], "FIFO": []}
+    for round_ in range(args.repeat):
+        for mode in ("priorities", "FIFO") if round_ % 2 == 0 else ("FIFO", "priorities"):
+            result = await restart(client, cms, namespace, fifo=mode == "FIFO", workers=args.workers)
+            results[mode].append(result)
+            print(
+                f"  round {round_ + 1} {mode:>10}: patch to run {result['seconds'] * 1000:9.1f} ms, "
+                f"{result['runs_before']} runs before it ({result['queued']} keys queued at the patch)",
+                flush=True,
+            )
     print()
     print(f"restart of a converged controller, {args.n} objects, {args.workers} workers, "
           f"a user's patch as the list ends (best of {args.repeat}):")
@@ -152,4 +167,5 @@ if __name__ == "__main__":
     parser.add_argument("--n", type=int, default=10_000, help="objects (default 10,000)")
     parser.add_argument("--workers", type=int, default=4, help="workers of the controller (default 4)")
     parser.add_argument("--repeat", type=int, default=2, help="restarts per mode, interleaved (default 2)")
+    parser.add_argument("--kubeconfig", help="run against this cluster (in a fresh namespace, deleted after)")
     trio.run(main, parser.parse_args())
