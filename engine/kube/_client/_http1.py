@@ -107,7 +107,7 @@ def parse_head(buffer: bytearray, method: bytes) -> ResponseHead | None:
         del buffer[: end + 4]
         lines = raw.split(b"\r\n")
         breaks = len(lines) - 1
-        if raw.count(b"\r") != breaks or raw.count(b"\n") != breaks or b"\0" in raw:
+        if len(raw) - len(raw.translate(None, b"\r\n\0")) != 2 * breaks:  # one pass: CR and LF in CRLFs only
             raise ProtocolError("a response head must not contain NUL, or CR or LF outside its CRLF line ends")
         status_line = _STATUS_LINE(lines[0])
         if status_line is None:
@@ -117,31 +117,43 @@ def parse_head(buffer: bytearray, method: bytes) -> ResponseHead | None:
             raise ProtocolError(f"a response's status must be from 100 to 999, not {status_line[2].decode()}")
         if status == 101:
             raise ProtocolError("a response must not switch protocols (101) when the request asked for no upgrade")
-        if b"\r\n " in raw or b"\r\n\t" in raw:
-            lines = _unfold(lines)
-        headers: list[tuple[bytes, bytes]] = []
-        lengths: list[bytes] = []
-        codings: list[bytes] = []
-        close = False
-        for line in lines[1:]:
-            name, colon, value = line.partition(b":")
-            if not colon or (name not in _KNOWN_RESPONSE_NAMES and not _TOKEN(name)):
-                raise ProtocolError(f"a response header line must be 'name: value', not {line[:80]!r}")
-            value = value.strip(b" \t")
-            headers.append((name, value))
-            lower = name.lower()
-            if lower == b"content-length":
-                lengths += value.split(b",")
-            elif lower == b"transfer-encoding":
-                codings.append(value)
-            elif lower == b"connection" and not close:
-                close = b"close" in [option.strip(b" \t") for option in value.lower().split(b",")]
+        fields = _fields(lines)
+        if fields is None:
+            fields = _fields(_unfold(lines))
+            assert fields is not None
+        headers, lengths, codings, close = fields
         http11 = status_line[1] != b"0"
         body = _framing(method, status, lengths, codings, http11)
         if status < 200:
             continue
         keep_alive = http11 and not close and not (codings and lengths)
         return ResponseHead(status, status_line[3] or b"", headers, keep_alive, body)
+
+
+def _fields(lines: list[bytes]) -> tuple[list[tuple[bytes, bytes]], list[bytes], list[bytes], bool] | None:
+    """The header fields of ``lines`` (a status line, then header lines), the ``Content-Length``
+    values (split at commas), the ``Transfer-Encoding`` values and whether ``Connection`` has the
+    ``close`` option; ``None`` if a line is folded (starts with a space or tab)."""
+    headers: list[tuple[bytes, bytes]] = []
+    lengths: list[bytes] = []
+    codings: list[bytes] = []
+    close = False
+    for line in lines[1:]:
+        name, colon, value = line.partition(b":")
+        if not colon or (name not in _KNOWN_RESPONSE_NAMES and not _TOKEN(name)):
+            if line[:1] in (b" ", b"\t"):
+                return None
+            raise ProtocolError(f"a response header line must be 'name: value', not {line[:80]!r}")
+        value = value.strip(b" \t")
+        headers.append((name, value))
+        lower = name.lower()
+        if lower == b"content-length":
+            lengths += value.split(b",")
+        elif lower == b"transfer-encoding":
+            codings.append(value)
+        elif lower == b"connection" and not close:
+            close = b"close" in [option.strip(b" \t") for option in value.lower().split(b",")]
+    return headers, lengths, codings, close
 
 
 def _unfold(lines: list[bytes]) -> list[bytes]:
