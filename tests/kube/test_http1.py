@@ -101,7 +101,7 @@ def test_keep_alive(raw: bytes, keep_alive: bool) -> None:
         (b"HTTP/2 200 OK\r\n\r\n", "status line"),
         (b"ICY 200 OK\r\n\r\n", "status line"),
         (b"HTTP/1.1 200 OK\r\nno colon\r\n\r\n", "name: value"),
-        (b"HTTP/1.1 200 OK\r\n folded: x\r\n\r\n", "name: value"),
+        (b"HTTP/1.1 200 OK\r\n folded: x\r\n\r\n", "must not start with whitespace"),
         (b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n", "several Content-Length"),
         (b"HTTP/1.1 200 OK\r\nContent-Length: -1\r\n\r\n", "must be a number"),
     ],
@@ -136,3 +136,77 @@ def test_malformed_or_cut_bodies_raise(raw: bytes, match: str) -> None:
     with pytest.raises(ProtocolError, match=match):
         while head.body.read(buffer, True):
             pass
+
+
+# --- found by the h11 oracle (tests/kube/test_http1_h11.py) ---
+
+
+def test_a_folded_header_line_is_unfolded_into_one_space() -> None:
+    raw = b"HTTP/1.1 200 OK\r\nX-A: one \t\r\n \t two\r\nConnection: keep-alive,\r\n close\r\nContent-Length: 0\r\n\r\n"
+    head, _, _ = read_all(raw)
+    assert head.headers == [(b"X-A", b"one two"), (b"Connection", b"keep-alive, close"), (b"Content-Length", b"0")]
+    assert head.keep_alive is False
+
+
+@pytest.mark.parametrize(
+    ("raw", "keep_alive"),
+    [
+        (b"HTTP/1.2 200 OK\r\nContent-Length: 0\r\n\r\n", True),  # a later 1.x minor version is read as 1.1
+        (b"HTTP/1.1 200 OK\r\nConnection: closed\r\nContent-Length: 0\r\n\r\n", True),  # an option, not a substring
+        (b"HTTP/1.1 200 OK\r\nConnection: Upgrade, Close\r\nContent-Length: 0\r\n\r\n", False),
+        (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\n0\r\n\r\n", False),
+    ],
+)
+def test_keep_alive_by_version_connection_options_and_framing(raw: bytes, keep_alive: bool) -> None:
+    assert read_all(raw)[0].keep_alive is keep_alive
+
+
+@pytest.mark.parametrize(
+    ("raw", "match"),
+    [
+        (b"HTTP/1.1 200 OK\r\nX: a\nY: b\r\n\r\n", "must not contain NUL, or CR or LF"),
+        (b"HTTP/1.1 200 OK\r\nX: a\rb\r\n\r\n", "must not contain NUL, or CR or LF"),
+        (b"HTTP/1.1 200 OK\r\nX: a\x00b\r\n\r\n", "must not contain NUL, or CR or LF"),
+        (b"HTTP/1.1 200 OK\nContent-Length: 0\r\n\r\n", "must not contain NUL, or CR or LF"),
+        (b"HTTP/1.1 099 Early\r\n\r\n", "must be from 100 to 999, not 099"),
+        (b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: h2c\r\n\r\n", "must not switch protocols"),
+        (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n", "must be chunked alone"),
+        (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: identity\r\n\r\n", "must be chunked alone"),
+        (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n", "must be chunked alone"),
+        (b"HTTP/1.0 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n", "HTTP/1.0 response must not have a Transfer-Encoding"),
+        (b"HTTP/1.1 204 No Content\r\nContent-Length: x\r\n\r\n", "must be a number"),
+        (b"HTTP/1.1 100 Continue\r\nno colon\r\n\r\nHTTP/1.1 200 OK\r\n\r\n", "name: value"),
+    ],
+)
+def test_malformed_heads_found_by_the_oracle_raise(raw: bytes, match: str) -> None:
+    with pytest.raises(ProtocolError, match=match):
+        parse_head(bytearray(raw), b"GET")
+
+
+def test_a_chunk_size_may_have_leading_zeros_past_16_digits() -> None:
+    raw = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n00000000000000000005\r\nhello\r\n0000\r\n\r\n"
+    assert read_all(raw, step=3)[1] == b"hello"
+
+
+@pytest.mark.parametrize("step", [None, 1])
+def test_trailers_are_checked_as_field_lines_folded_ones_too(step: int | None) -> None:
+    raw = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n1\r\na\r\n0\r\nX-T: 1\r\n folded\r\n\r\n"
+    assert read_all(raw, step=step)[1] == b"a"
+
+
+@pytest.mark.parametrize(
+    ("trailers", "match"),
+    [
+        (b"bad\r\n", "trailer line must be 'name: value'"),
+        (b" lead: x\r\n", "trailer line must be 'name: value'"),
+        (b"X: a\x00\r\n", "must not contain NUL, or CR or LF"),
+        (b"X: a\rb\r\n", "must not contain NUL, or CR or LF"),
+        (b"X: " + b"t" * 4000 + b"\r\n" * 1 + (b"X: " + b"t" * 4000 + b"\r\n") * 16, "trailers must be at most 65536 bytes"),
+    ],
+)
+def test_malformed_or_endless_trailers_raise(trailers: bytes, match: str) -> None:
+    buffer = bytearray(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n" + trailers + b"\r\n")
+    head = parse_head(buffer, b"GET")
+    assert head is not None
+    with pytest.raises(ProtocolError, match=match):
+        head.body.read(buffer, False)

@@ -3,12 +3,16 @@
 A request head is written from the request line and the header list in one ``bytes`` join;
 header names and values are checked (no CR, LF or NUL: no header injection). A response is
 parsed from a connection's receive buffer: the status line and headers once they have all
-arrived (at most :data:`MAX_HEAD` bytes), then the body by its framing (RFC 9112 section 6.3):
-none (``HEAD``, 1xx, 204, 304), ``Transfer-Encoding: chunked`` (chunk extensions and trailers
-read and dropped), ``Content-Length``, or until the server closes. Interim 1xx responses are
-skipped. Anything malformed raises :class:`ProtocolError`. The connection may carry a next
-request only if the response was HTTP/1.1 without ``Connection: close``, was framed by length
-or chunks, and was read to its end with nothing after it.
+arrived (at most :data:`MAX_HEAD` bytes, lines ended by CRLF), then the body by its framing
+(RFC 9112 section 6.3): none (``HEAD``, 1xx, 204, 304), ``Transfer-Encoding: chunked`` (chunk
+extensions ignored, trailers checked and dropped), ``Content-Length``, or until the server
+closes. Interim 1xx responses are skipped. Anything malformed raises :class:`ProtocolError`:
+a NUL, bare CR or bare LF in a head, a header line that is not ``name: value`` (a folded line
+is unfolded, RFC 9112 section 5.2), a status outside 100-999 or a ``101`` (the engine asks for
+no upgrade), a transfer coding other than ``chunked`` alone (or any in an HTTP/1.0 response),
+conflicting or malformed ``Content-Length`` values. The connection may carry a next request
+only if the response was HTTP/1.1 (or a later 1.x) without ``Connection: close``, was framed
+by length or chunks (not both), and was read to its end with nothing after it.
 """
 
 from __future__ import annotations
@@ -23,8 +27,10 @@ MAX_HEAD = 64 * 1024
 _TOKEN = re.compile(rb"[-!#$%&'*+.^_`|~0-9A-Za-z]+").fullmatch
 _FIELD_VALUE = re.compile(rb"[^\x00\r\n]*").fullmatch
 _TARGET = re.compile(rb"[^\x00\r\n ]+").fullmatch
-_STATUS_LINE = re.compile(rb"HTTP/1\.([01]) ([0-9]{3})(?: ([^\r\n]*))?").fullmatch
-_CHUNK_SIZE = re.compile(rb"([0-9A-Fa-f]{1,16})[ \t]*(?:;[^\r\n]*)?").fullmatch
+_STATUS_LINE = re.compile(rb"HTTP/1\.([0-9]) ([0-9]{3})(?: ([^\r\n]*))?").fullmatch
+_CHUNK_SIZE = re.compile(rb"0*([0-9A-Fa-f]{1,16})[ \t]*(?:;[^\r\n]*)?").fullmatch
+_MAX_LINE = 4096
+"""The most bytes a chunk size line or a trailer line may take."""
 
 
 class ProtocolError(Exception):
@@ -97,57 +103,97 @@ def parse_head(buffer: bytearray, method: bytes) -> ResponseHead | None:
             if len(buffer) > MAX_HEAD:
                 raise ProtocolError(f"a response head must be at most {MAX_HEAD} bytes")
             return None
-        lines = bytes(buffer[:end]).split(b"\r\n")
+        raw = bytes(buffer[:end])
         del buffer[: end + 4]
+        lines = raw.split(b"\r\n")
+        breaks = len(lines) - 1
+        if len(raw) - len(raw.translate(None, b"\r\n\0")) != 2 * breaks:  # one pass: CR and LF in CRLFs only
+            raise ProtocolError("a response head must not contain NUL, or CR or LF outside its CRLF line ends")
         status_line = _STATUS_LINE(lines[0])
         if status_line is None:
             raise ProtocolError(f"the response must start with an HTTP/1.x status line, not {lines[0][:80]!r}")
         status = int(status_line[2])
-        if 100 <= status < 200 and status != 101:
+        if status < 100:
+            raise ProtocolError(f"a response's status must be from 100 to 999, not {status_line[2].decode()}")
+        if status == 101:
+            raise ProtocolError("a response must not switch protocols (101) when the request asked for no upgrade")
+        fields = _fields(lines)
+        if fields is None:
+            fields = _fields(_unfold(lines))
+            assert fields is not None
+        headers, lengths, codings, close = fields
+        http11 = status_line[1] != b"0"
+        body = _framing(method, status, lengths, codings, http11)
+        if status < 200:
             continue
-        headers: list[tuple[bytes, bytes]] = []
-        lengths: list[bytes] = []
-        codings: list[bytes] = []
-        close = False
-        for line in lines[1:]:
-            name, colon, value = line.partition(b":")
-            if not colon or (name not in _KNOWN_RESPONSE_NAMES and not _TOKEN(name)):
-                raise ProtocolError(f"a response header line must be 'name: value', not {line[:80]!r}")
-            value = value.strip(b" \t")
-            headers.append((name, value))
-            lower = name.lower()
-            if lower == b"content-length":
-                lengths += value.split(b",")
-            elif lower == b"transfer-encoding":
-                codings += value.split(b",")
-            elif lower == b"connection" and b"close" in value.lower():
-                close = True
-        http11 = status_line[1] == b"1"
-        keep_alive = http11 and status != 101 and not close
-        return ResponseHead(
-            status, status_line[3] or b"", headers, keep_alive, _framing(method, status, lengths, codings, http11)
-        )
+        keep_alive = http11 and not close and not (codings and lengths)
+        return ResponseHead(status, status_line[3] or b"", headers, keep_alive, body)
+
+
+def _fields(lines: list[bytes]) -> tuple[list[tuple[bytes, bytes]], list[bytes], list[bytes], bool] | None:
+    """The header fields of ``lines`` (a status line, then header lines), the ``Content-Length``
+    values (split at commas), the ``Transfer-Encoding`` values and whether ``Connection`` has the
+    ``close`` option; ``None`` if a line is folded (starts with a space or tab)."""
+    headers: list[tuple[bytes, bytes]] = []
+    lengths: list[bytes] = []
+    codings: list[bytes] = []
+    close = False
+    for line in lines[1:]:
+        name, colon, value = line.partition(b":")
+        if not colon or (name not in _KNOWN_RESPONSE_NAMES and not _TOKEN(name)):
+            if line[:1] in (b" ", b"\t"):
+                return None
+            raise ProtocolError(f"a response header line must be 'name: value', not {line[:80]!r}")
+        value = value.strip(b" \t")
+        headers.append((name, value))
+        lower = name.lower()
+        if lower == b"content-length":
+            lengths += value.split(b",")
+        elif lower == b"transfer-encoding":
+            codings.append(value)
+        elif lower == b"connection" and not close:
+            close = b"close" in [option.strip(b" \t") for option in value.lower().split(b",")]
+    return headers, lengths, codings, close
+
+
+def _unfold(lines: list[bytes]) -> list[bytes]:
+    """``lines`` (a status line, then header lines) with each line that starts with a space or
+    tab joined to the one before by one space, as RFC 9112 section 5.2 has a user agent do."""
+    unfolded = lines[:2]
+    if lines[1][:1] in (b" ", b"\t"):
+        raise ProtocolError(f"a response's first header line must not start with whitespace, not {lines[1][:80]!r}")
+    for line in lines[2:]:
+        if line[:1] in (b" ", b"\t"):
+            unfolded[-1] = unfolded[-1].rstrip(b" \t") + b" " + line.lstrip(b" \t")
+        else:
+            unfolded.append(line)
+    return unfolded
 
 
 def _framing(method: bytes, status: int, lengths: list[bytes], codings: list[bytes], http11: bool) -> Body:
-    """The body's framing from the ``Content-Length`` and ``Transfer-Encoding`` values (split at
-    commas, not yet stripped)."""
+    """The body's framing from the ``Content-Length`` values (split at commas, not yet
+    stripped) and the ``Transfer-Encoding`` values; both are checked whether or not they frame
+    the body. Both present: the transfer coding frames it (RFC 9112 section 6.3)."""
+    length = -1
+    if lengths:
+        distinct = {v.strip(b" \t") for v in lengths}
+        if len(distinct) != 1:
+            raise ProtocolError("a response must not give several Content-Length values")
+        (value,) = distinct
+        if not value.isdigit() or len(value) > 18:
+            raise ProtocolError(f"a response's Content-Length must be a number, not {value[:40]!r}")
+        length = int(value)
+    if codings:
+        if len(codings) != 1 or codings[0].lower() != b"chunked":
+            raise ProtocolError(f"a response's Transfer-Encoding must be chunked alone, not {b', '.join(codings)[:40]!r}")
+        if not http11:
+            raise ProtocolError("an HTTP/1.0 response must not have a Transfer-Encoding (its framing is faulty)")
     if method == b"HEAD" or status in (204, 304) or status < 200:
         return Body(0)
     if codings:
-        codings = [c.strip().lower() for c in codings if c.strip()]
-    if codings:
-        if codings[-1] != b"chunked" or not http11:
-            return Body(None)
         return Body(-1)
     if lengths:
-        distinct = {v.strip() for v in lengths}
-        if len(distinct) != 1:
-            raise ProtocolError("a response must not give several Content-Length values")
-        (length,) = distinct
-        if not length.isdigit() or len(length) > 18:
-            raise ProtocolError(f"a response's Content-Length must be a number, not {length[:40]!r}")
-        return Body(int(length))
+        return Body(length)
     return Body(None)
 
 
@@ -158,12 +204,13 @@ class Body:
     closes the connection.
     """
 
-    __slots__ = ("_left", "_chunked", "_state", "done", "delimited")
+    __slots__ = ("_left", "_chunked", "_state", "_trailers", "done", "delimited")
 
     def __init__(self, length: int | None) -> None:
         self._chunked = length == -1
         self._left = 0 if self._chunked or length is None else length
         self._state = _SIZE
+        self._trailers = 0
         self.delimited = length is not None
         """Whether the body has an end the connection can continue after (length or chunks)."""
         self.done = length == 0
@@ -231,16 +278,18 @@ class Body:
                 del buffer[:2]
                 self._state = _SIZE
                 continue
-            end = buffer.find(b"\r\n", 0, 4096)
+            end = buffer.find(b"\r\n", 0, _MAX_LINE)
             if end < 0:
-                if len(buffer) > 4096:
-                    raise ProtocolError("a chunk size or trailer line must be at most 4096 bytes")
+                if len(buffer) > _MAX_LINE:
+                    raise ProtocolError(f"a chunk size or trailer line must be at most {_MAX_LINE} bytes")
                 break
             line = bytes(buffer[:end])
             del buffer[: end + 2]
             if state == _TRAILERS:
                 if not line:
                     self.done = True
+                else:
+                    self._trailer(line)
                 continue
             size = _CHUNK_SIZE(line)
             if size is None:
@@ -254,6 +303,20 @@ class Body:
         if eof:
             raise ProtocolError("the server closed the connection in the middle of a chunked response body")
         return None
+
+    def _trailer(self, line: bytes) -> None:
+        """Check one trailer line (a field line, or the continuation of one); it is dropped."""
+        continued = self._trailers > 0 and line[:1] in (b" ", b"\t")
+        self._trailers += len(line) + 2
+        if self._trailers > MAX_HEAD:
+            raise ProtocolError(f"a response's trailers must be at most {MAX_HEAD} bytes")
+        if b"\r" in line or b"\n" in line or b"\0" in line:
+            raise ProtocolError("a response trailer must not contain NUL, or CR or LF outside its CRLF line ends")
+        if continued:
+            return
+        name, colon, _ = line.partition(b":")
+        if not colon or not _TOKEN(name):
+            raise ProtocolError(f"a response trailer line must be 'name: value', not {line[:80]!r}")
 
 
 _SIZE, _DATA, _DATA_END, _TRAILERS = range(4)

@@ -495,15 +495,13 @@ class Transport(httpx.AsyncBaseTransport):
                 continue
             if not data:
                 content = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+                # As a stream: httpx adds no Content-Length the server did not send (with
+                # ``content=`` it would, even to a chunked answer).
+                whole = httpx.Response(
+                    response.status, headers=response.headers, stream=httpx.ByteStream(content), extensions=extensions
+                )
                 if load:
-                    whole = httpx.Response(
-                        response.status, headers=response.headers, content=content, extensions=extensions
-                    )
-                else:
-                    whole = httpx.Response(
-                        response.status, headers=response.headers, stream=httpx.ByteStream(content),
-                        extensions=extensions,
-                    )
+                    whole.read()
                 conn.reusable = response.keep_alive and reader.delimited
                 self._release(conn)
                 return whole
