@@ -21,6 +21,14 @@ object, ``resourceVersion`` and index or handler, and counted in
 
 Handlers run synchronously, after the store reflects the event they are given.
 
+An informer is a :class:`~engine.WarmSource`: while its triggers are held
+(:meth:`Informer.hold_triggers`, a warm standby waiting for leadership) it lists, watches,
+resumes and relists as usual and keeps its store current, but calls no handler;
+:meth:`Informer.release_triggers` then calls every handler with an ``ADDED`` event, marked
+listed, for each cached object (what the handlers would have been given by a first list),
+and handlers are called as usual afterwards. An object deleted while held reaches no handler
+(as an object deleted before a first list).
+
 Before an object reaches the store, the informer's ``transform`` (if any) is applied to it
 (every listed object of the first list, each object of a relist that is new or has another
 ``resourceVersion`` than the cached one, and the object of every ``ADDED``, ``MODIFIED`` and
@@ -179,6 +187,7 @@ class Informer:
         self._restarts = 0
         self._events = 0
         self._listed = trio.Event()
+        self._held = False
 
     # --- readers ---
 
@@ -273,12 +282,42 @@ class Informer:
 
         Handlers may be added before or after :meth:`run` starts. With ``replay`` (the default)
         a handler added while the store holds objects is called at once with an ``ADDED`` event
-        for each of them, so it misses nothing.
+        for each of them, so it misses nothing. While triggers are held
+        (:meth:`hold_triggers`) it is not called until :meth:`release_triggers`, which replays
+        the store to every handler.
         """
         self._handlers.append(handler)
-        if replay:
-            for obj in self.store.list():
-                self._call(handler, InformerEvent(WatchEventType.ADDED, obj, None, True))
+        if replay and not self._held:
+            self._replay((handler,))
+
+    @property
+    def triggers_held(self) -> bool:
+        """Whether handlers are held (:meth:`hold_triggers`): the store is kept current, no
+        handler is called."""
+        return self._held
+
+    def hold_triggers(self) -> None:
+        """Call no handler from now on, until :meth:`release_triggers`; the store is kept
+        current as usual (a warm standby's cache). Synchronous, not a checkpoint; idempotent."""
+        self._held = True
+
+    def release_triggers(self) -> None:
+        """Call every handler with an ``ADDED`` event, marked listed, for each object cached
+        now, then call handlers for each change as usual. Synchronous and not a checkpoint: no
+        change is applied between the replay and the handlers' next event. Does nothing when
+        triggers are not held."""
+        if not self._held:
+            return
+        self._held = False
+        self._replay(tuple(self._handlers))
+
+    def _replay(self, handlers: tuple[Handler, ...]) -> None:
+        if not handlers:
+            return
+        for obj in self.store.list():
+            event = InformerEvent(WatchEventType.ADDED, obj, None, True)
+            for handler in handlers:
+                self._call(handler, event)
 
     def remove_handler(self, handler: Handler) -> None:
         """Unregister a handler; raises ``ValueError`` if it is not registered."""
@@ -343,6 +382,8 @@ class Informer:
         event = self._prepared(event)
         for change in self.store.apply(event):
             self._events += 1
+            if self._held:
+                continue
             for handler in tuple(self._handlers):
                 self._call(handler, change)
         if isinstance(event, Restarted):
