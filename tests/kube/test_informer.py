@@ -787,3 +787,38 @@ async def test_a_relist_after_410_reads_pages_and_keeps_the_cached_form_of_uncha
         assert informer.watcher.statistics().lists == 2
         assert cached(informer) == await listed(client)
         nursery.cancel_scope.cancel()
+
+
+async def test_held_triggers_keep_the_store_current_and_are_released_as_a_listed_replay(
+    api: ApiServer, autojump_clock: trio.testing.MockClock,
+) -> None:
+    async with memory_client(api) as client, trio.open_nursery() as nursery:
+        for name in ("keep", "change", "remove"):
+            await client.create(CONFIGMAPS, cm(name))
+        informer = Informer(client, CONFIGMAPS, namespace="default")
+        seen: list[tuple[WatchEventType, str, bool]] = []
+        informer.add_handler(lambda e: seen.append((e.type, e.obj["metadata"]["name"], e.listed)))
+        informer.hold_triggers()
+        assert informer.triggers_held
+        await nursery.start(informer.run)
+        await informer.wait_synced()
+        await wait_for(lambda: informer.statistics().watches == 1)
+        await client.create(CONFIGMAPS, cm("added"))
+        await client.patch(CONFIGMAPS, "change", {"data": {"v": "2"}})
+        await client.delete(CONFIGMAPS, "remove")
+        await wait_for(lambda: informer.store.get("default", "remove") is None)
+        late: list[str] = []
+        informer.add_handler(lambda e: late.append(e.obj["metadata"]["name"]))
+        assert seen == [] and late == [], "held: no handler is called, none replayed"
+        assert (informer.store.get("default", "change") or {}).get("data") == {"v": "2"}
+
+        informer.release_triggers()
+        assert not informer.triggers_held
+        assert sorted(seen) == [(ADDED, name, True) for name in ("added", "change", "keep")]
+        assert sorted(late) == ["added", "change", "keep"]
+        informer.release_triggers()
+        assert len(seen) == 3, "releasing again replays nothing"
+        await client.create(CONFIGMAPS, cm("after"))
+        await wait_for(lambda: len(seen) == 4)
+        assert seen[-1] == (ADDED, "after", False)
+        nursery.cancel_scope.cancel()
