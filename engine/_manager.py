@@ -395,11 +395,11 @@ class Manager:
                     started = True
                     await self._leading.wait()
                     if not self._stop_event.is_set():
-                        for source in self._warm:
-                            source.release_triggers()
-                    for source in self._sources:
-                        if not any(source is warm for warm in self._warm):
-                            await nursery.start(source.run)
+                        for warm in self._warm:
+                            warm.release_triggers()
+                    for other in self._sources:
+                        if not any(other is warm for warm in self._warm):
+                            await nursery.start(other.run)
                     self._sources_started.set()
                     await trio.sleep_forever()
         finally:

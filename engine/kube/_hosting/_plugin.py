@@ -13,8 +13,8 @@ import importlib
 import importlib.metadata
 import inspect
 import logging
-from functools import partial
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import attrs
