@@ -9,11 +9,12 @@
          └─ per controller   queue timer + workers; each run in its own cancel scope
 
 Start-up: services, then (with leader election) the warm sources (informers, holding their
-triggers) while this replica stands by, then leadership, then the warm sources' triggers (every
-cached key, at low priority) and the other sources, then the start gates (cache sync), then
-controllers. A warm standby thus has its caches filled and kept current before it leads, and
-starts its controllers on them at once; it runs nothing and writes nothing meanwhile. With
-``enable_warmup=False`` every source starts only once leadership was acquired.
+triggers) while this replica stands by, then leadership, then the other sources, then the
+start gates (cache sync), then controllers, then the warm sources' triggers (every cached key,
+at low priority, replayed in batches while the controllers already run). A warm standby thus
+has its caches filled and kept current before it leads, and starts its controllers on them at
+once; it runs nothing and writes nothing meanwhile. With ``enable_warmup=False`` every source
+starts only once leadership was acquired.
 
 Shutdown: stop sources and stop handing out keys (synchronously, in :meth:`Manager.stop`),
 wait up to ``grace_period`` for running runs, cancel the rest with cause ``SHUTDOWN``, run the
@@ -145,8 +146,9 @@ class Manager:
     for leadership: their caches are listed, watched and kept current (a broken watch resumes
     or relists as usual), but they raise no trigger, so no run starts and nothing is written
     (the only writes are the election's own). Once it leads, each warm source raises a trigger
-    for every cached key at ``Priority.LOW`` (what a start-up list would), and the controllers
-    start on the synced caches: a failover costs the Lease acquisition, not a full list. With
+    for every cached key at ``Priority.LOW`` (what a start-up list would), in batches once the
+    controllers started on the synced caches, so the first run does not wait for the last key:
+    a failover costs the Lease acquisition, not a full list. With
     ``enable_warmup=False`` a standby starts its sources only once it leads (less memory on
     standbys, a full list on failover). Losing leadership stops everything, warm sources
     included, as without warm-up.
@@ -202,6 +204,7 @@ class Manager:
         self._start_gates: list[Callable[[], Awaitable[None]]] = []
         self._leading = trio.Event()
         self._sources_started = trio.Event()
+        self._serving = trio.Event()
         self._warm: list[WarmSource] = []
 
     def __repr__(self) -> str:
@@ -382,8 +385,9 @@ class Manager:
     # -- running -----------------------------------------------------------------------------
 
     async def _run_sources(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Start the warm sources (triggers held), report started, then, once leading, release
-        their triggers and start the other sources. All of them live in the sources scope."""
+        """Start the warm sources (triggers held), report started, then, once leading, start
+        the other sources and, once the controllers serve, release the warm sources' triggers
+        (replayed while the controllers run). All of them live in the sources scope."""
         started = False
         try:
             with self._sources_scope:
@@ -394,13 +398,14 @@ class Manager:
                     task_status.started()
                     started = True
                     await self._leading.wait()
-                    if not self._stop_event.is_set():
-                        for warm in self._warm:
-                            warm.release_triggers()
                     for other in self._sources:
                         if not any(other is warm for warm in self._warm):
                             await nursery.start(other.run)
                     self._sources_started.set()
+                    await self._serving.wait()
+                    if not self._stop_event.is_set():
+                        for warm in self._warm:
+                            nursery.start_soon(warm.release_triggers)
                     await trio.sleep_forever()
         finally:
             self._sources_started.set()
@@ -466,6 +471,7 @@ class Manager:
                         self._start_wait_scope = None
                     for controller in self._controllers:
                         await controllers.start(controller.serve)
+                    self._serving.set()
                     if not self._stop_event.is_set():
                         self._started.set()
                         task_status.started()

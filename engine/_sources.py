@@ -44,20 +44,25 @@ class WarmSource(Source, Protocol):
     """A source that can run before its triggers are wanted: a warm standby's cache.
 
     A manager with leader election and ``enable_warmup`` (the default) calls
-    :meth:`hold_triggers`, then starts the source while it waits for leadership, and calls
-    :meth:`release_triggers` once it leads, before its controllers start. An informer is one
-    (:class:`engine.kube.Informer`): held, it lists and watches and keeps its cache current, and
-    calls no handler.
+    :meth:`hold_triggers`, then starts the source while it waits for leadership, and once it
+    leads runs :meth:`release_triggers` in the sources nursery while its controllers start. An
+    informer is one (:class:`engine.kube.Informer`): held, it lists and watches and keeps its
+    cache current, and calls no handler.
     """
 
     def hold_triggers(self) -> None:
         """From now on keep the source's state current but raise no trigger. Synchronous."""
         ...
 
-    def release_triggers(self) -> None:
-        """Raise, synchronously, the triggers a fresh start would raise for the state held now
-        (for a cache: every cached object, as listed), then trigger as usual. Does nothing
-        when not held."""
+    async def release_triggers(self) -> None:
+        """Trigger as usual from now on (before the first checkpoint), and raise the triggers
+        a fresh start would raise for the state held now (for a cache: every cached object, as
+        listed), yielding between batches so that runs start meanwhile; return when done.
+        Does nothing when not held.
+
+        Cancellation: the manager cancels it with the sources at shutdown; the triggers not
+        raised yet are not.
+        """
         ...
 
 

@@ -127,15 +127,18 @@ class FakeWarmSource:
         self.calls: list[tuple[str, bool]] = []
         self.held = False
         self.running = False
+        self.released_after_start = False
 
     def hold_triggers(self) -> None:
         self.held = True
         self.calls.append(("hold", False))
 
-    def release_triggers(self) -> None:
+    async def release_triggers(self) -> None:
         self.held = False
         self.calls.append(("release", False))
+        self.released_after_start = self.controller.live_workers > 0
         self.controller.trigger(A, reason="cached")
+        await trio.lowlevel.checkpoint()
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         self.calls.append(("run", self.held))
@@ -180,7 +183,9 @@ async def test_a_standby_runs_its_warm_sources_holding_triggers_and_releases_the
         election.grant()
         granted = trio.current_time()
         await manager.wait_started()
+        await trio.testing.wait_all_tasks_blocked()
         assert warm.calls[-1] == ("release", False) and other.started_at == granted
+        assert warm.released_after_start, "the replay runs once the controllers serve"
         assert not manager.standby and not manager.warming
         await trio.sleep(1)
         assert [trigger.reason for _, _, trigger, _ in log.started] == ["cached"]

@@ -24,10 +24,13 @@ Handlers run synchronously, after the store reflects the event they are given.
 An informer is a :class:`~engine.WarmSource`: while its triggers are held
 (:meth:`Informer.hold_triggers`, a warm standby waiting for leadership) it lists, watches,
 resumes and relists as usual and keeps its store current, but calls no handler;
-:meth:`Informer.release_triggers` then calls every handler with an ``ADDED`` event, marked
-listed, for each cached object (what the handlers would have been given by a first list),
-and handlers are called as usual afterwards. An object deleted while held reaches no handler
-(as an object deleted before a first list).
+:meth:`Informer.release_triggers` then calls handlers for each change as usual again and,
+in batches with checkpoints between them (so that a controller's first runs start while the
+rest is replayed), calls every handler with an ``ADDED`` event, marked listed, for each object
+cached at the release (what the handlers would have been given by a first list), as it is
+cached when its turn comes. An object deleted while held, or before its turn, reaches no
+handler through the replay (as an object deleted before a first list); one changed before its
+turn reaches the handlers first as that change, then through the replay.
 
 Before an object reaches the store, the informer's ``transform`` (if any) is applied to it
 (every listed object of the first list, each object of a relist that is new or has another
@@ -301,15 +304,35 @@ class Informer:
         current as usual (a warm standby's cache). Synchronous, not a checkpoint; idempotent."""
         self._held = True
 
-    def release_triggers(self) -> None:
-        """Call every handler with an ``ADDED`` event, marked listed, for each object cached
-        now, then call handlers for each change as usual. Synchronous and not a checkpoint: no
-        change is applied between the replay and the handlers' next event. Does nothing when
-        triggers are not held."""
+    async def release_triggers(self, *, batch: int = 256) -> None:
+        """Call handlers for each change as usual from now on (synchronously, before the first
+        checkpoint), and replay the store: call every handler registered now with an ``ADDED``
+        event, marked listed, for each object cached now that is still cached when its turn
+        comes (as it is cached then), ``batch`` objects between checkpoints. Returns once the
+        replay is done; does nothing (but a checkpoint) when triggers are not held.
+
+        Cancellation: the objects not replayed yet are not; handlers are still called for each
+        change.
+        """
         if not self._held:
+            await trio.lowlevel.checkpoint()
             return
+        if batch < 1:
+            raise ValueError("batch must be >= 1")
         self._held = False
-        self._replay(tuple(self._handlers))
+        handlers = tuple(self._handlers)
+        keys = self.store.keys()
+        for start in range(0, len(keys), batch):
+            if start:
+                await trio.lowlevel.checkpoint()
+            for namespace, name in keys[start:start + batch]:
+                obj = self.store.get(namespace, name)
+                if obj is None:
+                    continue
+                event = InformerEvent(WatchEventType.ADDED, obj, None, True)
+                for handler in handlers:
+                    self._call(handler, event)
+        await trio.lowlevel.checkpoint()
 
     def _replay(self, handlers: tuple[Handler, ...]) -> None:
         if not handlers:
