@@ -68,6 +68,7 @@ from ._sources import ChannelSource as ChannelSource
 from ._sources import MappedSource as MappedSource
 from ._sources import Source as Source
 from ._sources import TimerSource as TimerSource
+from ._sources import WarmSource as WarmSource
 from ._tracing import RunTracer as RunTracer
 from ._workqueue import QueueObserver as QueueObserver
 from ._workqueue import WorkQueue as WorkQueue
@@ -133,6 +134,7 @@ __all__ = [
     "TokenBucketLimiter",
     "Trigger",
     "Triggerable",
+    "WarmSource",
     "WebhookDeliveryError",
     "WebhookSink",
     "WorkQueue",

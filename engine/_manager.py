@@ -8,8 +8,13 @@
          ├─ sources          cancelled first: no new triggers
          └─ per controller   queue timer + workers; each run in its own cancel scope
 
-Start-up: services, then (with leader election) leadership, then sources, then the start
-gates (cache sync), then controllers.
+Start-up: services, then (with leader election) the warm sources (informers, holding their
+triggers) while this replica stands by, then leadership, then the other sources, then the
+start gates (cache sync), then controllers, then the warm sources' triggers (every cached key,
+at low priority, replayed in batches while the controllers already run). A warm standby thus
+has its caches filled and kept current before it leads, and starts its controllers on them at
+once; it runs nothing and writes nothing meanwhile. With ``enable_warmup=False`` every source
+starts only once leadership was acquired.
 
 Shutdown: stop sources and stop handing out keys (synchronously, in :meth:`Manager.stop`),
 wait up to ``grace_period`` for running runs, cancel the rest with cause ``SHUTDOWN``, run the
@@ -37,7 +42,7 @@ from ._events import EventRecorder, EventSink
 from ._outcome import CancelCause
 from ._ownership import OwnershipGate
 from ._refs import ObjectRef
-from ._sources import Source
+from ._sources import Source, WarmSource
 from ._tracing import RunTracer
 
 __all__ = ["Manager", "ShutdownReport", "LeaderElection"]
@@ -134,6 +139,19 @@ class Manager:
     SIGTERM/SIGINT starts a graceful shutdown and the second cancels everything at once.
     With ``ownership`` (an :class:`OwnershipGate`, a scale-out replica) workers run only the
     keys the gate says this replica owns.
+
+    With ``leader_election`` and ``enable_warmup`` (the default; controller-runtime's
+    ``EnableWarmup``, the runner's ``--warm-standby``), a standby replica runs its
+    :class:`WarmSource` sources (the informers of a :class:`engine.kube.Cluster`) while it waits
+    for leadership: their caches are listed, watched and kept current (a broken watch resumes
+    or relists as usual), but they raise no trigger, so no run starts and nothing is written
+    (the only writes are the election's own). Once it leads, each warm source raises a trigger
+    for every cached key at ``Priority.LOW`` (what a start-up list would), in batches once the
+    controllers started on the synced caches, so the first run does not wait for the last key:
+    a failover costs the Lease acquisition, not a full list. With
+    ``enable_warmup=False`` a standby starts its sources only once it leads (less memory on
+    standbys, a full list on failover). Losing leadership stops everything, warm sources
+    included, as without warm-up.
     """
 
     def __init__(
@@ -145,6 +163,7 @@ class Manager:
         event_buffer_size: int = 1024,
         leader_election: LeaderElection | None = None,
         ownership: OwnershipGate | None = None,
+        enable_warmup: bool = True,
         name: str = "manager",
     ) -> None:
         if grace_period < 0:
@@ -168,6 +187,8 @@ class Manager:
         )
         self.ownership = ownership
         """The gate deciding which keys run here (a scale-out replica), or ``None``."""
+        self.enable_warmup = enable_warmup
+        """Whether a standby runs its warm sources before it leads (see the class documentation)."""
         self._state = _State.UNSTARTED
         self._stop_event = trio.Event()
         self._stop_reason = ""
@@ -181,6 +202,10 @@ class Manager:
         self._leadership_lost: str | None = None
         self._start_wait_scope: trio.CancelScope | None = None
         self._start_gates: list[Callable[[], Awaitable[None]]] = []
+        self._leading = trio.Event()
+        self._sources_started = trio.Event()
+        self._serving = trio.Event()
+        self._warm: list[WarmSource] = []
 
     def __repr__(self) -> str:
         return f"<Manager {self.name!r} {self._state.value} controllers={[c.name for c in self._controllers]}>"
@@ -260,6 +285,21 @@ class Manager:
         """True once every controller and source started (after leadership was acquired, with
         leader election), until the stop began."""
         return self._started.is_set() and self._state is _State.RUNNING
+
+    @property
+    def standby(self) -> bool:
+        """True while this replica runs and waits for leadership (before it leads, and before a
+        stop began)."""
+        return (
+            self.leader_election is not None and self._state is _State.RUNNING and not self._leading.is_set()
+            and not self._stop_event.is_set()
+        )
+
+    @property
+    def warming(self) -> bool:
+        """True while this replica is a :attr:`standby` whose warm sources run (see
+        ``enable_warmup``): its caches fill before it leads."""
+        return self.standby and bool(self._warm)
 
     @property
     def stopping(self) -> bool:
@@ -345,14 +385,30 @@ class Manager:
     # -- running -----------------------------------------------------------------------------
 
     async def _run_sources(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Start the warm sources (triggers held), report started, then, once leading, start
+        the other sources and, once the controllers serve, release the warm sources' triggers
+        (replayed while the controllers run). All of them live in the sources scope."""
         started = False
-        with self._sources_scope:
-            async with trio.open_nursery() as nursery:
-                for source in self._sources:
-                    await nursery.start(source.run)
-                task_status.started()
-                started = True
-                await trio.sleep_forever()
+        try:
+            with self._sources_scope:
+                async with trio.open_nursery() as nursery:
+                    for source in self._warm:
+                        source.hold_triggers()
+                        await nursery.start(source.run)
+                    task_status.started()
+                    started = True
+                    await self._leading.wait()
+                    for other in self._sources:
+                        if not any(other is warm for warm in self._warm):
+                            await nursery.start(other.run)
+                    self._sources_started.set()
+                    await self._serving.wait()
+                    if not self._stop_event.is_set():
+                        for warm in self._warm:
+                            nursery.start_soon(warm.release_triggers)
+                    await trio.sleep_forever()
+        finally:
+            self._sources_started.set()
         if not started:
             task_status.started()
 
@@ -386,18 +442,26 @@ class Manager:
             leader = self.leader_election
             if leader is not None:
                 leader.on_lost(self._lose_leadership)
+                if self.enable_warmup:
+                    self._warm = [s for s in self._sources if isinstance(s, WarmSource)]
                 await services.start(leader.run)
-                with trio.CancelScope() as waiting:
-                    self._start_wait_scope = waiting
-                    if self._stop_event.is_set():
-                        waiting.cancel()
-                    logger.info("waiting for leadership")
-                    await leader.wait_leading()
-                self._start_wait_scope = None
             try:
                 async with trio.open_nursery() as controllers:
                     self._controllers_scope = controllers.cancel_scope
                     await controllers.start(self._run_sources)
+                    if leader is not None:
+                        with trio.CancelScope() as waiting:
+                            self._start_wait_scope = waiting
+                            if self._stop_event.is_set():
+                                waiting.cancel()
+                            logger.info(
+                                "waiting for leadership%s",
+                                f" ({len(self._warm)} warm source(s) filling their caches)" if self._warm else "",
+                            )
+                            await leader.wait_leading()
+                        self._start_wait_scope = None
+                    self._leading.set()
+                    await self._sources_started.wait()
                     for gate in self._start_gates:
                         with trio.CancelScope() as gate_scope:
                             self._start_wait_scope = gate_scope
@@ -407,6 +471,7 @@ class Manager:
                         self._start_wait_scope = None
                     for controller in self._controllers:
                         await controllers.start(controller.serve)
+                    self._serving.set()
                     if not self._stop_event.is_set():
                         self._started.set()
                         task_status.started()

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import random
 from collections.abc import Callable, Iterable, Mapping
-from typing import Generic, Protocol, TypeVar
+from typing import Generic, Protocol, TypeVar, runtime_checkable
 
 import attrs
 import trio
@@ -20,7 +20,7 @@ import trio
 from ._refs import ObjectRef, Priority, Triggerable
 from ._text import summarize, truncate
 
-__all__ = ["Source", "Change", "ChannelSource", "TimerSource", "MappedSource"]
+__all__ = ["Source", "WarmSource", "Change", "ChannelSource", "TimerSource", "MappedSource"]
 
 logger = logging.getLogger("engine.sources")
 
@@ -35,6 +35,33 @@ class Source(Protocol):
 
         Cancellation: the manager cancels sources first at shutdown; a source must stop at
         once and must not have raised half of the triggers of one observation.
+        """
+        ...
+
+
+@runtime_checkable
+class WarmSource(Source, Protocol):
+    """A source that can run before its triggers are wanted: a warm standby's cache.
+
+    A manager with leader election and ``enable_warmup`` (the default) calls
+    :meth:`hold_triggers`, then starts the source while it waits for leadership, and once it
+    leads runs :meth:`release_triggers` in the sources nursery while its controllers start. An
+    informer is one (:class:`engine.kube.Informer`): held, it lists and watches and keeps its
+    cache current, and calls no handler.
+    """
+
+    def hold_triggers(self) -> None:
+        """From now on keep the source's state current but raise no trigger. Synchronous."""
+        ...
+
+    async def release_triggers(self) -> None:
+        """Trigger as usual from now on (before the first checkpoint), and raise the triggers
+        a fresh start would raise for the state held now (for a cache: every cached object, as
+        listed), yielding between batches so that runs start meanwhile; return when done.
+        Does nothing when not held.
+
+        Cancellation: the manager cancels it with the sources at shutdown; the triggers not
+        raised yet are not.
         """
         ...
 

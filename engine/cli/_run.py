@@ -135,6 +135,11 @@ def _parser() -> argparse.ArgumentParser:
     le.add_argument("--leader-elect-retry-period", type=float, default=2.0, metavar="SECONDS",
                     help="time between attempts to acquire or renew the Lease; "
                          "must be below the renew deadline (default 2)")
+    le.add_argument("--warm-standby", action=argparse.BooleanOptionalAction, default=True,
+                    help="with --leader-elect, a standby lists and watches (fills its caches) while it waits, "
+                         "running and writing nothing, so that on taking the Lease it runs at once from synced "
+                         "caches (the default); --no-warm-standby lists only once it leads, saving a standby's "
+                         "cache memory; scale-out replicas cache the ranges assigned to them either way")
     so = p.add_argument_group("scale-out")
     so.add_argument("--scale-out", action="store_true",
                     help="run as one replica of a ring: replicas divide the objects by hash of their uid, "
@@ -491,7 +496,7 @@ async def _start_and_run(args: argparse.Namespace, box: list[_Running], progress
             )
         manager = Manager(
             grace_period=args.grace_period, leader_election=leader, handle_signals=False,
-            ownership=ring.gate if ring is not None else None,
+            ownership=ring.gate if ring is not None else None, enable_warmup=args.warm_standby,
         )
         if not args.no_cluster_events:
             from ..kube import KubernetesEventSink
@@ -518,7 +523,8 @@ async def _start_and_run(args: argparse.Namespace, box: list[_Running], progress
             async def starting(*, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
                 box.append(running)
                 if leader is not None:
-                    print("waiting for leadership", flush=True)
+                    print("waiting for leadership" + (" (warm standby: filling caches)" if args.warm_standby else ""),
+                          flush=True)
                 task_status.started()
 
             manager.add_service(starting)

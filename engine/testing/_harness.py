@@ -749,6 +749,7 @@ async def open_plugin_test(
     examples: bool = False,
     identity: str | None = None,
     leader_election: bool | Callable[[Client, str], LeaderElection] = False,
+    enable_warmup: bool = True,
     scale_out: Callable[[Client, OwnershipGate, str], HashRing] | None = None,
     cluster_events: bool = True,
     sinks: Sequence[EventSink] = (),
@@ -766,7 +767,8 @@ async def open_plugin_test(
     (default: the target's), build a
     :class:`~engine.Manager` (``grace_period``; a :class:`~engine.kube.LeaderElector` on the
     Lease ``engine-<plugin>`` with client-go's timings when ``leader_election`` is true, or
-    the one a given factory builds from the client and identity), a Kubernetes events sink unless
+    the one a given factory builds from the client and identity; ``enable_warmup``: a standby
+    fills its caches before it leads, see :class:`~engine.Manager`), a Kubernetes events sink unless
     ``cluster_events`` is false, the given ``sinks``, and a :class:`~engine.kube.Cluster` (``watch_namespace``,
     ``shard``, ``watch_options``, seeded from ``identity`` unless they carry an ``rng``), then
     call ``plugin.setup`` with the plugin's config updated by ``config``, grant its permissions
@@ -849,6 +851,7 @@ async def open_plugin_test(
                 grace_period=grace_period,
                 leader_election=_leader(leader_election, client, subject.name, namespace, identity),
                 ownership=gate,
+                enable_warmup=enable_warmup,
                 name=identity,
             )
             for extra in sinks:

@@ -270,3 +270,11 @@ async def test_the_example_runner_does_not_log_every_http_request(tmp_path: Path
                 with trio.CancelScope(shield=True):
                     await proc.wait()
     assert b"HTTP Request" not in run.err
+
+
+def test_warm_standby_is_the_default_and_no_warm_standby_turns_it_off() -> None:
+    from engine import Manager
+    from engine.cli._run import _parser
+
+    assert _parser().parse_args(["--leader-elect"]).warm_standby is Manager(handle_signals=False).enable_warmup is True
+    assert _parser().parse_args(["--leader-elect", "--no-warm-standby"]).warm_standby is False

@@ -13,6 +13,7 @@ import sys
 import tracemalloc
 import uuid
 from collections.abc import AsyncIterator, Callable
+from functools import partial
 from typing import Any
 
 import httpx
@@ -787,3 +788,78 @@ async def test_a_relist_after_410_reads_pages_and_keeps_the_cached_form_of_uncha
         assert informer.watcher.statistics().lists == 2
         assert cached(informer) == await listed(client)
         nursery.cancel_scope.cancel()
+
+
+async def test_held_triggers_keep_the_store_current_and_are_released_as_a_listed_replay(
+    api: ApiServer, autojump_clock: trio.testing.MockClock,
+) -> None:
+    async with memory_client(api) as client, trio.open_nursery() as nursery:
+        for name in ("keep", "change", "remove"):
+            await client.create(CONFIGMAPS, cm(name))
+        informer = Informer(client, CONFIGMAPS, namespace="default")
+        seen: list[tuple[WatchEventType, str, bool]] = []
+        informer.add_handler(lambda e: seen.append((e.type, e.obj["metadata"]["name"], e.listed)))
+        informer.hold_triggers()
+        assert informer.triggers_held
+        await nursery.start(informer.run)
+        await informer.wait_synced()
+        await wait_for(lambda: informer.statistics().watches == 1)
+        await client.create(CONFIGMAPS, cm("added"))
+        await client.patch(CONFIGMAPS, "change", {"data": {"v": "2"}})
+        await client.delete(CONFIGMAPS, "remove")
+        await wait_for(lambda: informer.store.get("default", "remove") is None)
+        late: list[str] = []
+        informer.add_handler(lambda e: late.append(e.obj["metadata"]["name"]))
+        assert seen == [] and late == [], "held: no handler is called, none replayed"
+        assert (informer.store.get("default", "change") or {}).get("data") == {"v": "2"}
+
+        await informer.release_triggers()
+        assert not informer.triggers_held
+        assert sorted(seen) == [(ADDED, name, True) for name in ("added", "change", "keep")]
+        assert sorted(late) == ["added", "change", "keep"]
+        await informer.release_triggers()
+        assert len(seen) == 3, "releasing again replays nothing"
+        await client.create(CONFIGMAPS, cm("after"))
+        await wait_for(lambda: len(seen) == 4)
+        assert seen[-1] == (ADDED, "after", False)
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_release_replays_in_batches_what_is_still_cached_when_its_turn_comes(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    from engine.kube import Deleted
+
+    async with ApiServer(listen=False) as api, memory_client(api) as client:
+        informer = Informer(client, CONFIGMAPS, namespace="default")
+        informer.hold_triggers()
+        names = [f"cm-{i}" for i in range(6)]
+        informer.store.apply(Restarted(
+            [{"metadata": {"name": name, "namespace": "default", "resourceVersion": "1"}} for name in names], "1"))
+        seen: list[str] = []
+
+        def handler(event: InformerEvent) -> None:
+            seen.append(event.obj["metadata"]["name"])
+            if len(seen) == 1:
+                gone = next(n for n in informer.store.keys() if n[1] not in seen)
+                informer.store.apply(Deleted(informer.store.get(*gone) or {}))
+                seen.append(f"deleted {gone[1]}")
+
+        informer.add_handler(handler)
+        assert seen == []
+        progress: list[int] = []
+
+        async def observe() -> None:
+            while len(progress) < 20:
+                progress.append(len(seen))
+                await trio.lowlevel.checkpoint()
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(observe)
+            nursery.start_soon(partial(informer.release_triggers, batch=2))
+        deleted = next(s.split()[1] for s in seen if s.startswith("deleted"))
+        assert sorted(s for s in seen if not s.startswith("deleted")) == sorted(set(names) - {deleted})
+        assert any(0 < p < len(seen) for p in progress), "other tasks run between batches"
+        with pytest.raises(ValueError, match=r"^batch must be >= 1$"):
+            informer.hold_triggers()
+            await informer.release_triggers(batch=0)

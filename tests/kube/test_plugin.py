@@ -333,3 +333,52 @@ async def test_run_plugins_scale_out_waits_for_a_foreign_claim_and_is_ready_whil
         leases = await client.list(LEASE_RESOURCE, namespace="default", label_selector={RING_LABEL: "widgets"})
         assert [item["metadata"]["name"] for item in leases.items] == ["widgets-ghost"], "the member left"
     assert sorted(seen) == [f"w{i}" for i in range(5)]
+
+
+@pytest.mark.parametrize("warm", [True, False], ids=["warm", "cold"])
+async def test_a_warm_standby_is_ready_once_its_informers_synced_and_a_cold_one_without_them(warm: bool) -> None:
+    import datetime as dt
+
+    from engine.kube import LeaderElector
+    from engine.kube.lowlevel import LEASE_RESOURCE
+
+    seen: list[str] = []
+    contexts: list[PluginContext] = []
+    async with ApiServer() as api, Client(Config.from_dict(api.kubeconfig)) as client:
+        now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        await client.create(LEASE_RESOURCE, {
+            "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+            "metadata": {"name": "widgets", "namespace": "default"},
+            "spec": {"holderIdentity": "ghost", "leaseDurationSeconds": 3600, "renewTime": now, "acquireTime": now},
+        })
+        elector = LeaderElector(client, name="widgets", namespace="default", lease_duration=3, renew_deadline=2,
+                                retry_period=0.2)
+        manager = Manager(handle_signals=False, grace_period=1, leader_election=elector, enable_warmup=warm)
+        obs = Observability(manager, health_probe_bind_address=":0")
+        slow_list = api.faults.add_latency(1.5, resource="widgets", verbs={"list"})
+
+        async def readyz() -> tuple[int, str]:
+            answer = await get(obs.health_probe_address, "/readyz", params={"verbose": ""})
+            return answer.status_code, answer.text
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(partial(run_plugins, client, [_widgets_plugin(seen, contexts)], manager=manager,
+                                       namespace="default", observability=obs))
+            with trio.fail_after(20):
+                while obs.health_probe_address is None or not manager.standby or not elector.statistics().state_known:
+                    await trio.sleep(0.02)
+            cluster = contexts[0].cluster
+            first = await readyz()
+            api.faults.remove(slow_list)
+            if warm:
+                assert first == (500, "[+]manager ok\n[-]informers failed: check returned False\n"
+                                      "[+]leader-election ok\nreadyz check failed\n"), "not ready before its caches synced"
+                with trio.fail_after(20):
+                    while (await readyz())[0] != 200:
+                        await trio.sleep(0.05)
+                assert cluster.synced and cluster.informers
+            else:
+                assert first == (200, "[+]manager ok\n[+]informers ok\n[+]leader-election ok\nreadyz check passed\n")
+                assert not any(i.synced for i in cluster.informers), "a cold standby does not list"
+            assert manager.standby and seen == []
+            manager.stop("test over")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 import trio
 
 from engine.kube import Client, LeaderElector
@@ -62,3 +63,36 @@ async def test_standby_takes_over_after_graceful_shutdown_and_after_a_crash_neve
                 lease = await third.get("coordination.k8s.io/v1/Lease", "engine-bundles")
                 assert lease is not None and lease["spec"]["holderIdentity"] == third.identity
                 assert lease["spec"]["leaseTransitions"] == 2
+
+
+@pytest.mark.parametrize("warm", [True, False], ids=["warm", "cold"])
+async def test_a_warm_standby_caches_before_it_leads_and_runs_after_a_crash_without_a_new_list(
+    kube_target: KubeTarget, warm: bool,
+) -> None:
+    tick = bundle("tick", "repo", namespace=None)
+    tick["spec"]["interval"] = "200ms"
+    async with replica(kube_target, manifests=[source("repo", "r1", [configmap("x")], namespace=None), tick]) as first:
+        await first.wait_leading(timeout=10)
+        async with replica(kube_target, enable_warmup=warm) as second:
+            assert second.cluster is not None
+            informers = second.cluster.informers
+            await first.wait_runs(3, name="tick", timeout=10)
+            await trio.sleep(2 * RETRY)
+            if warm:
+                with trio.fail_after(30):
+                    await second.cluster.wait_synced()
+                assert second.manager.warming and all(i.statistics().lists == 1 for i in informers)
+            else:
+                assert not second.manager.warming and all(i.statistics().lists == 0 for i in informers)
+            assert second.manager.standby and second.runs == [] and second.events == []
+            first.crash()
+            await second.wait_leading(timeout=30)
+            await second.wait_runs(1, name="tick", timeout=10)
+            assert all(i.statistics().lists == 1 for i in informers), \
+                "warm: no list after leading; cold: the one list after leading"
+            elector = second.manager.leader_election
+            assert isinstance(elector, LeaderElector)
+            leading_since = elector.statistics().leading_since
+            assert leading_since is not None
+            assert min(r.started_at for r in second.runs) >= leading_since
+            assert max(end for _, end in reconciles(first)) <= min(start for start, _ in reconciles(second))

@@ -14,6 +14,7 @@ import importlib.metadata
 import inspect
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -483,7 +484,9 @@ async def run_plugins(
     credentials cannot be obtained or are rejected) is not the plugin's fault: that
     :class:`TransportError`, :class:`ConfigError` or :class:`UnauthorizedError` propagates as
     it is, strict or not. With
-    ``observability``, the readiness checks ``informers`` (every informer synced) and, when
+    ``observability``, the readiness checks ``informers`` (every informer synced; always
+    passing on a standby without warm-up, ``Manager(enable_warmup=False)``, whose informers
+    start only once it leads, so a warm standby is ready once its caches synced) and, when
     the manager's leader election is a :class:`LeaderElector`, ``leader-election`` (the
     lease state is known) are added, and the client's 403 answers are counted
     (:class:`ForbiddenCollector`). ``task_status.started(host)`` is called once the manager
@@ -604,6 +607,13 @@ async def run_plugins(
     return report
 
 
+def _informers_ready(manager: Manager, cluster: Cluster) -> bool:
+    """The ``informers`` readiness check: every informer synced, except on a cold standby
+    (``enable_warmup=False``), whose informers start only once it leads. A warm standby is
+    thus ready once its caches synced, as controller-runtime's warm replicas are."""
+    return (manager.standby and not manager.enable_warmup) or cluster.synced
+
+
 async def _run_manager(
     host: PluginHost,
     observability: Observability | None,
@@ -616,7 +626,7 @@ async def _run_manager(
 
         observability.metrics.registry.register(InformerCollector(cluster))
         observability.metrics.registry.register(ForbiddenCollector(client))
-        observability.add_readiness_check("informers", lambda: cluster.synced)
+        observability.add_readiness_check("informers", partial(_informers_ready, manager, cluster))
         if scale_out is not None:
             from ._metrics import RingCollector
 

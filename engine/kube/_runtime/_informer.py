@@ -21,6 +21,17 @@ object, ``resourceVersion`` and index or handler, and counted in
 
 Handlers run synchronously, after the store reflects the event they are given.
 
+An informer is a :class:`~engine.WarmSource`: while its triggers are held
+(:meth:`Informer.hold_triggers`, a warm standby waiting for leadership) it lists, watches,
+resumes and relists as usual and keeps its store current, but calls no handler;
+:meth:`Informer.release_triggers` then calls handlers for each change as usual again and,
+in batches with checkpoints between them (so that a controller's first runs start while the
+rest is replayed), calls every handler with an ``ADDED`` event, marked listed, for each object
+cached at the release (what the handlers would have been given by a first list), as it is
+cached when its turn comes. An object deleted while held, or before its turn, reaches no
+handler through the replay (as an object deleted before a first list); one changed before its
+turn reaches the handlers first as that change, then through the replay.
+
 Before an object reaches the store, the informer's ``transform`` (if any) is applied to it
 (every listed object of the first list, each object of a relist that is new or has another
 ``resourceVersion`` than the cached one, and the object of every ``ADDED``, ``MODIFIED`` and
@@ -179,6 +190,7 @@ class Informer:
         self._restarts = 0
         self._events = 0
         self._listed = trio.Event()
+        self._held = False
 
     # --- readers ---
 
@@ -273,12 +285,62 @@ class Informer:
 
         Handlers may be added before or after :meth:`run` starts. With ``replay`` (the default)
         a handler added while the store holds objects is called at once with an ``ADDED`` event
-        for each of them, so it misses nothing.
+        for each of them, so it misses nothing. While triggers are held
+        (:meth:`hold_triggers`) it is not called until :meth:`release_triggers`, which replays
+        the store to every handler.
         """
         self._handlers.append(handler)
-        if replay:
-            for obj in self.store.list():
-                self._call(handler, InformerEvent(WatchEventType.ADDED, obj, None, True))
+        if replay and not self._held:
+            self._replay((handler,))
+
+    @property
+    def triggers_held(self) -> bool:
+        """Whether handlers are held (:meth:`hold_triggers`): the store is kept current, no
+        handler is called."""
+        return self._held
+
+    def hold_triggers(self) -> None:
+        """Call no handler from now on, until :meth:`release_triggers`; the store is kept
+        current as usual (a warm standby's cache). Synchronous, not a checkpoint; idempotent."""
+        self._held = True
+
+    async def release_triggers(self, *, batch: int = 256) -> None:
+        """Call handlers for each change as usual from now on (synchronously, before the first
+        checkpoint), and replay the store: call every handler registered now with an ``ADDED``
+        event, marked listed, for each object cached now that is still cached when its turn
+        comes (as it is cached then), ``batch`` objects between checkpoints. Returns once the
+        replay is done; does nothing (but a checkpoint) when triggers are not held.
+
+        Cancellation: the objects not replayed yet are not; handlers are still called for each
+        change.
+        """
+        if not self._held:
+            await trio.lowlevel.checkpoint()
+            return
+        if batch < 1:
+            raise ValueError("batch must be >= 1")
+        self._held = False
+        handlers = tuple(self._handlers)
+        keys = self.store.keys()
+        for start in range(0, len(keys), batch):
+            if start:
+                await trio.lowlevel.checkpoint()
+            for namespace, name in keys[start:start + batch]:
+                obj = self.store.get(namespace, name)
+                if obj is None:
+                    continue
+                event = InformerEvent(WatchEventType.ADDED, obj, None, True)
+                for handler in handlers:
+                    self._call(handler, event)
+        await trio.lowlevel.checkpoint()
+
+    def _replay(self, handlers: tuple[Handler, ...]) -> None:
+        if not handlers:
+            return
+        for obj in self.store.list():
+            event = InformerEvent(WatchEventType.ADDED, obj, None, True)
+            for handler in handlers:
+                self._call(handler, event)
 
     def remove_handler(self, handler: Handler) -> None:
         """Unregister a handler; raises ``ValueError`` if it is not registered."""
@@ -343,6 +405,8 @@ class Informer:
         event = self._prepared(event)
         for change in self.store.apply(event):
             self._events += 1
+            if self._held:
+                continue
             for handler in tuple(self._handlers):
                 self._call(handler, change)
         if isinstance(event, Restarted):
