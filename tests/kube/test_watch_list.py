@@ -132,23 +132,6 @@ async def test_a_server_that_refuses_it_is_listed_in_pages_and_not_asked_again(
     assert caplog.text.count("does not stream initial states (500 InternalError: a watch stream was requested") == 1
 
 
-async def test_a_passing_failure_of_the_stream_is_not_taken_for_a_refusal(
-    autojump_clock: trio.testing.MockClock,
-) -> None:
-    async with ApiServer() as api:
-        async with Client(Config.from_dict(api.kubeconfig), transport=api.memory_transport()) as client:
-            await client.create(CONFIGMAPS, cm("a"))
-            fault = api.faults.fail(503, count=2, verbs={"watch"})
-            informer = Informer(client, CONFIGMAPS, namespace="default")
-            async with trio.open_nursery() as nursery:
-                await nursery.start(informer.run)
-                with trio.fail_after(60):
-                    await informer.wait_synced()
-                nursery.cancel_scope.cancel()
-    assert fault.hits == 2
-    assert server_streams_lists(client) is True
-
-
 async def test_an_informer_syncs_and_follows_changes_on_any_server(
     kube_client: Client, kube_target: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
