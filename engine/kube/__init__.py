@@ -71,6 +71,7 @@ from ._runtime._informer import strip_managed_fields as strip_managed_fields
 from ._runtime._shard_filter import add_shard_probe as add_shard_probe
 from ._runtime._shard_filter import filters_shards as filters_shards
 from ._runtime._shard_filter import server_filters_shards as server_filters_shards
+from ._runtime._watch_list import server_streams_lists as server_streams_lists
 from ._runtime._store import NAMESPACE_INDEX as NAMESPACE_INDEX
 from ._runtime._store import OWNER_INDEX as OWNER_INDEX
 from ._runtime._store import IndexFunc as IndexFunc
@@ -350,6 +351,7 @@ __all__ = [
     "run_plugins",
     "set_condition",
     "server_filters_shards",
+    "server_streams_lists",
     "set_finalizer",
     "strip_managed_fields",
     "AdmissionDenied",

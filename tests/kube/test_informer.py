@@ -35,6 +35,7 @@ from engine.kube import (
     WatcherEvent,
     WatchEventType,
     WatchOptions,
+    server_streams_lists,
     strip_managed_fields,
 )
 
@@ -386,11 +387,14 @@ async def test_half_dead_connection_is_replaced(api: ApiServer, autojump_clock: 
         nursery.cancel_scope.cancel()
 
 
-async def test_wait_synced_waits_for_the_first_list(api: ApiServer, autojump_clock: trio.testing.MockClock) -> None:
+@pytest.mark.parametrize("watch_list", [True, False], ids=["streamed", "paged"])
+async def test_wait_synced_waits_for_the_first_list(
+    api: ApiServer, autojump_clock: trio.testing.MockClock, watch_list: bool
+) -> None:
     async with memory_client(api) as client, trio.open_nursery() as nursery:
         await client.create(CONFIGMAPS, cm("a"))
-        api.faults.add_latency(7, count=1, verbs={"list"})
-        informer = Informer(client, CONFIGMAPS)
+        api.faults.add_latency(7, count=1, verbs={"watch" if watch_list else "list"})
+        informer = Informer(client, CONFIGMAPS, options=WatchOptions(watch_list=watch_list))
         start = trio.current_time()
         await nursery.start(informer.run)
         assert trio.current_time() - start < 0.01
@@ -402,15 +406,19 @@ async def test_wait_synced_waits_for_the_first_list(api: ApiServer, autojump_clo
         nursery.cancel_scope.cancel()
 
 
-async def test_list_failures_are_retried_until_synced(api: ApiServer, autojump_clock: trio.testing.MockClock) -> None:
+@pytest.mark.parametrize("watch_list", [True, False], ids=["streamed", "paged"])
+async def test_list_failures_are_retried_until_synced(
+    api: ApiServer, autojump_clock: trio.testing.MockClock, watch_list: bool
+) -> None:
     async with memory_client(api) as client, trio.open_nursery() as nursery:
-        fault = api.faults.fail(500, count=6, verbs={"list"})
-        informer = Informer(client, CONFIGMAPS)
+        fault = api.faults.fail(500, count=6, verbs={"watch" if watch_list else "list"})
+        informer = Informer(client, CONFIGMAPS, options=WatchOptions(watch_list=watch_list))
         await nursery.start(informer.run)
         with trio.fail_after(60):
             await informer.wait_synced()
         assert fault.hits == 6
         assert informer.statistics().restarts == 3
+        assert server_streams_lists(client) is (True if watch_list else None)
         nursery.cancel_scope.cancel()
 
 
@@ -427,7 +435,8 @@ async def test_informer_runs_once_at_a_time(api: ApiServer, autojump_clock: trio
 
 
 class ScriptedApi:
-    """Serves one list, then watch streams whose lines the test pushes."""
+    """Serves one list, then watch streams whose lines the test pushes; refuses watch-list
+    streams (as a server older than 1.27 does), so informers list in pages."""
 
     def __init__(self, items: list[Any]) -> None:
         self.items = items
@@ -435,6 +444,9 @@ class ScriptedApi:
         self.watch_rvs: list[str | None] = []
 
     async def __call__(self, request: httpx.Request) -> httpx.Response:
+        if request.url.params.get("sendInitialEvents") == "true":
+            refused = {"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "BadRequest", "code": 400}
+            return httpx.Response(400, json=refused)
         if request.url.params.get("watch") != "true":
             body = {"kind": "ConfigMapList", "metadata": {"resourceVersion": "10"}, "items": self.items}
             return httpx.Response(200, json=body)

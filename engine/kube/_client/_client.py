@@ -850,6 +850,7 @@ class Client:
         idle_timeout: float | None = None,
         shard_selector: str | None = None,
         retry: RetryPolicy | None = None,
+        send_initial_events: bool = False,
     ) -> WatchStream:
         """Open a watch: use as ``async with client.watch(res, ...) as events: async for ...``.
 
@@ -860,7 +861,11 @@ class Client:
         server with the feature sends only the events of objects in those ranges (and answers
         500 to a malformed one), any other ignores it. Establishing is retried per the read
         policy: ``retry``, or the client's (``RetryPolicy(max_attempts=1)`` hands the first
-        failure to the caller, as a :class:`Watcher` wants it).
+        failure to the caller, as a :class:`Watcher` wants it). ``send_initial_events`` asks for
+        a watch-list stream (``sendInitialEvents=true``, ``resourceVersionMatch=NotOlderThan``):
+        every object that exists (not older than ``resource_version``; none given: now) as an
+        ``ADDED`` event, then a bookmark annotated ``k8s.io/initial-events-end``, then the
+        changes; bookmarks are asked for, as the server requires.
         """
         params = {
             "shardSelector": shard_selector or None,
@@ -868,9 +873,12 @@ class Client:
             "labelSelector": _selector(label_selector),
             "fieldSelector": _selector(field_selector),
             "resourceVersion": resource_version,
-            "allowWatchBookmarks": "true" if allow_bookmarks else None,
+            "allowWatchBookmarks": "true" if allow_bookmarks or send_initial_events else None,
             "timeoutSeconds": timeout_seconds,
         }
+        if send_initial_events:
+            params["sendInitialEvents"] = "true"
+            params["resourceVersionMatch"] = "NotOlderThan"
         ns = namespace if resource.namespaced else None
         options = RequestOptions.of(safe=True, params=params, stream=True, retry=retry)
         open_response = partial(self._send, "GET", resource.path(namespace=ns), options)

@@ -88,9 +88,10 @@ from .._client._errors import (
 )
 from .._client._resource import Resource
 from .._client._retry import RetryPolicy
-from .._client._watch import WatchEventType
+from .._client._watch import WatchEventType, WatchStream
 from .._client._wire import resource_version_number
 from ._shard_filter import filters_shards
+from ._watch_list import INITIAL_EVENTS_END, refuses_watch_list, server_streams_lists, watch_list_answered
 
 __all__ = [
     "WatchOptions",
@@ -188,6 +189,10 @@ class WatchOptions:
     and before an informer starts over after an unexpected error."""
     max_backoff: float = 30.0
     """The cap (seconds) of that backoff."""
+    watch_list: bool = True
+    """Stream the initial state on the watch (``sendInitialEvents``) where the server serves
+    it (found once per client, see :func:`~engine.kube.server_streams_lists`); ``False``, or a
+    server that does not: list in pages of ``page_size``."""
     rng: random.Random | None = attrs.field(default=None, eq=False)
     """The randomness of the watch timeouts and the backoff jitter (seed it for reproducible
     tests; ``None``: a new unseeded generator per watcher)."""
@@ -245,6 +250,10 @@ _ESTABLISH_ONCE = RetryPolicy(max_attempts=1)
 checking the server's history once each attempt is in place."""
 
 
+class _NoWatchList(Exception):
+    """The server refused a watch-list stream; the message says how."""
+
+
 class _HistoryWentBack(Exception):
     """The server's resourceVersions went backwards; the message says how it was noticed."""
 
@@ -265,6 +274,11 @@ def _too_large(exc: ApiError) -> bool:
         and (c.get("reason") == "ResourceVersionTooLarge" or c.get("message") == "Too large resource version")
         for c in causes
     )
+
+
+def _key(obj: dict[str, Any]) -> tuple[str | None, str]:
+    meta = obj["metadata"]
+    return meta.get("namespace"), meta["name"]
 
 
 def _valid(obj: Any) -> bool:
@@ -421,7 +435,114 @@ class Watcher:
             shard_selector=self._shard_selector(),
         )
 
-    async def _relist(self, on_event: Callable[[WatcherEvent], object], *, reset: bool = False) -> None:
+    async def _relist(self, on_event: Callable[[WatcherEvent], object], *, reset: bool = False) -> WatchStream | None:
+        """The complete state, as one :class:`Restarted`: streamed on a watch where the server
+        serves it (the stream, open, is returned to go on as the watch), else listed in pages
+        (``None`` returned)."""
+        if self.options.watch_list and server_streams_lists(self._client) is not False:
+            while True:
+                try:
+                    return await self._stream_state(on_event, reset=reset)
+                except _HistoryWentBack as exc:
+                    if reset:
+                        raise
+                    self._history_went_back(str(exc))
+                    reset = True
+                except _NoWatchList as exc:
+                    watch_list_answered(self._client, False, self.resource, str(exc))
+                    break
+        await self._list_pages(on_event, reset=reset)
+        return None
+
+    async def _stream_state(self, on_event: Callable[[WatcherEvent], object], *, reset: bool) -> WatchStream:
+        """A watch-list stream, read until its initial state ended (then handed on as one
+        :class:`Restarted`); returned open. Raises :class:`_HistoryWentBack` when the state is
+        older than what was held and ``reset`` was not known (the objects were prepared as
+        unchanged ones: the caller streams again with ``reset``), :class:`_NoWatchList` when
+        the server refuses the stream, the stream's error when it fails otherwise before the
+        end, and ``ResponseError`` when it ends before. If cancelled, the stream is closed."""
+        timeout = int(self.options.watch_timeout * self._rng.uniform(1.0, 2.0))
+        stream = self._client.watch(
+            self.resource,
+            namespace=self.namespace,
+            label_selector=self.options.label_selector,
+            field_selector=self.options.field_selector,
+            send_initial_events=True,
+            timeout_seconds=timeout,
+            idle_timeout=self.options.idle_timeout,
+            shard_selector=self._shard_selector(),
+        )
+        prepare = self._prepare
+        objects: list[dict[str, Any]] = []
+        changed: dict[tuple[str | None, str], dict[str, Any] | None] | None = None
+        try:
+            await stream.__aenter__()
+        except ApiError as exc:
+            if refuses_watch_list(exc, in_stream=False):
+                raise _NoWatchList(f"{exc.code} {exc.reason}: {exc.message}") from exc
+            raise
+        try:
+            self._watches += 1
+            async for event in stream:
+                if event.type is WatchEventType.BOOKMARK:
+                    annotations = event.object["metadata"].get("annotations") or {}
+                    if annotations.get(INITIAL_EVENTS_END) != "true":
+                        continue
+                    resource_version = event.resource_version
+                    assert resource_version is not None
+                    if _older(resource_version, self._resource_version) and not reset:
+                        raise _HistoryWentBack(
+                            f"a streamed state has resourceVersion {resource_version}, "
+                            f"older than {self._resource_version} seen before"
+                        )
+                    watch_list_answered(self._client, True, self.resource)
+                    if changed is not None:
+                        objects = [obj for obj in changed.values() if obj is not None]
+                    self._finish_list(on_event, objects, resource_version, reset)
+                    return stream
+                obj = event.object
+                if not self.wants(obj):
+                    self._out_of_range += 1
+                    continue
+                if event.type is WatchEventType.ADDED and changed is None:
+                    objects.append(obj if prepare is None else prepare(obj, reset))
+                    continue
+                # Not expected before the end: the state as of the end, by key.
+                if changed is None:
+                    changed = {_key(o): o for o in objects}
+                    objects = []
+                meta = obj["metadata"]
+                key = (meta.get("namespace"), meta["name"])
+                if event.type is WatchEventType.DELETED:
+                    changed.pop(key, None)
+                else:
+                    changed.pop(key, None)
+                    changed[key] = obj if prepare is None else prepare(obj, reset)
+            raise ResponseError(f"the watch-list stream of {self.resource} ended before its initial state did")
+        except BaseException as exc:
+            self._skipped += stream.skipped
+            await stream.aclose()
+            if isinstance(exc, ApiError) and refuses_watch_list(exc, in_stream=True):
+                raise _NoWatchList(f"{exc.code} {exc.reason}: {exc.message}") from exc
+            raise
+
+    def _finish_list(
+        self,
+        on_event: Callable[[WatcherEvent], object],
+        objects: list[dict[str, Any]],
+        resource_version: str,
+        reset: bool,
+    ) -> None:
+        self._lists += 1
+        if self._key_ranges is not None:
+            # Ranges may have shrunk while the state was read.
+            objects = [obj for obj in objects if self.wants(obj)]
+        on_event(Restarted(objects, resource_version, reset=reset))
+        self._covered = KeyRanges.everything() if self._key_ranges is None else self._key_ranges
+        self._resource_version = resource_version
+        log.debug("listed %d %s at resourceVersion %s", len(objects), self.resource, resource_version)
+
+    async def _list_pages(self, on_event: Callable[[WatcherEvent], object], *, reset: bool = False) -> None:
         objects: list[dict[str, Any]] = []
         resource_version: str | None = None
         token: str | None = None
@@ -449,14 +570,8 @@ class Watcher:
             del page
             if not token:
                 break
-        self._lists += 1
-        if self._key_ranges is not None:
-            # Ranges may have shrunk while the pages were read.
-            objects = [obj for obj in objects if self.wants(obj)]
-        on_event(Restarted(objects, resource_version, reset=reset))
-        self._covered = KeyRanges.everything() if self._key_ranges is None else self._key_ranges
-        self._resource_version = resource_version
-        log.debug("listed %d %s at resourceVersion %s", len(objects), self.resource, resource_version)
+        assert resource_version is not None
+        self._finish_list(on_event, objects, resource_version, reset)
 
     def _history_went_back(self, why: str) -> None:
         self._resets += 1
@@ -499,10 +614,25 @@ class Watcher:
                 raise
             log.debug("could not check the history of %s (%s); watching anyway", self.resource, exc)
 
-    async def _watch_once(self, resource_version: str, on_event: Callable[[WatcherEvent], object]) -> bool:
+    async def _watch_once(
+        self, resource_version: str, on_event: Callable[[WatcherEvent], object], opened: WatchStream | None = None
+    ) -> bool:
+        """Watch from ``resource_version`` (on ``opened``, a watch-list stream past its initial
+        state, when given: it is closed here) until the stream ends; whether it delivered
+        anything."""
+        self._narrowed = False
+        if opened is not None:
+            with trio.CancelScope() as self._stream_scope:
+                try:
+                    await self._consume(opened, on_event)
+                finally:
+                    self._skipped += opened.skipped
+                    await opened.aclose()
+            self._narrowed = self._stream_scope.cancelled_caught
+            self._stream_scope = None
+            return True
         delivered = False
         timeout = int(self.options.watch_timeout * self._rng.uniform(1.0, 2.0))
-        self._narrowed = False
         with trio.CancelScope() as self._stream_scope:
             async with self._client.watch(
                 self.resource,
@@ -519,27 +649,32 @@ class Watcher:
                 self._watches += 1
                 try:
                     await self._check_history(resource_version)
-                    async for event in stream:
-                        delivered = True
-                        rv = event.resource_version
-                        if _older(rv, self._resource_version):
-                            what = "bookmark" if event.type is WatchEventType.BOOKMARK else f"{event.type.value} event"
-                            raise _HistoryWentBack(
-                                f"a watch {what} has resourceVersion {rv}, older than {self._resource_version} seen before"
-                            )
-                        if event.type is WatchEventType.BOOKMARK:
-                            if rv:
-                                on_event(Bookmark(rv))
-                        elif self.wants(event.object):
-                            on_event(_BY_TYPE[event.type](event.object))
-                        else:
-                            self._out_of_range += 1
-                        if rv:
-                            self._resource_version = rv
+                    delivered = await self._consume(stream, on_event)
                 finally:
                     self._skipped += stream.skipped
         self._narrowed = self._stream_scope.cancelled_caught
         self._stream_scope = None
+        return delivered
+
+    async def _consume(self, stream: WatchStream, on_event: Callable[[WatcherEvent], object]) -> bool:
+        delivered = False
+        async for event in stream:
+            delivered = True
+            rv = event.resource_version
+            if _older(rv, self._resource_version):
+                what = "bookmark" if event.type is WatchEventType.BOOKMARK else f"{event.type.value} event"
+                raise _HistoryWentBack(
+                    f"a watch {what} has resourceVersion {rv}, older than {self._resource_version} seen before"
+                )
+            if event.type is WatchEventType.BOOKMARK:
+                if rv:
+                    on_event(Bookmark(rv))
+            elif self.wants(event.object):
+                on_event(_BY_TYPE[event.type](event.object))
+            else:
+                self._out_of_range += 1
+            if rv:
+                self._resource_version = rv
         return delivered
 
     async def run(self, on_event: Callable[[WatcherEvent], object]) -> None:
@@ -576,19 +711,20 @@ class Watcher:
                 on_event(Restarted((), self._resource_version or ""))
                 self._covered = KeyRanges.nothing()
                 await trio.sleep_forever()
-        await self._relist(on_event)
+        opened = await self._relist(on_event)
         failures = 0
         while True:
             start = self._resource_version
             assert start is not None
+            stream, opened = opened, None
             try:
-                delivered = await self._watch_once(start, on_event)
+                delivered = await self._watch_once(start, on_event, stream)
                 if self._narrowed:
                     failures = 0
                     continue
             except _HistoryWentBack as exc:
                 self._history_went_back(str(exc))
-                await self._relist(on_event, reset=True)
+                opened = await self._relist(on_event, reset=True)
                 failures = 0
                 continue
             except GoneError:
@@ -598,7 +734,7 @@ class Watcher:
                     self.resource,
                     extra={"resource": str(self.resource)},
                 )
-                await self._relist(on_event)
+                opened = await self._relist(on_event)
                 failures = 0
                 continue
             except (ApiError, TransportError, WatchStalledError, ResponseError) as exc:
@@ -606,7 +742,7 @@ class Watcher:
                     self._history_went_back(
                         f"the server answered that resourceVersion {start} is too large: {exc.message}"
                     )
-                    await self._relist(on_event, reset=True)
+                    opened = await self._relist(on_event, reset=True)
                     failures = 0
                     continue
                 self._stream_failures += 1
