@@ -23,7 +23,6 @@ from engine.apiserver import ApiServer
 from .fuzzing import seed_objects, send, well_formed
 from .hostile import hostile_request, judge
 
-
 REQUESTS_PER_EXAMPLE = 12
 
 
