@@ -80,3 +80,14 @@ async def test_an_update_whose_metadata_is_not_an_object_is_a_client_error(clien
     answer = await client.put(f"{CM}/c", json={**cm("c"), "metadata": -1})
     assert 400 <= answer.status_code < 500, answer.text
     assert answer.json()["kind"] == "Status"
+
+
+@pytest.mark.parametrize("version", [{}, [], 1.5, 7])
+async def test_a_patch_that_makes_api_version_not_a_string_is_a_400(client: httpx.AsyncClient, version: object) -> None:
+    # Was an AttributeError (``.split`` of a non-string): a 500; bench/apiserver_fuzz.py found it.
+    await client.post(CM, json=cm("v"))
+    answer = await client.patch(
+        f"{CM}/v", json={"apiVersion": version}, headers={"content-type": "application/merge-patch+json"}
+    )
+    assert answer.status_code == 400, answer.text
+    assert answer.json()["reason"] == "BadRequest"
