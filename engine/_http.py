@@ -145,6 +145,9 @@ async def _read_request(
             conn.receive_data(bytes(await stream.receive_some(65536)))
         elif isinstance(event, h11.Request):
             head = event
+            length = next((int(value) for name, value in event.headers if name == b"content-length"), 0)
+            if length > max_body:
+                raise h11.RemoteProtocolError("request body too large", error_status_hint=413)
         elif isinstance(event, h11.Data):
             body += event.data
             if len(body) > max_body:
@@ -219,7 +222,7 @@ async def serve_http(
 
     ``identity`` is passed on in each :class:`Request`. With ``idle_timeout``, the connection is
     closed when no complete request arrives within that many seconds. A request body larger
-    than ``max_body`` bytes is answered ``413``, a request head larger than ``max_header`` bytes
+    than ``max_body`` bytes is answered ``413`` (at once when its ``Content-Length`` says so), a request head larger than ``max_header`` bytes
     (16 KiB by default) ``431``. Other protocol errors answer ``400`` (when a
     response can still be sent) and close the connection; a client that goes away
     mid-response is not an error. Exceptions from ``handler`` propagate (after the stream is

@@ -65,12 +65,69 @@ def decode_checked(request: Request) -> tuple[Any, list[str]]:
     try:
         if "yaml" in content_type:
             try:
-                return loads_with_duplicates(request.body)
+                decoded = loads_with_duplicates(request.body)
             except ValueError:
-                return yaml.safe_load(request.body), []
-        return loads_with_duplicates(request.body)
+                decoded = _load_yaml(request.body), []
+        else:
+            decoded = loads_with_duplicates(request.body)
     except (ValueError, yaml.YAMLError):
         raise RequestRejected(400, "BadRequest", "the request body is not valid JSON or YAML") from None
+    except RecursionError:
+        raise _too_deep() from None
+    _check_shape(decoded[0], len(request.body))
+    return decoded
+
+
+_YAML_LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+"""libyaml's safe loader when PyYAML has it: the pure-Python one takes seconds for a body of a
+few megabytes, all that time without a checkpoint (every other request waits)."""
+
+def _load_yaml(body: bytes) -> Any:
+    """One YAML document, checked for depth first: libyaml's composer recurses in C, so a
+    document nested thousands deep would overflow the stack rather than raise."""
+    depth = 0
+    for event in yaml.parse(body, Loader=_YAML_LOADER):
+        if isinstance(event, (yaml.SequenceStartEvent, yaml.MappingStartEvent)):
+            depth += 1
+            if depth > MAX_NESTING:
+                raise _too_deep()
+        elif isinstance(event, (yaml.SequenceEndEvent, yaml.MappingEndEvent)):
+            depth -= 1
+    return yaml.load(body, Loader=_YAML_LOADER)
+
+
+MAX_NESTING = 100
+"""How deep a request body may nest (objects and arrays). kube-apiserver's limit is 10,000;
+this server's code walks objects recursively, so it refuses bodies deeper than this with a
+400 rather than fail on them later (a stored object nested thousands deep would break every
+read of it)."""
+
+
+def _too_deep() -> RequestRejected:
+    return RequestRejected(400, "BadRequest", f"the request body nests deeper than {MAX_NESTING} levels")
+
+
+def _check_shape(data: Any, size: int) -> None:
+    """Raise :class:`RequestRejected` (400) when decoded ``data`` nests deeper than
+    :data:`MAX_NESTING` or (YAML aliases repeating a node) holds far more values than a body of
+    ``size`` bytes can spell out, as Go's YAML decoder refuses excessive aliasing."""
+    budget = 4 * size + 1000
+    stack: list[tuple[Any, int]] = [(data, 1)]
+    values = 0
+    while stack:
+        value, depth = stack.pop()
+        if isinstance(value, dict):
+            children: Any = value.values()
+        elif isinstance(value, list):
+            children = value
+        else:
+            continue
+        if depth > MAX_NESTING:
+            raise _too_deep()
+        values += len(children)
+        if values > budget:
+            raise RequestRejected(400, "BadRequest", "the request body contains excessive aliasing")
+        stack.extend((child, depth + 1) for child in children)
 
 
 def _field_check(rt: ResourceType, request: Request, obj: Any, duplicates: list[str]) -> FieldCheck:
@@ -379,7 +436,7 @@ async def _handle(
         raise RequestRejected(404, "NotFound", "the server could not find the requested resource")
     if len(request.body or b"") > MAX_BODY_BYTES:
         raise RequestRejected(413, "RequestEntityTooLarge", f"Request entity too large: limit is {MAX_BODY_BYTES}")
-    if sub is None and info.verb not in rt.verbs:
+    if (sub is None and info.verb not in rt.verbs) or (name is None and info.verb in ("update", "patch")):
         raise RequestRejected(405, "MethodNotAllowed", "the server does not allow this method on the requested resource")
     if rt.storage_key in REVIEW_TYPES:
         return json_response(201, review(storage, rt, ns, decode_body(request), caller, _manager(request)))
@@ -474,7 +531,8 @@ async def _handle(
         _check_write_options(request, "UpdateOptions")
         body, duplicates = decode_checked(request)
         check = _field_check(rt, request, body, duplicates)
-        explicit = isinstance(body, dict) and bool((body.get("metadata") or {}).get("resourceVersion"))
+        sent_meta = body.get("metadata") if isinstance(body, dict) else None
+        explicit = isinstance(sent_meta, dict) and bool(sent_meta.get("resourceVersion"))
         obj, check = await writes.update(
             rt, ns, name, lambda current: (body, check), sub, dry_run=dry_run, retry=not explicit, options="UpdateOptions"
         )

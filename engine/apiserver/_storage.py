@@ -632,7 +632,7 @@ class ObjectStorage:
             )
         if (
             obj.get("apiVersion") not in (None, "")
-            and obj["apiVersion"].split("/")[0] != (rt.group or "v1")
+            and (not isinstance(obj["apiVersion"], str) or obj["apiVersion"].split("/")[0] != (rt.group or "v1"))
             and obj["apiVersion"] != rt.api_version
         ):
             raise RequestRejected(

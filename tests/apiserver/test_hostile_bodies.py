@@ -1,0 +1,93 @@
+"""Regression tests for what fuzzing the embedded API server found (issue 36, item 3)."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import pytest
+import trio
+
+from .conftest import CM, cm
+
+DEEP_CR = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
+
+
+def _nested_json(depth: int) -> bytes:
+    return json.dumps(cm("deep")).encode()[:-1] + b',"x":' + b"[" * depth + b"]" * depth + b"}"
+
+
+@pytest.mark.parametrize("depth", [101, 5_000, 100_000])
+async def test_a_json_body_nested_too_deep_is_a_400(client: httpx.AsyncClient, depth: int) -> None:
+    # Python's parser gave up at about 1,000 levels with RecursionError: a 500.
+    answer = await client.post(CM, content=_nested_json(depth), headers={"content-type": "application/json"})
+    assert answer.status_code == 400, answer.text
+    assert answer.json()["message"] == "the request body nests deeper than 100 levels"
+    assert answer.json()["reason"] == "BadRequest"
+
+
+@pytest.mark.parametrize("depth", [101, 100_000])
+async def test_a_yaml_body_nested_too_deep_is_a_400(client: httpx.AsyncClient, depth: int) -> None:
+    # libyaml's composer recurses in C: 100,000 levels crashed the process (SIGSEGV).
+    body = b"apiVersion: v1\nkind: ConfigMap\nmetadata: {name: deep}\nx: " + b"[" * depth + b"]" * depth + b"\n"
+    answer = await client.post(CM, content=body, headers={"content-type": "application/yaml"})
+    assert answer.status_code == 400, answer.text
+    assert answer.json()["message"] == "the request body nests deeper than 100 levels"
+
+
+async def test_a_body_nested_up_to_the_limit_is_served(client: httpx.AsyncClient) -> None:
+    answer = await client.post(CM, content=_nested_json(98), headers={"content-type": "application/json"})
+    assert answer.status_code == 201, answer.text
+    assert (await client.get(f"{CM}/deep")).status_code == 200
+
+
+async def test_yaml_aliases_that_expand_beyond_the_body_are_a_400(client: httpx.AsyncClient) -> None:
+    lines = ['a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]']
+    for level in range(1, 9):
+        prev, cur = chr(ord("a") + level - 1), chr(ord("a") + level)
+        lines.append(f"{cur}: &{cur} [{','.join(['*' + prev] * 9)}]")
+    lines += ["apiVersion: v1", "kind: ConfigMap", "metadata: {name: laughs}"]
+    with trio.fail_after(10):
+        answer = await client.post(CM, content="\n".join(lines).encode(), headers={"content-type": "application/yaml"})
+    assert answer.status_code == 400, answer.text
+    assert answer.json()["message"] == "the request body contains excessive aliasing"
+
+
+async def test_a_large_yaml_body_does_not_stall_the_server(client: httpx.AsyncClient) -> None:
+    # PyYAML's pure-Python loader took about 4 s for 1.6 MB, with no checkpoint in between.
+    await client.post(CM, json=cm("big"))
+    body = b"apiVersion: v1\nkind: ConfigMap\nmetadata: {name: big}\ndata:\n  b: " + b"x" * 2_500_000 + b"\n"
+    began = trio.current_time()
+    answer = await client.put(f"{CM}/big", content=body, headers={"content-type": "application/yaml"})
+    assert trio.current_time() - began < 3
+    assert answer.status_code == 422, answer.text
+    assert answer.json()["details"]["causes"][0]["reason"] == "FieldValueTooLong"
+
+
+@pytest.mark.parametrize("method", ["PUT", "PATCH"])
+async def test_an_update_or_patch_of_a_collection_is_a_405(client: httpx.AsyncClient, method: str) -> None:
+    # Was an AssertionError: a 500.
+    answer = await client.request(
+        method, CM, content=b"{}", headers={"content-type": "application/merge-patch+json"}
+    )
+    assert answer.status_code == 405, answer.text
+    assert answer.json()["reason"] == "MethodNotAllowed"
+
+
+async def test_an_update_whose_metadata_is_not_an_object_is_a_client_error(client: httpx.AsyncClient) -> None:
+    # Was an AttributeError: a 500.
+    await client.post(CM, json=cm("c"))
+    answer = await client.put(f"{CM}/c", json={**cm("c"), "metadata": -1})
+    assert 400 <= answer.status_code < 500, answer.text
+    assert answer.json()["kind"] == "Status"
+
+
+@pytest.mark.parametrize("version", [{}, [], 1.5, 7])
+async def test_a_patch_that_makes_api_version_not_a_string_is_a_400(client: httpx.AsyncClient, version: object) -> None:
+    # Was an AttributeError (``.split`` of a non-string): a 500; bench/apiserver_fuzz.py found it.
+    await client.post(CM, json=cm("v"))
+    answer = await client.patch(
+        f"{CM}/v", json={"apiVersion": version}, headers={"content-type": "application/merge-patch+json"}
+    )
+    assert answer.status_code == 400, answer.text
+    assert answer.json()["reason"] == "BadRequest"
