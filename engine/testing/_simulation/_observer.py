@@ -137,10 +137,11 @@ class ReplicaObserver(RunObserver):
     def _check_requeued(self, run: Run, outcome: Outcome) -> None:
         """A run that the server failed a write of, and that did not write it again and get it
         written, does not end as a success: its key would not run again (no retry, no
-        backoff), and what the write was for would wait for the next change, or forever."""
+        backoff), and what the write was for would wait for the next change, or forever. A run
+        the engine cancelled is let off: its key runs again (here, or on the replica it goes to)."""
         rep, checks = self.replica, self.checks
         failed = rep.unretried.pop(run.id, None)
-        if failed and outcome.kind is OutcomeKind.SUCCEEDED:
+        if failed and outcome.kind is OutcomeKind.SUCCEEDED and run.cause is None:
             first = next(iter(failed.values()))
             more = f" (and {len(failed) - 1} more)" if len(failed) > 1 else ""
             checks.verdict.fail(f"run {rep.identity} {run.id} of {run.key} ended as a success, but the server failed its "
