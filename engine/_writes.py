@@ -34,7 +34,7 @@ import trio
 
 from ._refs import ObjectRef, Trigger
 
-__all__ = ["OwnWrites", "OwnWrite", "Writer", "ECHO_HORIZON", "ECHO_WAIT", "own_write"]
+__all__ = ["OwnWrites", "OwnWrite", "Writer", "ECHO_HORIZON", "ECHO_WAIT", "own_write", "writing_for"]
 
 ECHO_HORIZON = 60.0
 """Seconds (trio time) a written revision is remembered, waiting for its echo."""
@@ -221,3 +221,10 @@ def own_write() -> OwnWrite | None:
     if writer is None or writer.key is None:
         return None
     return OwnWrite(writer.writes, writer.key)
+
+
+def writing_for() -> ObjectRef | None:
+    """The key whose run the current task writes for, or ``None`` outside a run (or in a run
+    whose controller keeps no record). Synchronous, not a checkpoint."""
+    writer = _WRITER.get()
+    return None if writer is None else writer.key

@@ -295,7 +295,7 @@ def test_the_kube_part_check_sees_an_upward_and_a_sideways_import(tmp_path: Path
 
 SIMULATION = ENGINE / "testing" / "_simulation"
 SIMULATION_ROOMS = {
-    "the oracle": {"_spec": 0, "_finder": 1, "_verdict": 1, "_replica": 1, "_notifications": 2, "_checks": 3,
+    "the oracle": {"_spec": 0, "_finder": 1, "_verdict": 1, "_replica": 1, "_notifications": 2, "_attempts": 2, "_checks": 3,
                    "_audit": 4, "_observer": 4, "_oracle": 5},
     "the fleet and the fault driver": {"_fleet": 6, "_faults": 7, "_settling": 7},
     "the seed runner": {"_result": 8, "_seed": 9, "_sweep": 10},

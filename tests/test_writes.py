@@ -6,7 +6,7 @@ import trio
 import trio.testing
 
 from engine import ECHO_HORIZON, ECHO_WAIT, ObjectRef, Trigger
-from engine._writes import OwnWrites, own_write
+from engine._writes import OwnWrites, own_write, writing_for
 
 A = ObjectRef("Widget", "a", "ns")
 B = ObjectRef("Widget", "b", "ns")
@@ -88,10 +88,13 @@ async def test_revisions_are_forgotten_after_the_horizon(autojump_clock: trio.te
 
 async def test_no_note_outside_a_run() -> None:
     assert own_write() is None
+    assert writing_for() is None
     writes = OwnWrites(lambda t: None)
     writer = writes.writer()
     assert own_write() is None, "a worker between runs"
+    assert writing_for() is None
     writer.key = A
+    assert writing_for() == A
     note = own_write()
     assert note is not None
     with note:

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import contextlib
 import secrets
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any, Literal
 
 import attrs
+import httpx
 import trio
 
 from engine.kube import AlreadyExistsError, Client, Config, NotFoundError
@@ -47,6 +48,9 @@ class KubeTarget:
     """Whether clients of the in-memory embedded server skip HTTP encoding (its
     ``direct_transport``, as the simulator's do) instead of speaking HTTP/1.1 over memory
     streams."""
+    wrap_transport: Callable[[httpx.AsyncBaseTransport, str], httpx.AsyncBaseTransport] | None = None
+    """How the clients of the in-memory embedded server wrap its transport, given it and their
+    user agent (the simulator sees each replica's requests from its side so)."""
     _replicas: int = attrs.field(default=0, init=False, repr=False)
 
     @classmethod
@@ -101,6 +105,8 @@ class KubeTarget:
         """
         if self.api is not None and not self.api.listen:
             kwargs.setdefault("transport", self.api.direct_transport() if self.direct else self.api.memory_transport())
+            if self.wrap_transport is not None:
+                kwargs["transport"] = self.wrap_transport(kwargs["transport"], user_agent)
         return Client(config or self.config, user_agent=user_agent, **kwargs)
 
 

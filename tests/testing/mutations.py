@@ -91,6 +91,15 @@ MUTATIONS: tuple[Mutation, ...] = (
              "if request.rt.storage_key in (MUTATING, VALIDATING) or not self.configured(VALIDATING):",
              'if request.rt.storage_key in (MUTATING, VALIDATING) or not self.configured(VALIDATING) '
              'or request.operation == "UPDATE":'),
+    # The copy's apply wrapped in a try that swallows any error: the run ends as a success.
+    Mutation("copy-write-failure-swallowed", "unrequeued failure (plugin)", "engine.plugins.mirror._controller",
+             "MirrorReconciler.reconcile", "await self.client.apply(self.configmaps, copy, field_manager=FIELD_MANAGER, force=True)",
+             "try:\n" + 16 * " " + "await self.client.apply(self.configmaps, copy, field_manager=FIELD_MANAGER, force=True)\n"
+             + 12 * " " + "except Exception:\n" + 16 * " " + "pass", plugin="mirror"),
+    # The Sources' status writes stay shielded (status-write-unshields both).
+    Mutation("bundle-status-write-unshielded", "cut final write (plugin)", "engine.plugins.bundles._controller", "write_status",
+             "with ctx.shield(STATUS_WRITE_TIMEOUT) as scope:",
+             'with ctx.shield(STATUS_WRITE_TIMEOUT) if resource.kind == "Source" else trio.CancelScope() as scope:'),
     # find_cycle as the webhook module imported it: the reconciler's own cycle check stays right.
     Mutation("cycle-check-sees-direct-dependencies-only", "admission (plugin)", "engine.plugins.bundles._webhooks",
              "find_cycle", "frontier = following", "frontier = following if frontier == [start] else []"),

@@ -167,12 +167,41 @@ def test_an_unshielded_copy_write_overtaken_by_the_next_runs_is_caught_going_bac
 
 
 
-def test_an_unshielded_status_write_overtaken_by_the_next_runs_breaks_status_is_the_last_written() -> None:
+def test_an_unshielded_status_write_overtaken_by_the_next_runs_breaks_status_is_the_last_written(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from engine.testing._simulation._audit import RequestAudit
+
+    monkeypatch.setattr(RequestAudit, "check_cut", False)
     result = caught_at("status-write-unshielded", 5)
     assert result.violation == (
         "plugin invariant status_is_the_last_written: Source s1 shows (None, 'True', 'ArtifactReady', 'revision r9 "
         "with 3 objects'), but the last status written (replica-1.3 at 58.896, sent at 56.928; one sent earlier "
         "landed after it) was (None, 'True', 'ArtifactReady', 'revision r8 with 2 objects')")
+
+
+def test_a_copy_write_failure_the_mirror_swallows_is_a_failure_not_requeued() -> None:
+    result = caught_at("copy-write-failure-swallowed", 2)
+    assert result.violation == (
+        "run replica-1.1 mirror-23 of ConfigMap/sim/src1 ended as a success, but the server failed its write PATCH "
+        "/api/v1/namespaces/team-ns3/configmaps/src1 (503) and the run did not write it again: a failure not requeued")
+    assert simulate(simulation_for("mirror"), 2).ok, "the mirror as it is fails that run, and runs the key again"
+
+
+def test_an_unshielded_status_write_is_caught_landing_after_its_cancelled_run() -> None:
+    result = caught_at("status-write-unshielded", 3)
+    assert result.violation == (
+        "replica-1.1's status write (patch Source sim/s1/status) sent at 52.542s was in flight when the engine "
+        "cancelled run sources-39 of its key (superseded) outside any shield, and landed 0.000s after the run ended (a "
+        "final write left unshielded)")
+
+
+def test_a_bundle_status_write_left_unshielded_is_caught_landing_after_its_cancelled_run() -> None:
+    result = caught_at("bundle-status-write-unshielded", 10)
+    assert result.violation == (
+        "replica-1.1's status write (patch Bundle sim/b1/status) sent at 8.403s was in flight when the engine cancelled "
+        "run bundles-6 of its key (shutdown) outside any shield, and landed 1.735s after the run ended (a final write "
+        "left unshielded)")
+    assert simulate(simulation_for("bundles"), 10).ok, "shielded, the write lands before its run ends"
 
 
 def test_a_rule_missing_from_the_generated_role_is_a_violation_naming_verb_and_resource() -> None:

@@ -31,7 +31,12 @@ seed's workload and fault schedule, and checks the engine's guarantees at every 
   receiving within ``SINK_BOUND`` whatever another sink does, and a sink's failure never
   escapes into the event dispatcher (a sink violation, not a crash); a run cancelled inside a shield
   gets a write to the server or reports the cut; no status write arrives with no run of its
-  key in progress (one in flight may land up to ``LATE_WRITE_BOUND`` after its run ended); a
+  key in progress (one in flight may land up to ``LATE_WRITE_BOUND`` after its run ended), and
+  none lands after its run ended when the engine cancelled that run outside any shield (a
+  final write left unshielded); a run does not end as a success after the server failed one
+  of its writes (a 5xx, a 429, no answer) that it did not write again, unless the engine
+  cancelled it (a failure not requeued: the replicas' clients note which run sent each
+  write); a
   trigger not followed by a run while its key is idle and a started worker free is reported
   at the next quiet moment. Once converged, a seed waits for every change still owed a
   trigger to get it, or for its bound to pass.

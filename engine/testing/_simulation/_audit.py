@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from typing import ClassVar
 
 import attrs
 
@@ -45,6 +46,9 @@ class RequestAudit:
     admission: AdmissionCheck | None = None
     """The admission check, while the plugin's validating webhooks are registered and the
     simulation has oracles for them."""
+    check_cut: ClassVar[bool] = True
+    """Whether a status write landing after its run was cancelled outside any shield is a
+    violation; tests turn it off to show that a plugin's invariant catches the bug alone."""
 
     @property
     def log(self) -> RequestLog:
@@ -82,6 +86,7 @@ class RequestAudit:
             if actor.startswith(REPLICA) and served.kind not in ROUTINE:
                 self._check_fenced(record)
                 self._check_within_run(record)
+                self._check_cut(record)
                 self._check_released(record)
         routine = served.kind in ("Lease", "Event") and served.status < 300
         if not routine:
@@ -215,6 +220,32 @@ class RequestAudit:
         ended_text = f"run {last.id} ended at {(last.finished_at or 0) - origin:.3f}s" if last else "no run of it"
         self.verdict.fail(f"{rep.identity}'s status write ({what}) arrived at {record.received_at - origin:.3f}s "
                           f"with no run of its key in progress ({ended_text}): a write of a run after the run ended")
+
+    def _check_cut(self, record: RequestRecord) -> None:
+        """A status write is a final write: it is made in a shield, which holds its run until
+        the write lands. So none lands after its run ended if the engine cancelled that run
+        while no shield of it was open (and the run was not forced to stop): the write was in
+        flight unshielded, and was cut (it could as well have been lost)."""
+        served = record.served
+        rep = self.roster.named(record.actor)
+        if not self.check_cut or served.subresource != "status" or rep is None or not rep.cut_unshielded:
+            return
+        ident = (served.kind, served.namespace or None, served.name)
+        for run in rep.cut_unshielded:
+            if (run.key.kind, run.key.namespace or None, run.key.name) != ident or run.finished_at is None:
+                continue
+            if not run.started_at <= record.received_at <= run.finished_at:
+                continue
+            if record.received_at == run.finished_at and rep.object_run(*ident) is not None:
+                continue  # as likely the write of the run that started at that instant
+            assert run.cause is not None
+            origin = self.verdict.trace.origin
+            self.verdict.fail(f"{rep.identity}'s status write ({self._describe(record)}) sent at "
+                              f"{record.received_at - origin:.3f}s was in flight when the engine cancelled run {run.id} "
+                              f"of its key ({run.cause.value}) outside any shield, and landed "
+                              f"{record.answered_at - run.finished_at:.3f}s after the run ended (a final write left "
+                              "unshielded)")
+            return
 
     def webhook_called(self, call: WebhookCall) -> None:
         self.webhook_calls.append(call)

@@ -9,7 +9,7 @@ from engine import CancelCause, Controller, Event, ObjectRef, Outcome, OutcomeKi
 
 from ._checks import Checks
 from ._notifications import Notifications
-from ._replica import ROUTINE, Replica
+from ._replica import CUT_KEPT, ROUTINE, Replica
 
 __all__ = ["ReplicaObserver"]
 
@@ -107,6 +107,11 @@ class ReplicaObserver(RunObserver):
         rep.running.pop(key, None)
         rep.ended[key] = run
         self._check_shielded(run)
+        self._check_requeued(run, outcome)
+        if run.cause is not None and not run.forced and not run.shields_at_cancel and run.finished_at is not None:
+            rep.cut_unshielded = [r for r in rep.cut_unshielded
+                                  if r.finished_at is not None and r.finished_at >= run.finished_at - CUT_KEPT]
+            rep.cut_unshielded.append(run)
         if checks.in_progress.get(key) == (rep.identity, run.id):
             del checks.in_progress[key]
         checks.placed.pop((rep.identity, run.id), None)
@@ -128,6 +133,19 @@ class ReplicaObserver(RunObserver):
                                     f"before the grace period of {checks.grace_period:g}s ended (no drain)")
         if outcome.kind is OutcomeKind.DEPENDENCY_NOT_READY:
             rep.waiting[key] = outcome.dependencies
+
+    def _check_requeued(self, run: Run, outcome: Outcome) -> None:
+        """A run that the server failed a write of, and that did not write it again and get it
+        written, does not end as a success: its key would not run again (no retry, no
+        backoff), and what the write was for would wait for the next change, or forever. A run
+        the engine cancelled is let off: its key runs again (here, or on the replica it goes to)."""
+        rep, checks = self.replica, self.checks
+        failed = rep.unretried.pop(run.id, None)
+        if failed and outcome.kind is OutcomeKind.SUCCEEDED and run.cause is None:
+            first = next(iter(failed.values()))
+            more = f" (and {len(failed) - 1} more)" if len(failed) > 1 else ""
+            checks.verdict.fail(f"run {rep.identity} {run.id} of {run.key} ended as a success, but the server failed its "
+                                f"write {first}{more} and the run did not write it again: a failure not requeued")
 
     def _check_shielded(self, run: Run) -> None:
         """A run cancelled inside a ``shield`` gets its final write to the server, or reports

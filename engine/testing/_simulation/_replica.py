@@ -16,7 +16,7 @@ from .._harness import PluginHarness
 
 __all__ = [
     "Replica", "Roster", "Notifier", "REPLICA", "ROUTINE", "RING_LEASE_DURATION", "RING_RENEW_DEADLINE",
-    "RING_RETRY_PERIOD", "RING_HANDOVER_GRACE", "RING_REPLICAS", "MAX_RING_REPLICAS",
+    "RING_RETRY_PERIOD", "RING_HANDOVER_GRACE", "RING_REPLICAS", "MAX_RING_REPLICAS", "CUT_KEPT",
 ]
 
 REPLICA = "replica-"
@@ -31,6 +31,8 @@ RING_HANDOVER_GRACE = 3.0
 RING_REPLICAS = 2
 """Scale-out mode: the replicas that start; ``scale-up`` adds one, up to :data:`MAX_RING_REPLICAS`."""
 MAX_RING_REPLICAS = 4
+CUT_KEPT = 60.0
+"""Seconds a run cancelled outside any shield is remembered (:attr:`Replica.cut_unshielded`)."""
 
 
 class Notifier:
@@ -70,6 +72,13 @@ class Replica:
     pending: dict[tuple[str, ObjectRef], tuple[float, ObjectRef]] = attrs.field(factory=dict)
     failure_status: set[str] = attrs.field(factory=set)
     failed_before_cancel: set[str] = attrs.field(factory=set)
+    cut_unshielded: list[Run] = attrs.field(factory=list)
+    """The runs of the last :data:`CUT_KEPT` seconds that the engine cancelled (not forced)
+    while no shield of theirs was open: a status write of one may not land after it ended."""
+    unretried: dict[str, dict[str, str]] = attrs.field(factory=dict)
+    """By run id, while the run lasts: the paths of the writes the server failed (a 5xx, a 429,
+    no answer) that the run has not written since, with what happened
+    (:class:`~engine.testing._simulation._attempts.RunWrites` notes them)."""
     quiet_runs: set[str] = attrs.field(factory=set)
     events_seen: int = 0
     lost_at: float | None = None

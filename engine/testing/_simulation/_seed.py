@@ -8,6 +8,7 @@ import traceback
 from collections.abc import Iterable
 
 import attrs
+import httpx
 import trio
 import trio.testing
 
@@ -20,10 +21,11 @@ from .._harness import DRIVER_USER_AGENT, register_in_process, webhook_configura
 from .._schedule import RING_FAULTS, FaultKind, plan_faults
 from .._target import open_embedded_target
 from .._webhook_service import WebhookService
+from ._attempts import RunWrites
 from ._faults import FaultDriver
 from ._fleet import TICK, Fleet
 from ._oracle import Oracle
-from ._replica import RING_REPLICAS
+from ._replica import REPLICA, RING_REPLICAS
 from ._result import DEFAULT_BOUND, DEFAULT_DURATION, DEFAULT_SEED_TIMEOUT, SimulationResult, replay_command
 from ._settling import Settler
 from ._spec import Simulation
@@ -118,6 +120,7 @@ class _Simulator:
         ) as target:
             assert target.api is not None
             target.direct = DIRECT_TRANSPORT
+            target.wrap_transport = self._wrap_transport
             self.oracle.attach(target)
             self.fleet.target = self.faults.target = target
             async with target.client(user_agent=DRIVER_USER_AGENT) as driver:
@@ -137,6 +140,12 @@ class _Simulator:
                     await self.settler.settle()
                     await self.settler.finish()
                     nursery.cancel_scope.cancel(reason="simulation finished")
+
+    def _wrap_transport(self, transport: httpx.AsyncBaseTransport, user_agent: str) -> httpx.AsyncBaseTransport:
+        """A replica's client sends through :class:`RunWrites` (which run made each write, and
+        which failed); the driver's as it is."""
+        identity = user_agent.split("/", 1)[0]
+        return RunWrites(transport, identity, self.oracle.roster) if identity.startswith(REPLICA) else transport
 
     async def _register_webhooks(self, driver: Client) -> None:
         """Register the plugin's webhooks once, served by the live replicas through a
