@@ -272,8 +272,10 @@ class BundleReconciler:
             # Shielded: a cancelled run (superseded, or its replica shutting down and handing
             # over) finishes this write before it ends, so the write never lands after the
             # next run, here or on the next leader, pruned what the bundle applied.
-            with ctx.shield(APPLY_WRITE_TIMEOUT):
+            with ctx.shield(APPLY_WRITE_TIMEOUT) as scope:
                 await self.client.apply(resource, obj, field_manager=FIELD_MANAGER, force=True)
+            if scope.cancelled_caught and ctx.cancel_cause is None:
+                raise TimeoutError(f"{obj['kind']} {meta.get('name')} was not applied within {APPLY_WRITE_TIMEOUT:g}s")
             entry = _entry(obj, target_ns)
             inventory.append(entry)
             if _identity(entry) not in known:

@@ -30,6 +30,9 @@ SELECTOR_ANNOTATION = "mirror.engine.dev/namespace-selector"
 FINALIZER = "mirror.engine.dev/cleanup"
 FIELD_MANAGER = "mirror.engine.dev"
 SOURCE_INDEX = "mirror.engine.dev/source"
+COPY_WRITE_TIMEOUT = 10.0
+"""Seconds a copy's write may take, shielded from a cancellation of its run; past it, the run
+fails (and is retried) unless it was cancelled."""
 
 
 def parse_selector(text: str) -> dict[str, str]:
@@ -121,8 +124,10 @@ class MirrorReconciler:
             }
             # Shielded: a superseded run finishes this write before it ends, so the write never
             # lands after the next run deleted the copies of a source that is going away.
-            with ctx.shield(10):
+            with ctx.shield(COPY_WRITE_TIMEOUT) as scope:
                 await self.client.apply(self.configmaps, copy, field_manager=FIELD_MANAGER, force=True)
+            if scope.cancelled_caught and ctx.cancel_cause is None:
+                raise TimeoutError(f"the copy in {ns} was not written within {COPY_WRITE_TIMEOUT:g}s")
         for ns in sorted(existing - wanted):
             await self._delete_copy(ns, meta["name"])
         if skipped:

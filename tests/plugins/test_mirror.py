@@ -165,3 +165,17 @@ async def test_a_cached_finalizer_on_a_source_since_deleted_is_not_trusted(
         for _ in range(8):
             await trio.sleep(1)
             assert await copy_namespaces(h) == set()
+
+
+async def test_a_copy_write_that_outlasts_its_shield_fails_the_run_and_is_retried(
+    kube_target: KubeTarget, kube_api: ApiServer
+) -> None:
+    """The server holds a copy's write past the shield's time (10 s), with no cancellation of
+    the run: the run fails and is retried at once, never taken for a success without its copy
+    (the simulation's requeue check, mirror seeds 39 and 74)."""
+    async with open_plugin_test(mirror_plugin, kube_target, namespace="src", rbac=True,
+                                manifests=[namespace("src"), namespace("a1", team="a")]) as h:
+        kube_api.faults.add_latency(30, count=1, resource="configmaps", verbs={"patch"}, client=h.user_agent)
+        await h.apply(SOURCE.replace("  labels:", f"  finalizers: [{FINALIZER}]\n  labels:"))
+        await trio.sleep(12)
+        assert await copy_namespaces(h) == {"a1"}, "the held write lands at 30 s; a retry wrote it by now"
