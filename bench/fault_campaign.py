@@ -28,7 +28,11 @@ A cycle injects one fault of each kind, in an order and at moments drawn from ``
   networks given back: the replicas resume their watches from before the compaction and are
   answered 410 Gone;
 * ``flood``: one replica's network held while ``--flood-writes`` ConfigMap writes go through the
-  server (more than its watch cache keeps), then given back;
+  server, and as many again once ``--flood-window`` s have passed (default 80: kube-apiserver's
+  watch cache grows while its oldest event is younger than 75 s, and only then drops old
+  events for new ones), then its connections are cut and its network given back: its
+  ConfigMap watches (label-selected, so the flood never filled them) resume from before what
+  the cache still holds and are answered 410 Gone;
 * ``partition``: one replica's network held for ``--partition-seconds``;
 * ``replica-term``: a replica gets SIGTERM while one of its runs is in progress, and is started
   again.
@@ -300,6 +304,8 @@ class Replica:
         self.generation = 0
         self.proc: subprocess.Popen[bytes] | None = None
         self.exits: list[dict[str, Any]] = []
+        self.lives: list[tuple[int, float]] = []
+        """Each process started in this slot: its pid and when it started."""
 
     def start(self) -> None:
         self.generation += 1
@@ -317,6 +323,7 @@ class Replica:
                  "--progress", "never", "--log-format", "json", "--log-level", "info"],
                 cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err,
             )
+        self.lives.append((self.proc.pid, time.time()))
 
     async def terminate(self) -> dict[str, Any]:
         """SIGTERM; wait for the exit (SIGKILL after twice the bound); what happened."""
@@ -349,7 +356,7 @@ class Logs:
         self.records: list[dict[str, Any]] = []
         self.open_runs: dict[tuple[int, str], tuple[str, str, float]] = {}
         self.intervals: dict[tuple[str, str], list[tuple[float, float, int]]] = defaultdict(list)
-        self.last_start: dict[int, float] = {}
+        self.starts: dict[int, list[float]] = defaultdict(list)
         self.noted: list[dict[str, Any]] = []
 
     def refresh(self) -> None:
@@ -373,7 +380,7 @@ class Logs:
         msg = r.get("msg", "")
         if msg == "run started":
             self.open_runs[(r["pid"], r["reconcileID"])] = (r["controller"], r["object"], r["ts"])
-            self.last_start[r["pid"]] = r["ts"]
+            self.starts[r["pid"]].append(r["ts"])
         elif msg == "run ended":
             opened = self.open_runs.pop((r["pid"], r["reconcileID"]), None)
             if opened is not None:
@@ -654,9 +661,15 @@ class Campaign:
             replica = rng.choice(self.replicas)
             detail["replica"] = replica.index
             replica.proxy.hold()
+            held = trio.current_time()
             try:
-                detail["writes"] = await self.flood(args.flood_writes)
+                writes = await self.flood(args.flood_writes)
+                if args.flood_window:
+                    await trio.sleep_until(held + args.flood_window)
+                    writes += await self.flood(args.flood_writes)
+                detail["writes"] = writes
             finally:
+                replica.proxy.cut()
                 replica.proxy.release()
         elif kind == "partition":
             low, high = (float(x) for x in args.partition_seconds.split(","))
@@ -712,17 +725,17 @@ class Campaign:
                     await send.send(k)
         return done
 
-    def check_stuck(self, fault: dict[str, Any]) -> None:
-        """Every replica that lived through the window logged a run within the bound after it."""
-        end = fault["end"]
+    def check_stuck(self, fault: dict[str, Any], exited: dict[int, float]) -> None:
+        """Every replica that lived from the fault's end to ``--bound`` s after it started a run
+        in that time (its watches and ring came back)."""
+        end, until = fault["end"], fault["end"] + self.args.bound
         for replica in self.replicas:
-            assert replica.proc is not None
-            pid = replica.proc.pid
-            if replica.proc.poll() is not None:
-                continue
-            if self.logs.last_start.get(pid, 0) < end and time.time() > end + self.args.bound:
-                self.violations.append(f"stuck: replica {replica.index} pid {pid} ran nothing in the {self.args.bound} s "
-                                       f"after {fault['kind']} #{fault['n']} ended at {end:.3f}")
+            for pid, born in replica.lives:
+                if born > end or exited.get(pid, float("inf")) < until:
+                    continue
+                if not any(end <= ts <= until for ts in self.logs.starts.get(pid, ())):
+                    self.violations.append(f"stuck: replica {replica.index} pid {pid} started no run in the "
+                                           f"{self.args.bound} s after {fault['kind']} #{fault['n']} ended at {end:.3f}")
 
     # --- the run ---
 
@@ -740,8 +753,9 @@ class Campaign:
                 nursery.start_soon(self.changer)
                 kinds = Counter[str]()
                 campaign_start = time.time()
+                chosen = [k for k in args.kinds.split(",") if k]
                 for cycle in range(args.cycles):
-                    for kind in self.rng.sample(KINDS, len(KINDS)):
+                    for kind in self.rng.sample(chosen, len(chosen)):
                         await trio.sleep(self.rng.uniform(*(float(x) for x in args.gap.split(","))))
                         kinds[kind] += 1
                         start = time.time()
@@ -767,11 +781,12 @@ class Campaign:
                 final = time.time()
                 await self.settle(final)
                 await trio.sleep(self.args.poll_interval * 2)
-                for fault in self.faults:
-                    self.check_stuck(fault)
                 for replica in self.replicas:
                     self.check_exit(await replica.terminate())
                 self.logs.refresh()
+                exited = {e["pid"]: e["at"] for r in self.replicas for e in r.exits}
+                for fault in self.faults:
+                    self.check_stuck(fault, exited)
                 events = (await client.list_all(self.events)).items
                 nursery.cancel_scope.cancel()
         return self.report(kinds, campaign_start, final, events)
@@ -813,6 +828,12 @@ class Campaign:
                 obj = event.get("involvedObject") or {}
                 self.violations.append(f"events: Warning {event.get('reason')} on {obj.get('kind')} "
                                        f"{obj.get('namespace')}/{obj.get('name')}: {event.get('message')}")
+        relists: Counter[str] = Counter()
+        for r in self.logs.records:
+            if "410 Gone" in str(r.get("msg", "")):
+                ts = float(r.get("ts", 0))
+                kind = next((f["kind"] for f in reversed(self.faults) if f["start"] <= ts <= f["end"] + 30), "none")
+                relists[kind] += 1
         logged: Counter[str] = Counter()
         errors: list[str] = []
         for r in self.logs.records:
@@ -841,7 +862,7 @@ class Campaign:
             "slowest_convergence_after_fault": {k: round(v, 1) for k, v in sorted(slowest.items())},
             "runs": sum(len(v) for v in self.logs.intervals.values()),
             "replica_exits": [{k: v for k, v in e.items() if k != "at"} for r in self.replicas for e in r.exits],
-            "warning_events": dict(warnings), "logged": dict(logged), "error_lines": errors,
+            "watch_410_by_fault": dict(relists), "warning_events": dict(warnings), "logged": dict(logged), "error_lines": errors,
             "unparsed_log_lines": self.logs.noted[:10],
             "violations": self.violations,
         }
@@ -849,6 +870,10 @@ class Campaign:
 
 async def main(args: argparse.Namespace) -> int:
     logging.getLogger("engine").setLevel(logging.ERROR)
+    unknown = {k for k in args.kinds.split(",") if k} - set(KINDS)
+    if unknown:
+        print(f"error: unknown fault kinds: {', '.join(sorted(unknown))}", file=sys.stderr)
+        return 2
     workdir = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="fault-campaign-"))
     workdir.mkdir(parents=True, exist_ok=True)
     state = workdir / "kube"
@@ -885,7 +910,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--gap", default="2,10", help="seconds between a fault's settling and the next (a range)")
     p.add_argument("--stop-seconds", default="5,60", help="kube-apiserver SIGSTOP length (a range; default 5,60)")
     p.add_argument("--partition-seconds", default="5,30", help="a replica's network loss (a range; default 5,30)")
-    p.add_argument("--flood-writes", type=int, default=1500)
+    p.add_argument("--flood-writes", type=int, default=1500, help="writes in each of the flood's two bursts")
+    p.add_argument("--flood-window", type=float, default=80.0,
+                   help="seconds from the first burst to the second (0: one burst only; default 80)")
+    p.add_argument("--kinds", default=",".join(KINDS), help="the fault kinds to inject (default: all)")
     p.add_argument("--bound", type=float, default=60.0, help="convergence bound after a fault ends (default 60 s)")
     p.add_argument("--lease", default="8,6,1", help="lease duration, renew deadline, retry period (default 8,6,1)")
     p.add_argument("--grace-period", type=float, default=5.0)

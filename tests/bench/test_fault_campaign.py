@@ -105,3 +105,25 @@ async def test_the_proxy_holds_releases_and_cuts_a_replicas_connections() -> Non
             except trio.BrokenResourceError:
                 pass
         nursery.cancel_scope.cancel()
+
+
+def test_a_replica_that_runs_nothing_after_a_fault_is_stuck(tmp_path: Path) -> None:
+    args = fault_campaign.parser().parse_args(["--bound", "10"])
+    campaign = fault_campaign.Campaign(args, None, tmp_path)  # type: ignore[arg-type]
+    slots = []
+    for index, pid in enumerate((11, 12, 13)):
+        slot = fault_campaign.Replica(index, None, tmp_path, tmp_path, args)  # type: ignore[arg-type]
+        slot.lives.append((pid, 0.0))
+        slots.append(slot)
+    slots[2].lives.append((14, 105.0))  # started after the fault: not judged for it
+    campaign.replicas = slots
+    for pid, ts in [(11, 101.0), (12, 95.0), (12, 115.0), (13, 104.0)]:
+        _run(campaign.logs, pid, f"r-{ts}", "Bundle/a", ts, ts + 0.1)
+    fault = {"kind": "partition", "n": 1, "start": 90.0, "end": 100.0}
+    campaign.check_stuck(fault, {13: 120.0})
+    assert campaign.violations == [
+        "stuck: replica 1 pid 12 started no run in the 10.0 s after partition #1 ended at 100.000"
+    ]
+    campaign.violations.clear()
+    campaign.check_stuck(fault, {13: 108.0})  # pid 13 exited within the window: not judged either
+    assert len(campaign.violations) == 1
