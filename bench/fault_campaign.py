@@ -791,21 +791,27 @@ class Campaign:
                 nursery.cancel_scope.cancel()
         return self.report(kinds, campaign_start, final, events)
 
+    def deadline(self, change: dict[str, Any]) -> tuple[float, float, str]:
+        """When ``change`` must have converged: ``--bound`` s after the later of the change and
+        the end of each fault that began before that deadline (and before it converged), taken
+        in the order they began; also the end of the last such fault and its kind."""
+        bound = self.args.bound
+        done = change["done"] if change["done"] is not None else float("inf")
+        deadline, last_end, blamed = change["at"] + bound, change["at"], "none"
+        for fault in sorted(self.faults, key=lambda f: f["start"]):
+            if fault["start"] > min(deadline, done) or fault["end"] < change["at"] - bound:
+                continue
+            deadline = max(deadline, fault["end"] + bound)
+            if fault["end"] > last_end:
+                last_end, blamed = fault["end"], fault["kind"]
+        return deadline, last_end, blamed
+
     def report(self, kinds: Counter[str], start: float, end: float, events: list[dict[str, Any]]) -> dict[str, Any]:
         args = self.args
-        # Convergence: the later of the change and the end of every fault that began before it converged.
         slowest: dict[str, float] = defaultdict(float)
         unconverged = 0
         for change in self.changes:
-            deadline = change["at"] + args.bound
-            last_end, blamed = change["at"], "none"
-            for fault in self.faults:
-                done = change["done"] if change["done"] is not None else float("inf")
-                if fault["start"] <= done and fault["end"] >= change["at"] - args.bound:
-                    if fault["end"] + args.bound > deadline:
-                        deadline = fault["end"] + args.bound
-                    if fault["end"] > last_end and fault["start"] <= done:
-                        last_end, blamed = fault["end"], fault["kind"]
+            deadline, last_end, blamed = self.deadline(change)
             if change["done"] is None:
                 unconverged += 1
                 self.violations.append(f"converge: {change['what']} {change['i']} value {change['n']} (changed at "
@@ -891,7 +897,8 @@ async def main(args: argparse.Namespace) -> int:
         await plane.stop()
     print(json.dumps(report, indent=2), flush=True)
     if args.json:
-        Path(args.json).write_text(json.dumps({"args": vars(args), "faults": campaign.faults, "report": report}, indent=2))
+        Path(args.json).write_text(json.dumps({"args": vars(args), "faults": campaign.faults,
+                                               "changes": campaign.changes, "report": report}, indent=2))
     if not args.keep:
         shutil.rmtree(workdir, ignore_errors=True)
     return 1 if report["violations"] else 0

@@ -127,3 +127,18 @@ def test_a_replica_that_runs_nothing_after_a_fault_is_stuck(tmp_path: Path) -> N
     campaign.violations.clear()
     campaign.check_stuck(fault, {13: 108.0})  # pid 13 exited within the window: not judged either
     assert len(campaign.violations) == 1
+
+
+def test_a_change_must_converge_within_the_bound_after_the_faults_that_began_before_its_deadline(tmp_path: Path) -> None:
+    args = fault_campaign.parser().parse_args(["--bound", "10"])
+    campaign = fault_campaign.Campaign(args, None, tmp_path)  # type: ignore[arg-type]
+    campaign.faults = [
+        {"kind": "early", "start": -30.0, "end": -25.0},  # over before the change, and more than the bound before
+        {"kind": "partition", "start": 5.0, "end": 20.0},  # began before the deadline: moves it to 30
+        {"kind": "flood", "start": 35.0, "end": 50.0},  # began after that deadline: moves nothing
+    ]
+    assert campaign.deadline({"at": 0.0, "done": 40.0}) == (30.0, 20.0, "partition")
+    assert campaign.deadline({"at": 0.0, "done": 8.0}) == (30.0, 20.0, "partition")
+    assert campaign.deadline({"at": 0.0, "done": None}) == (30.0, 20.0, "partition")
+    assert campaign.deadline({"at": 22.0, "done": None}) == (32.0, 22.0, "none")
+    assert campaign.deadline({"at": 30.0, "done": None}) == (60.0, 50.0, "flood")
