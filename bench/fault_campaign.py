@@ -30,7 +30,10 @@ A cycle injects one fault of each kind, in an order and at moments drawn from ``
 * ``flood``: one replica's network held while ``--flood-writes`` ConfigMap writes go through the
   server, and as many again once ``--flood-window`` s have passed (default 80: kube-apiserver's
   watch cache grows while its oldest event is younger than 75 s, and only then drops old
-  events for new ones), then its connections are cut and its network given back: its
+  events for new ones), burst after burst (at most ``--flood-bursts``) until the server
+  answers a watch from before the hold with 410 Gone (``evicted`` in the fault's record;
+  a cache that earlier floods made large takes more), then its connections are cut and its
+  network given back: its
   ConfigMap watches (label-selected, so the flood never filled them) resume from before what
   the cache still holds and are answered 410 Gone;
 * ``partition``: one replica's network held for ``--partition-seconds``;
@@ -89,7 +92,7 @@ sys.path.insert(0, str(ROOT))
 
 import yaml  # noqa: E402
 
-from engine.kube import Client, Config  # noqa: E402
+from engine.kube import Client, Config, GoneError  # noqa: E402
 
 KUBE = Path(os.environ.get("CAMPAIGN_KUBE_DIR", ROOT.parent / "shared" / "kube"))
 NS = "campaign"
@@ -304,11 +307,13 @@ class Replica:
         self.generation = 0
         self.proc: subprocess.Popen[bytes] | None = None
         self.exits: list[dict[str, Any]] = []
+        self.terminating = False
         self.lives: list[tuple[int, float]] = []
         """Each process started in this slot: its pid and when it started."""
 
     def start(self) -> None:
         self.generation += 1
+        self.terminating = False
         lease, renew, retry = self.args.lease.split(",")
         log = self.workdir / f"replica-{self.index}-{self.generation}.log"
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -330,6 +335,7 @@ class Replica:
         assert self.proc is not None
         proc = self.proc
         sent = time.time()
+        self.terminating = True
         proc.send_signal(signal.SIGTERM)
         bound = self.args.grace_period + 10
         with trio.move_on_after(2 * bound):
@@ -357,6 +363,9 @@ class Logs:
         self.open_runs: dict[tuple[int, str], tuple[str, str, float]] = {}
         self.intervals: dict[tuple[str, str], list[tuple[float, float, int]]] = defaultdict(list)
         self.starts: dict[int, list[float]] = defaultdict(list)
+        self.joined_files: set[str] = set()
+        self.last_error: dict[str, str] = {}
+        """The last error line of each log file."""
         self.noted: list[dict[str, Any]] = []
 
     def refresh(self) -> None:
@@ -378,6 +387,10 @@ class Logs:
 
     def _take(self, r: dict[str, Any]) -> None:
         msg = r.get("msg", "")
+        if r.get("level") in ("error", "critical"):
+            self.last_error[r.get("_file", "")] = str(msg)
+        if str(msg).startswith(("joined ring", "rejoined ring")):
+            self.joined_files.add(r.get("_file", ""))
         if msg == "run started":
             self.open_runs[(r["pid"], r["reconcileID"])] = (r["controller"], r["object"], r["ts"])
             self.starts[r["pid"]].append(r["ts"])
@@ -390,6 +403,10 @@ class Logs:
                 self.records.append(r)
         else:
             self.records.append(r)
+
+    def joined(self, file: str) -> bool:
+        """Whether the replica writing ``file`` joined its ring."""
+        return file in self.joined_files
 
     def running(self, pid: int) -> int:
         return sum(1 for (p, _) in self.open_runs if p == pid)
@@ -465,6 +482,10 @@ class Campaign:
                     await trio.sleep(0.5)
         for replica in self.replicas[1:]:
             replica.start()
+        with trio.fail_after(300):
+            while not all(self.logs.joined(f"replica-{r.index}-{r.generation}.log") for r in self.replicas):
+                await trio.sleep(0.5)
+                self.logs.refresh()
         self.sources = await client.resource("bundles.engine.dev/v1alpha1", "Source")
         self.bundles = await client.resource("bundles.engine.dev/v1alpha1", "Bundle")
         self.configmaps = await client.resource("v1", "ConfigMap")
@@ -598,6 +619,7 @@ class Campaign:
         while True:
             await self.poll_once()
             self.logs.refresh()
+            self.check_alive()
             await trio.sleep(self.args.poll_interval)
 
     def pending(self, before: float) -> list[dict[str, Any]]:
@@ -660,14 +682,19 @@ class Campaign:
         elif kind == "flood":
             replica = rng.choice(self.replicas)
             detail["replica"] = replica.index
+            before = await self.resource_version()
             replica.proxy.hold()
             held = trio.current_time()
             try:
                 writes = await self.flood(args.flood_writes)
+                evicted = False
                 if args.flood_window:
                     await trio.sleep_until(held + args.flood_window)
-                    writes += await self.flood(args.flood_writes)
-                detail["writes"] = writes
+                    for _ in range(args.flood_bursts):
+                        writes += await self.flood(args.flood_writes)
+                        if evicted := await self.expired(before):
+                            break
+                detail.update(writes=writes, evicted=evicted)
             finally:
                 replica.proxy.cut()
                 replica.proxy.release()
@@ -702,6 +729,27 @@ class Campaign:
             self.violations.append(f"exit: replica {exit_['replica']} pid {exit_['pid']} exited with {exit_['code']} "
                                    f"after {exit_['seconds']} s (bound {bound} s; killed: {exit_['killed']})")
 
+    async def resource_version(self) -> str:
+        """The server's current resourceVersion (a one-item list of the flood's ConfigMaps)."""
+        with trio.fail_after(30):
+            listed = await self.client.list(self.configmaps, namespace=FLOOD_NS, limit=1)
+        return str(listed.resource_version)
+
+    async def expired(self, resource_version: str) -> bool:
+        """Whether the server answers a ConfigMap watch from ``resource_version`` with 410 Gone
+        (the watch cache no longer holds what came after it)."""
+        with trio.move_on_after(5):
+            try:
+                async with self.client.watch(self.configmaps, namespace=FLOOD_NS, label_selector="campaign-probe=none",
+                                             resource_version=resource_version) as events:
+                    async for _ in events:
+                        return False
+            except GoneError:
+                return True
+            except Exception:
+                return False
+        return False
+
     async def flood(self, writes: int) -> int:
         done = 0
         send, receive = trio.open_memory_channel[int](0)
@@ -726,16 +774,36 @@ class Campaign:
         return done
 
     def check_stuck(self, fault: dict[str, Any], exited: dict[int, float]) -> None:
-        """Every replica that lived from the fault's end to ``--bound`` s after it started a run
-        in that time (its watches and ring came back)."""
-        end, until = fault["end"], fault["end"] + self.args.bound
+        """Every replica that lived from the fault's end until ``--bound`` s after it, or until
+        the next fault began if that came first, started a run in that time (its watches and
+        ring came back); a window shorter than ``--stuck-window`` s is not judged."""
+        end = fault["end"]
+        following = [f["start"] for f in self.faults if f["start"] >= fault["start"] and f is not fault]
+        until = min([end + self.args.bound, *following])
+        if until - end < self.args.stuck_window:
+            return
         for replica in self.replicas:
             for pid, born in replica.lives:
                 if born > end or exited.get(pid, float("inf")) < until:
                     continue
                 if not any(end <= ts <= until for ts in self.logs.starts.get(pid, ())):
                     self.violations.append(f"stuck: replica {replica.index} pid {pid} started no run in the "
-                                           f"{self.args.bound} s after {fault['kind']} #{fault['n']} ended at {end:.3f}")
+                                           f"{until - end:.1f} s after {fault['kind']} #{fault['n']} ended at {end:.3f}")
+
+    def check_alive(self) -> None:
+        """A replica that exited without being told to is a violation; it is started again (as a
+        pod's container would be)."""
+        for replica in self.replicas:
+            proc = replica.proc
+            if proc is None or replica.terminating or proc.poll() is None:
+                continue
+            self.logs.refresh()
+            last = self.logs.last_error.get(f"replica-{replica.index}-{replica.generation}.log", "")
+            self.violations.append(f"exit: replica {replica.index} pid {proc.pid} exited on its own with "
+                                   f"{proc.returncode} at {time.time():.3f}: {last}")
+            replica.exits.append({"replica": replica.index, "pid": proc.pid, "seconds": 0.0, "code": proc.returncode,
+                                  "killed": False, "at": time.time(), "unasked": True})
+            replica.start()
 
     # --- the run ---
 
@@ -920,6 +988,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--flood-writes", type=int, default=1500, help="writes in each of the flood's two bursts")
     p.add_argument("--flood-window", type=float, default=80.0,
                    help="seconds from the first burst to the second (0: one burst only; default 80)")
+    p.add_argument("--flood-bursts", type=int, default=6,
+                   help="at most this many bursts after the window, until the cache dropped the held replica's place")
+    p.add_argument("--stuck-window", type=float, default=15.0,
+                   help="the shortest quiet time after a fault in which every replica must start a run (default 15 s)")
     p.add_argument("--kinds", default=",".join(KINDS), help="the fault kinds to inject (default: all)")
     p.add_argument("--bound", type=float, default=60.0, help="convergence bound after a fault ends (default 60 s)")
     p.add_argument("--lease", default="8,6,1", help="lease duration, renew deadline, retry period (default 8,6,1)")

@@ -108,7 +108,7 @@ async def test_the_proxy_holds_releases_and_cuts_a_replicas_connections() -> Non
 
 
 def test_a_replica_that_runs_nothing_after_a_fault_is_stuck(tmp_path: Path) -> None:
-    args = fault_campaign.parser().parse_args(["--bound", "10"])
+    args = fault_campaign.parser().parse_args(["--bound", "10", "--stuck-window", "5"])
     campaign = fault_campaign.Campaign(args, None, tmp_path)  # type: ignore[arg-type]
     slots = []
     for index, pid in enumerate((11, 12, 13)):
@@ -142,3 +142,19 @@ def test_a_change_must_converge_within_the_bound_after_the_faults_that_began_bef
     assert campaign.deadline({"at": 0.0, "done": None}) == (30.0, 20.0, "partition")
     assert campaign.deadline({"at": 22.0, "done": None}) == (32.0, 22.0, "none")
     assert campaign.deadline({"at": 30.0, "done": None}) == (60.0, 50.0, "flood")
+
+
+def test_the_quiet_time_after_a_fault_ends_where_the_next_fault_begins(tmp_path: Path) -> None:
+    args = fault_campaign.parser().parse_args(["--bound", "60", "--stuck-window", "15"])
+    campaign = fault_campaign.Campaign(args, None, tmp_path)  # type: ignore[arg-type]
+    slot = fault_campaign.Replica(0, None, tmp_path, tmp_path, args)  # type: ignore[arg-type]
+    slot.lives.append((11, 0.0))
+    campaign.replicas = [slot]
+    _run(campaign.logs, 11, "r-1", "Bundle/a", 50.0, 50.1)
+    first = {"kind": "flood", "n": 1, "start": 0.0, "end": 10.0}
+    campaign.faults = [first, {"kind": "partition", "n": 1, "start": 20.0, "end": 40.0}]
+    campaign.check_stuck(first, {})  # judged until the partition began, 10 s: too short to judge
+    assert campaign.violations == []
+    campaign.faults[1]["start"] = 30.0  # 20 s of quiet, and no run in it
+    campaign.check_stuck(first, {})
+    assert campaign.violations == ["stuck: replica 0 pid 11 started no run in the 20.0 s after flood #1 ended at 10.000"]
