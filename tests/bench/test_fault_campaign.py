@@ -1,0 +1,160 @@
+"""The pieces of ``bench/fault_campaign.py`` that judge a campaign and break a replica's network:
+the overlap check over the replicas' run records, the run log plugin's records, and the proxy."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import pytest
+import trio
+
+from bench import fault_campaign
+from bench.operators.run_log import RunLog
+from engine import ObjectRef, Outcome, OutcomeKind, Run, Trigger
+from engine._logging import JSONFormatter
+
+pytestmark = pytest.mark.timeout(30)
+
+
+def _run(logs: fault_campaign.Logs, pid: int, rid: str, obj: str, start: float, end: float | None) -> None:
+    logs._take({"msg": "run started", "pid": pid, "reconcileID": rid, "controller": "bundles", "object": obj, "ts": start})
+    if end is not None:
+        logs._take({"msg": "run ended", "pid": pid, "reconcileID": rid, "controller": "bundles", "object": obj,
+                    "ts": end, "outcome": "success"})
+
+
+def test_runs_of_one_object_on_two_replicas_at_once_are_found(tmp_path: Path) -> None:
+    logs = fault_campaign.Logs(tmp_path)
+    _run(logs, 1, "bundles-1", "Bundle/a", 10.0, 12.0)
+    _run(logs, 2, "bundles-1", "Bundle/a", 12.5, 13.0)  # after: fine
+    _run(logs, 1, "bundles-2", "Bundle/b", 10.0, 12.0)
+    _run(logs, 2, "bundles-2", "Bundle/b", 11.0, 11.5)  # inside: an overlap
+    _run(logs, 1, "bundles-3", "Bundle/c", 10.0, 10.5)
+    _run(logs, 1, "bundles-4", "Bundle/c", 10.6, 11.0)  # one replica twice: fine
+    found = logs.overlaps({})
+    assert len(found) == 1 and found[0].startswith("bundles Bundle/b: pid 2 started at 11.000")
+
+
+def test_an_exited_replicas_unfinished_run_ends_at_its_exit(tmp_path: Path) -> None:
+    logs = fault_campaign.Logs(tmp_path)
+    _run(logs, 1, "bundles-1", "Bundle/a", 10.0, None)
+    _run(logs, 2, "bundles-1", "Bundle/a", 20.0, 21.0)
+    assert logs.overlaps({1: 19.0}) == []
+    assert len(logs.overlaps({1: 20.5})) == 1
+    assert len(logs.overlaps({})) == 1
+
+
+def test_the_run_log_plugin_writes_the_records_the_campaign_reads(tmp_path: Path) -> None:
+    path = tmp_path / "replica-0-1.log"
+    handler = logging.FileHandler(path)
+    handler.setFormatter(JSONFormatter())
+    logger = logging.getLogger("engine.campaign.runs")
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        observer = RunLog()
+        ref = ObjectRef("Bundle", "a", "ns", "bundles.engine.dev")
+        run = Run(7, "bundles", ref, Trigger(ref, 1, reason="test"), 1, 0.0, trio.CancelScope())
+        observer.on_run_started(None, run)  # type: ignore[arg-type]
+        observer.on_run_finished(None, run, Outcome(OutcomeKind.SUCCEEDED))  # type: ignore[arg-type]
+    finally:
+        logger.removeHandler(handler)
+        handler.close()
+    records = [json.loads(line) for line in path.read_text().splitlines()]
+    assert [r["msg"] for r in records] == ["run started", "run ended"]
+    logs = fault_campaign.Logs(tmp_path)
+    logs.refresh()
+    assert logs.open_runs == {}
+    assert [(s, e, pid) for (s, e, pid) in logs.intervals[("bundles", str(ref))]] == [
+        (records[0]["ts"], records[1]["ts"], records[0]["pid"])
+    ]
+
+
+async def test_the_proxy_holds_releases_and_cuts_a_replicas_connections() -> None:
+    async def echo(stream: trio.SocketStream) -> None:
+        async for data in stream:
+            await stream.send_all(data)
+
+    async with trio.open_nursery() as nursery:
+        listeners = await nursery.start(trio.serve_tcp, echo, 0)
+        upstream = listeners[0].socket.getsockname()[1]
+        proxy = fault_campaign.Proxy(upstream)
+        port = await nursery.start(proxy.serve)
+        conn = await trio.open_tcp_stream("127.0.0.1", port)
+        await conn.send_all(b"one")
+        assert await conn.receive_some(10) == b"one"
+
+        proxy.hold()
+        await conn.send_all(b"two")
+        late = await trio.open_tcp_stream("127.0.0.1", port)
+        await late.send_all(b"three")
+        with trio.move_on_after(0.5) as held:
+            await conn.receive_some(10)
+        assert held.cancelled_caught
+        proxy.release()
+        with trio.fail_after(5):
+            assert await conn.receive_some(10) == b"two"
+            assert await late.receive_some(10) == b"three"
+
+        proxy.cut()
+        with trio.fail_after(5):
+            try:
+                assert await conn.receive_some(10) == b""
+            except trio.BrokenResourceError:
+                pass
+        nursery.cancel_scope.cancel()
+
+
+def test_a_replica_that_runs_nothing_after_a_fault_is_stuck(tmp_path: Path) -> None:
+    args = fault_campaign.parser().parse_args(["--bound", "10", "--stuck-window", "5"])
+    campaign = fault_campaign.Campaign(args, None, tmp_path)  # type: ignore[arg-type]
+    slots = []
+    for index, pid in enumerate((11, 12, 13)):
+        slot = fault_campaign.Replica(index, None, tmp_path, tmp_path, args)  # type: ignore[arg-type]
+        slot.lives.append((pid, 0.0))
+        slots.append(slot)
+    slots[2].lives.append((14, 105.0))  # started after the fault: not judged for it
+    campaign.replicas = slots
+    for pid, ts in [(11, 101.0), (12, 95.0), (12, 115.0), (13, 104.0)]:
+        _run(campaign.logs, pid, f"r-{ts}", "Bundle/a", ts, ts + 0.1)
+    fault = {"kind": "partition", "n": 1, "start": 90.0, "end": 100.0}
+    campaign.check_stuck(fault, {13: 120.0})
+    assert campaign.violations == [
+        "stuck: replica 1 pid 12 started no run in the 10.0 s after partition #1 ended at 100.000"
+    ]
+    campaign.violations.clear()
+    campaign.check_stuck(fault, {13: 108.0})  # pid 13 exited within the window: not judged either
+    assert len(campaign.violations) == 1
+
+
+def test_a_change_must_converge_within_the_bound_after_the_faults_that_began_before_its_deadline(tmp_path: Path) -> None:
+    args = fault_campaign.parser().parse_args(["--bound", "10"])
+    campaign = fault_campaign.Campaign(args, None, tmp_path)  # type: ignore[arg-type]
+    campaign.faults = [
+        {"kind": "early", "start": -30.0, "end": -25.0},  # over before the change, and more than the bound before
+        {"kind": "partition", "start": 5.0, "end": 20.0},  # began before the deadline: moves it to 30
+        {"kind": "flood", "start": 35.0, "end": 50.0},  # began after that deadline: moves nothing
+    ]
+    assert campaign.deadline({"at": 0.0, "done": 40.0}) == (30.0, 20.0, "partition")
+    assert campaign.deadline({"at": 0.0, "done": 8.0}) == (30.0, 20.0, "partition")
+    assert campaign.deadline({"at": 0.0, "done": None}) == (30.0, 20.0, "partition")
+    assert campaign.deadline({"at": 22.0, "done": None}) == (32.0, 22.0, "none")
+    assert campaign.deadline({"at": 30.0, "done": None}) == (60.0, 50.0, "flood")
+
+
+def test_the_quiet_time_after_a_fault_ends_where_the_next_fault_begins(tmp_path: Path) -> None:
+    args = fault_campaign.parser().parse_args(["--bound", "60", "--stuck-window", "15"])
+    campaign = fault_campaign.Campaign(args, None, tmp_path)  # type: ignore[arg-type]
+    slot = fault_campaign.Replica(0, None, tmp_path, tmp_path, args)  # type: ignore[arg-type]
+    slot.lives.append((11, 0.0))
+    campaign.replicas = [slot]
+    _run(campaign.logs, 11, "r-1", "Bundle/a", 50.0, 50.1)
+    first = {"kind": "flood", "n": 1, "start": 0.0, "end": 10.0}
+    campaign.faults = [first, {"kind": "partition", "n": 1, "start": 20.0, "end": 40.0}]
+    campaign.check_stuck(first, {})  # judged until the partition began, 10 s: too short to judge
+    assert campaign.violations == []
+    campaign.faults[1]["start"] = 30.0  # 20 s of quiet, and no run in it
+    campaign.check_stuck(first, {})
+    assert campaign.violations == ["stuck: replica 0 pid 11 started no run in the 20.0 s after flood #1 ended at 10.000"]
