@@ -93,6 +93,9 @@ class ServedRequest:
     """Whether a list asked for a page after the first (``continue``)."""
     traceparent: str | None = None
     """The request's W3C ``traceparent`` header (the caller's trace context), if it sent one."""
+    initial_events: bool = False
+    """Whether a watch asked for the initial state first (``sendInitialEvents``, a watch-list
+    stream: what a list does, on the watch)."""
 
 
 RequestObserver = Callable[[ServedRequest], None]
@@ -170,6 +173,7 @@ class Router:
                 (request.query.get("labelSelector", ""), request.query.get("fieldSelector", "")), received_at,
                 response.body if response.status >= 400 else b"", _limit(request.query.get("limit")),
                 bool(request.query.get("continue")), request.headers.get("traceparent"),
+                info.verb == "watch" and flag(request.query, "sendInitialEvents"),
             )
             for observer in self.observers:
                 observer(record)

@@ -355,7 +355,7 @@ async def test_a_warm_standby_is_ready_once_its_informers_synced_and_a_cold_one_
                                 retry_period=0.2)
         manager = Manager(handle_signals=False, grace_period=1, leader_election=elector, enable_warmup=warm)
         obs = Observability(manager, health_probe_bind_address=":0")
-        slow_list = api.faults.add_latency(1.5, resource="widgets", verbs={"list"})
+        slow_list = api.faults.add_latency(1.5, resource="widgets", verbs={"list", "watch"})
 
         async def readyz() -> tuple[int, str]:
             answer = await get(obs.health_probe_address, "/readyz", params={"verbose": ""})

@@ -88,9 +88,11 @@ async def wait_for(condition: Any, *, timeout: float = 600.0) -> None:
 
 
 def lists(log: RequestLog, actor: str, *, since: float = -1.0) -> list[float]:
-    """When ``actor`` listed ConfigMaps (every page), answered at or after ``since``."""
+    """When ``actor`` listed ConfigMaps (every page, or a watch-list stream of the initial
+    state), answered at or after ``since``."""
     return [r.received_at for r in log.records
-            if r.actor == actor and r.served.verb == "list" and r.served.kind == "ConfigMap" and r.answered_at >= since]
+            if r.actor == actor and (r.served.verb == "list" or r.served.initial_events)
+            and r.served.kind == "ConfigMap" and r.answered_at >= since]
 
 
 def writes(log: RequestLog, actor: str) -> list[tuple[str, str]]:
