@@ -78,6 +78,7 @@ logger = logging.getLogger("engine.kube.leader")
 _RELEASE_ATTEMPTS = 3
 _WATCH_TIMEOUT_SECONDS = 300
 _WATCH_BACKOFF_CAP = 60.0
+_ANY_VERSION = "0"
 
 
 class _State(enum.Enum):
@@ -371,8 +372,11 @@ class LeaderElector:
 
     async def _watch(self, scope: trio.CancelScope) -> None:
         """Observe every event of the Lease until ``scope`` is cancelled; failures fall back to
-        polling and are retried with backoff."""
-        resource_version: str | None = None
+        polling and are retried with backoff. A watch starts at ``resourceVersion=0`` (whatever
+        state the server has at hand: an older record can only delay a takeover, and one older
+        than what was observed is ignored), which servers without consistent watch reads from
+        the cache (1.32 on etcd 3.4) also serve."""
+        resource_version = _ANY_VERSION
         failures = 0
         with scope:
             while True:
@@ -388,9 +392,9 @@ class LeaderElector:
                             resource_version = event.resource_version or resource_version
                             self._on_event(event)
                 except GoneError as exc:
-                    if resource_version is None:
+                    if resource_version == _ANY_VERSION:
                         self._say_watch_failed(exc)
-                    resource_version = None
+                    resource_version = _ANY_VERSION
                 except KubeError as exc:
                     self._say_watch_failed(exc)
                 failures = 0 if received else failures + 1
