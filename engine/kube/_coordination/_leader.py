@@ -375,7 +375,8 @@ class LeaderElector:
         polling and are retried with backoff. A watch starts at ``resourceVersion=0`` (whatever
         state the server has at hand: an older record can only delay a takeover, and one older
         than what was observed is ignored), which servers without consistent watch reads from
-        the cache (1.32 on etcd 3.4) also serve."""
+        the cache (1.32 on etcd 3.4) also serve; without bookmarks, which such a server cannot
+        give a watch of one name ("RequestWatchProgress is disabled")."""
         resource_version = _ANY_VERSION
         failures = 0
         with scope:
@@ -385,7 +386,7 @@ class LeaderElector:
                     async with self._client.watch(
                         LEASE_RESOURCE, namespace=self.namespace, field_selector={"metadata.name": self.name},
                         resource_version=resource_version, timeout_seconds=_WATCH_TIMEOUT_SECONDS,
-                        retry=RetryPolicy(max_attempts=1),
+                        allow_bookmarks=False, retry=RetryPolicy(max_attempts=1),
                     ) as events:
                         async for event in events:
                             received = True
