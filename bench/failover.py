@@ -20,8 +20,9 @@ run per ConfigMap, recorded) on a Lease of their own:
    left: its last ``renewTime`` plus ``leaseDurationSeconds`` (all processes share one clock).
 
 The Lease expires ``lease duration`` after A's last renewal, at most ``lease duration`` after
-the kill; B sees it at its next retry (every retry period, jittered to 0.5-1 of it), counting
-from when it last saw the Lease change (up to one retry period after the renewal). The goal
+the kill; B counts from when it last saw the Lease change (its watch of the Lease shows a
+renewal within milliseconds; polling alone, up to one retry period later) and tries again at
+the expiry it observed, or at its next retry when its watch of the Lease is refused. The goal
 (issue 33): the warm standby's first run within the Lease's expiry plus 1 s, i.e. within
 1 s of B acquiring it, however many objects there are; the cold one lists them all first.
 """

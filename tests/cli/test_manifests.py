@@ -211,7 +211,7 @@ def test_replicas_elect_a_leader_with_a_lease_in_the_engine_namespace_and_get_a_
         *COMMON,
         _role("ClusterRole", [BUNDLES_RULES[0], *CONFIGURATION_RULES, CRD_RULE, *BUNDLES_RULES[1:]]),
         _binding("ClusterRole"),
-        _role("Role", [*CERT_ROLE_RULES, _rule("coordination.k8s.io", "leases", "create get update")],
+        _role("Role", [*CERT_ROLE_RULES, _rule("coordination.k8s.io", "leases", "create get update watch")],
               "engine-system"),
         _binding("Role", "engine-system"),
         SERVICE,

@@ -3,10 +3,11 @@ ApiServer, through its memory transport, in virtual time."""
 
 from __future__ import annotations
 
+import logging
 import random
 import re
 import socket
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -372,3 +373,140 @@ async def test_two_managers_hand_over_gracefully_without_overlapping_reconciles(
         assert end <= start, "two reconciles of the key overlapped"
     assert ma.leadership_lost is None and mb.leadership_lost is None
     assert log.stopped("a")[0] <= log.started("b")[0]
+
+
+# -- the standby's watch -------------------------------------------------------------------------
+
+TAKEOVER_EPSILON = 0.1
+
+
+@asynccontextmanager
+async def killable_leader(
+    seeds: tuple[int, int] = (1, 2),
+) -> AsyncIterator[tuple[ApiServer, LeaderElector, LeaderElector, LeadershipLog, Callable[[], Awaitable[None]]]]:
+    """Server, replica ``a`` (leading), standby ``b``, and ``kill()``: cancels ``a`` (kill -9:
+    no release) and returns once it stopped."""
+    async with ApiServer(listen=False) as api, client(api, "elector-a") as ca, client(api, "elector-b") as cb:
+        a, b = elector(ca, "a", seeds[0]), elector(cb, "b", seeds[1])
+        log = LeadershipLog(a, b)
+        trio.lowlevel.add_instrument(log)
+        try:
+            async with trio.open_nursery() as nursery:
+                a_scope, a_done = trio.CancelScope(), trio.Event()
+
+                async def run_a(task_status: trio.TaskStatus[None]) -> None:
+                    with a_scope:
+                        await a.run(task_status=task_status)
+                    a_done.set()
+
+                async def kill() -> None:
+                    a_scope.cancel()
+                    await a_done.wait()
+
+                await nursery.start(run_a)
+                await a.wait_leading()
+                await nursery.start(b.run)
+                yield api, a, b, log, kill
+                nursery.cancel_scope.cancel()
+        finally:
+            trio.lowlevel.remove_instrument(log)
+        assert log.violations == [], "two replicas led at once"
+
+
+@pytest.mark.parametrize(("seed", "offset"), [(5, 0.37), (6, 1.13), (7, 0.05), (8, 1.71)])
+async def test_a_standby_takes_over_at_the_expiry_it_observed_not_a_retry_period_later(
+    seed: int, offset: float, autojump_clock: trio.testing.MockClock
+) -> None:
+    async with killable_leader((seed, seed + 100)) as (api, a, b, log, kill):
+        await trio.sleep(4 * DURATION + offset)
+        await kill()
+        last_renewal = a.statistics().last_renewal
+        observed_at = b.statistics().observed_at
+        assert last_renewal is not None and observed_at is not None and not a.is_leader
+        assert 0 <= observed_at - last_renewal <= TAKEOVER_EPSILON, "the watch shows a renewal at once"
+        with trio.fail_after(DURATION + EPSILON):
+            await b.wait_leading()
+        acquired = b.statistics().leading_since
+        assert acquired is not None
+        assert acquired >= observed_at + DURATION, "taken over before the observed expiry"
+        assert acquired - (observed_at + DURATION) <= TAKEOVER_EPSILON
+        assert acquired - (last_renewal + DURATION) <= TAKEOVER_EPSILON
+        assert (await lease_of(b)).lease_transitions == 1
+
+
+async def test_a_released_lease_is_taken_over_at_once_through_the_watch(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    async with killable_leader() as (api, a, b, log, _):
+        await trio.sleep(2 * DURATION + 0.5)
+        released_at = trio.current_time()
+        await a.release()
+        with trio.fail_after(RETRY + EPSILON):
+            await b.wait_leading()
+        acquired = b.statistics().leading_since
+        assert acquired is not None and acquired - released_at <= TAKEOVER_EPSILON
+
+
+async def test_a_deleted_lease_is_taken_over_at_once_through_the_watch(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    async with killable_leader() as (api, a, b, log, kill):
+        await trio.sleep(2 * DURATION + 0.5)
+        await kill()
+        await a._client.delete(LEASE_RESOURCE, LEASE, namespace="default")
+        deleted_at = trio.current_time()
+        with trio.fail_after(RETRY + EPSILON):
+            await b.wait_leading()
+        acquired = b.statistics().leading_since
+        assert acquired is not None and acquired - deleted_at <= TAKEOVER_EPSILON
+        assert (await lease_of(b)).holder_identity == "b"
+
+
+@pytest.mark.parametrize("fault", ["late", "dropped", "expired"])
+async def test_a_leader_renewing_on_time_is_never_displaced_whatever_the_watch_does(
+    fault: str, autojump_clock: trio.testing.MockClock
+) -> None:
+    async with killable_leader((11, 12)) as (api, a, b, log, kill):
+        if fault == "late":
+            api.faults.delay_watch(DURATION - 1, client="elector-b")
+        for _ in range(int(8 * DURATION / 1.7)):
+            await trio.sleep(1.7)
+            if fault == "dropped":
+                api.faults.drop_watches(client="elector-b", abrupt=True)
+            elif fault == "expired":
+                api.faults.expire_next_watch(client="elector-b")
+                api.faults.drop_watches(client="elector-b")
+        assert a.is_leader and not b.is_leader
+        assert log.started("b") == [] and log.stopped("a") == []
+        await kill()
+        last_renewal = a.statistics().last_renewal
+        assert last_renewal is not None
+        with trio.fail_after(DURATION + 2 * RETRY + EPSILON):
+            await b.wait_leading()
+        acquired = b.statistics().leading_since
+        assert acquired is not None and acquired >= last_renewal + DURATION
+
+
+async def test_a_forbidden_watch_falls_back_to_polling_and_says_so_once(
+    autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="engine.kube.leader")
+    async with killable_leader() as (api, a, b, log, kill):
+        forbidden = api.faults.fail(403, count=None, client="elector-b", resource="leases", verbs={"watch"})
+        api.faults.drop_watches(client="elector-b")
+        await trio.sleep(4 * DURATION + 0.37)
+        assert a.is_leader and not b.is_leader
+        await kill()
+        last_renewal = a.statistics().last_renewal
+        assert last_renewal is not None
+        with trio.fail_after(DURATION + 2 * RETRY + EPSILON):
+            await b.wait_leading()
+        acquired = b.statistics().leading_since
+        assert acquired is not None and acquired >= last_renewal + DURATION
+        assert forbidden.hits >= 3, "the watch is retried"
+        assert b.statistics().failed_attempts == 0, "a refused watch is not a failed election attempt"
+    said = [r for r in caplog.records if r.getMessage().startswith("watching lease default/engine-leader failed")]
+    assert [r.levelno for r in said][:1] == [logging.INFO]
+    assert all(r.levelno == logging.DEBUG for r in said[1:]) and len(said) >= 2
+    assert "polling it every 2s instead" in said[0].getMessage()
+    assert "Bearer" not in caplog.text and "Authorization" not in caplog.text

@@ -90,7 +90,7 @@ def test_rules_for_maps_the_engine_operations_to_verbs_and_subresources() -> Non
 
 
 def test_the_runner_pieces_declare_leases_events_and_crds() -> None:
-    assert leader_election_rules("ops") == (R("coordination.k8s.io", "leases", "create get update", "ops"),)
+    assert leader_election_rules("ops") == (R("coordination.k8s.io", "leases", "create get update watch", "ops"),)
     assert EVENT_RULES == (R("events.k8s.io", "events", "create get patch"),)
     crds = load_plugin("bundles").crds
     assert crd_rules(crds, install=False) == (
@@ -269,5 +269,5 @@ async def test_the_host_knows_the_rules_of_the_whole_run_with_leases_and_events(
         R("events.k8s.io", "events", "create get patch"),
         R("", "configmaps", "get", "audit"),
         R("", "configmaps/status", "patch", "audit"),
-        R("coordination.k8s.io", "leases", "create get update", "default"),
+        R("coordination.k8s.io", "leases", "create get update watch", "default"),
     )

@@ -175,14 +175,14 @@ async def test_a_warm_standby_that_loses_its_watch_relists_and_still_runs_nothin
     async with two_replicas(warm=True) as (api, log, a, b):
         await wait_for(lambda: b.cluster.synced and b.informer.statistics().watches >= 1)
         before = b.informer.statistics()
-        blocked = api.faults.fail(503, count=None, verbs={"watch"}, client="b")
-        assert api.faults.drop_watches(client="b", abrupt=True) == 1
+        blocked = api.faults.fail(503, count=None, verbs={"watch"}, client="b", resource="configmaps")
+        assert api.faults.drop_watches(client="b", resource="configmaps", abrupt=True) == 1
         await wait_for(lambda: blocked.hits >= 2)
         configmaps = await a.cluster.resource("v1", "ConfigMap")
         async with client(api, "driver") as driver:
             await driver.create(configmaps, {"metadata": {"name": "late", "namespace": "default"}})
             await driver.delete(configmaps, "cm-0", namespace="default")
-        api.faults.expire_next_watch(client="b")
+        api.faults.expire_next_watch(client="b", resource="configmaps")
         api.faults.remove(blocked)
         await wait_for(lambda: b.informer.store.get("default", "late") is not None
                        and b.informer.store.get("default", "cm-0") is None)

@@ -6,6 +6,7 @@ replicas alone watch."""
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import pytest
@@ -34,8 +35,9 @@ def reconciles(h: PluginHarness) -> list[tuple[float, float]]:
 
 
 async def test_standby_takes_over_after_graceful_shutdown_and_after_a_crash_never_overlapping(
-    kube_target: KubeTarget,
+    kube_target: KubeTarget, caplog: pytest.LogCaptureFixture,
 ) -> None:
+    caplog.set_level(logging.DEBUG, logger="engine.kube.leader")
     tick = bundle("tick", "repo", namespace=None)
     tick["spec"]["interval"] = "200ms"
     async with replica(kube_target, manifests=[source("repo", "r1", [configmap("x")], namespace=None), tick]) as first:
@@ -63,6 +65,7 @@ async def test_standby_takes_over_after_graceful_shutdown_and_after_a_crash_neve
                 lease = await third.get("coordination.k8s.io/v1/Lease", "engine-bundles")
                 assert lease is not None and lease["spec"]["holderIdentity"] == third.identity
                 assert lease["spec"]["leaseTransitions"] == 2
+    assert "watching lease" not in caplog.text, "the standbys' RBAC allows watching the Lease"
 
 
 @pytest.mark.parametrize("warm", [True, False], ids=["warm", "cold"])

@@ -158,8 +158,9 @@ def rules_for(
 
 def leader_election_rules(namespace: str) -> tuple[PolicyRule, ...]:
     """What a :class:`LeaderElector` does with its Lease in ``namespace``: read it, create it
-    the first time, renew, take over and release it by update."""
-    return (PolicyRule("coordination.k8s.io", "leases", ("create", "get", "update"), namespace=namespace),)
+    the first time, renew, take over and release it by update, and watch it
+    (``fieldSelector=metadata.name=<name>``) while standing by."""
+    return (PolicyRule("coordination.k8s.io", "leases", ("create", "get", "update", "watch"), namespace=namespace),)
 
 
 EVENT_RULES: tuple[PolicyRule, ...] = (

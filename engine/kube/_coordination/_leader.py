@@ -10,6 +10,18 @@ running in several replicas: one replica leads (its controllers run), the others
   which it last saw the record change and never compares remote timestamps, so clock skew
   between replicas does not matter. A fresh replica therefore waits a whole lease duration
   before it takes over an abandoned Lease.
+* **Watching while standing by.** A replica that does not lead also watches its one Lease
+  (``fieldSelector=metadata.name=<name>``) and observes every event as it would a read, so it
+  sees a renewal within the event's delivery time rather than up to ``retry_period`` late.
+  It tries again at the earlier of its next retry and the expiry it observed (its own
+  ``observed_at + leaseDurationSeconds``), and at once when the watch shows the Lease
+  released or deleted. An observation only ever moves ``observed_at`` later, so the watch can
+  only delay a takeover, never hasten one past the rule above: a late, lost or broken watch
+  leaves the polling reads, which decide alone as before. When the watch cannot be had
+  (forbidden, errors, 410) the replica says so once and polls, retrying the watch with
+  backoff. The leader stops the watch. A late event older than the record already observed
+  (by integer ``resourceVersion``, as the API server's are) is ignored rather than taken for a
+  change.
 * **Renew.** The leader writes ``renewTime`` every ``retry_period``. A renewal counts from the
   moment its attempt *started* (before the request could reach the server), so the leader's
   view is never later than any standby's observation of the same write.
@@ -50,17 +62,23 @@ import trio
 from engine._errors import ManagerStateError
 from engine._text import summarize
 
+from ..._backoff import jittered_backoff
 from .._access._rbac import PolicyRule, leader_election_rules
 from .._client._client import Client
-from .._client._errors import AlreadyExistsError, ConflictError, KubeError, NotFoundError
+from .._client._errors import AlreadyExistsError, ConflictError, GoneError, KubeError, NotFoundError
+from .._client._retry import RetryPolicy
+from .._client._watch import WatchEvent, WatchEventType
 from ._keeper import FencingKeeper, LeaseClock, check_timings
-from ._lease import Lease, create_lease, get_lease, update_lease
+from ._lease import LEASE_RESOURCE, Lease, create_lease, get_lease, update_lease
 
 __all__ = ["LeaderElector", "LeaderElectorStatistics"]
 
 logger = logging.getLogger("engine.kube.leader")
 
 _RELEASE_ATTEMPTS = 3
+_WATCH_TIMEOUT_SECONDS = 300
+_WATCH_BACKOFF_CAP = 60.0
+_ANY_VERSION = "0"
 
 
 class _State(enum.Enum):
@@ -110,6 +128,18 @@ def _spec(lease: Lease) -> tuple[object, ...]:
         lease.renew_time,
         lease.lease_transitions,
     )
+
+
+def _older(lease: Lease, than: Lease | None) -> bool:
+    """Whether ``lease`` is a record older than ``than`` (a late watch event): only when both
+    resourceVersions are integers, as the API server's are; otherwise it is observed, which can
+    only move ``observed_at`` later."""
+    if than is None or lease.uid != than.uid:
+        return False
+    try:
+        return int(lease.resource_version or "") < int(than.resource_version or "")
+    except ValueError:
+        return False
 
 
 def _default_identity(rng: random.Random | None) -> str:
@@ -174,6 +204,10 @@ class LeaderElector:
             subject=f"lease {namespace}/{name}", logger=logger,
         )
         self._clock = LeaseClock()
+        self._wake = trio.Event()
+        self._seen = trio.Event()
+        self._watch_scope: trio.CancelScope | None = None
+        self._watch_said = False
 
     def __repr__(self) -> str:
         return (
@@ -274,22 +308,124 @@ class LeaderElector:
 
     async def _loop(self) -> None:
         keeper = self._keeper
-        while True:
-            started = trio.current_time()
-            if keeper.expired(started):
-                self._lose(f"the lease could not be renewed within renew_deadline ({self.renew_deadline:g}s)")
-                return
-            leading = self._leading
-            if await keeper.attempt(started, self._try_acquire_or_renew, "renewing" if leading else "acquiring"):
-                keeper.renewed(started)
-                if not leading:
-                    self._become_leader(started)
-            elif leading:
-                holder = self.holder
-                if holder is not None and holder != self.identity:
-                    self._lose(f"the lease is now held by {holder!r}")
-                    return
-            await trio.sleep_until(keeper.next_wake())
+        async with trio.open_nursery() as nursery:
+            try:
+                while True:
+                    started = trio.current_time()
+                    self._wake = trio.Event()
+                    if keeper.expired(started):
+                        self._lose(f"the lease could not be renewed within renew_deadline ({self.renew_deadline:g}s)")
+                        return
+                    leading = self._leading
+                    if await keeper.attempt(
+                        started, self._try_acquire_or_renew, "renewing" if leading else "acquiring"
+                    ):
+                        keeper.renewed(started)
+                        if not leading:
+                            self._become_leader(started)
+                    elif leading:
+                        holder = self.holder
+                        if holder is not None and holder != self.identity:
+                            self._lose(f"the lease is now held by {holder!r}")
+                            return
+                    if self._leading:
+                        self._stop_watch()
+                        await trio.sleep_until(keeper.next_wake())
+                    else:
+                        self._start_watch(nursery)
+                        await self._stand_by(started, keeper.next_wake())
+            finally:
+                self._stop_watch()
+                nursery.cancel_scope.cancel()
+
+    async def _stand_by(self, started: float, tick: float) -> None:
+        """Sleep until ``tick``, or the expiry observed (if it is still ahead of the attempt
+        that ``started``), or a watch event that shows the Lease released or deleted; an
+        observed renewal moves the expiry later."""
+        while not self._wake.is_set():
+            self._seen = trio.Event()
+            expiry = self._expiry()
+            until = tick if expiry is None or expiry <= started else min(tick, expiry)
+            if trio.current_time() >= until:
+                break
+            with trio.move_on_at(until):
+                await self._seen.wait()
+        await trio.lowlevel.checkpoint()
+
+    def _expiry(self) -> float | None:
+        lease = self._observed
+        if lease is None or self._observed_at is None or lease.holder_identity in (None, self.identity):
+            return None
+        return self._observed_at + (lease.lease_duration_seconds or self._duration_seconds)
+
+    # -- the watch while standing by -------------------------------------------------------------
+
+    def _start_watch(self, nursery: trio.Nursery) -> None:
+        if self._watch_scope is None:
+            self._watch_scope = trio.CancelScope()
+            nursery.start_soon(self._watch, self._watch_scope)
+
+    def _stop_watch(self) -> None:
+        if self._watch_scope is not None:
+            self._watch_scope.cancel(reason="leading: the lease is renewed, not watched")
+            self._watch_scope = None
+
+    async def _watch(self, scope: trio.CancelScope) -> None:
+        """Observe every event of the Lease until ``scope`` is cancelled; failures fall back to
+        polling and are retried with backoff. A watch starts at ``resourceVersion=0`` (whatever
+        state the server has at hand: an older record can only delay a takeover, and one older
+        than what was observed is ignored), which servers without consistent watch reads from
+        the cache (1.32 on etcd 3.4) also serve; without bookmarks, which such a server cannot
+        give a watch of one name ("RequestWatchProgress is disabled")."""
+        resource_version = _ANY_VERSION
+        failures = 0
+        with scope:
+            while True:
+                received = False
+                try:
+                    async with self._client.watch(
+                        LEASE_RESOURCE, namespace=self.namespace, field_selector={"metadata.name": self.name},
+                        resource_version=resource_version, timeout_seconds=_WATCH_TIMEOUT_SECONDS,
+                        allow_bookmarks=False, retry=RetryPolicy(max_attempts=1),
+                    ) as events:
+                        async for event in events:
+                            received = True
+                            resource_version = event.resource_version or resource_version
+                            self._on_event(event)
+                except GoneError as exc:
+                    if resource_version == _ANY_VERSION:
+                        self._say_watch_failed(exc)
+                    resource_version = _ANY_VERSION
+                except KubeError as exc:
+                    self._say_watch_failed(exc)
+                failures = 0 if received else failures + 1
+                if failures:
+                    await trio.sleep(
+                        jittered_backoff(failures - 1, base=self.retry_period, cap=_WATCH_BACKOFF_CAP, rng=self._rng)
+                    )
+
+    def _say_watch_failed(self, exc: KubeError) -> None:
+        level = logging.DEBUG if self._watch_said else logging.INFO
+        self._watch_said = True
+        logger.log(
+            level, "watching lease %s/%s failed, polling it every %gs instead: %s",
+            self.namespace, self.name, self.retry_period, summarize(exc),
+        )
+
+    def _on_event(self, event: WatchEvent) -> None:
+        if self._leading or event.type is WatchEventType.BOOKMARK:
+            return
+        if event.object.get("metadata", {}).get("name") != self.name:
+            return
+        if event.type is WatchEventType.DELETED:
+            self._wake.set()
+        else:
+            lease = Lease.from_object(event.object)
+            if not _older(lease, self._observed):
+                self._observe(lease)
+                if lease.holder_identity is None:
+                    self._wake.set()
+        self._seen.set()
 
     @property
     def _leading(self) -> bool:
