@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import trio
 
-from engine.kube import Client, LeaderElector
+from engine.kube import Client, Informer, LeaderElector
 from engine.plugins.bundles import plugin
 from engine.testing import KubeTarget, PluginHarness, open_plugin_test
 
@@ -68,6 +68,15 @@ async def test_standby_takes_over_after_graceful_shutdown_and_after_a_crash_neve
     assert "watching lease" not in caplog.text, "the standbys' RBAC allows watching the Lease"
 
 
+def own_lists(informer: Informer) -> int:
+    """The lists an informer made of its own accord: not counting the relists a server forced
+    (410 Gone, or a history check answered "too large resource version", which a kube-apiserver
+    1.32 on etcd 3.4 gives for a resource idle while others change: its watch cache is not told
+    of newer revisions)."""
+    stats = informer.statistics()
+    return stats.lists - stats.gone - stats.resets
+
+
 @pytest.mark.parametrize("warm", [True, False], ids=["warm", "cold"])
 async def test_a_warm_standby_caches_before_it_leads_and_runs_after_a_crash_without_a_new_list(
     kube_target: KubeTarget, warm: bool,
@@ -84,14 +93,14 @@ async def test_a_warm_standby_caches_before_it_leads_and_runs_after_a_crash_with
             if warm:
                 with trio.fail_after(30):
                     await second.cluster.wait_synced()
-                assert second.manager.warming and all(i.statistics().lists == 1 for i in informers)
+                assert second.manager.warming and all(own_lists(i) == 1 for i in informers)
             else:
-                assert not second.manager.warming and all(i.statistics().lists == 0 for i in informers)
+                assert not second.manager.warming and all(own_lists(i) == 0 for i in informers)
             assert second.manager.standby and second.runs == [] and second.events == []
             first.crash()
             await second.wait_leading(timeout=30)
             await second.wait_runs(1, name="tick", timeout=10)
-            assert all(i.statistics().lists == 1 for i in informers), \
+            assert all(own_lists(i) == 1 for i in informers), \
                 "warm: no list after leading; cold: the one list after leading"
             elector = second.manager.leader_election
             assert isinstance(elector, LeaderElector)
