@@ -467,7 +467,9 @@ def test_the_oracle_catches_a_planted_parser_bug(bug: str, monkeypatch: pytest.M
         tried.append(example)
         check(example)
 
-    run = settings(FUZZ, phases=[Phase.generate], report_multiple_bugs=False)(given(responses())(property))
+    run = settings(FUZZ, max_examples=4 * EXAMPLES, phases=[Phase.generate], report_multiple_bugs=False)(
+        given(responses())(property)
+    )
     with pytest.raises(AssertionError):
         run()
     print(f"{bug}: caught after {len(tried)} examples")
