@@ -93,6 +93,15 @@ class ServedRequest:
     """Whether a list asked for a page after the first (``continue``)."""
     traceparent: str | None = None
     """The request's W3C ``traceparent`` header (the caller's trace context), if it sent one."""
+    initial_events: bool = False
+    """Whether a watch asked for the collection's state first (``sendInitialEvents``): it
+    reads what a list would, then goes on as a watch."""
+
+    @property
+    def reads_state(self) -> bool:
+        """Whether this request reads a collection's whole state: a list, or a watch with
+        ``sendInitialEvents`` (watch-list)."""
+        return self.verb == "list" or (self.verb == "watch" and self.initial_events)
 
 
 RequestObserver = Callable[[ServedRequest], None]
@@ -170,6 +179,7 @@ class Router:
                 (request.query.get("labelSelector", ""), request.query.get("fieldSelector", "")), received_at,
                 response.body if response.status >= 400 else b"", _limit(request.query.get("limit")),
                 bool(request.query.get("continue")), request.headers.get("traceparent"),
+                info.verb == "watch" and flag(request.query, "sendInitialEvents"),
             )
             for observer in self.observers:
                 observer(record)

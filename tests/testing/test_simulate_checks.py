@@ -220,8 +220,8 @@ def test_a_rule_missing_from_the_generated_role_is_a_violation_naming_verb_and_r
 
 # Scale-out mode: each check shown catching a planted bug of the ring or the ownership gate.
 
-OVERLAP_1 = ("two runs of Source.bundles.engine.dev/sim/s0 at once across replicas: replica-2.1 sources-1 and "
-             "replica-1.1 sources-1 (no fencing)")
+OVERLAP_1 = ("two runs of Source.bundles.engine.dev/sim/s0 at once across replicas: replica-1.1 sources-1 and "
+             "replica-2.1 sources-1 (no fencing)")
 WRITE_3 = ("replica-1.1 wrote (patch Bundle sim/b1/status) 0.750s after it gave up (released or was fenced from) the "
            "range of its key")
 TAKEOVER_0 = ("32.9% of the key space that replica-2.1 owned when it crashed at 9.004s was owned by no live replica "
