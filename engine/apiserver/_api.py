@@ -94,8 +94,14 @@ class ServedRequest:
     traceparent: str | None = None
     """The request's W3C ``traceparent`` header (the caller's trace context), if it sent one."""
     initial_events: bool = False
-    """Whether a watch asked for the initial state first (``sendInitialEvents``, a watch-list
-    stream: what a list does, on the watch)."""
+    """Whether a watch asked for the collection's state first (``sendInitialEvents``): it
+    reads what a list would, then goes on as a watch."""
+
+    @property
+    def reads_state(self) -> bool:
+        """Whether this request reads a collection's whole state: a list, or a watch with
+        ``sendInitialEvents`` (watch-list)."""
+        return self.verb == "list" or (self.verb == "watch" and self.initial_events)
 
 
 RequestObserver = Callable[[ServedRequest], None]

@@ -139,10 +139,11 @@ class AdmissionCheck:
             del history[0]
 
     def served(self, served: ServedRequest) -> None:
-        """A request observer: full lists of an oracle's kind are what was sent (not one page
-        of several, such as the one-item list a watcher asks whether the server still knows
-        its resourceVersion with: which objects it held is not known here); a refused or
-        held-up read troubles its replica (its caches, which its webhooks read, may lag)."""
+        """A request observer: full lists of an oracle's kind, and watch-list streams (their
+        initial state), are what was sent (not one page of several, such as the one-item list
+        a watcher asks whether the server still knows its resourceVersion with: which objects
+        it held is not known here); a refused or held-up read troubles its replica (its
+        caches, which its webhooks read, may lag)."""
         actor = served.user_agent.split("/", 1)[0]
         now = trio.current_time()
         if served.verb in _READS and (served.status >= 300 or now > served.received_at):
@@ -151,7 +152,7 @@ class AdmissionCheck:
             if len(times) > 1 and times[0] < now - _KEEP:
                 del times[0]
         oracle = self._oracle(served.group, served.kind)
-        if served.verb != "list" or served.status >= 300 or oracle is None or any(served.selectors):
+        if not served.reads_state or served.status >= 300 or oracle is None or any(served.selectors):
             return
         for rt in self.store.types():
             if rt.kind != oracle.kind or rt.group != oracle.group:

@@ -159,10 +159,10 @@ def test_a_copy_written_from_a_stale_cache_breaks_a_plugin_invariant() -> None:
 
 
 def test_an_unshielded_copy_write_overtaken_by_the_next_runs_is_caught_going_back() -> None:
-    result = caught_at("copy-write-unshielded", 38)
+    result = caught_at("copy-write-unshielded", 32)
     assert result.violation == (
-        "plugin invariant no_copy_goes_back_to_older_data: copy team-ns0/src2 written with value 6353 by "
-        "replica-1.1 at 7.230 (sent at 6.354), after value 6783 sent later (at 6.784) was written at 6.982")
+        "plugin invariant no_copy_goes_back_to_older_data: copy team-ns1/src1 written with value 39989 by "
+        "replica-1.1 at 43.282 (sent at 42.886), after value 42247 sent later (at 42.889) was written at 42.889")
     assert "reorder" in " ".join(result.faults)
 
 
@@ -182,16 +182,16 @@ def test_an_unshielded_status_write_overtaken_by_the_next_runs_breaks_status_is_
 def test_a_copy_write_failure_the_mirror_swallows_is_a_failure_not_requeued() -> None:
     result = caught_at("copy-write-failure-swallowed", 2)
     assert result.violation == (
-        "run replica-1.1 mirror-23 of ConfigMap/sim/src1 ended as a success, but the server failed its write PATCH "
+        "run replica-1.1 mirror-22 of ConfigMap/sim/src1 ended as a success, but the server failed its write PATCH "
         "/api/v1/namespaces/team-ns3/configmaps/src1 (503) and the run did not write it again: a failure not requeued")
     assert simulate(simulation_for("mirror"), 2).ok, "the mirror as it is fails that run, and runs the key again"
 
 
 def test_an_unshielded_status_write_is_caught_landing_after_its_cancelled_run() -> None:
-    result = caught_at("status-write-unshielded", 3)
+    result = caught_at("status-write-unshielded", 0)
     assert result.violation == (
-        "replica-1.1's status write (patch Source sim/s1/status) sent at 52.542s was in flight when the engine "
-        "cancelled run sources-39 of its key (superseded) outside any shield, and landed 0.000s after the run ended (a "
+        "replica-1.1's status write (patch Source sim/s0/status) sent at 11.479s was in flight when the engine "
+        "cancelled run sources-5 of its key (superseded) outside any shield, and landed 0.000s after the run ended (a "
         "final write left unshielded)")
 
 
@@ -220,8 +220,8 @@ def test_a_rule_missing_from_the_generated_role_is_a_violation_naming_verb_and_r
 
 # Scale-out mode: each check shown catching a planted bug of the ring or the ownership gate.
 
-OVERLAP_1 = ("two runs of Source.bundles.engine.dev/sim/s0 at once across replicas: replica-2.1 sources-1 and "
-             "replica-1.1 sources-1 (no fencing)")
+OVERLAP_1 = ("two runs of Source.bundles.engine.dev/sim/s0 at once across replicas: replica-1.1 sources-1 and "
+             "replica-2.1 sources-1 (no fencing)")
 WRITE_3 = ("replica-1.1 wrote (patch Bundle sim/b1/status) 0.750s after it gave up (released or was fenced from) the "
            "range of its key")
 TAKEOVER_0 = ("32.9% of the key space that replica-2.1 owned when it crashed at 9.004s was owned by no live replica "

@@ -91,7 +91,7 @@ class Notifications:
             watcher = next((r for r in self.roster.replicas if r.identity == actor), None)
             if watcher is not None:
                 watcher.watches[(served.path, *served.selectors)] = served
-        if served.verb == "list" and served.status < 300:
+        if served.reads_state and served.status < 300:
             if actor.startswith(REPLICA):
                 self.listed.add((actor, served.path, *served.selectors))
             self.resyncing.discard((actor, served.path, *served.selectors))
