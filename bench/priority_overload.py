@@ -40,27 +40,12 @@ import trio
 
 sys.path.insert(0, os.environ.get("ROOT", "."))
 
-from engine import Controller, Manager, ObjectRef, Priority, RunContext, Trigger  # noqa: E402
+from bench.priority_restart import FifoController  # noqa: E402
+from engine import Controller, Manager, RunContext  # noqa: E402
 from engine.apiserver import ApiServer  # noqa: E402
 from engine.kube import Client, Cluster, Config, InformerEvent, Resource  # noqa: E402
 
 MODES = ("priorities", "no aging", "FIFO")
-
-
-class FifoController(Controller):
-    """Every trigger at ``NORMAL``: the queue is then client-go's FIFO."""
-
-    def trigger(
-        self,
-        ref: ObjectRef,
-        *,
-        reason: str = "",
-        revision: str | None = None,
-        sequence: int | None = None,
-        priority: Priority = Priority.NORMAL,
-        news: bool = False,
-    ) -> Trigger | None:
-        return super().trigger(ref, reason=reason, revision=revision, sequence=sequence, news=news)
 
 
 async def create(client: Client, cms: Resource, namespace: str, name: str) -> None:
