@@ -56,7 +56,7 @@ server that ignores ``shardSelector``.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import attrs
@@ -291,7 +291,7 @@ class Informer:
         """
         self._handlers.append(handler)
         if replay and not self._held:
-            self._replay((handler,))
+            self._replay((handler,), self.store.list())
 
     @property
     def triggers_held(self) -> bool:
@@ -325,19 +325,13 @@ class Informer:
         for start in range(0, len(keys), batch):
             if start:
                 await trio.lowlevel.checkpoint()
-            for namespace, name in keys[start:start + batch]:
-                obj = self.store.get(namespace, name)
-                if obj is None:
-                    continue
-                event = InformerEvent(WatchEventType.ADDED, obj, None, True)
-                for handler in handlers:
-                    self._call(handler, event)
+            cached = (self.store.get(namespace, name) for namespace, name in keys[start:start + batch])
+            self._replay(handlers, (obj for obj in cached if obj is not None))
         await trio.lowlevel.checkpoint()
 
-    def _replay(self, handlers: tuple[Handler, ...]) -> None:
-        if not handlers:
-            return
-        for obj in self.store.list():
+    def _replay(self, handlers: tuple[Handler, ...], objects: Iterable[dict[str, Any]]) -> None:
+        """Call ``handlers`` with a listed ``ADDED`` event for each of ``objects``."""
+        for obj in objects:
             event = InformerEvent(WatchEventType.ADDED, obj, None, True)
             for handler in handlers:
                 self._call(handler, event)
