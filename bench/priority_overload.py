@@ -40,10 +40,9 @@ import trio
 
 sys.path.insert(0, os.environ.get("ROOT", "."))
 
-from bench.priority_restart import FifoController  # noqa: E402
+from bench.priority_restart import FifoController, bench_client  # noqa: E402
 from engine import Controller, Manager, RunContext  # noqa: E402
-from engine.apiserver import ApiServer  # noqa: E402
-from engine.kube import Client, Cluster, Config, InformerEvent, Resource  # noqa: E402
+from engine.kube import Client, Cluster, InformerEvent, Resource  # noqa: E402
 
 MODES = ("priorities", "no aging", "FIFO")
 
@@ -172,14 +171,8 @@ def summary(result: dict[str, Any]) -> dict[str, Any]:
 
 
 async def main(args: argparse.Namespace) -> None:
-    if args.kubeconfig:
-        config = Config.from_kubeconfig(args.kubeconfig)
-        async with Client(config) as client:
-            await rounds(client, args, cluster=True)
-    else:
-        async with ApiServer(listen=False) as api:
-            async with Client(Config.from_dict(api.kubeconfig), transport=api.memory_transport()) as client:
-                await rounds(client, args, cluster=False)
+    async with bench_client(args.kubeconfig) as client:
+        await rounds(client, args, cluster=bool(args.kubeconfig))
 
 
 async def rounds(client: Client, args: argparse.Namespace, *, cluster: bool) -> None:

@@ -31,6 +31,8 @@ import os
 import secrets
 import sys
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import trio
@@ -119,20 +121,31 @@ async def restart(client: Client, cms: Resource, namespace: str, *, fifo: bool, 
     }
 
 
+@asynccontextmanager
+async def bench_client(kubeconfig: str | None) -> AsyncIterator[Client]:
+    """A client of the cluster of ``kubeconfig``, else of an embedded API server in this
+    process (through its memory transport), stopped on exit."""
+    if kubeconfig:
+        async with Client(Config.from_kubeconfig(kubeconfig)) as client:
+            yield client
+        return
+    async with ApiServer(listen=False) as api:
+        async with Client(Config.from_dict(api.kubeconfig), transport=api.memory_transport()) as client:
+            yield client
+
+
 async def main(args: argparse.Namespace) -> None:
-    if args.kubeconfig:
-        async with Client(Config.from_kubeconfig(args.kubeconfig)) as client:
-            namespaces = await client.resource("v1", "Namespace")
-            namespace = f"restart-{secrets.token_hex(3)}"
-            await client.create(namespaces, {"metadata": {"name": namespace}})
-            try:
-                await measure(client, namespace, args)
-            finally:
-                await client.delete(namespaces, namespace)
-    else:
-        async with ApiServer(listen=False) as api:
-            async with Client(Config.from_dict(api.kubeconfig), transport=api.memory_transport()) as client:
-                await measure(client, "default", args)
+    async with bench_client(args.kubeconfig) as client:
+        if not args.kubeconfig:
+            await measure(client, "default", args)
+            return
+        namespaces = await client.resource("v1", "Namespace")
+        namespace = f"restart-{secrets.token_hex(3)}"
+        await client.create(namespaces, {"metadata": {"name": namespace}})
+        try:
+            await measure(client, namespace, args)
+        finally:
+            await client.delete(namespaces, namespace)
 
 
 async def measure(client: Client, namespace: str, args: argparse.Namespace) -> None:
