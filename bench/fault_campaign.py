@@ -58,7 +58,11 @@ own lines):
   came back; a hung server or network was noticed).
 
 Prints one JSON line per fault and a report: cycles, faults of each kind, faults per hour, the
-slowest convergence after each kind, 410s and watch failures the replicas logged, violations.
+slowest convergence after each kind, 410s and watch failures the replicas logged, violations,
+and for each change that converged late or never (``stalls``, the first ten) a timeline from the
+replicas' logs: the runs of its objects on each replica, every line naming them (reconciler
+errors with their ``retryIn``), and how key ranges moved and watches fared meanwhile. The work
+folder (the replicas' logs) is kept when there are violations.
 """
 
 from __future__ import annotations
@@ -100,6 +104,10 @@ MIRROR_NAMESPACES = ("mirror-a-1", "mirror-a-2")
 FLOOD_NS = "flood"
 FLOOD_OBJECTS = 40
 KINDS = ("apiserver-kill", "apiserver-stop", "etcd-restart", "etcd-compact", "flood", "partition", "replica-term")
+_RING_OR_WATCH = re.compile(
+    r"key space|revoked|joined ring|member lease .* gone|410 Gone|went backwards|^watch of .* failed|^informer for .* failed"
+)
+"""Log lines that say how key ranges moved and watches fared (see :meth:`Logs.timeline`)."""
 SHUTDOWN_WORDS = re.compile(r"shut ?down|handover|handed over|revoked|cancel|leadership lost", re.I)
 
 
@@ -367,6 +375,8 @@ class Logs:
         self.last_error: dict[str, str] = {}
         """The last error line of each log file."""
         self.noted: list[dict[str, Any]] = []
+        self.ended: list[dict[str, Any]] = []
+        """Every ``run ended`` record, with its ``started`` time (for :meth:`timeline`)."""
 
     def refresh(self) -> None:
         for path in sorted(self.workdir.glob("replica-*.log")):
@@ -399,10 +409,38 @@ class Logs:
             if opened is not None:
                 controller, obj, start = opened
                 self.intervals[(controller, obj)].append((start, r["ts"], r["pid"]))
+                self.ended.append({**r, "started": start})
             if r.get("outcome") in ("error", "terminal_error", "deadline"):
                 self.records.append(r)
         else:
             self.records.append(r)
+
+    def timeline(self, objects: set[str], since: float, until: float, *, limit: int = 200) -> list[str]:
+        """What the replicas' logs say between ``since`` and ``until`` about ``objects`` (their
+        runs, with outcome and cause, and every engine line naming one of them) and about the
+        ring and the watches (key ranges gained, released or revoked, rejoins, relists, failed
+        watches and informers): one line each, in time order, at most ``limit``. What a
+        ``converge`` violation is reported with, so that a stall can be read from the report
+        after its logs are gone."""
+        lines: list[tuple[float, str]] = []
+        for r in self.ended:
+            if r.get("object") in objects and r["ts"] >= since and r["started"] <= until:
+                lines.append((float(r["started"]), f"{r['_file']} run {r.get('controller')} {r['object']} "
+                              f"{r['started']:.3f}..{r['ts']:.3f} {r.get('outcome')} {r.get('cause') or ''}".rstrip()))
+        for (pid, _), (controller, obj, start) in self.open_runs.items():
+            if obj in objects and since <= start <= until:
+                lines.append((float(start), f"pid {pid} run {controller} {obj} {start:.3f}.. (no end logged)"))
+        for r in self.records:
+            ts = float(r.get("ts", 0))
+            if not since <= ts <= until or r.get("msg") == "run ended":
+                continue
+            msg = str(r.get("msg", ""))
+            if r.get("object") in objects or _RING_OR_WATCH.search(msg):
+                extra = f" {r['object']}" if r.get("object") else ""
+                retry = f" retryIn={r['retryIn']}" if "retryIn" in r else ""
+                lines.append((ts, f"{r.get('_file', '')} {ts:.3f} {msg[:160]}{extra}{retry}"))
+        lines.sort(key=lambda item: item[0])
+        return [text for _, text in lines[:limit]]
 
     def joined(self, file: str) -> bool:
         """Whether the replica writing ``file`` joined its ring."""
@@ -426,6 +464,19 @@ class Logs:
                 if end > latest_end:
                     latest_end, latest_pid = end, pid
         return found
+
+
+STALLS_REPORTED = 10
+"""Late or unconverged changes whose timelines the report carries (the first ones)."""
+
+
+def _objects_of(change: dict[str, Any]) -> set[str]:
+    """The run-log names of the objects whose runs apply ``change``: a Source's revision goes
+    through its Bundle (and the Source's own status), a mirrored value through its ConfigMap."""
+    if change["what"] == "bundle":
+        i = change["i"]
+        return {f"Bundle.bundles.engine.dev/{NS}/b-{i:03d}", f"Source.bundles.engine.dev/{NS}/s-{i:03d}"}
+    return {f"ConfigMap/{NS}/m-{change['i']:03d}"}
 
 
 def _revision(text: Any) -> int:
@@ -878,12 +929,14 @@ class Campaign:
         args = self.args
         slowest: dict[str, float] = defaultdict(float)
         unconverged = 0
+        stalls: list[dict[str, Any]] = []
         for change in self.changes:
             deadline, last_end, blamed = self.deadline(change)
             if change["done"] is None:
                 unconverged += 1
                 self.violations.append(f"converge: {change['what']} {change['i']} value {change['n']} (changed at "
                                        f"{change['at']:.3f}) never converged")
+                stalls.append(self.stall(change, end))
                 continue
             after = change["done"] - max(change["at"], last_end)
             slowest[blamed] = max(slowest[blamed], after)
@@ -891,6 +944,7 @@ class Campaign:
                 self.violations.append(f"converge: {change['what']} {change['i']} value {change['n']} changed at "
                                        f"{change['at']:.3f} converged at {change['done']:.3f}, after the deadline "
                                        f"{deadline:.3f}")
+                stalls.append(self.stall(change, end))
         exited = {e["pid"]: e["at"] for r in self.replicas for e in r.exits}
         self.violations += [f"overlap: {o}" for o in self.logs.overlaps(exited)]
         warnings: Counter[str] = Counter()
@@ -939,7 +993,16 @@ class Campaign:
             "watch_410_by_fault": dict(relists), "warning_events": dict(warnings), "logged": dict(logged), "error_lines": errors,
             "unparsed_log_lines": self.logs.noted[:10],
             "violations": self.violations,
+            "stalls": stalls[:STALLS_REPORTED],
         }
+
+    def stall(self, change: dict[str, Any], end: float) -> dict[str, Any]:
+        """A change that converged late or never, with what the replicas' logs say about its
+        objects and the ring from ``--bound`` s before it until it converged (or ``end``)."""
+        objects = _objects_of(change)
+        until = (change["done"] if change["done"] is not None else end) + 5
+        return {"change": {k: change[k] for k in ("what", "i", "n", "at", "done")}, "objects": sorted(objects),
+                "timeline": self.logs.timeline(objects, change["at"] - self.args.bound, until)}
 
 
 async def main(args: argparse.Namespace) -> int:
@@ -967,7 +1030,9 @@ async def main(args: argparse.Namespace) -> int:
     if args.json:
         Path(args.json).write_text(json.dumps({"args": vars(args), "faults": campaign.faults,
                                                "changes": campaign.changes, "report": report}, indent=2))
-    if not args.keep:
+    if report["violations"]:
+        print(json.dumps({"logs kept": str(workdir)}), flush=True)
+    elif not args.keep:
         shutil.rmtree(workdir, ignore_errors=True)
     return 1 if report["violations"] else 0
 
@@ -998,7 +1063,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--grace-period", type=float, default=5.0)
     p.add_argument("--handover-grace", type=float, default=3.0)
     p.add_argument("--workdir", help="where logs and the control plane's state go (default: a new temp folder)")
-    p.add_argument("--keep", action="store_true", help="keep the work folder (logs) after the run")
+    p.add_argument("--keep", action="store_true",
+                   help="keep the work folder (logs) after the run (it is always kept when there are violations)")
     p.add_argument("--json", metavar="PATH", help="also write the faults and the report here")
     return p
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -158,3 +159,50 @@ def test_the_quiet_time_after_a_fault_ends_where_the_next_fault_begins(tmp_path:
     campaign.faults[1]["start"] = 30.0  # 20 s of quiet, and no run in it
     campaign.check_stuck(first, {})
     assert campaign.violations == ["stuck: replica 0 pid 11 started no run in the 20.0 s after flood #1 ended at 10.000"]
+
+
+def test_a_late_change_is_reported_with_what_the_logs_say_about_its_objects_and_the_ring(tmp_path: Path) -> None:
+    args = fault_campaign.parser().parse_args(["--bound", "10"])
+    campaign = fault_campaign.Campaign(args, None, tmp_path)  # type: ignore[arg-type]
+    logs = campaign.logs
+    bundle, source = "Bundle.bundles.engine.dev/campaign/b-001", "Source.bundles.engine.dev/campaign/s-001"
+
+    def line(file: str, ts: float, msg: str, **extra: object) -> None:
+        logs._take({"_file": file, "ts": ts, "msg": msg, "level": "info", **extra})
+
+    def run(file: str, pid: int, rid: str, obj: str, start: float, end: float, outcome: str) -> None:
+        logs._take({"_file": file, "msg": "run started", "pid": pid, "reconcileID": rid, "controller": "bundles",
+                    "object": obj, "ts": start})
+        logs._take({"_file": file, "msg": "run ended", "pid": pid, "reconcileID": rid, "controller": "bundles",
+                    "object": obj, "ts": end, "outcome": outcome, "cause": None})
+
+    run("replica-0-1.log", 11, "b-1", bundle, 80.0, 80.5, "success")  # more than the bound before: not shown
+    run("replica-0-1.log", 11, "b-2", bundle, 101.0, 101.4, "error")
+    line("replica-0-1.log", 101.4, "reconciler error", object=bundle, retryIn=81.9)
+    line("replica-1-1.log", 102.0, "gained 16.0% of the key space; now own 49.0%")
+    line("replica-2-1.log", 103.0, "watch of configmaps/v1 expired (410 Gone); listing again")
+    line("replica-2-1.log", 104.0, "mirrored into 2 namespaces", object="ConfigMap/campaign/m-001")  # another object
+    run("replica-1-1.log", 12, "s-1", "Bundle.bundles.engine.dev/campaign/b-002", 105.0, 105.2, "success")
+    run("replica-1-1.log", 12, "b-3", bundle, 180.0, 180.5, "success")
+    line("replica-1-1.log", 190.0, "gained 1.0% of the key space; now own 50.0%")  # after it converged
+    campaign.changes = [
+        {"what": "bundle", "i": 1, "n": 4, "at": 100.0, "done": 181.0},  # 81 s: late
+        {"what": "bundle", "i": 2, "n": 2, "at": 104.0, "done": 105.5},  # in time
+        {"what": "mirror", "i": 3, "n": 2, "at": 150.0, "done": None},  # never
+    ]
+    report = campaign.report(Counter(), 0.0, 200.0, [])
+    assert [v.split(" changed")[0].split(" (changed")[0] for v in report["violations"]] == [
+        "converge: bundle 1 value 4", "converge: mirror 3 value 2",
+    ]
+    late, never = report["stalls"]
+    assert late["change"] == {"what": "bundle", "i": 1, "n": 4, "at": 100.0, "done": 181.0}
+    assert late["objects"] == [bundle, source]
+    assert late["timeline"] == [
+        f"replica-0-1.log run bundles {bundle} 101.000..101.400 error",
+        f"replica-0-1.log 101.400 reconciler error {bundle} retryIn=81.9",
+        "replica-1-1.log 102.000 gained 16.0% of the key space; now own 49.0%",
+        "replica-2-1.log 103.000 watch of configmaps/v1 expired (410 Gone); listing again",
+        f"replica-1-1.log run bundles {bundle} 180.000..180.500 success",
+    ]
+    assert never["objects"] == ["ConfigMap/campaign/m-003"]
+    assert never["timeline"] == ["replica-1-1.log 190.000 gained 1.0% of the key space; now own 50.0%"]
