@@ -62,7 +62,7 @@ def _drain_tls(conn: _Connection) -> None:
     not yet whole stays with OpenSSL for the next read. Synchronous (not a checkpoint)."""
     sock = conn.socket
     buffer = conn.buffer
-    while len(buffer) < _READ_SIZE and _has_input(conn):
+    while len(buffer) < _READ_SIZE and _readable(conn):
         try:
             data = sock.recv(_READ_SIZE)
         except (ssl.SSLWantReadError, ssl.SSLWantWriteError):
@@ -76,15 +76,20 @@ def _drain_tls(conn: _Connection) -> None:
 def _has_input(conn: _Connection) -> bool:
     """Whether ``conn``'s socket has bytes (or the peer's close) waiting to be read, as trio's
     ``is_readable`` tells; for TLS also bytes already decrypted and not read. Not a checkpoint."""
-    sock = conn.socket
-    if conn.tls and sock.pending():  # type: ignore[attr-defined]
+    if conn.tls and conn.socket.pending():  # type: ignore[attr-defined]
         return True
+    return _readable(conn)
+
+
+def _readable(conn: _Connection) -> bool:
+    """Whether ``conn``'s socket has bytes (or the peer's close) waiting in the kernel. Not a
+    checkpoint."""
     if sys.platform == "win32":
-        return bool(select.select([sock], [], [], 0)[0])
+        return bool(select.select([conn.socket], [], [], 0)[0])
     poll = conn.poll
     if poll is None:
         poll = conn.poll = select.poll()
-        poll.register(sock, select.POLLIN)
+        poll.register(conn.socket, select.POLLIN)
     return bool(poll.poll(0))
 
 
@@ -515,11 +520,10 @@ class Transport(httpx.AsyncBaseTransport):
     ) -> httpx.Response:
         """Send one request given as its parts and return its response, as
         :meth:`handle_async_request` does, without an ``httpx.Request``; with ``stream=False``
-        the whole body is read before returning (the connection then goes back at once), and
-        with ``load=False`` too it is handed to httpx as a stream that is not loaded yet: the
-        caller calls ``read()`` before ``content`` if it wants the body (building a loaded
-        ``httpx.Response`` costs more than the rest of the answer's parsing; a write whose
-        answer is not used skips it).
+        the whole body is read before returning (the connection then goes back at once). A
+        whole body without a ``Content-Encoding`` is loaded as it came (``content`` at once);
+        an encoded one is decoded by httpx, and with ``load=False`` handed over as a stream
+        not loaded yet: the caller calls ``read()`` before ``content`` if it wants the body.
 
         ``target`` is the request target (path and query, already escaped); ``headers`` are
         sent as they are (the caller includes ``Host`` and, with a body, ``Content-Length``);
