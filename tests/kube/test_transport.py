@@ -4,6 +4,7 @@ streaming, early close, cancellation, expiry, limits, timeouts and TLS."""
 from __future__ import annotations
 
 import contextlib
+import gzip
 import ssl
 from collections.abc import AsyncIterator
 from functools import partial
@@ -26,8 +27,9 @@ class Server:
     """A loopback HTTP/1.1 server on h11. Every response names its connection (``x-conn``).
 
     Paths: ``/json`` answers at once; ``/big`` answers 250 KiB in one write (over TLS: many
-    records in one segment); ``/chunked`` sends three chunks, yielding between them;
-    ``/stream`` sends one chunk and then waits for ``release`` (a watch); ``/close`` answers
+    records in one segment); ``/gzip`` answers ``{"ok":true}`` gzip-encoded; ``/chunked`` sends three chunks, yielding between them;
+    ``/stream`` sends one chunk and then waits for ``release`` (a watch); ``/records`` too, then
+    sends three chunks in three writes (over TLS: three records) and sets ``records_sent``; ``/close`` answers
     with ``Connection: close``; ``/hang`` never answers; ``/drop`` answers, then closes the
     connection without saying so (a server's idle timeout).
     """
@@ -37,6 +39,7 @@ class Server:
         self.closed = 0
         self.requests: list[tuple[int, str, bytes]] = []
         self.release = trio.Event()
+        self.records_sent = trio.Event()
         self.ssl: ssl.SSLContext | None = None
         self.peer_certs: list[dict[str, Any] | None] = []
         self.port = 0
@@ -103,6 +106,19 @@ class Server:
                            h11.Data(data=b"first\n"))
                 await until(self.release.wait, stream)
                 await send(h11.Data(data=b"last\n"), h11.EndOfMessage())
+            elif path == "/records":
+                await send(h11.Response(status_code=200, headers=[*headers, ("transfer-encoding", "chunked")]),
+                           h11.Data(data=b"first\n"))
+                await until(self.release.wait, stream)
+                for part in (b"a\n", b"b\n", b"c\n"):
+                    await send(h11.Data(data=part))
+                self.records_sent.set()
+                await send(h11.EndOfMessage())
+            elif path == "/gzip":
+                payload = gzip.compress(b'{"ok":true}')
+                await send(h11.Response(status_code=200, headers=[
+                    *headers, ("content-encoding", "gzip"), ("content-length", str(len(payload)))]),
+                    h11.Data(data=payload), h11.EndOfMessage())
             elif path == "/big":
                 payload = bytes(range(256)) * 1000
                 await send(h11.Response(status_code=200, headers=[*headers, ("content-length", str(len(payload)))]),
@@ -227,6 +243,47 @@ async def test_a_watch_like_stream_delivers_chunks_as_they_come_and_ends(tls: bo
             server.release.set()
             assert [line async for line in lines] == ["last"]
         assert (await client.get("/json")).headers["x-conn"] == "1"
+
+
+async def test_a_whole_answer_is_loaded_and_an_encoded_one_decoded() -> None:
+    async with serving() as (server, client, transport):
+        for stream in (False, True):
+            for load in (False, True):
+                timeouts = {"read": 5.0}
+                plain = await transport.request(b"GET", b"/json", [(b"Host", b"x")], b"", timeouts, stream=stream, load=load)
+                assert plain.read() == plain.content == await plain.aread() == b'{"ok":true}'
+                assert plain.json() == {"ok": True} and plain.headers["x-conn"] == "1"
+                encoded = await transport.request(b"GET", b"/gzip", [(b"Host", b"x")], b"", timeouts, stream=stream, load=load)
+                assert encoded.read() == encoded.content == b'{"ok":true}'
+                assert encoded.headers["content-encoding"] == "gzip"
+        assert (await client.get("/gzip")).json() == {"ok": True}
+
+
+async def test_a_stream_takes_the_records_already_waiting_in_one_read(tls: bool) -> None:
+    async with serving(tls=tls) as (server, client, transport):
+        async with client.stream("GET", "/records") as response:
+            chunks = response.aiter_raw()
+            assert await chunks.__anext__() == b"first\n"
+            server.release.set()
+            await server.records_sent.wait()
+            assert await chunks.__anext__() == b"a\nb\nc\n"
+            assert [chunk async for chunk in chunks] == []
+        assert (await client.get("/json")).headers["x-conn"] == "1"
+
+
+async def test_a_read_timeout_is_left_to_an_enclosing_deadline_that_comes_first(
+    autojump_clock: trio.testing.MockClock, tls: bool
+) -> None:
+    async with serving(tls=tls) as (server, client, transport):
+        await client.get("/json")
+        with trio.move_on_after(2) as scope:
+            await client.get("/hang", timeout=httpx.Timeout(None, read=3))
+        assert scope.cancelled_caught
+        with trio.move_on_after(5) as scope, pytest.raises(httpx.ReadTimeout):
+            await client.get("/hang", timeout=httpx.Timeout(None, read=3))
+        assert not scope.cancelled_caught
+        await wait_closed(server, 2)
+        assert transport._open == 0
 
 
 async def test_a_cancelled_request_closes_its_connection(tls: bool) -> None:

@@ -23,6 +23,7 @@ import ssl
 import sys
 from collections.abc import AsyncIterator
 from types import TracebackType
+from typing import Any
 
 import httpx
 import trio
@@ -39,11 +40,13 @@ class _Connection:
     """One HTTP/1.1 connection: its non-blocking socket (an ``ssl.SSLSocket`` for TLS), what
     was received and not yet parsed, and whether it may carry another request."""
 
-    __slots__ = ("socket", "tls", "buffer", "eof", "reusable", "expires_at", "closed")
+    __slots__ = ("socket", "tls", "buffer", "eof", "reusable", "expires_at", "closed", "poll")
 
     def __init__(self, sock: socket.socket) -> None:
         self.socket = sock
         self.tls = isinstance(sock, ssl.SSLSocket)
+        self.poll: select.poll | None = None
+        """The socket registered for input, made on the first reuse check (POSIX only)."""
         self.buffer = bytearray()
         self.eof = False
         self.reusable = False
@@ -51,16 +54,75 @@ class _Connection:
         self.closed = False
 
 
-def _has_input(sock: socket.socket) -> bool:
-    """Whether ``sock`` has bytes (or the peer's close) waiting to be read, as trio's
+def _drain_tls(conn: _Connection) -> None:
+    """Append to ``conn``'s buffer the TLS records that are already waiting in its socket, up
+    to :data:`_READ_SIZE` bytes in all (``eof`` at the peer's close), without waiting: OpenSSL
+    decrypts one record per read, and a watch sends each event as a record of its own, so a
+    stream that fell behind would otherwise take one wait for readability per event. A record
+    not yet whole stays with OpenSSL for the next read. Synchronous (not a checkpoint)."""
+    sock = conn.socket
+    buffer = conn.buffer
+    while len(buffer) < _READ_SIZE and _readable(conn):
+        try:
+            data = sock.recv(_READ_SIZE)
+        except (ssl.SSLWantReadError, ssl.SSLWantWriteError):
+            return
+        if not data:
+            conn.eof = True
+            return
+        buffer += data
+
+
+def _has_input(conn: _Connection) -> bool:
+    """Whether ``conn``'s socket has bytes (or the peer's close) waiting to be read, as trio's
     ``is_readable`` tells; for TLS also bytes already decrypted and not read. Not a checkpoint."""
-    if isinstance(sock, ssl.SSLSocket) and sock.pending():
+    if conn.tls and conn.socket.pending():  # type: ignore[attr-defined]
         return True
+    return _readable(conn)
+
+
+def _readable(conn: _Connection) -> bool:
+    """Whether ``conn``'s socket has bytes (or the peer's close) waiting in the kernel. Not a
+    checkpoint."""
     if sys.platform == "win32":
-        return bool(select.select([sock], [], [], 0)[0])
-    poll = select.poll()
-    poll.register(sock, select.POLLIN)
+        return bool(select.select([conn.socket], [], [], 0)[0])
+    poll = conn.poll
+    if poll is None:
+        poll = conn.poll = select.poll()
+        poll.register(conn.socket, select.POLLIN)
     return bool(poll.poll(0))
+
+
+class _WholeResponse(httpx.Response):
+    """A response whose whole body came with it and needs no decoding (no ``Content-Encoding``):
+    its ``content`` is those bytes as they are, loaded without httpx's byte iterators (which
+    cost more than the rest of a small answer's parsing). Otherwise an ``httpx.Response``."""
+
+    def __init__(
+        self, status: int, headers: list[tuple[bytes, bytes]], content: bytes, extensions: dict[str, Any]
+    ) -> None:
+        super().__init__(status, headers=headers, stream=httpx.ByteStream(content), extensions=extensions)
+        self._whole = content
+
+    @property
+    def content(self) -> bytes:
+        return self._whole
+
+    def read(self) -> bytes:
+        """The body. Cancellation: not a checkpoint (synchronous)."""
+        return self._whole
+
+    async def aread(self) -> bytes:
+        """The body. Cancellation: not a checkpoint."""
+        return self._whole
+
+
+def _encoded(headers: list[tuple[bytes, bytes]]) -> bool:
+    """Whether ``headers`` name a ``Content-Encoding`` (the body must then be decoded)."""
+    for name, _ in headers:
+        if len(name) == 16 and name.lower() == b"content-encoding":
+            return True
+    return False
 
 
 def _timeouts(request: httpx.Request) -> dict[str, float | None]:
@@ -105,6 +167,8 @@ class ResponseStream(httpx.AsyncByteStream):
                 data = self._body.read(conn.buffer, conn.eof)
                 if data is None:
                     await self._transport._receive(conn, self._read_timeout)
+                    if conn.tls and not conn.eof:
+                        _drain_tls(conn)
                     continue
                 if data:
                     return data
@@ -257,7 +321,7 @@ class Transport(httpx.AsyncBaseTransport):
                 while idle:
                     self._discard(idle.pop())
                 break
-            if _has_input(conn.socket):
+            if _has_input(conn):
                 # The server closed it (or sent something unasked): not reusable.
                 self._discard(conn)
                 continue
@@ -339,19 +403,30 @@ class Transport(httpx.AsyncBaseTransport):
 
         The socket is read once trio says it is readable (an answer, or a watch's next event,
         is rarely there already when asked for). Raises ``httpx.ReadTimeout`` if nothing came
-        within ``timeout`` seconds.
+        within ``timeout`` seconds. When the caller's own effective deadline (a run's
+        ``ctx.shield``, a controller timeout) comes at or before the read's, the read gets no
+        cancel scope of its own: that deadline would cancel the wait first, so the read's scope
+        could never catch anything (a trio cancel scope costs more than the rest of a small
+        answer's receive). An enclosing deadline moved later during the wait then bounds it
+        instead of ``timeout``.
 
         Cancellation: a checkpoint; a cancelled receive adds nothing to the buffer (over TLS
         it may leave part of a record taken, so callers close the connection).
         """
         recv = _tls_recv if conn.tls else _wait_recv
-        if timeout is None:
-            data = await recv(conn.socket)  # type: ignore[arg-type]
-        else:
-            with trio.CancelScope(deadline=trio.current_time() + timeout) as scope:
-                data = await recv(conn.socket)  # type: ignore[arg-type]
-            if scope.cancelled_caught:
-                raise httpx.ReadTimeout("timed out waiting for the answer")
+        if timeout is not None:
+            deadline = trio.current_time() + timeout
+            if trio.current_effective_deadline() > deadline:
+                with trio.CancelScope(deadline=deadline) as scope:
+                    data = await recv(conn.socket)  # type: ignore[arg-type]
+                if scope.cancelled_caught:
+                    raise httpx.ReadTimeout("timed out waiting for the answer")
+                if data:
+                    conn.buffer += data
+                else:
+                    conn.eof = True
+                return
+        data = await recv(conn.socket)  # type: ignore[arg-type]
         if data:
             conn.buffer += data
         else:
@@ -445,11 +520,10 @@ class Transport(httpx.AsyncBaseTransport):
     ) -> httpx.Response:
         """Send one request given as its parts and return its response, as
         :meth:`handle_async_request` does, without an ``httpx.Request``; with ``stream=False``
-        the whole body is read before returning (the connection then goes back at once), and
-        with ``load=False`` too it is handed to httpx as a stream that is not loaded yet: the
-        caller calls ``read()`` before ``content`` if it wants the body (building a loaded
-        ``httpx.Response`` costs more than the rest of the answer's parsing; a write whose
-        answer is not used skips it).
+        the whole body is read before returning (the connection then goes back at once). A
+        whole body without a ``Content-Encoding`` is loaded as it came (``content`` at once);
+        an encoded one is decoded by httpx, and with ``load=False`` handed over as a stream
+        not loaded yet: the caller calls ``read()`` before ``content`` if it wants the body.
 
         ``target`` is the request target (path and query, already escaped); ``headers`` are
         sent as they are (the caller includes ``Host`` and, with a body, ``Content-Length``);
@@ -497,11 +571,15 @@ class Transport(httpx.AsyncBaseTransport):
                 content = chunks[0] if len(chunks) == 1 else b"".join(chunks)
                 # As a stream: httpx adds no Content-Length the server did not send (with
                 # ``content=`` it would, even to a chunked answer).
-                whole = httpx.Response(
-                    response.status, headers=response.headers, stream=httpx.ByteStream(content), extensions=extensions
-                )
-                if load:
-                    whole.read()
+                if not _encoded(response.headers):
+                    whole: httpx.Response = _WholeResponse(response.status, response.headers, content, extensions)
+                else:
+                    whole = httpx.Response(
+                        response.status, headers=response.headers, stream=httpx.ByteStream(content),
+                        extensions=extensions,
+                    )
+                    if load:
+                        whole.read()
                 conn.reusable = response.keep_alive and reader.delimited
                 self._release(conn)
                 return whole

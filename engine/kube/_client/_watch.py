@@ -71,6 +71,7 @@ class WatchStream:
     ) -> None:
         self._open_response = open_response
         self._resource = resource
+        self._api_version = resource.api_version
         self._idle_timeout = idle_timeout
         self._response: httpx.Response | None = None
         self._chunks: Any = None
@@ -228,7 +229,7 @@ class WatchStream:
             if ns is not None and not isinstance(ns, str):
                 self._skip("object with a non-string metadata.namespace", line)
                 return None
-            obj.setdefault("apiVersion", self._resource.api_version)
+            obj.setdefault("apiVersion", self._api_version)
             obj.setdefault("kind", self._resource.kind)
         rv = meta.get("resourceVersion")
         if not isinstance(rv, str) or not rv:

@@ -319,14 +319,16 @@ class Cluster:
         reasons = {kind: f"{resource.kind} {kind.value.lower()}" for kind in WatchEventType}
 
         def handle(event: InformerEvent) -> None:
-            if all(p(event) for p in predicates):
-                controller.trigger(
-                    ref_for(resource, event.obj),
-                    reason=reasons[event.type],
-                    revision=event.obj.get("metadata", {}).get("resourceVersion"),
-                    news=not _status_only(event),
-                    priority=_priority(event),
-                )
+            for check in predicates:
+                if not check(event):
+                    return
+            controller.trigger(
+                ref_for(resource, event.obj),
+                reason=reasons[event.type],
+                revision=event.obj.get("metadata", {}).get("resourceVersion"),
+                news=not _status_only(event),
+                priority=_priority(event),
+            )
 
         informer.add_handler(handle)
 
