@@ -273,7 +273,10 @@ class Transport(httpx.AsyncBaseTransport):
     certificates and the server name); without one, httpx's default context verifies against
     the system roots. At most ``max_connections`` connections are open (``None``: no limit);
     a request that finds none free waits, up to the request's ``pool`` timeout. Up to
-    ``max_idle`` connections are kept for reuse, each for ``keepalive_expiry`` seconds.
+    ``max_idle`` connections are kept for reuse, each for ``keepalive_expiry`` seconds (30 by
+    default: a third of the 90 s kube-apiserver and client-go keep an idle connection, and
+    below the 60 s of common load balancers, so a connection is given up before the other
+    side closes it).
     The request's ``connect``, ``read`` and ``write`` timeouts (httpx's ``timeout``
     extension) bound each network operation. A request for another origin raises
     ``httpx.UnsupportedProtocol``. Failures are raised as httpx's transport exceptions
@@ -287,7 +290,7 @@ class Transport(httpx.AsyncBaseTransport):
         ssl_context: ssl.SSLContext | None = None,
         max_connections: int | None = 100,
         max_idle: int = 20,
-        keepalive_expiry: float = 5.0,
+        keepalive_expiry: float = 30.0,
     ) -> None:
         origin = httpx.URL(url)
         if origin.scheme not in _DEFAULT_PORTS or not origin.host:
