@@ -907,10 +907,10 @@ class ObjectStorage:
         if applied["metadata"].get("managedFields") is not None:
             raise RequestRejected(400, "BadRequest", "metadata.managedFields must be nil")
         current = _current if _current is not None else self.lookup(rt, namespace, name)
+        if current is None and subresource == "status":
+            raise not_found(rt, name)
         _apply.check_typed(rt, config, current)
         if current is None:
-            if subresource == "status":
-                raise not_found(rt, name)
             obj = _apply.apply_config(rt, None, name, applied, manager, self.timestamp, force=force)
             managed = obj["metadata"].pop("managedFields", [])
             return self.create(rt, namespace, obj, dry_run=dry_run, _managed_fields=managed), True
