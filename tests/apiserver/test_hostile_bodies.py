@@ -111,3 +111,19 @@ async def test_a_json_patch_whose_path_is_null_or_not_a_string_is_answered_as_re
     assert (await client.post(CM, json=cm("jp", data={"k": "v"}))).status_code == 201
     answer = await client.patch(f"{CM}/jp", content=json.dumps(ops), headers={"content-type": "application/json-patch+json"})
     assert (answer.status_code, answer.json()["message"]) == (status, message), answer.text
+
+
+@pytest.mark.parametrize(("metadata", "problem"), [
+    ({"name": ["\u00e9", 0]}, "array into Go struct field ObjectMeta.metadata.name"),
+    ({"name": 5}, "number into Go struct field ObjectMeta.metadata.name"),
+    ({"generateName": ["a"]}, "array into Go struct field ObjectMeta.metadata.generateName"),
+])
+async def test_a_metadata_name_that_is_not_a_string_is_the_decoders_400(
+    client: httpx.AsyncClient, metadata: dict[str, object], problem: str
+) -> None:
+    # The volume run's second 500 (seed 3): a list as the name reached a dict key (unhashable).
+    body = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": metadata, "data": {"k": "v"}}
+    answer = await client.post(CM, content=json.dumps(body), headers={"content-type": "application/json"})
+    assert (answer.status_code, answer.json()["message"]) == (
+        400, f'ConfigMap in version "v1" cannot be handled as a ConfigMap: json: cannot unmarshal {problem} of type string'
+    ), answer.text
