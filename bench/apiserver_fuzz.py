@@ -86,6 +86,7 @@ async def _drive(args: argparse.Namespace, url: str, token: str, server: subproc
     examples: dict[str, str] = {}
     latencies: list[float] = []
     well_problems: list[str] = []
+    stalls: list[str] = []
     rnd = random.Random(args.seed)
     requests = iter(range(args.requests))
     done = trio.Event()
@@ -102,6 +103,7 @@ async def _drive(args: argparse.Namespace, url: str, token: str, server: subproc
             except trio.TooSlowError:
                 problems["no answer within 30 s"] += 1
                 examples.setdefault("no answer within 30 s", repr(request)[:400])
+                stalls.append(f"at {time.monotonic() - started:.0f} s: {request!r}"[:400] + "; " + await _again(request))
                 continue
             except httpx.TransportError as exc:
                 key = f"transport error {type(exc).__name__}"
@@ -115,6 +117,15 @@ async def _drive(args: argparse.Namespace, url: str, token: str, server: subproc
                 key = problem[:120]
                 problems[key] += 1
                 examples.setdefault(key, repr(request)[:400])
+
+    async def _again(request: Any) -> str:
+        async with httpx.AsyncClient(base_url=url, timeout=None) as fresh:
+            began = time.monotonic()
+            try:
+                status, _, _ = await send(fresh, request, admin_token=token, timeout=30)
+            except (trio.TooSlowError, httpx.TransportError) as exc:
+                return f"sent again alone on a new connection: {type(exc).__name__}"
+            return f"sent again alone on a new connection: {status} in {(time.monotonic() - began) * 1000:.0f} ms"
 
     async def well_formed_worker(client: httpx.AsyncClient) -> None:
         serial = 0
@@ -175,6 +186,8 @@ async def _drive(args: argparse.Namespace, url: str, token: str, server: subproc
 
         print(f"well-formed rounds (create, get, list, patch, delete): {len(latencies)}, "
               f"latency p50 {pct(0.5):.0f} ms, p99 {pct(0.99):.0f} ms, max {latencies[-1] * 1000:.0f} ms")
+    for line in stalls[:10]:
+        print("  stall", line)
     print(f"well-formed wrong answers: {len(well_problems)}")
     for line in well_problems[:10]:
         print("  ", line[:300])

@@ -132,19 +132,52 @@ def _reason(status: int) -> bytes:
         return b""
 
 
+@attrs.frozen
+class _Timeouts:
+    idle: float | None
+    header: float | None
+    read: float | None
+
+    def deadline(self, begun: float, *, head_read: bool) -> float:
+        """When the request begun at ``begun`` must be in (its head, or the whole of it)."""
+        limits = [self.read] if head_read else [self.header, self.read]
+        return begun + min((limit for limit in limits if limit is not None), default=float("inf"))
+
+
 async def _read_request(
-    conn: h11.Connection, stream: trio.abc.Stream, identity: str | None, max_body: int
+    conn: h11.Connection, stream: trio.abc.Stream, identity: str | None, max_body: int,
+    timeouts: _Timeouts, scope: trio.CancelScope, opened: float | None,
 ) -> Request | None:
+    """Read one request under ``scope``, whose deadline follows ``timeouts``: the wait for its
+    first byte by ``idle``; its head and its whole by ``header`` and ``read`` from that byte, or
+    from ``opened`` (a new connection's start) for a connection's first request."""
     head: h11.Request | None = None
     body = bytearray()
+    waiting_since = trio.current_time()
+    arrived = bool(conn.trailing_data[0])
+    begun = opened if opened is not None else waiting_since if arrived else None
+
+    def follow_timeouts() -> None:
+        limit = float("inf") if begun is None else timeouts.deadline(begun, head_read=head is not None)
+        if not arrived and timeouts.idle is not None:
+            limit = min(limit, waiting_since + timeouts.idle)
+        scope.deadline = limit
+
+    follow_timeouts()
     while True:
         event: Any = conn.next_event()
         if event is h11.NEED_DATA:
             if conn.they_are_waiting_for_100_continue:
                 await stream.send_all(conn.send(h11.InformationalResponse(status_code=100, headers=[])))
-            conn.receive_data(bytes(await stream.receive_some(65536)))
+            data = bytes(await stream.receive_some(65536))
+            if data and not arrived:
+                arrived = True
+                begun = trio.current_time() if begun is None else begun
+                follow_timeouts()
+            conn.receive_data(data)
         elif isinstance(event, h11.Request):
             head = event
+            follow_timeouts()
             length = next((int(value) for name, value in event.headers if name == b"content-length"), 0)
             if length > max_body:
                 raise h11.RemoteProtocolError("request body too large", error_status_hint=413)
@@ -215,13 +248,19 @@ async def serve_http(
     *,
     identity: str | None = None,
     idle_timeout: float | None = None,
+    header_timeout: float | None = None,
+    read_timeout: float | None = None,
     max_body: int = _MAX_BODY,
     max_header: int = _MAX_HEADER_BYTES,
 ) -> None:
     """Serve HTTP/1.1 requests on ``stream`` until the client closes it; then close it.
 
-    ``identity`` is passed on in each :class:`Request`. With ``idle_timeout``, the connection is
-    closed when no complete request arrives within that many seconds. A request body larger
+    ``identity`` is passed on in each :class:`Request`. The connection is closed without an
+    answer (as Go's ``net/http`` closes it) when a kept-alive connection waits longer than
+    ``idle_timeout`` seconds for the first byte of its next request, when a request's head
+    takes longer than ``header_timeout``, or the whole request (head and body) longer than
+    ``read_timeout``; both counted from that first byte, or from the start of the connection
+    for its first request. ``None`` leaves that wait unbounded. A request body larger
     than ``max_body`` bytes is answered ``413`` (at once when its ``Content-Length`` says so), a request head larger than ``max_header`` bytes
     (16 KiB by default) ``431``. Other protocol errors answer ``400`` (when a
     response can still be sent) and close the connection; a client that goes away
@@ -232,12 +271,15 @@ async def serve_http(
     own work is cancelled with it.
     """
     conn = h11.Connection(h11.SERVER, max_incomplete_event_size=max_header)
+    timeouts = _Timeouts(idle_timeout, header_timeout, read_timeout)
+    opened: float | None = trio.current_time()
     try:
         while True:
             try:
-                with trio.move_on_after(idle_timeout if idle_timeout is not None else float("inf")) as idle:
-                    request = await _read_request(conn, stream, identity, max_body)
-                if idle.cancelled_caught:
+                with trio.CancelScope() as waiting:
+                    request = await _read_request(conn, stream, identity, max_body, timeouts, waiting, opened)
+                opened = None
+                if waiting.cancelled_caught:
                     return
             except h11.RemoteProtocolError as exc:
                 if conn.our_state in (h11.IDLE, h11.SEND_RESPONSE):
@@ -371,8 +413,8 @@ class HTTPServer:
     A path ending in ``/`` in ``routes`` also serves every path under it (``/readyz/`` serves
     ``/readyz/informers``). Only ``GET`` and ``HEAD``: unknown paths get 404, other methods
     405, malformed requests 400, bodies over 64 KiB 413; a handler that raises gives 500
-    (logged). Every response says ``Cache-Control: no-store``; idle connections are closed
-    after 30 s.
+    (logged). Every response says ``Cache-Control: no-store``; a connection is closed after
+    30 s without a request, or when a request takes longer than 30 s to arrive.
     """
 
     idle_timeout = 30.0
@@ -414,7 +456,8 @@ class HTTPServer:
 
         Cancellation: the connection is closed (a response in progress is cut).
         """
-        await serve_http(stream, self._dispatch, idle_timeout=self.idle_timeout, max_body=self.max_body)
+        await serve_http(stream, self._dispatch, idle_timeout=self.idle_timeout, read_timeout=self.idle_timeout,
+                         max_body=self.max_body)
 
     async def _dispatch(self, request: Request) -> Response:
         response = await self._route(request)

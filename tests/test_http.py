@@ -130,3 +130,84 @@ async def test_http_server_routes_by_prefix_and_says_no_store() -> None:
         assert ("cache-control", "no-store") in response.headers
     posted = await server._dispatch(Request("POST", "/readyz/x", {}, {}, {}))
     assert posted.status == 405
+
+
+async def _closed_at(client: trio.abc.Stream) -> tuple[bytes, float]:
+    """Everything the server sends until it closes, and when it closed."""
+    data = b""
+    while chunk := await client.receive_some(65536):
+        data += chunk
+    return data, trio.current_time()
+
+
+async def _ok(request: Request) -> Response:
+    return Response.text(200, b"ok")
+
+
+async def _serve_with_timeouts(server: trio.abc.Stream) -> None:
+    await serve_http(server, _ok, idle_timeout=90, header_timeout=32, read_timeout=60)
+
+
+async def test_a_head_dripping_forever_is_cut_at_the_header_timeout_from_the_connections_start(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    client, server = trio.testing.memory_stream_pair()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(lambda: serve_http(server, _ok, idle_timeout=90, header_timeout=32, read_timeout=60))
+        start = trio.current_time()
+
+        async def drip() -> None:
+            await client.send_all(b"GET / HTTP/1.1\r\nHost: h\r\n")
+            while True:
+                await trio.sleep(5)
+                await client.send_all(b"X")
+
+        nursery.start_soon(drip)
+        answer, closed = await _closed_at(client)
+        nursery.cancel_scope.cancel()
+    assert answer == b"", "closed without an answer, as Go's net/http does"
+    assert 32 <= closed - start < 33
+
+
+async def test_a_body_never_finished_is_cut_at_the_read_timeout(autojump_clock: trio.testing.MockClock) -> None:
+    client, server = trio.testing.memory_stream_pair()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(lambda: serve_http(server, _ok, idle_timeout=90, header_timeout=32, read_timeout=60))
+        start = trio.current_time()
+        await client.send_all(b"POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 100\r\n\r\n{")
+        answer, closed = await _closed_at(client)
+    assert answer == b""
+    assert 60 <= closed - start < 61
+
+
+async def test_a_kept_alive_connection_idles_out_and_a_later_heads_clock_starts_at_its_first_byte(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    request = b"GET / HTTP/1.1\r\nHost: h\r\n\r\n"
+    for second_head_after in (89.0, None):
+        client, server = trio.testing.memory_stream_pair()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(_serve_with_timeouts, server)
+            await client.send_all(request)
+            assert (await _read_until(client, b"ok")).startswith(b"HTTP/1.1 200 OK")
+            answered = trio.current_time()
+            if second_head_after is not None:
+                await trio.sleep(second_head_after)
+                await client.send_all(b"GET /slow HTTP/1.1\r\n")
+            answer, closed = await _closed_at(client)
+        assert answer == b""
+        if second_head_after is None:
+            assert 90 <= closed - answered < 91, "idled out"
+        else:
+            assert 89 + 32 <= closed - answered < 89 + 33, "cut 32 s after the second head began"
+
+
+async def test_a_slow_but_timely_request_is_answered(autojump_clock: trio.testing.MockClock) -> None:
+    client, server = trio.testing.memory_stream_pair()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(lambda: serve_http(server, _ok, idle_timeout=90, header_timeout=32, read_timeout=60))
+        for piece in (b"POST / HTTP/1.1\r\n", b"Host: h\r\n", b"Content-Length: 2\r\n\r\n", b"h", b"i"):
+            await client.send_all(piece)
+            await trio.sleep(10)
+        assert (await _read_until(client, b"ok")).startswith(b"HTTP/1.1 200 OK")
+        nursery.cancel_scope.cancel()

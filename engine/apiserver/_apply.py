@@ -463,12 +463,25 @@ def _type_errors(node: SchemaNode, value: Any, path: str, duplicates: bool, out:
                 _type_errors(node.items, item, path + element, duplicates, out)
 
 
+_STRING = SchemaNode(types=("string",))
+_METADATA = SchemaNode(types=("object",), properties={
+    **{key: _STRING for key in ("name", "namespace", "generateName", "uid", "resourceVersion")},
+    "labels": SchemaNode(types=("object",), additional=_STRING),
+    "annotations": SchemaNode(types=("object",), additional=_STRING),
+    "finalizers": SchemaNode(types=("array",), items=_STRING),
+})
+"""The parts of ``ObjectMeta``'s schema an apply configuration is read through before its
+other checks (the real server's typed conversion of every kind)."""
+
+
 def _typed_failure(rt: ResourceType, obj: Obj, what: str, duplicates: bool) -> str | None:
-    assert rt.schema is not None
     errors: list[str] = []
     for key in sorted(obj):
-        child = rt.schema.root.properties.get(key)
-        if key not in ("apiVersion", "kind", "metadata") and child is not None:
+        if key == "metadata":
+            _type_errors(_METADATA, obj[key], ".metadata", duplicates, errors)
+            continue
+        child = rt.schema.root.properties.get(key) if rt.schema is not None else None
+        if key not in ("apiVersion", "kind") and child is not None:
             _type_errors(child, obj[key], f".{key}", duplicates, errors)
     if not errors:
         return None
@@ -482,11 +495,10 @@ def check_typed(rt: ResourceType, config: Obj, live: Obj | None) -> None:
     prunes it on reading), as values of a custom resource's schema, as the real server does
     before applying. Raises :class:`RequestRejected` 500 (no reason) naming every value of the
     wrong type (``.spec.prune: expected boolean, got &{yes}``), and for the configuration
-    also every repeated key of an associative list; nothing for a built-in type."""
-    if rt.schema is None:
-        return
+    also every repeated key of an associative list; for a built-in type, only the
+    configuration's ``metadata`` (labels, annotations, finalizers and names) is read so."""
     failure = _typed_failure(rt, config, "patch", duplicates=False)
-    if failure is None and live is not None:
+    if failure is None and live is not None and rt.schema is not None:
         read = copy.deepcopy(live)
         rt.schema.prune_and_default(read)
         failure = _typed_failure(rt, read, "live", duplicates=True)

@@ -66,6 +66,20 @@ def _invalid_patch(message: str) -> RequestRejected:
     return RequestRejected(422, "Invalid", message, details={})
 
 
+_NO_PATH = "the server rejected our request due to an error in our request"
+"""What kube-apiserver 1.36.2 answers (422) for an operation whose ``path`` or ``from`` is
+missing or ``null``."""
+
+
+def _go_json_kind(value: Any) -> str:
+    """How Go's ``encoding/json`` names the JSON type of ``value`` in an unmarshal error."""
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, int | float):
+        return "number"
+    return "array" if isinstance(value, list) else "object"
+
+
 def _pointer(path: str) -> list[str]:
     if path == "":
         return []
@@ -140,11 +154,19 @@ def apply_json_patch(target: Any, operations: Any) -> Any:
     """
     if not isinstance(operations, list):
         raise RequestRejected(400, "BadRequest", "a JSON patch must be a list of operations")
+    for op in operations:
+        if not isinstance(op, dict) or "op" not in op:
+            raise RequestRejected(400, "BadRequest", "each JSON patch operation needs 'op' and 'path'")
+        for field in ("path", "from"):
+            value = op.get(field)
+            if value is not None and not isinstance(value, str):
+                raise RequestRejected(400, "BadRequest", f"error decoding patch: json: cannot unmarshal "
+                                      f"{_go_json_kind(value)} into Go struct field jsonPatchOp.{field} of type string")
     doc = copy.deepcopy(target)
     for op in operations:
-        if not isinstance(op, dict) or "op" not in op or "path" not in op:
-            raise RequestRejected(400, "BadRequest", "each JSON patch operation needs 'op' and 'path'")
-        name, path = op["op"], op["path"]
+        name, path = op["op"], op.get("path")
+        if path is None:
+            raise _invalid_patch(_NO_PATH)
         parts = _pointer(path)
         if name in ("add", "replace"):
             if "value" not in op:
@@ -154,8 +176,8 @@ def apply_json_patch(target: Any, operations: Any) -> Any:
             _remove(doc, parts, path)
         elif name in ("move", "copy"):
             source = op.get("from")
-            if not isinstance(source, str):
-                raise RequestRejected(400, "BadRequest", f"JSON patch {name} needs 'from'")
+            if source is None:
+                raise _invalid_patch(_NO_PATH)
             from_parts = _pointer(source)
             value = _walk(doc, from_parts, source)
             if name == "move":

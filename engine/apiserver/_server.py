@@ -125,6 +125,17 @@ class ApiServer:
     wall_clock: Callable[[], float] = time.time
     controllers: bool = True
     authorization: bool = True
+    header_timeout: float | None = 32.0
+    """Seconds a socket's request head may take (from the connection's start, or from the first
+    byte of a later request): kube-apiserver's ``ReadHeaderTimeout``. Past it the connection is
+    closed without an answer, as Go closes it. ``None``: no limit."""
+    read_timeout: float | None = 60.0
+    """Seconds a socket's whole request (head and body) may take, counted as for
+    ``header_timeout``: kube-apiserver's default ``--request-timeout``, so that a body never
+    finished does not hold its connection forever. ``None``: no limit."""
+    idle_timeout: float | None = 90.0
+    """Seconds a kept-alive socket may wait for its next request: kube-apiserver's
+    ``IdleTimeout``. ``None``: no limit."""
     feature_gates: Mapping[str, bool] = attrs.field(factory=dict, converter=check_feature_gates)
     """Every known feature gate with its value (the defaults overridden by the argument)."""
     webhook_transport: httpx.AsyncBaseTransport | None = attrs.field(
@@ -211,8 +222,12 @@ class ApiServer:
             self._nursery = None
 
     async def _serve_socket(self, stream: trio.SocketStream) -> None:
+        serve = functools.partial(
+            serve_http, max_header=API_SERVER_MAX_HEADER_BYTES, idle_timeout=self.idle_timeout,
+            header_timeout=self.header_timeout, read_timeout=self.read_timeout,
+        )
         if self._tls_material is None:
-            await serve_http(stream, self._router.handle, max_header=API_SERVER_MAX_HEADER_BYTES)
+            await serve(stream, self._router.handle)
             return
         ssl_stream = trio.SSLStream(stream, self._tls_material.server_context, server_side=True)
         try:
@@ -223,9 +238,9 @@ class ApiServer:
             await trio.aclose_forcefully(stream)
             return
         user = certificate_user(ssl_stream.getpeercert(), ssl_stream.getpeercert(binary_form=True))
-        await serve_http(
+        await serve(
             ssl_stream, functools.partial(self._router.handle, certificate=user),
-            identity=user.username if user is not None else None, max_header=API_SERVER_MAX_HEADER_BYTES,
+            identity=user.username if user is not None else None,
         )
 
     # ----- access -----

@@ -622,6 +622,7 @@ class ObjectStorage:
         if not isinstance(body, dict):
             raise RequestRejected(400, "BadRequest", "the request body must be a JSON object")
         obj = copy.deepcopy(body)
+        _check_metadata_strings(rt, obj.get("metadata"))
         if obj.get("kind") not in (None, "", rt.kind) and rt.schema is not None:
             kind = str(obj["kind"])
             name_ = str((obj.get("metadata") or {}).get("name") or name or "")
@@ -907,10 +908,10 @@ class ObjectStorage:
         if applied["metadata"].get("managedFields") is not None:
             raise RequestRejected(400, "BadRequest", "metadata.managedFields must be nil")
         current = _current if _current is not None else self.lookup(rt, namespace, name)
+        if current is None and subresource == "status":
+            raise not_found(rt, name)
         _apply.check_typed(rt, config, current)
         if current is None:
-            if subresource == "status":
-                raise not_found(rt, name)
             obj = _apply.apply_config(rt, None, name, applied, manager, self.timestamp, force=force)
             managed = obj["metadata"].pop("managedFields", [])
             return self.create(rt, namespace, obj, dry_run=dry_run, _managed_fields=managed), True
@@ -946,6 +947,25 @@ class ObjectStorage:
         be deleted. The propagation policy becomes a finalizer; collecting the dependents is
         the controllers' work, after the call (see :mod:`._controllers`)."""
         return _deletion.delete(self, rt, namespace, name, options, dry_run=dry_run)
+
+
+def _check_metadata_strings(rt: ResourceType, metadata: Any) -> None:
+    """Refuse a name, generateName, namespace, uid or resourceVersion that is not a string
+    with the real server's 400 for a body its decoder cannot read (seen on kube-apiserver
+    1.36.2 for a ConfigMap: ``json: cannot unmarshal array into Go struct field
+    ObjectMeta.metadata.name of type string``)."""
+    if not isinstance(metadata, dict):
+        return
+    for field in ("name", "generateName", "namespace", "uid", "resourceVersion"):
+        value = metadata.get(field)
+        if value is None or isinstance(value, str):
+            continue
+        kind = "bool" if isinstance(value, bool) else "number" if isinstance(value, int | float) else (
+            "array" if isinstance(value, list) else "object")
+        raise RequestRejected(
+            400, "BadRequest", f'{rt.kind} in version "{rt.version}" cannot be handled as a {rt.kind}: json: cannot '
+            f"unmarshal {kind} into Go struct field ObjectMeta.metadata.{field} of type string",
+        )
 
 
 MAX_OBJECT_BYTES = 1536 * 1024

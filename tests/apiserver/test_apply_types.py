@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from engine.kube import Client, InvalidError, ServerError, install_crds
+from engine.kube import Client, InvalidError, NotFoundError, ServerError, install_crds
 from engine.testing import KubeTarget
 
 SPEC_SCHEMA: dict[str, Any] = {
@@ -85,6 +85,39 @@ async def test_an_applied_value_of_the_wrong_type_is_a_500_naming_it(
     assert failure.reason == ""
     gizmos = await kube_client.resource("types.test.dev/v1", "Gizmo")
     assert (await kube_client.list(gizmos, namespace=ns)).items == [], "nothing was stored"
+
+
+@pytest.mark.parametrize("subresource", [None, "status"])
+async def test_metadata_of_the_wrong_type_is_read_as_the_real_server_reads_it(
+    kube_target: KubeTarget, kube_client: Client, subresource: str | None
+) -> None:
+    """``metadata`` goes through the typed conversion too, before validation's 422 (seen on real
+    kube-apiserver 1.36.2: ``.metadata.labels: expected map, got &{[1]}`` for both)."""
+    await install_crds(kube_client, [gizmo_crd(SPEC_SCHEMA)])
+    ns = kube_target.namespace
+    gizmos = await kube_client.resource("types.test.dev/v1", "Gizmo")
+    await kube_client.create(gizmos, gizmo(ns, color="blue"), namespace=ns)
+    body = gizmo(ns, color="red")
+    body["metadata"]["labels"] = [1]
+    with pytest.raises(ServerError) as caught:
+        await kube_client.apply(gizmos, body, field_manager="t", force=True, subresource=subresource)
+    assert caught.value.message == (
+        f"failed to create typed patch object ({ns}/g; types.test.dev/v1, Kind=Gizmo): .metadata.labels: expected map, "
+        "got &{[1]}"
+    )
+    assert (await kube_client.get(gizmos, "g", namespace=ns))["spec"] == {"color": "blue"}
+
+
+async def test_a_status_apply_to_a_missing_object_is_a_404_before_its_types_are_read(
+    kube_target: KubeTarget, kube_client: Client
+) -> None:
+    """Real kube-apiserver 1.36.2 answers 404 for a status apply of an object that does not
+    exist, whatever its body holds."""
+    await install_crds(kube_client, [gizmo_crd(SPEC_SCHEMA)])
+    gizmos = await kube_client.resource("types.test.dev/v1", "Gizmo")
+    with pytest.raises(NotFoundError):
+        await kube_client.apply(gizmos, gizmo(kube_target.namespace, size="big"), field_manager="t", force=True,
+                                subresource="status")
 
 
 @pytest.mark.parametrize(("spec", "problem"), [

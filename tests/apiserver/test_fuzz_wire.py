@@ -183,3 +183,40 @@ async def test_slow_clients_do_not_hold_up_the_others(served: ApiServer) -> None
     assert max(latencies) < 5, latencies
     async with httpx.AsyncClient(base_url=served.url, headers=admin_headers(served), timeout=10) as client:
         await _well_formed(client, "after")
+
+
+async def test_slow_clients_lose_their_connection_at_the_header_read_and_idle_timeouts() -> None:
+    """A head never finished, a body never finished and a kept-alive connection left idle are
+    each closed by the server (without an answer, as Go closes them) once their timeout
+    passes, while well-formed requests are answered meanwhile; defaults are kube-apiserver's
+    32 s for the head and 90 s idle (short ones here)."""
+    assert (ApiServer().header_timeout, ApiServer().idle_timeout) == (32.0, 90.0)
+    async with ApiServer(seed=1, header_timeout=0.5, read_timeout=1.0, idle_timeout=1.0) as server:
+        port = int(server.url.rsplit(":", 1)[1])
+        closed_after: dict[str, float] = {}
+
+        async def hold(name: str, start: bytes) -> None:
+            stream = await trio.open_tcp_stream("127.0.0.1", port)
+            began = trio.current_time()
+            await stream.send_all(start)
+            answer = b""
+            with trio.fail_after(10):
+                if name == "idle":
+                    while b"\r\n\r\n" not in answer:
+                        answer += await stream.receive_some(65536)
+                    answer, began = b"", trio.current_time()
+                while chunk := await stream.receive_some(65536):
+                    answer += chunk
+            closed_after[name] = trio.current_time() - began
+            assert answer == b"", (name, answer)
+            await stream.aclose()
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(hold, "head", b"GET /api HTTP/1.1\r\nHost: x\r\nX-Slow: a")
+            nursery.start_soon(hold, "body", LENGTH + b"Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n{")
+            nursery.start_soon(hold, "idle", b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            async with httpx.AsyncClient(base_url=server.url, headers=admin_headers(server), timeout=10) as client:
+                await _well_formed(client, "meanwhile")
+    assert 0.5 <= closed_after["head"] < 3
+    assert 1.0 <= closed_after["body"] < 3
+    assert 0.9 <= closed_after["idle"] < 3, "from the answer the client read"

@@ -91,3 +91,39 @@ async def test_a_patch_that_makes_api_version_not_a_string_is_a_400(client: http
     )
     assert answer.status_code == 400, answer.text
     assert answer.json()["reason"] == "BadRequest"
+
+
+@pytest.mark.parametrize(("ops", "status", "message"), [
+    ([{"op": "add", "path": None, "from": ""}], 422, "the server rejected our request due to an error in our request"),
+    ([{"op": "add", "value": 1}], 422, "the server rejected our request due to an error in our request"),
+    ([{"op": "remove", "path": None}], 422, "the server rejected our request due to an error in our request"),
+    ([{"op": "move", "path": "/data/x", "from": None}], 422,
+     "the server rejected our request due to an error in our request"),
+    ([{"op": "add", "path": 5, "value": 1}], 400,
+     "error decoding patch: json: cannot unmarshal number into Go struct field jsonPatchOp.path of type string"),
+    ([{"op": "move", "path": "/data/x", "from": 5}], 400,
+     "error decoding patch: json: cannot unmarshal number into Go struct field jsonPatchOp.from of type string"),
+])
+async def test_a_json_patch_whose_path_is_null_or_not_a_string_is_answered_as_real_1_36_2_answers(
+    client: httpx.AsyncClient, ops: list[dict[str, object]], status: int, message: str
+) -> None:
+    # The volume run's one 500: a null "path" reached str.startswith (AttributeError).
+    assert (await client.post(CM, json=cm("jp", data={"k": "v"}))).status_code == 201
+    answer = await client.patch(f"{CM}/jp", content=json.dumps(ops), headers={"content-type": "application/json-patch+json"})
+    assert (answer.status_code, answer.json()["message"]) == (status, message), answer.text
+
+
+@pytest.mark.parametrize(("metadata", "problem"), [
+    ({"name": ["\u00e9", 0]}, "array into Go struct field ObjectMeta.metadata.name"),
+    ({"name": 5}, "number into Go struct field ObjectMeta.metadata.name"),
+    ({"generateName": ["a"]}, "array into Go struct field ObjectMeta.metadata.generateName"),
+])
+async def test_a_metadata_name_that_is_not_a_string_is_the_decoders_400(
+    client: httpx.AsyncClient, metadata: dict[str, object], problem: str
+) -> None:
+    # The volume run's second 500 (seed 3): a list as the name reached a dict key (unhashable).
+    body = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": metadata, "data": {"k": "v"}}
+    answer = await client.post(CM, content=json.dumps(body), headers={"content-type": "application/json"})
+    assert (answer.status_code, answer.json()["message"]) == (
+        400, f'ConfigMap in version "v1" cannot be handled as a ConfigMap: json: cannot unmarshal {problem} of type string'
+    ), answer.text

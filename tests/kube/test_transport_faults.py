@@ -15,6 +15,7 @@ import struct
 from collections.abc import AsyncIterator, Awaitable, Callable
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -23,6 +24,7 @@ import trio.testing
 import trustme
 
 from engine.kube import Client, Config, RetryPolicy, TransportError
+from engine.kube._client import _transport
 from engine.kube._client._transport import Transport
 
 _CA = trustme.CA()
@@ -107,6 +109,16 @@ async def get(url: str, tmp_path: Path, timeout: float = 2.0) -> tuple[object, f
     return result, trio.current_time() - start
 
 
+TIMEOUTS: dict[str, float | None] = {"connect": 5.0, "read": 5.0, "write": 5.0, "pool": 5.0}
+
+
+def transport(url: str, **kwargs: Any) -> Transport:
+    """The engine's transport to the loopback server at ``url`` (trusting its CA over TLS)."""
+    context = ssl.create_default_context()
+    _CA.configure_trust(context)
+    return Transport(url, ssl_context=context if url.startswith("https:") else None, **kwargs)
+
+
 def one_line(error: object) -> str:
     assert isinstance(error, TransportError), error
     text = str(error)
@@ -117,7 +129,7 @@ def one_line(error: object) -> str:
 # --- slow bytes ---
 
 
-async def test_a_drip_fed_answer_with_gaps_shorter_than_the_read_timeout_is_read_whole(
+async def test_a_drip_fed_answer_with_gaps_shorter_than_the_read_timeout_within_the_timeout_is_read_whole(
     autojump_clock: trio.testing.MockClock, tls: bool, tmp_path: Path
 ) -> None:
     answer = b'HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 11\r\n\r\n{"ok":true}'
@@ -130,7 +142,7 @@ async def test_a_drip_fed_answer_with_gaps_shorter_than_the_read_timeout_is_read
         await trio.sleep_forever()
 
     async with serving(drip, tls=tls) as url:
-        result, took = await get(url, tmp_path, timeout=2.0)
+        result, took = await get(url, tmp_path, timeout=60.0)
     assert result == {"ok": True}
     assert 1.5 * (len(answer) // 3) <= took < 1.5 * (len(answer) // 3 + 1)
 
@@ -150,8 +162,10 @@ async def test_a_drip_fed_answer_that_stops_for_longer_than_the_read_timeout_tim
 
     async with serving(stall, tls=tls) as url:
         error, took = await get(url, tmp_path, timeout=2.0)
-    assert one_line(error) == f"GET /x: the connection to the API server at {url} failed: timed out waiting for the answer"
-    assert took == pytest.approx(0.5 * (len(sent) - 1) + 2.0)
+    assert one_line(error) == (
+        f"GET /x: the connection to the API server at {url} failed: timed out: the answer did not arrive whole within 2 s"
+    )
+    assert took == pytest.approx(2.0), "the whole answer's deadline, before any read's 2 s"
 
 
 async def test_an_endless_drip_fed_head_ends_at_the_head_limit(
@@ -165,7 +179,7 @@ async def test_an_endless_drip_fed_head_ends_at_the_head_limit(
             await trio.sleep(1.0)
 
     async with serving(endless, tls=tls) as url:
-        error, took = await get(url, tmp_path, timeout=2.0)
+        error, took = await get(url, tmp_path, timeout=100.0)
     assert one_line(error) == (
         f"GET /x: the connection to the API server at {url} failed: a response head must be at most 65536 bytes"
     )
@@ -291,6 +305,104 @@ async def test_an_answer_past_the_limits_is_refused(
         error, took = await get(url, tmp_path, timeout=2.0)
     assert one_line(error) == f"GET /x: the connection to the API server at {url} failed: {reason}"
     assert took < 2.0
+
+
+# --- answers that never end: interim responses, bodies, drips ---
+
+
+@pytest.mark.parametrize("interim", [3, 6])
+async def test_at_most_five_interim_responses_may_come_before_the_answer(
+    autojump_clock: trio.testing.MockClock, tls: bool, tmp_path: Path, interim: int
+) -> None:
+    async def continues(stream: trio.abc.Stream, tcp: trio.SocketStream) -> None:
+        await read_request(stream)
+        for _ in range(interim):
+            await stream.send_all(b"HTTP/1.1 100 Continue\r\n\r\n")
+            await trio.sleep(0.1)
+        await stream.send_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}")
+        await trio.sleep_forever()
+
+    async with serving(continues, tls=tls) as url:
+        result, took = await get(url, tmp_path, timeout=2.0)
+    if interim <= 5:
+        assert result == {}
+    else:
+        assert one_line(result) == (
+            f"GET /x: the connection to the API server at {url} failed: "
+            "a response must follow at most 5 interim (1xx) responses"
+        )
+    assert took < 1.0
+
+
+async def test_endless_interim_responses_end_at_the_limit_not_the_timeout(
+    autojump_clock: trio.testing.MockClock, tls: bool, tmp_path: Path
+) -> None:
+    async def endless(stream: trio.abc.Stream, tcp: trio.SocketStream) -> None:
+        await read_request(stream)
+        while True:
+            await stream.send_all(b"HTTP/1.1 102 Processing\r\n\r\n")
+
+    async with serving(endless, tls=tls) as url:
+        error, took = await get(url, tmp_path, timeout=2.0)
+    assert one_line(error).endswith("failed: a response must follow at most 5 interim (1xx) responses")
+    assert took < 2.0
+
+
+@pytest.mark.parametrize("framing", ["length", "chunked", "close"])
+async def test_an_answer_body_past_the_limit_is_refused_but_a_watch_is_not_bounded(
+    autojump_clock: trio.testing.MockClock, tls: bool, tmp_path: Path, framing: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_transport, "MAX_ANSWER", 100_000)
+    heads = {
+        "length": b"Content-Length: 1000000000000\r\n\r\n",
+        "chunked": b"Transfer-Encoding: chunked\r\n\r\n",
+        "close": b"Connection: close\r\n\r\n",
+    }
+
+    async def endless(stream: trio.abc.Stream, tcp: trio.SocketStream) -> None:
+        await read_request(stream)
+        await stream.send_all(b"HTTP/1.1 200 OK\r\n" + heads[framing])
+        piece = b"x" * 16384
+        while True:
+            await stream.send_all(b"%x\r\n%b\r\n" % (len(piece), piece) if framing == "chunked" else piece)
+
+    async with serving(endless, tls=tls) as url:
+        error, took = await get(url, tmp_path, timeout=2.0)
+        assert one_line(error) == (
+            f"GET /x: the connection to the API server at {url} failed: "
+            "an answer (other than a watch) must be at most 100000 bytes"
+        )
+        assert took < 2.0
+        async with transport(url) as raw:
+            watch = await raw.request(b"GET", b"/w", [(b"Host", b"h")], b"", dict(TIMEOUTS, read=None))
+            seen = 0
+            async for chunk in watch.aiter_raw():
+                seen += len(chunk)
+                if seen > 300_000:
+                    break
+            await watch.aclose()
+    assert seen > 300_000
+
+
+async def test_an_answer_dripping_forever_ends_at_the_requests_timeout_in_one_line(
+    autojump_clock: trio.testing.MockClock, tls: bool, tmp_path: Path
+) -> None:
+    """A byte every 1.5 s never trips the 2 s read timeout; the whole answer's deadline ends it."""
+
+    async def drip(stream: trio.abc.Stream, tcp: trio.SocketStream) -> None:
+        await read_request(stream)
+        await stream.send_all(b"HTTP/1.1 200 OK\r\nContent-Length: 1000000\r\n\r\n")
+        while True:
+            await trio.sleep(1.5)
+            await stream.send_all(b" ")
+
+    async with serving(drip, tls=tls) as url:
+        error, took = await get(url, tmp_path, timeout=2.0)
+    assert one_line(error) == (
+        f"GET /x: the connection to the API server at {url} failed: "
+        "timed out: the answer did not arrive whole within 2 s"
+    )
+    assert took == pytest.approx(2.0)
 
 
 # --- no leak over many requests ---

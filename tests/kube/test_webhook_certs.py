@@ -6,8 +6,10 @@ from __future__ import annotations
 import base64
 import datetime
 import ssl
+import tempfile
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -193,6 +195,20 @@ async def test_a_certificate_near_expiry_is_renewed_by_the_same_ca_and_the_ca_ne
         bundle = base64.b64encode(fresh["ca.crt"]).decode()
         assert (await bundles(client))["conversion"] == bundle
         assert (made.issued, made.loaded, made.injected) == (3, 3, 4)
+
+
+async def test_the_private_key_is_not_left_on_disk_after_loading_or_renewal(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    async with cluster() as client:
+        clock = Clock()
+        made = rotator(client, clock)
+        await made.sync()
+        clock.now = START + datetime.timedelta(days=336)
+        await made.sync()
+        assert made.loaded == 2
+        assert list(tmp_path.iterdir()) == []
 
 
 @pytest.mark.parametrize(("spoil", "reason"), [

@@ -315,6 +315,11 @@ def error_from_status(
 _UNKNOWN_AUTHORITY = frozenset({2, 18, 19, 20, 21})
 _EXPIRED = frozenset({9, 10})
 _NAME_MISMATCH = frozenset({62, 64})
+class AnswerTimeout(httpx.ReadTimeout):
+    """An answer (other than a watch) that kept arriving, too slowly to be whole within the
+    request's read timeout; its message says so."""
+
+
 _TIMEOUTS = {
     httpx.ConnectTimeout: "timed out connecting",
     httpx.ReadTimeout: "timed out waiting for the answer",
@@ -364,6 +369,8 @@ def transport_reason(exc: BaseException) -> str:
     """The most telling reason found in ``exc``'s chain, never empty: ``connection refused``,
     ``timed out connecting``, ``tls error: ...``, else the first message found."""
     for current in _chain(exc):
+        if isinstance(current, AnswerTimeout):
+            return str(current)
         for kind, text in _TIMEOUTS.items():
             if isinstance(current, kind):
                 return text

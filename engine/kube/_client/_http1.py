@@ -6,7 +6,7 @@ parsed from a connection's receive buffer: the status line and headers once they
 arrived (at most :data:`MAX_HEAD` bytes, lines ended by CRLF), then the body by its framing
 (RFC 9112 section 6.3): none (``HEAD``, 1xx, 204, 304), ``Transfer-Encoding: chunked`` (chunk
 extensions ignored, trailers checked and dropped), ``Content-Length``, or until the server
-closes. Interim 1xx responses are skipped. Anything malformed raises :class:`ProtocolError`:
+closes. Interim 1xx responses are skipped, at most :data:`MAX_INTERIM` of them. Anything malformed raises :class:`ProtocolError`:
 a NUL, bare CR or bare LF in a head, a header line that is not ``name: value`` (a folded line
 is unfolded, RFC 9112 section 5.2), a status outside 100-999 or a ``101`` (the engine asks for
 no upgrade), a transfer coding other than ``chunked`` alone (or any in an HTTP/1.0 response),
@@ -19,10 +19,12 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["MAX_HEAD", "Body", "ProtocolError", "ResponseHead", "parse_head", "request_head"]
+__all__ = ["MAX_HEAD", "MAX_INTERIM", "Body", "ProtocolError", "ResponseHead", "parse_head", "request_head"]
 
 MAX_HEAD = 64 * 1024
 """The most bytes a response's status line and headers may take."""
+MAX_INTERIM = 5
+"""The most interim (1xx) responses that may come before the final one (as Go's client)."""
 
 _TOKEN = re.compile(rb"[-!#$%&'*+.^_`|~0-9A-Za-z]+").fullmatch
 _FIELD_VALUE = re.compile(rb"[^\x00\r\n]*").fullmatch
@@ -92,19 +94,23 @@ class ResponseHead:
 
 
 def parse_head(buffer: bytearray, method: bytes) -> ResponseHead | None:
-    """Take a final response's head off the front of ``buffer`` (interim 1xx heads skipped).
+    """Take a final response's head off the front of ``buffer`` (interim 1xx heads before it
+    skipped, at most :data:`MAX_INTERIM` of them).
 
-    Returns ``None`` (leaving what remains in ``buffer``) if more bytes are needed. Raises
-    :class:`ProtocolError` for a malformed head or one longer than :data:`MAX_HEAD`.
+    Returns ``None`` (leaving ``buffer`` as it was) if more bytes are needed. Raises
+    :class:`ProtocolError` for a malformed head, one longer than :data:`MAX_HEAD`, or more
+    interim heads than :data:`MAX_INTERIM`.
     """
+    start = 0
+    interim = 0
     while True:
-        end = buffer.find(b"\r\n\r\n", 0, MAX_HEAD + 4)
+        end = buffer.find(b"\r\n\r\n", start, start + MAX_HEAD + 4)
         if end < 0:
-            if len(buffer) > MAX_HEAD:
+            if len(buffer) - start > MAX_HEAD:
                 raise ProtocolError(f"a response head must be at most {MAX_HEAD} bytes")
             return None
-        raw = bytes(buffer[:end])
-        del buffer[: end + 4]
+        raw = bytes(buffer[start:end])
+        start = end + 4
         lines = raw.split(b"\r\n")
         breaks = len(lines) - 1
         if len(raw) - len(raw.translate(None, b"\r\n\0")) != 2 * breaks:  # one pass: CR and LF in CRLFs only
@@ -125,7 +131,11 @@ def parse_head(buffer: bytearray, method: bytes) -> ResponseHead | None:
         http11 = status_line[1] != b"0"
         body = _framing(method, status, lengths, codings, http11)
         if status < 200:
+            interim += 1
+            if interim > MAX_INTERIM:
+                raise ProtocolError(f"a response must follow at most {MAX_INTERIM} interim (1xx) responses")
             continue
+        del buffer[:start]
         keep_alive = http11 and not close and not (codings and lengths)
         return ResponseHead(status, status_line[3] or b"", headers, keep_alive, body)
 
@@ -204,9 +214,11 @@ class Body:
     closes the connection.
     """
 
-    __slots__ = ("_left", "_chunked", "_state", "_trailers", "done", "delimited")
+    __slots__ = ("_left", "_chunked", "_state", "_trailers", "done", "delimited", "expected")
 
     def __init__(self, length: int | None) -> None:
+        self.expected = length if length is not None and length >= 0 else 0
+        """The body's length as its head gives it (``0`` when chunked or until the close)."""
         self._chunked = length == -1
         self._left = 0 if self._chunked or length is None else length
         self._state = _SIZE

@@ -28,11 +28,15 @@ from typing import Any
 import httpx
 import trio
 
+from ._errors import AnswerTimeout
 from ._http1 import Body, ProtocolError, parse_head, request_head
 
 __all__ = ["Transport"]
 
 _READ_SIZE = 65536
+MAX_ANSWER = 256 * 1024 * 1024
+"""The most bytes the body of an answer other than a watch may have, by default: more than any
+list a client asks for at once (an object is at most 1.5 MiB in etcd)."""
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
@@ -144,14 +148,18 @@ class ResponseStream(httpx.AsyncByteStream):
         body: Body,
         keep_alive: bool,
         read_timeout: float | None,
+        answer_by: float,
         first: list[bytes],
+        left: float,
     ) -> None:
         self._transport = transport
         self._conn: _Connection | None = conn
         self._body = body
         self._keep_alive = keep_alive
         self._read_timeout = read_timeout
+        self._answer_by = answer_by
         self._first = first[::-1]
+        self._left = left
 
     def __aiter__(self) -> AsyncIterator[bytes]:
         return self
@@ -166,11 +174,14 @@ class ResponseStream(httpx.AsyncByteStream):
             while True:
                 data = self._body.read(conn.buffer, conn.eof)
                 if data is None:
-                    await self._transport._receive(conn, self._read_timeout)
+                    await self._transport._receive(conn, self._read_timeout, self._answer_by)
                     if conn.tls and not conn.eof:
                         _drain_tls(conn)
                     continue
                 if data:
+                    self._left -= len(data)
+                    if self._left < 0:
+                        raise _too_long(self._transport._max_answer)
                     return data
                 self._conn = None
                 conn.reusable = self._keep_alive and self._body.delimited
@@ -255,6 +266,10 @@ def _close(sock: socket.socket | None) -> None:
         sock.close()
 
 
+def _too_long(limit: int) -> ProtocolError:
+    return ProtocolError(f"an answer (other than a watch) must be at most {limit} bytes")
+
+
 def _raise_mapped(exc: BaseException, error: type[httpx.TransportError]) -> None:
     """Raise the ``httpx`` exception for a failure of the network or of the peer's protocol
     (``error`` for I/O failures); return for anything else (cancellation, httpx's own)."""
@@ -278,7 +293,12 @@ class Transport(httpx.AsyncBaseTransport):
     below the 60 s of common load balancers, so a connection is given up before the other
     side closes it).
     The request's ``connect``, ``read`` and ``write`` timeouts (httpx's ``timeout``
-    extension) bound each network operation. A request for another origin raises
+    extension) bound each network operation; the ``read`` timeout also bounds the whole answer,
+    counted from the request's end (an answer dripped byte by byte fails with
+    ``AnswerTimeout``, a ``ReadTimeout``, saying so). The body of an answer to a request with a
+    ``read`` timeout (any but a watch, whose reads are not timed) may be at most
+    ``max_answer`` bytes (default :data:`MAX_ANSWER`; ``httpx.RemoteProtocolError`` past it,
+    as soon as its ``Content-Length`` or its bytes say so). A request for another origin raises
     ``httpx.UnsupportedProtocol``. Failures are raised as httpx's transport exceptions
     (``ConnectError``, ``ReadTimeout``, ...), with the original error as their cause.
     """
@@ -291,6 +311,7 @@ class Transport(httpx.AsyncBaseTransport):
         max_connections: int | None = 100,
         max_idle: int = 20,
         keepalive_expiry: float = 30.0,
+        max_answer: int | None = None,
     ) -> None:
         origin = httpx.URL(url)
         if origin.scheme not in _DEFAULT_PORTS or not origin.host:
@@ -307,6 +328,7 @@ class Transport(httpx.AsyncBaseTransport):
         self._max_connections = max_connections if max_connections is not None else math.inf
         self._max_idle = max_idle
         self._keepalive_expiry = keepalive_expiry
+        self._max_answer = MAX_ANSWER if max_answer is None else max_answer
         self._idle: collections.deque[_Connection] = collections.deque()
         self._open = 0
         self._waiting = trio.lowlevel.ParkingLot()
@@ -401,35 +423,33 @@ class Transport(httpx.AsyncBaseTransport):
 
     # -- I/O -----------------------------------------------------------------------------------
 
-    async def _receive(self, conn: _Connection, timeout: float | None) -> None:
+    async def _receive(self, conn: _Connection, timeout: float | None, answer_by: float = math.inf) -> None:
         """Receive what the server sent next into ``conn``'s buffer (``eof`` at its close).
 
         The socket is read once trio says it is readable (an answer, or a watch's next event,
         is rarely there already when asked for). Raises ``httpx.ReadTimeout`` if nothing came
-        within ``timeout`` seconds. When the caller's own effective deadline (a run's
-        ``ctx.shield``, a controller timeout) comes at or before the read's, the read gets no
-        cancel scope of its own: that deadline would cancel the wait first, so the read's scope
-        could never catch anything (a trio cancel scope costs more than the rest of a small
-        answer's receive). An enclosing deadline moved later during the wait then bounds it
-        instead of ``timeout``.
+        within ``timeout`` seconds, :class:`AnswerTimeout` if the answer's deadline
+        ``answer_by`` (trio time) came first. When the caller's own effective deadline (a run's
+        ``ctx.shield``, a controller timeout) comes at or before both, the read gets no cancel
+        scope of its own: that deadline would cancel the wait first, so the read's scope could
+        never catch anything (a trio cancel scope costs more than the rest of a small answer's
+        receive). An enclosing deadline moved later during the wait then bounds it instead.
 
         Cancellation: a checkpoint; a cancelled receive adds nothing to the buffer (over TLS
         it may leave part of a record taken, so callers close the connection).
         """
         recv = _tls_recv if conn.tls else _wait_recv
-        if timeout is not None:
-            deadline = trio.current_time() + timeout
-            if trio.current_effective_deadline() > deadline:
-                with trio.CancelScope(deadline=deadline) as scope:
-                    data = await recv(conn.socket)  # type: ignore[arg-type]
-                if scope.cancelled_caught:
-                    raise httpx.ReadTimeout("timed out waiting for the answer")
-                if data:
-                    conn.buffer += data
-                else:
-                    conn.eof = True
-                return
-        data = await recv(conn.socket)  # type: ignore[arg-type]
+        read_by = math.inf if timeout is None else trio.current_time() + timeout
+        deadline = min(read_by, answer_by)
+        if trio.current_effective_deadline() > deadline:
+            with trio.CancelScope(deadline=deadline) as scope:
+                data = await recv(conn.socket)  # type: ignore[arg-type]
+            if scope.cancelled_caught:
+                if answer_by < read_by:
+                    raise AnswerTimeout(f"timed out: the answer did not arrive whole within {timeout:g} s")
+                raise httpx.ReadTimeout("timed out waiting for the answer")
+        else:
+            data = await recv(conn.socket)  # type: ignore[arg-type]
         if data:
             conn.buffer += data
         else:
@@ -554,10 +574,14 @@ class Transport(httpx.AsyncBaseTransport):
         load: bool = True,
     ) -> httpx.Response:
         read_timeout = timeouts.get("read")
+        answer_by = math.inf if read_timeout is None else trio.current_time() + read_timeout
         while (response := parse_head(conn.buffer, method)) is None:
             if conn.eof:
                 raise ProtocolError("the server closed the connection without answering")
-            await self._receive(conn, read_timeout)
+            await self._receive(conn, read_timeout, answer_by)
+        left = math.inf if read_timeout is None else self._max_answer
+        if response.body.expected > left:
+            raise _too_long(self._max_answer)
         extensions = {"http_version": b"HTTP/1.1", "reason_phrase": response.reason}
         # A body that is already here (small answers come with their head), or any body when
         # the caller wants it whole, is returned whole, and the connection goes back at once.
@@ -568,7 +592,7 @@ class Transport(httpx.AsyncBaseTransport):
             if data is None:
                 if stream:
                     break
-                await self._receive(conn, read_timeout)
+                await self._receive(conn, read_timeout, answer_by)
                 continue
             if not data:
                 content = chunks[0] if len(chunks) == 1 else b"".join(chunks)
@@ -586,8 +610,11 @@ class Transport(httpx.AsyncBaseTransport):
                 conn.reusable = response.keep_alive and reader.delimited
                 self._release(conn)
                 return whole
+            left -= len(data)
+            if left < 0:
+                raise _too_long(self._max_answer)
             chunks.append(data)
-        rest = ResponseStream(self, conn, reader, response.keep_alive, read_timeout, chunks)
+        rest = ResponseStream(self, conn, reader, response.keep_alive, read_timeout, answer_by, chunks, left)
         return httpx.Response(response.status, headers=response.headers, stream=rest, extensions=extensions)
 
     async def aclose(self) -> None:

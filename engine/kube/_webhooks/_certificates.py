@@ -263,7 +263,6 @@ class CertRotator:
     injected: int = 0
     """``caBundle`` values this rotator wrote."""
     _current: tuple[bytes, bytes, bytes] | None = None
-    _directory: Path | None = None
 
     @property
     def hosts(self) -> list[str]:
@@ -349,14 +348,13 @@ class CertRotator:
         current = (data["tls.crt"], data["tls.key"], data["ca.crt"])
         if current == self._current:
             return
-        if self._directory is None:
-            self._directory = Path(tempfile.mkdtemp(prefix="engine-webhook-certs-"))
-        cert, key = self._directory / "tls.crt", self._directory / "tls.key"
-        for path, content in ((cert, data["tls.crt"]), (key, data["tls.key"])):
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            with os.fdopen(fd, "wb") as file:
-                file.write(content)
-        self.certificates.context = load_server_context(cert, key)
+        with tempfile.TemporaryDirectory(prefix="engine-webhook-certs-") as directory:
+            cert, key = Path(directory) / "tls.crt", Path(directory) / "tls.key"
+            for path, content in ((cert, data["tls.crt"]), (key, data["tls.key"])):
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+                with os.fdopen(fd, "wb") as file:
+                    file.write(content)
+            self.certificates.context = load_server_context(cert, key)
         self.certificates.ca_bundle = data["ca.crt"]
         self._current = current
         self.loaded += 1

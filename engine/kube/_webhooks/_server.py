@@ -245,7 +245,8 @@ class WebhookServer:
         """TLS handshake with the current certificate, then HTTP/1.1 until the peer closes or
         idles; a failed handshake just closes. Cancellation: the connection is closed."""
         tls = trio.SSLStream(stream, self.certificates.context, server_side=True)
-        await serve_http(tls, self._handle, idle_timeout=self.idle_timeout, max_body=self.max_body)
+        await serve_http(tls, self._handle, idle_timeout=self.idle_timeout, read_timeout=self.idle_timeout,
+                         max_body=self.max_body)
 
     async def _handle(self, request: Request) -> Response:
         provider = self._tracer_provider
