@@ -520,10 +520,10 @@ async def test_a_member_that_rejoins_after_a_partition_runs_nothing_from_its_sta
             nursery.cancel_scope.cancel()
 
 
-async def test_a_member_fenced_by_a_deleted_lease_lists_every_cache_again_before_it_gains(
+async def test_a_member_fenced_by_an_edited_lease_lists_every_cache_again_before_it_gains(
     kube_target: KubeTarget, caplog: pytest.LogCaptureFixture,
 ) -> None:
-    """On any server: a member whose Lease was deleted fences itself and rejoins; every
+    """On any server: a member whose Lease was taken by hand fences itself and rejoins; every
     informer of its cluster has listed again (from a read begun after the rejoin) by the time
     it owns a range again. The members' watch of the ring's Leases is served all along (it
     asks for no bookmarks, which 1.32 on etcd 3.4 refuses from no resourceVersion)."""
@@ -559,7 +559,9 @@ async def test_a_member_fenced_by_a_deleted_lease_lists_every_cache_again_before
                 at_regain.append({id(i): i.statistics().lists for i in informers})
 
         ra.on_change.append(regained)
-        await a.client.delete(LEASE_RESOURCE, ra.member, namespace=kube_target.namespace)
+        raw = await a.client.get(LEASE_RESOURCE, ra.member, namespace=kube_target.namespace)
+        raw["spec"]["holderIdentity"] = "someone-else"
+        await a.client.update(LEASE_RESOURCE, raw)
         with trio.fail_after(30):
             while not at_regain:
                 await trio.sleep(0.1)
