@@ -2,6 +2,9 @@
 
 An instrument checks after every task step that no two live members hold overlapping ranges
 (what their gates own plus what they are still handing over): the no-overlap guarantee.
+The last tests host the mirror plugin as scale-out replicas: a member that rejoins after it
+was cut off runs nothing from its caches of before (the one on ``kube_target`` also runs on a
+real kube-apiserver with ``--kube-target=real``).
 """
 
 from __future__ import annotations
@@ -21,6 +24,8 @@ from engine._keyspace import KeyRanges
 from engine.apiserver import ApiServer
 from engine.kube import Client, Cluster, Config, HashRing, RetryPolicy, RingConflictError, ring_ranges
 from engine.kube.lowlevel import LEASE_RESOURCE
+from engine.plugins.mirror import plugin as mirror
+from engine.plugins.mirror._controller import ENABLED_LABEL, SELECTOR_ANNOTATION, SOURCE_LABEL
 from engine.testing import KubeTarget, open_plugin_test
 
 DURATION, DEADLINE, RETRY = 15.0, 10.0, 2.0
@@ -406,27 +411,21 @@ async def test_a_member_that_starts_leaving_while_it_claims_gains_nothing(autoju
 # --- rejoining after a partition ----------------------------------------------------------------
 
 
-class CachedSources(RunObserver):
-    """What each mirror run's replica had cached of its source when the run started."""
+class CachedSource(RunObserver):
+    """Notes, as each mirror run of one replica starts, its source as that replica has it cached."""
 
-    def __init__(self) -> None:
-        self.clusters: dict[str, Cluster] = {}
-        self.seen: list[tuple[float, str, str, str | None]] = []
+    def __init__(self, identity: str, seen: list[tuple[float, str, str, str | None]]) -> None:
+        self.identity = identity
+        self.seen = seen
+        self.cluster: Cluster | None = None
 
-    def watch(self, identity: str) -> RunObserver:
-        observer = self
-
-        class One(RunObserver):
-            def on_run_started(self, controller: Controller, run: Run) -> None:
-                cluster = observer.clusters.get(identity)
-                if cluster is None:
-                    return
-                sources = next(i for i in cluster.informers if "mirror.engine.dev/enabled" in str(i.options.label_selector))
-                cached = sources.store.get(run.key.namespace, run.key.name)
-                value = (cached.get("data") or {}).get("v") if cached is not None else None
-                observer.seen.append((trio.current_time(), identity, run.key.name, value))
-
-        return One()
+    def on_run_started(self, controller: Controller, run: Run) -> None:
+        if self.cluster is None:
+            return
+        sources = next(i for i in self.cluster.informers if ENABLED_LABEL in str(i.options.label_selector))
+        cached = sources.store.get(run.key.namespace, run.key.name)
+        value = (cached.get("data") or {}).get("v") if cached is not None else None
+        self.seen.append((trio.current_time(), self.identity, run.key.name, value))
 
 
 async def test_a_member_that_rejoins_after_a_partition_runs_nothing_from_its_stale_cache(
@@ -437,11 +436,10 @@ async def test_a_member_that_rejoins_after_a_partition_runs_nothing_from_its_sta
     is fenced; the other replica takes every range and writes newer copies; after the
     partition heals, the first one rejoins and regains keys it ran before. None of its runs may
     see the source as it was before the partition, and no copy may go back to older data."""
-    from plugins.mirror import plugin as mirror
-
     sources = 24
     timings = {"lease_duration": 8.0, "renew_deadline": 5.0, "retry_period": 1.0, "handover_grace": 3.0}
-    cached = CachedSources()
+    seen: list[tuple[float, str, str, str | None]] = []
+    observers = {name: CachedSource(name, seen) for name in ("replica-a", "replica-b")}
     rings: dict[str, HashRing] = {}
 
     def member(identity: str) -> Callable[[Client, OwnershipGate, str], HashRing]:
@@ -461,7 +459,7 @@ async def test_a_member_that_rejoins_after_a_partition_runs_nothing_from_its_sta
 
         async def record_copies(task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
             configmaps = await driver.resource("v1", "ConfigMap")
-            async with driver.watch(configmaps, namespace="dst", label_selector="mirror.engine.dev/source") as events:
+            async with driver.watch(configmaps, namespace="dst", label_selector=SOURCE_LABEL) as events:
                 task_status.started()
                 async for event in events:
                     if event.type.value in ("ADDED", "MODIFIED"):
@@ -473,8 +471,8 @@ async def test_a_member_that_rejoins_after_a_partition_runs_nothing_from_its_sta
                 await driver.apply(configmaps, {
                     "apiVersion": "v1", "kind": "ConfigMap",
                     "metadata": {"name": f"s{i:02d}", "namespace": "default",
-                                 "labels": {"mirror.engine.dev/enabled": "true"},
-                                 "annotations": {"mirror.engine.dev/namespace-selector": "team=x"}},
+                                 "labels": {ENABLED_LABEL: "true"},
+                                 "annotations": {SELECTOR_ANNOTATION: "team=x"}},
                     "data": {"v": value},
                 }, field_manager="test", force=True)
 
@@ -488,12 +486,11 @@ async def test_a_member_that_rejoins_after_a_partition_runs_nothing_from_its_sta
             await write_sources("1")
             async with (
                 open_plugin_test(mirror, target, identity="replica-a", scale_out=member("a"),
-                                 observers=[cached.watch("replica-a")]) as a,
+                                 observers=[observers["replica-a"]]) as a,
                 open_plugin_test(mirror, target, identity="replica-b", scale_out=member("b"),
-                                 observers=[cached.watch("replica-b")]) as b,
+                                 observers=[observers["replica-b"]]) as b,
             ):
-                assert a.cluster is not None and b.cluster is not None
-                cached.clusters = {"replica-a": a.cluster, "replica-b": b.cluster}
+                observers["replica-a"].cluster, observers["replica-b"].cluster = a.cluster, b.cluster
                 ga, gb = rings["a"].gate, rings["b"].gate
                 await wait_for(lambda: (ga.owned | gb.owned) == KeyRanges.everything() and bool(ga.owned)
                                and copies_are("1"), within=60)
@@ -510,9 +507,9 @@ async def test_a_member_that_rejoins_after_a_partition_runs_nothing_from_its_sta
 
                 await wait_for(lambda: bool(ga.owned) and (ga.owned | gb.owned) == KeyRanges.everything(), within=30)
                 await trio.sleep(10)
-                regained = [name for t, who, name, _ in cached.seen if who == "replica-a" and t > healed]
+                regained = [name for t, who, name, _ in seen if who == "replica-a" and t > healed]
                 assert regained, "the rejoined replica ran keys it ran before the partition"
-                stale = [(who, name) for t, who, name, value in cached.seen if t > healed and value != "2"]
+                stale = [(who, name) for t, who, name, value in seen if t > healed and value != "2"]
                 assert stale == [], "a run saw its source as it was before the partition"
                 assert copies_are("2")
                 went_back = sorted(name for name, history in copies.items() if "1" in history[history.index("2"):])
@@ -527,8 +524,6 @@ async def test_a_member_fenced_by_an_edited_lease_lists_every_cache_again_before
     informer of its cluster has listed again (from a read begun after the rejoin) by the time
     it owns a range again. The members' watch of the ring's Leases is served all along (it
     asks for no bookmarks, which 1.32 on etcd 3.4 refuses from no resourceVersion)."""
-    from plugins.mirror import plugin as mirror
-
     caplog.set_level(logging.DEBUG, logger="engine.kube.ring")
     rings: dict[str, HashRing] = {}
     suffix = kube_target.namespace
