@@ -315,7 +315,8 @@ class HashRing:
         self.cache_refresh = cluster.refresh
 
         async def cache_ready() -> None:
-            await cluster.wait_refreshed()
+            if cluster.refreshing:
+                await cluster.wait_refreshed()
             await cluster.wait_key_ranges_synced()
 
         self.cache_ready = cache_ready

@@ -291,6 +291,12 @@ class Cluster:
         for informer in self._informers.values():
             self._refreshing[informer] = informer.relist()
 
+    @property
+    def refreshing(self) -> bool:
+        """Whether the lists asked for by :meth:`refresh` may not all be done yet (until
+        :meth:`wait_refreshed` saw them done)."""
+        return bool(self._refreshing)
+
     async def wait_refreshed(self) -> None:
         """Wait until every informer holds a list begun after the last :meth:`refresh`
         (returns at once, after a checkpoint, if none was asked for).
