@@ -13,7 +13,7 @@ import trio
 import trio.testing
 from prometheus_client import CollectorRegistry
 
-from engine import Controller, Manager, ObjectRef, RunContext, RunLog
+from engine import Controller, KeyRange, KeyRanges, Manager, ObjectRef, RunContext, RunLog, fnv1a64
 from engine.apiserver import ApiServer
 from engine.kube import (
     REQUESTED_AT_ANNOTATION,
@@ -30,6 +30,7 @@ from engine.kube import (
     requested_at_changed,
 )
 from engine.plugins.bundles import plugin as bundles_plugin
+from engine.testing import KubeTarget
 
 from .._e2e import API, bundle, configmap
 from .._support import running
@@ -276,3 +277,41 @@ async def test_a_superseded_runs_status_write_in_ctx_shield_lands_before_its_key
                 # supersede waited for a checkpoint that never came. Its key runs again all the same.
                 assert outcomes == ["success", "success" if shielded else "superseded", "success"]
                 assert await observed() == ((2, 2) if shielded else (2, 1))
+
+
+async def test_refresh_lists_every_informer_again_sharded_or_not(kube_target: KubeTarget) -> None:
+    """On any server, filtering by ``shardSelector`` or not: after :meth:`Cluster.refresh`
+    every informer, sharded or whole, has listed again (begun after the call) by the time
+    :meth:`Cluster.wait_refreshed` returns, and holds what the server holds."""
+    upper = KeyRanges((KeyRange(1 << 63, 1 << 64),))
+    ns = kube_target.namespace
+    async with kube_target.client(user_agent="refresh-test") as client, trio.open_nursery() as nursery:
+        configmaps = await client.resource("v1", "ConfigMap")
+        for i in range(12):
+            await client.create(configmaps, {"metadata": {"name": f"cm{i:02}", "labels": {"refresh": "t"}}}, namespace=ns)
+        manager = Manager(handle_signals=False)
+        cluster = Cluster(client, manager, namespace=ns, label_selector="refresh=t",
+                          options=WatchOptions(label_selector="refresh=t"))
+        cluster.set_key_ranges(upper)
+        sharded = await cluster.informer("v1", "ConfigMap", sharded=True)
+        whole = await cluster.informer("v1", "ConfigMap")
+        nursery.start_soon(sharded.run)
+        nursery.start_soon(whole.run)
+        with trio.fail_after(30):
+            await cluster.wait_synced()
+            await cluster.wait_refreshed()
+        lists = [i.statistics().lists for i in (sharded, whole)]
+        for i in range(12):
+            await client.patch(configmaps, f"cm{i:02}", {"data": {"v": "2"}}, namespace=ns)
+        cluster.refresh()
+        with trio.fail_after(30):
+            await cluster.wait_refreshed()
+        assert all(after > before for after, before in zip([i.statistics().lists for i in (sharded, whole)], lists))
+        listed = (await client.list(configmaps, namespace=ns, label_selector="refresh=t")).items
+        assert all(o["data"] == {"v": "2"} for o in listed)
+        by_name = {o["metadata"]["name"]: o for o in listed}
+        assert {o["metadata"]["name"] for o in whole.store.list()} == set(by_name)
+        assert {o["metadata"]["name"] for o in sharded.store.list()} == {
+            name for name, o in by_name.items() if fnv1a64(o["metadata"]["uid"]) in upper}
+        assert all(o["data"] == {"v": "2"} for o in whole.store.list() + sharded.store.list())
+        nursery.cancel_scope.cancel()

@@ -2,6 +2,9 @@
 
 An instrument checks after every task step that no two live members hold overlapping ranges
 (what their gates own plus what they are still handing over): the no-overlap guarantee.
+The last tests host the mirror plugin as scale-out replicas: a member that rejoins after it
+was cut off runs nothing from its caches of before (the one on ``kube_target`` also runs on a
+real kube-apiserver with ``--kube-target=real``).
 """
 
 from __future__ import annotations
@@ -16,11 +19,14 @@ import pytest
 import trio
 import trio.testing
 
-from engine import OwnershipGate
+from engine import Controller, OwnershipGate, Run, RunObserver
 from engine._keyspace import KeyRanges
 from engine.apiserver import ApiServer
-from engine.kube import Client, Config, HashRing, RetryPolicy, RingConflictError, ring_ranges
+from engine.kube import Client, Cluster, Config, HashRing, RetryPolicy, RingConflictError, ring_ranges
 from engine.kube.lowlevel import LEASE_RESOURCE
+from engine.plugins.mirror import plugin as mirror
+from engine.plugins.mirror._controller import ENABLED_LABEL, SELECTOR_ANNOTATION, SOURCE_LABEL
+from engine.testing import KubeTarget, open_plugin_test
 
 DURATION, DEADLINE, RETRY = 15.0, 10.0, 2.0
 
@@ -400,3 +406,161 @@ async def test_a_member_that_starts_leaving_while_it_claims_gains_nothing(autoju
         await trio.sleep(RETRY / 4)
         assert not m.gate.owned, "a range gained after the Lease said the member holds nothing"
         h.crash(m)
+
+
+# --- rejoining after a partition ----------------------------------------------------------------
+
+
+class CachedSource(RunObserver):
+    """Notes, as each mirror run of one replica starts, its source as that replica has it cached."""
+
+    def __init__(self, identity: str, seen: list[tuple[float, str, str, str | None]]) -> None:
+        self.identity = identity
+        self.seen = seen
+        self.cluster: Cluster | None = None
+
+    def on_run_started(self, controller: Controller, run: Run) -> None:
+        if self.cluster is None:
+            return
+        sources = next(i for i in self.cluster.informers if ENABLED_LABEL in str(i.options.label_selector))
+        cached = sources.store.get(run.key.namespace, run.key.name)
+        value = (cached.get("data") or {}).get("v") if cached is not None else None
+        self.seen.append((trio.current_time(), self.identity, run.key.name, value))
+
+
+async def test_a_member_that_rejoins_after_a_partition_runs_nothing_from_its_stale_cache(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """The fault campaign's regression on kube-apiserver 1.36.2: a replica cut off from the
+    server (its requests fail, its running watches hang and would deliver old events later)
+    is fenced; the other replica takes every range and writes newer copies; after the
+    partition heals, the first one rejoins and regains keys it ran before. None of its runs may
+    see the source as it was before the partition, and no copy may go back to older data."""
+    sources = 24
+    timings = {"lease_duration": 8.0, "renew_deadline": 5.0, "retry_period": 1.0, "handover_grace": 3.0}
+    seen: list[tuple[float, str, str, str | None]] = []
+    observers = {name: CachedSource(name, seen) for name in ("replica-a", "replica-b")}
+    rings: dict[str, HashRing] = {}
+
+    def member(identity: str) -> Callable[[Client, OwnershipGate, str], HashRing]:
+        def make(c: Client, gate: OwnershipGate, name: str) -> HashRing:
+            ring = rings[identity] = HashRing(
+                c, gate, name="engine-mirror", namespace="default", plugins=["mirror"], identity=name,
+                rng=random.Random(name), **timings,
+            )
+            return ring
+
+        return make
+
+    async with ApiServer(listen=False, seed=7) as api:
+        target = KubeTarget.embedded(api)
+        driver = client(api, "driver")
+        copies: dict[str, list[str]] = {}
+
+        async def record_copies(task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+            configmaps = await driver.resource("v1", "ConfigMap")
+            async with driver.watch(configmaps, namespace="dst", label_selector=SOURCE_LABEL) as events:
+                task_status.started()
+                async for event in events:
+                    if event.type.value in ("ADDED", "MODIFIED"):
+                        copies.setdefault(event.object["metadata"]["name"], []).append(event.object["data"]["v"])
+
+        async def write_sources(value: str) -> None:
+            configmaps = await driver.resource("v1", "ConfigMap")
+            for i in range(sources):
+                await driver.apply(configmaps, {
+                    "apiVersion": "v1", "kind": "ConfigMap",
+                    "metadata": {"name": f"s{i:02d}", "namespace": "default",
+                                 "labels": {ENABLED_LABEL: "true"},
+                                 "annotations": {SELECTOR_ANNOTATION: "team=x"}},
+                    "data": {"v": value},
+                }, field_manager="test", force=True)
+
+        def copies_are(value: str) -> bool:
+            return len(copies) == sources and all(history[-1] == value for history in copies.values())
+
+        async with driver, trio.open_nursery() as nursery:
+            namespaces = await driver.resource("v1", "Namespace")
+            await driver.create(namespaces, {"metadata": {"name": "dst", "labels": {"team": "x"}}})
+            await nursery.start(record_copies)
+            await write_sources("1")
+            async with (
+                open_plugin_test(mirror, target, identity="replica-a", scale_out=member("a"),
+                                 observers=[observers["replica-a"]]) as a,
+                open_plugin_test(mirror, target, identity="replica-b", scale_out=member("b"),
+                                 observers=[observers["replica-b"]]) as b,
+            ):
+                observers["replica-a"].cluster, observers["replica-b"].cluster = a.cluster, b.cluster
+                ga, gb = rings["a"].gate, rings["b"].gate
+                await wait_for(lambda: (ga.owned | gb.owned) == KeyRanges.everything() and bool(ga.owned)
+                               and copies_are("1"), within=60)
+
+                cut = api.faults.fail(503, count=None, client="replica-a/")
+                hung = api.faults.delay_watch(3600, client="replica-a/")
+                await wait_for(lambda: rings["a"].statistics().fenced == 1 and gb.owned == KeyRanges.everything(),
+                               within=30)
+                await write_sources("2")
+                await wait_for(lambda: copies_are("2"), within=30)
+                healed = trio.current_time()
+                api.faults.remove(cut)
+                api.faults.remove(hung)
+
+                await wait_for(lambda: bool(ga.owned) and (ga.owned | gb.owned) == KeyRanges.everything(), within=30)
+                await trio.sleep(10)
+                regained = [name for t, who, name, _ in seen if who == "replica-a" and t > healed]
+                assert regained, "the rejoined replica ran keys it ran before the partition"
+                stale = [(who, name) for t, who, name, value in seen if t > healed and value != "2"]
+                assert stale == [], "a run saw its source as it was before the partition"
+                assert copies_are("2")
+                went_back = sorted(name for name, history in copies.items() if "1" in history[history.index("2"):])
+                assert went_back == [], "a copy went back to older data"
+            nursery.cancel_scope.cancel()
+
+
+async def test_a_member_fenced_by_an_edited_lease_lists_every_cache_again_before_it_gains(
+    kube_target: KubeTarget, caplog: pytest.LogCaptureFixture,
+) -> None:
+    """On any server: a member whose Lease was taken by hand fences itself and rejoins; every
+    informer of its cluster has listed again (from a read begun after the rejoin) by the time
+    it owns a range again. The members' watch of the ring's Leases is served all along (it
+    asks for no bookmarks, which 1.32 on etcd 3.4 refuses from no resourceVersion)."""
+    caplog.set_level(logging.DEBUG, logger="engine.kube.ring")
+    rings: dict[str, HashRing] = {}
+    suffix = kube_target.namespace
+
+    def member(c: Client, gate: OwnershipGate, identity: str) -> HashRing:
+        ring = rings[identity] = HashRing(
+            c, gate, name=f"mirror-{suffix}"[:40], namespace=kube_target.namespace, plugins=["mirror"],
+            identity=identity, lease_duration=4.0, renew_deadline=3.0, retry_period=0.5, handover_grace=1.0,
+            rng=random.Random(identity),
+        )
+        return ring
+
+    async with (
+        open_plugin_test(mirror, kube_target, identity="replica-a", scale_out=member) as a,
+        open_plugin_test(mirror, kube_target, identity="replica-b", scale_out=member),
+    ):
+        ra, rb = rings["replica-a"], rings["replica-b"]
+        with trio.fail_after(30):
+            while not (ra.gate.owned and rb.gate.owned and (ra.gate.owned | rb.gate.owned) == KeyRanges.everything()):
+                await trio.sleep(0.1)
+        assert a.cluster is not None
+        informers = a.cluster.informers
+        listed = {id(i): i.statistics().lists for i in informers}
+        at_regain: list[dict[int, int]] = []
+
+        def regained() -> None:
+            if ra.statistics().fenced and ra.gate.owned and not at_regain:
+                at_regain.append({id(i): i.statistics().lists for i in informers})
+
+        ra.on_change.append(regained)
+        raw = await a.client.get(LEASE_RESOURCE, ra.member, namespace=kube_target.namespace)
+        raw["spec"]["holderIdentity"] = "someone-else"
+        await a.client.update(LEASE_RESOURCE, raw)
+        with trio.fail_after(30):
+            while not at_regain:
+                await trio.sleep(0.1)
+        assert ra.statistics().fenced == 1
+        assert all(at_regain[0][key] > count for key, count in listed.items()), (
+            "a cache had not listed again when the rejoined member gained a range")
+        assert "watching member leases failed" not in caplog.text

@@ -346,3 +346,50 @@ async def test_support_is_asked_once_per_client(api: ApiServer, autojump_clock: 
         assert len(probes) == 1
         assert all(i.server_filters_shards is gate(api) for i in informers)
         nursery.cancel_scope.cancel()
+
+
+async def test_a_cluster_refresh_lists_every_informer_again_and_a_hung_watch_delivers_nothing_after(
+    api: ApiServer, autojump_clock: trio.testing.MockClock
+) -> None:
+    """A replica cut off from the server has watches that hang and could still deliver old
+    events: after :meth:`Cluster.refresh` every informer, sharded or whole, holds what a list
+    begun then says, and nothing of the abandoned watches reaches a store or handler."""
+    async with memory_client(api) as driver, memory_client(api, user_agent="cut-off/1.0") as client:
+        for i in range(16):
+            await driver.create(CONFIGMAPS, {"metadata": {"name": f"cm{i:02}"}, "data": {"v": "1"}}, namespace="default")
+        async with trio.open_nursery() as nursery:
+            manager = Manager(handle_signals=False)
+            cluster = Cluster(client, manager, namespace="default")
+            cluster.set_key_ranges(UPPER)
+            sharded = await cluster.informer("v1", "ConfigMap", sharded=True)
+            whole = await cluster.informer("v1", "ConfigMap")
+            mirrors = [Mirror(sharded), Mirror(whole)]
+            sharded.add_handler(mirrors[0])
+            whole.add_handler(mirrors[1])
+            nursery.start_soon(sharded.run)
+            nursery.start_soon(whole.run)
+            await cluster.wait_synced()
+            await cluster.wait_refreshed()
+
+            hung = api.faults.delay_watch(3600, client="cut-off/")
+            for i in range(16):
+                await driver.patch(CONFIGMAPS, f"cm{i:02}", {"data": {"v": "2"}}, namespace="default")
+            await trio.sleep(30)
+            objects = await everything(driver)
+            fresh = {o["metadata"]["name"]: o["metadata"]["resourceVersion"] for o in objects}
+            assert cached(whole) != fresh, "the hung watch delivered nothing yet"
+            api.faults.remove(hung)
+
+            cluster.refresh()
+            with trio.fail_after(60):
+                await cluster.wait_refreshed()
+            assert cached(whole) == fresh
+            assert cached(sharded) == {k: v for k, v in fresh.items() if k in names_in(objects, UPPER)}
+            assert all(o["data"]["v"] == "2" for o in whole.store.list())
+            lists = [i.statistics().lists for i in (sharded, whole)]
+            await trio.sleep(4000)
+            assert cached(whole) == fresh, "an abandoned watch delivered an old event"
+            for mirror in mirrors:
+                assert mirror.view == cached(mirror.informer) and mirror.outside == []
+            assert [i.statistics().lists for i in (sharded, whole)] == lists, "no list after the fresh one"
+            nursery.cancel_scope.cancel()

@@ -24,6 +24,11 @@ The handover protocol (the full argument is in ``docs/scale-out.md``):
   since ``renew_deadline < lease_duration``, the fenced member stopped first. A range is
   therefore unowned for at most ``lease_duration`` (plus one ``retry_period`` to notice)
   after its owner crashed.
+* **Rejoining.** A fenced member rejoins under a new Lease once it can write again. Its
+  caches missed what others wrote while it was cut off (their watches may still hang on
+  connections that would deliver old events later): every informer lists again, from a
+  read begun after the rejoin, and no range is gained before those lists are done, so no
+  key runs on what the member saw before it was fenced.
 * **Hand edits.** A member Lease whose holder changed, or whose claims shrank without a
   renewal, or that was deleted (without first saying it left), counts as that member
   leaving; since its latest claims may be lost with the edit, no member gains anything
@@ -252,6 +257,13 @@ class HashRing:
         a cache that has not listed them yet (``run_plugins`` waits for the sharded informers,
         which :attr:`on_change` has already widened); if it takes longer than a retry period
         the range stays claimed and is gained on a later renewal."""
+        self.cache_refresh: Callable[[], None] | None = None
+        """Called (synchronously) when this member rejoins after it was fenced: while it was
+        cut off, others ran its ranges and wrote, and its caches may not show it (their
+        watches may even be stalled on connections that would deliver old events later), so
+        they are to list again; :attr:`cache_ready` then waits for those lists, begun after
+        the member could write again, before a range is gained (``run_plugins`` relists every
+        informer of the cluster)."""
 
     def __repr__(self) -> str:
         return f"<HashRing {self.namespace}/{self.name} member={self._member!r} owned={self.gate.owned.share:.3f}>"
@@ -282,7 +294,9 @@ class HashRing:
         With ``cluster``, the gate places keys with :meth:`Cluster.key_of`, and the cluster's
         sharded informers (``cluster.informer(..., sharded=True)``) follow the ring: they hold
         nothing until the first assignment, then the keys of :attr:`interest` as it changes, and
-        a claimed range is gained only once they listed it (:attr:`cache_ready`). Whether the
+        a claimed range is gained only once they listed it (:attr:`cache_ready`); after the
+        member rejoined from fencing, only once every informer of the cluster listed again
+        (:attr:`cache_refresh`). Whether the
         server filters by ``shardSelector`` is asked with a list of the ring's Leases, which a
         member may read (lists of custom resources never show it).
         """
@@ -298,7 +312,14 @@ class HashRing:
         self.gate.key_of = cluster.key_of
         cluster.set_key_ranges(KeyRanges.nothing())
         add_shard_probe(cluster.client, LEASE_RESOURCE, self.namespace)
-        self.cache_ready = cluster.wait_key_ranges_synced
+        self.cache_refresh = cluster.refresh
+
+        async def cache_ready() -> None:
+            if cluster.refreshing:
+                await cluster.wait_refreshed()
+            await cluster.wait_key_ranges_synced()
+
+        self.cache_ready = cache_ready
 
         def follow() -> None:
             if cluster.key_ranges != self.interest:
@@ -396,13 +417,15 @@ class HashRing:
 
     async def _watch(self) -> None:
         """Wake the loop when another member's claims or membership change (the loop still
-        decides from its own quorum reads; a renewal alone wakes nobody)."""
+        decides from its own quorum reads; a renewal alone wakes nobody). Without bookmarks:
+        kube-apiserver 1.32 on etcd 3.4 answers a watch that asks for them from no
+        ``resourceVersion`` with a 500 ("RequestWatchProgress is disabled")."""
         resource_version: str | None = None
         while True:
             try:
                 async with self._client.watch(
                     LEASE_RESOURCE, namespace=self.namespace, label_selector={RING_LABEL: self.name},
-                    resource_version=resource_version, timeout_seconds=300,
+                    resource_version=resource_version, timeout_seconds=300, allow_bookmarks=False,
                 ) as events:
                     async for event in events:
                         resource_version = event.resource_version or resource_version
@@ -446,6 +469,8 @@ class HashRing:
                 return
             self._keeper.renewed(started)
             logger.info("rejoined ring %s as %s", self.name, self._member)
+            if self.cache_refresh is not None:
+                self.cache_refresh()
         elif not await self._renew(started, self._held()):
             return
         await self._read(started)

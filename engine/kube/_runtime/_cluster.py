@@ -159,6 +159,7 @@ class Cluster:
         self._key_ranges: KeyRanges | None = None
         self._rules: list[PolicyRule] = []
         self._keys: dict[ObjectRef, tuple[str, int]] = {}
+        self._refreshing: dict[Informer, int] = {}
         manager.add_start_gate(self.wait_synced)
 
     @property
@@ -280,6 +281,32 @@ class Cluster:
         """
         for informer in list(self._sharded):
             await informer.wait_key_ranges_synced()
+        await trio.lowlevel.checkpoint()
+
+    def refresh(self) -> None:
+        """Make every informer list again from now on (:meth:`Informer.relist`): their watches
+        may have fallen behind, or stalled on connections that could still deliver old events
+        (a replica cut off from the server); :meth:`wait_refreshed` waits for the lists.
+        Synchronous, not a checkpoint."""
+        for informer in self._informers.values():
+            self._refreshing[informer] = informer.relist()
+
+    @property
+    def refreshing(self) -> bool:
+        """Whether the lists asked for by :meth:`refresh` may not all be done yet (until
+        :meth:`wait_refreshed` saw them done)."""
+        return bool(self._refreshing)
+
+    async def wait_refreshed(self) -> None:
+        """Wait until every informer holds a list begun after the last :meth:`refresh`
+        (returns at once, after a checkpoint, if none was asked for).
+
+        Cancellation: a checkpoint; the lists go on.
+        """
+        for informer, ticket in list(self._refreshing.items()):
+            await informer.wait_relisted(ticket)
+            if self._refreshing.get(informer) == ticket:
+                del self._refreshing[informer]
         await trio.lowlevel.checkpoint()
 
     @property

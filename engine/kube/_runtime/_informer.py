@@ -278,6 +278,30 @@ class Informer:
             await self._listed.wait()
         await trio.lowlevel.checkpoint()
 
+    # --- fresh lists ---
+
+    def relist(self) -> int:
+        """Make the store complete again from a list begun now: the running watch is abandoned
+        (nothing it would still deliver reaches the store), a new list reaches the handlers as
+        after 410 Gone (the difference against the store), and the watch goes on from it.
+        Returns a ticket for :meth:`wait_relisted`. Synchronous, not a checkpoint; the store
+        keeps its contents until the list is done."""
+        return self.watcher.request_relist()
+
+    def relisted(self, ticket: int) -> bool:
+        """Whether a list begun after :meth:`relist` returned ``ticket`` is in the store."""
+        return self.watcher.relisted >= ticket
+
+    async def wait_relisted(self, ticket: int) -> None:
+        """Wait until :meth:`relisted` holds for ``ticket``; returns at once (after a
+        checkpoint) if it does.
+
+        Cancellation: a checkpoint; nothing to undo (the list goes on).
+        """
+        while not self.relisted(ticket):
+            await self._listed.wait()
+        await trio.lowlevel.checkpoint()
+
     # --- handlers ---
 
     def add_handler(self, handler: Handler, *, replay: bool = True) -> None:

@@ -36,6 +36,10 @@ Behaviour under failure
   :class:`Restarted` with ``reset`` set.
 * **Half-dead connection**: when no bytes at all (not even a bookmark) arrive within
   :attr:`WatchOptions.idle_timeout`, the stream is abandoned and reopened as for a dropped stream.
+* **A cache that may have fallen behind** (its process was cut off from the server, and
+  streams may be stalled on dead connections that could still deliver old events later):
+  :meth:`Watcher.request_relist` abandons the running list or watch, closing its connection,
+  and lists again; :attr:`Watcher.relisted` tells when a list begun after the request is done.
 * **Malformed data** (a line that is not JSON, an event or list item without
   ``metadata.name``): logged, counted and skipped; the watch goes on.
 * **Anything else** (a list that fails once the client's retries are spent, or the
@@ -342,6 +346,27 @@ class Watcher:
         self._cycle_scope: trio.CancelScope | None = None
         self._stream_scope: trio.CancelScope | None = None
         self._narrowed = False
+        self._relists_asked = 0
+        self._listing_for = 0
+        self._listed_for = 0
+
+    # --- fresh lists ---
+
+    def request_relist(self) -> int:
+        """Ask for a complete list made from now on: the running list or watch is abandoned
+        (its connection closed, so nothing it would still deliver reaches ``on_event``) and the
+        watcher lists again, then watches from that list. Returns the request's number, to
+        compare with :attr:`relisted`. Synchronous, not a checkpoint."""
+        self._relists_asked += 1
+        if self._cycle_scope is not None:
+            self._cycle_scope.cancel()
+        return self._relists_asked
+
+    @property
+    def relisted(self) -> int:
+        """The number of the last :meth:`request_relist` that a complete list answered (the
+        list was begun after the request): 0 before any."""
+        return self._listed_for
 
     # --- key ranges ---
 
@@ -439,6 +464,7 @@ class Watcher:
         """The complete state, as one :class:`Restarted`: streamed on a watch where the server
         serves it (the stream, open, is returned to go on as the watch), else listed in pages
         (``None`` returned)."""
+        self._listing_for = self._relists_asked
         if self.options.watch_list and server_streams_lists(self._client) is not False:
             while True:
                 try:
@@ -538,6 +564,7 @@ class Watcher:
             # Ranges may have shrunk while the state was read.
             objects = [obj for obj in objects if self.wants(obj)]
         on_event(Restarted(objects, resource_version, reset=reset))
+        self._listed_for = self._listing_for
         self._covered = KeyRanges.everything() if self._key_ranges is None else self._key_ranges
         self._resource_version = resource_version
         log.debug("listed %d %s at resourceVersion %s", len(objects), self.resource, resource_version)
@@ -701,7 +728,11 @@ class Watcher:
             with trio.CancelScope() as self._cycle_scope:
                 await self._cycle(on_event)
             self._cycle_scope = self._stream_scope = None
-            log.info("listing %s again for its new key ranges", self.resource, extra={"resource": str(self.resource)})
+            log.info(
+                "listing %s again (%s)", self.resource,
+                "a fresh list was asked for" if self._relists_asked > self._listed_for else "its key ranges grew",
+                extra={"resource": str(self.resource)},
+            )
 
     async def _cycle(self, on_event: Callable[[WatcherEvent], object]) -> None:
         if self._key_ranges is not None:
@@ -709,6 +740,7 @@ class Watcher:
             if not self._key_ranges:
                 self._lists += 1
                 on_event(Restarted((), self._resource_version or ""))
+                self._listed_for = self._relists_asked
                 self._covered = KeyRanges.nothing()
                 await trio.sleep_forever()
         opened = await self._relist(on_event)
