@@ -81,7 +81,7 @@ def engine_parse(example: Example) -> Outcome:
         conn = _Connection(socket.socket())
         transport._open = 1
 
-        async def receive(conn: _Connection, timeout: float | None) -> None:
+        async def receive(conn: _Connection, timeout: float | None, answer_by: float = 0.0) -> None:
             piece = next(pieces, None)
             if piece is None:
                 conn.eof = True
