@@ -184,9 +184,11 @@ class Watches:
             )
         replay: list[Change] = []
         sub: Subscription | None = None
+        snapshot = 0
         if expired is None:
             try:
                 replay, sub = self.store.subscribe(rt, ns, since)
+                snapshot = self.store.resource_version
             except RequestRejected as exc:
                 expired = exc
         headers = [("content-type", "application/json")]
@@ -202,7 +204,7 @@ class Watches:
         self._active.add(active)
         stream = self._stream(
             rt, sub, active, replay, (labels, fields, shard), bookmarks, initial_events and bookmarks, timeout, since or 0,
-            converter,
+            snapshot, converter,
         )
         return Response(200, headers, stream=stream)
 
@@ -242,8 +244,13 @@ class Watches:
         initial_end: bool,
         timeout: float | None,
         since: int,
+        snapshot: int,
         convert: _Converter,
     ) -> AsyncIterator[bytes]:
+        """The watch's event lines: ``replay``, then the subscription's changes. With
+        ``initial_end`` the replay (the state at ``snapshot``, the store's resourceVersion when
+        the watch subscribed) ends with the ``k8s.io/initial-events-end`` bookmark at
+        ``snapshot``: changes queued meanwhile come after it, each newer than it."""
         store = self.store
         last_rv = since
 
@@ -268,7 +275,7 @@ class Watches:
                     self._tell(active.info, event)
                     yield _event_line(event[0], convert(converted))
             if initial_end:
-                last_rv = max(last_rv, store.resource_version)
+                last_rv = max(last_rv, snapshot)
                 yield bookmark({"k8s.io/initial-events-end": "true"})
             next_bookmark = self._next_bookmark(trio.current_time(), deadline)
             while not sub.dropped and trio.current_time() < deadline:

@@ -278,3 +278,35 @@ async def test_a_watch_from_a_resource_version_newer_than_the_latest_waits_for_n
             events = await Watch(r.aiter_lines()).rest()
         assert trio.current_time() - start == 3
         assert [e["type"] for e in events] == ["ERROR"] and too_large(events[0]["object"], 999999999999, current + 3)
+
+
+async def test_initial_events_end_at_the_state_streamed_not_at_changes_queued_meanwhile() -> None:
+    async with ApiServer(listen=False) as api, httpx.AsyncClient(
+        transport=api.memory_transport(), base_url=api.url
+    ) as client:
+        for i in range(100):
+            await client.post(CM, json=cm(f"x{i}") | {"data": {"k": "v" * 2000}})
+        params = {
+            "watch": "true", "sendInitialEvents": "true", "allowWatchBookmarks": "true",
+            "resourceVersionMatch": "NotOlderThan",
+        }
+
+        async def write_while_streaming() -> None:
+            while not api.store.subscriptions():
+                await trio.sleep(0)
+            await client.post(CM, json=cm("late"))
+
+        events: list[tuple[str, str | None, int]] = []
+        async with trio.open_nursery() as nursery, client.stream("GET", CM, params=params) as response:
+            nursery.start_soon(write_while_streaming)
+            with trio.fail_after(5):
+                async for line in response.aiter_lines():
+                    if line.strip():
+                        event = json.loads(line)
+                        meta = event["object"]["metadata"]
+                        events.append((event["type"], meta.get("name"), int(meta["resourceVersion"])))
+                        if meta.get("name") == "late":
+                            break
+    end = [kind for kind, _, _ in events].index("BOOKMARK")
+    assert [name for _, name, _ in events[end + 1:]] == ["late"]
+    assert all(rv > events[end][2] for _, _, rv in events[end + 1:])
