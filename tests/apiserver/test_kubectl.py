@@ -204,7 +204,7 @@ async def test_get_watch_prints_server_side_columns(kubectl: Kubectl) -> None:
 
         async def lines_until(name: bytes) -> list[list[str]]:
             nonlocal buffer
-            while not any(line.startswith(name) for line in buffer.splitlines()):
+            while not any(line.startswith(name) for line in buffer.split(b"\n")[:-1]):
                 chunk = await proc.stdout.receive_some()  # type: ignore[union-attr]
                 assert chunk, f"kubectl get -w ended before printing {name!r}: {buffer!r}"
                 buffer += chunk
