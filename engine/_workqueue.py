@@ -429,7 +429,11 @@ class WorkQueue(Generic[K]):
             else:
                 self._overtakes = 0
                 key = self._normal.popleft()
+            # In no lane and not processing until this task resumes: in flight, so an add
+            # meanwhile does not take it for a ready key and move it to a better lane.
+            self._flight.add(key)
             await trio.lowlevel.cancel_shielded_checkpoint()
+            self._flight.discard(key)
         else:
             task = trio.lowlevel.current_task()
             getters = self._getters

@@ -70,6 +70,32 @@ async def test_a_raise_while_handed_over_reaches_that_run(autojump_clock: trio.t
     assert len(q) == 0 and q.statistics().depth_by_priority[HIGH] == 0
 
 
+async def test_a_key_raised_while_its_getter_resumes_loses_no_other_key() -> None:
+    """``get`` takes a ready key, then yields once before the key counts as processing. A
+    better-priority add of that key in that moment once moved it to a better lane as if it were
+    still ready: a ghost entry the next ``get`` handed out in place of a real key, which was
+    then never handed out (a change lost until the process restarted). The scheduler runs the
+    adder inside that moment in about half of the rounds."""
+    for _ in range(64):
+        q: WorkQueue[str] = WorkQueue()
+        q.add("a", LOW)
+        got: list[tuple[str, Priority]] = []
+
+        async def worker() -> None:
+            got.append((await q.get(), q.handed_out_priority))
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(worker)
+            await trio.lowlevel.checkpoint()
+            q.add("a", NORMAL)
+        assert got == [("a", NORMAL)]
+        q.done("a")
+        q.add("b")
+        assert drain_nowait(q) == ["b"]
+        assert len(q) == 0
+        assert q.statistics().depth_by_priority == {HIGH: 0, NORMAL: 0, LOW: 0}
+
+
 async def test_a_delayed_key_becomes_ready_at_its_priority_before_ready_lower_ones(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
