@@ -3,7 +3,7 @@
 
 Run by hand (not a test; a long run takes hours)::
 
-    python bench/fault_campaign.py --seed 1 --cycles 3 --version 1.36.2 [--stop-seconds 5,60]
+    python bench/fault_campaign.py --seed 1 --cycles 3 --version 1.36.2 [--overlap] [--stop-seconds 5,60]
         [--partition-seconds 5,30] [--bound 60] [--pairs 60] [--mirrors 20] [--json PATH]
 
 The control plane is started with ``../shared/kube/serve`` on free ports in a state folder of
@@ -40,6 +40,15 @@ A cycle injects one fault of each kind, in an order and at moments drawn from ``
 * ``replica-term``: a replica gets SIGTERM while one of its runs is in progress, and is started
   again.
 
+By default one fault at a time: each begins ``--gap`` s after the changes accepted before the
+previous one ended converged (or ``--bound`` s passed). With ``--overlap`` a cycle runs
+``flood`` and ``partition`` beside the others (which stay one at a time: the server's four and
+``replica-term``), the three faults of a replica each on a replica of its own; a fault still
+begins only once the changes accepted before the latest end of any fault converged (or
+``--bound`` s passed), so a fault that begins never excuses a change already late, and a
+cycle ends when all its faults did. A network held by two faults at once is given back when
+both ended. About twice the faults an hour: a cycle lasts about as long as its flood.
+
 Checked from outside, from the server's objects (polled every ``--poll-interval`` s) and the
 replicas' JSON logs (the ``run started`` / ``run ended`` records of ``run_log``, and the engine's
 own lines):
@@ -54,14 +63,18 @@ own lines):
   revocation as a failure;
 * **exit**: every replica given SIGTERM exits, with status 0, within ``--grace-period`` + 10 s
   (the event flush and the shielded status writes);
-* **stuck**: after each fault every replica logs a run within ``--bound`` s (its watches and ring
-  came back; a hung server or network was noticed).
+* **stuck**: after each fault every replica logs a run within ``--bound`` s, or before the next
+  fault that reaches it began (every fault but a flood, partition or SIGTERM of another replica;
+  a window under ``--stuck-window`` s is not judged; a replica still under another fault is
+  judged after that one): its watches and ring came back, a hung server or network was noticed.
 
-Prints one JSON line per fault and a report: cycles, faults of each kind, faults per hour, the
-slowest convergence after each kind, 410s and watch failures the replicas logged, violations,
-and for each change that converged late or never (``stalls``, the first ten) a timeline from the
-replicas' logs: the runs of its objects on each replica, every line naming them (reconciler
-errors with their ``retryIn``), and how key ranges moved and watches fared meanwhile. The work
+Prints one JSON line per fault (with the seconds of each of its steps, ``phases``, and with
+``--overlap`` the faults under way beside it, ``during``) and a report: cycles, faults of each
+kind, faults per hour, the slowest convergence after each kind, how many replica windows the
+stuck check judged, 410s and watch failures the replicas logged, violations, and for each change
+that converged late or never (``stalls``, the first ten) a timeline from the replicas' logs: the
+runs of its objects on each replica, every line naming them (reconciler errors with their
+``retryIn``), and how key ranges moved and watches fared meanwhile. The work
 folder (the replicas' logs) is kept when there are violations.
 """
 
@@ -539,6 +552,8 @@ class Campaign:
         """The faults under way (their records so far)."""
         self.last_end = 0.0
         """When the latest fault to end ended."""
+        self.busy: set[int] = set()
+        """The replicas a fault of a replica holds (``--overlap``)."""
         self.stuck_windows = 0
 
     # --- setup ---
@@ -944,16 +959,15 @@ class Campaign:
                 kinds = Counter[str]()
                 campaign_start = time.time()
                 chosen = [k for k in args.kinds.split(",") if k]
-                for cycle in range(args.cycles):
+                for cycle in range(0 if args.overlap else args.cycles):
                     if self.past_until():
                         break
-                    if args.overlap:
-                        await self.overlapping_cycle(cycle, chosen, kinds)
-                        continue
                     for kind in self.rng.sample(chosen, len(chosen)):
                         await self.inject(cycle, kind, kinds)
                         if self.past_until():
                             break
+                if args.overlap:
+                    await self.overlapping(chosen, kinds)
                 self.stop_changes = True
                 await trio.sleep(args.change_interval + 1)
                 final = time.time()
@@ -971,16 +985,21 @@ class Campaign:
     def past_until(self) -> bool:
         return bool(self.args.until) and time.time() > self.args.until
 
-    async def inject(self, cycle: int, kind: str, kinds: Counter[str], replica: Replica | None = None) -> None:
-        """One fault: a pause drawn from ``--gap``, :meth:`gate`, the fault (on ``replica``, or on
-        one drawn here, if it is a replica's), then the wait for the changes accepted before it
-        ended; its record is added to ``faults`` when it ends and printed once they converged.
+    async def inject(self, cycle: int, kind: str, kinds: Counter[str]) -> None:
+        """One fault: a pause drawn from ``--gap``, :meth:`gate`, the fault (if it is a replica's,
+        on a replica drawn here: with ``--overlap`` one that no other fault holds), then the wait
+        for the changes accepted before it ended; its record is added to ``faults`` when it ends
+        and printed once they converged.
 
         If cancelled, the fault is left where it was (a network held, a process stopped)."""
         gap_start = time.time()
         await trio.sleep(self.rng.uniform(*(float(x) for x in self.args.gap.split(","))))
         gap = time.time() - gap_start
         await self.gate()
+        replica = None
+        if self.args.overlap and kind in REPLICA_KINDS:
+            replica = self.rng.choice([r for r in self.replicas if r.index not in self.busy])
+            self.busy.add(replica.index)
         kinds[kind] += 1
         record: dict[str, Any] = {"cycle": cycle + 1, "kind": kind, "n": kinds[kind], "start": round(time.time(), 3)}
         self.active.append(record)
@@ -991,6 +1010,8 @@ class Campaign:
             self.violations.append(f"fault {kind} #{kinds[kind]} could not be injected: {exc}")
         finally:
             self.active.remove(record)
+            if replica is not None:
+                self.busy.discard(replica.index)
         end = time.time()
         self.last_end = max(self.last_end, end)
         record.update(end=round(end, 3), fault_seconds=round(end - record["start"], 1), gap_seconds=round(gap, 1),
@@ -1017,29 +1038,45 @@ class Campaign:
             if self.last_end == since:
                 return
 
-    async def overlapping_cycle(self, cycle: int, chosen: list[str], kinds: Counter[str]) -> None:
-        """One cycle of ``--overlap``: the faults of the server (and ``replica-term``) one after
-        the other, in an order drawn here, while ``flood`` and ``partition`` run beside them,
-        each fault of a replica on a replica of its own (a flood's, a partition's hold and a
-        SIGTERM never meet on one replica); every fault passes :meth:`gate` first, and the
-        cycle ends when all of them settled.
+    async def overlapping(self, chosen: list[str], kinds: Counter[str]) -> None:
+        """``--cycles`` cycles of ``--overlap`` in lanes side by side: the faults of the server
+        and ``replica-term`` one after the other (in an order drawn for each cycle), and a lane
+        each for ``flood`` and ``partition``. A lane begins a cycle once every other lane began
+        the one before (no kind runs more than a cycle ahead); every fault passes
+        :meth:`gate` first, and a fault of a replica takes one no other fault of a replica holds
+        (a flood's, a partition's hold and a SIGTERM never meet on one replica).
 
         If cancelled, the faults under way are left where they were."""
-        slots = self.rng.sample(self.replicas, len(self.replicas))
-        assigned = dict(zip([k for k in chosen if k in REPLICA_KINDS], slots))
-        serial = [k for k in chosen if k not in CONCURRENT_KINDS]
+        lanes = [[k for k in chosen if k not in CONCURRENT_KINDS], *([k] for k in chosen if k in CONCURRENT_KINDS)]
+        lanes = [lane for lane in lanes if lane]
+        begun = [0] * len(lanes)
+        progress = trio.Event()
 
-        async def lane(lane_kinds: list[str]) -> None:
-            for kind in lane_kinds:
-                if self.past_until():
-                    return
-                await self.inject(cycle, kind, kinds, assigned.get(kind))
+        def moved(i: int, cycles: int) -> None:
+            nonlocal progress
+            begun[i] = cycles
+            progress.set()
+            progress = trio.Event()
+
+        async def lane(i: int, lane_kinds: list[str]) -> None:
+            try:
+                for cycle in range(self.args.cycles):
+                    while any(b < cycle for j, b in enumerate(begun) if j != i) and not self.past_until():
+                        with trio.move_on_after(1):
+                            await progress.wait()
+                    if self.past_until():
+                        return
+                    moved(i, cycle + 1)
+                    for kind in self.rng.sample(lane_kinds, len(lane_kinds)):
+                        if self.past_until():
+                            return
+                        await self.inject(cycle, kind, kinds)
+            finally:
+                moved(i, self.args.cycles)
 
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(lane, self.rng.sample(serial, len(serial)))
-            for kind in chosen:
-                if kind in CONCURRENT_KINDS:
-                    nursery.start_soon(lane, [kind])
+            for i, lane_kinds in enumerate(lanes):
+                nursery.start_soon(lane, i, lane_kinds)
 
     def deadline(self, change: dict[str, Any]) -> tuple[float, float, str]:
         """When ``change`` must have converged: ``--bound`` s after the later of the change and
