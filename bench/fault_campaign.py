@@ -41,13 +41,13 @@ A cycle injects one fault of each kind, in an order and at moments drawn from ``
   again.
 
 By default one fault at a time: each begins ``--gap`` s after the changes accepted before the
-previous one ended converged (or ``--bound`` s passed). With ``--overlap`` a cycle runs
-``flood`` and ``partition`` beside the others (which stay one at a time: the server's four and
-``replica-term``), the three faults of a replica each on a replica of its own; a fault still
-begins only once the changes accepted before the latest end of any fault converged (or
-``--bound`` s passed), so a fault that begins never excuses a change already late, and a
-cycle ends when all its faults did. A network held by two faults at once is given back when
-both ended. About twice the faults an hour: a cycle lasts about as long as its flood.
+previous one ended converged (or ``--bound`` s passed). With ``--overlap``, ``flood`` and
+``partition`` run in lanes of their own beside the others (which stay one at a time: the
+server's four and ``replica-term``), no lane more than a cycle ahead of another, the faults of
+a replica each on a replica no other holds; a fault still begins only once the changes
+accepted before the latest end of any fault converged (or ``--bound`` s passed), so a fault
+that begins never excuses a change already late. A network held by two faults at once is
+given back when both ended. About 1.6 times the faults an hour (the floods are what it waits for).
 
 Checked from outside, from the server's objects (polled every ``--poll-interval`` s) and the
 replicas' JSON logs (the ``run started`` / ``run ended`` records of ``run_log``, and the engine's
