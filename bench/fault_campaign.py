@@ -3,7 +3,7 @@
 
 Run by hand (not a test; a long run takes hours)::
 
-    python bench/fault_campaign.py --seed 1 --cycles 3 --version 1.36.2 [--stop-seconds 5,60]
+    python bench/fault_campaign.py --seed 1 --cycles 3 --version 1.36.2 [--overlap] [--stop-seconds 5,60]
         [--partition-seconds 5,30] [--bound 60] [--pairs 60] [--mirrors 20] [--json PATH]
 
 The control plane is started with ``../shared/kube/serve`` on free ports in a state folder of
@@ -40,6 +40,15 @@ A cycle injects one fault of each kind, in an order and at moments drawn from ``
 * ``replica-term``: a replica gets SIGTERM while one of its runs is in progress, and is started
   again.
 
+By default one fault at a time: each begins ``--gap`` s after the changes accepted before the
+previous one ended converged (or ``--bound`` s passed). With ``--overlap``, ``flood`` and
+``partition`` run in lanes of their own beside the others (which stay one at a time: the
+server's four and ``replica-term``), no lane more than a cycle ahead of another, the faults of
+a replica each on a replica no other holds; a fault still begins only once the changes
+accepted before the latest end of any fault converged (or ``--bound`` s passed), so a fault
+that begins never excuses a change already late. A network held by two faults at once is
+given back when both ended. About 1.6 times the faults an hour (the floods are what it waits for).
+
 Checked from outside, from the server's objects (polled every ``--poll-interval`` s) and the
 replicas' JSON logs (the ``run started`` / ``run ended`` records of ``run_log``, and the engine's
 own lines):
@@ -54,14 +63,18 @@ own lines):
   revocation as a failure;
 * **exit**: every replica given SIGTERM exits, with status 0, within ``--grace-period`` + 10 s
   (the event flush and the shielded status writes);
-* **stuck**: after each fault every replica logs a run within ``--bound`` s (its watches and ring
-  came back; a hung server or network was noticed).
+* **stuck**: after each fault every replica logs a run within ``--bound`` s, or before the next
+  fault that reaches it began (every fault but a flood, partition or SIGTERM of another replica;
+  a window under ``--stuck-window`` s is not judged; a replica still under another fault is
+  judged after that one): its watches and ring came back, a hung server or network was noticed.
 
-Prints one JSON line per fault and a report: cycles, faults of each kind, faults per hour, the
-slowest convergence after each kind, 410s and watch failures the replicas logged, violations,
-and for each change that converged late or never (``stalls``, the first ten) a timeline from the
-replicas' logs: the runs of its objects on each replica, every line naming them (reconciler
-errors with their ``retryIn``), and how key ranges moved and watches fared meanwhile. The work
+Prints one JSON line per fault (with the seconds of each of its steps, ``phases``, and with
+``--overlap`` the faults under way beside it, ``during``) and a report: cycles, faults of each
+kind, faults per hour, the slowest convergence after each kind, how many replica windows the
+stuck check judged, 410s and watch failures the replicas logged, violations, and for each change
+that converged late or never (``stalls``, the first ten) a timeline from the replicas' logs: the
+runs of its objects on each replica, every line naming them (reconciler errors with their
+``retryIn``), and how key ranges moved and watches fared meanwhile. The work
 folder (the replicas' logs) is kept when there are violations.
 """
 
@@ -104,6 +117,10 @@ MIRROR_NAMESPACES = ("mirror-a-1", "mirror-a-2")
 FLOOD_NS = "flood"
 FLOOD_OBJECTS = 40
 KINDS = ("apiserver-kill", "apiserver-stop", "etcd-restart", "etcd-compact", "flood", "partition", "replica-term")
+REPLICA_KINDS = ("flood", "partition", "replica-term")
+"""The faults of one replica (each record names it); the others reach every replica."""
+CONCURRENT_KINDS = ("flood", "partition")
+"""What ``--overlap`` runs beside the server's faults and ``replica-term``."""
 _RING_OR_WATCH = re.compile(
     r"key space|revoked|joined ring|member lease .* gone|410 Gone|went backwards|^watch of .* failed|^informer for .* failed"
 )
@@ -242,13 +259,15 @@ class ControlPlane:
 class Proxy:
     """A loopback TCP proxy in front of kube-apiserver for one replica. ``hold`` stops bytes both
     ways (connections stay open, new ones are accepted and wait), ``release`` lets them flow
-    again, ``cut`` closes every connection."""
+    again once every ``hold`` was released (faults that overlap hold the same network each for
+    its own time), ``cut`` closes every connection."""
 
     def __init__(self, upstream: int) -> None:
         self.upstream = upstream
         self.port = 0
         self._open = trio.Event()
         self._open.set()
+        self._holds = 0
         self._scopes: set[trio.CancelScope] = set()
 
     async def serve(self, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
@@ -258,11 +277,14 @@ class Proxy:
         await trio.serve_listeners(self._handle, listeners)
 
     def hold(self) -> None:
+        self._holds += 1
         if self._open.is_set():
             self._open = trio.Event()
 
     def release(self) -> None:
-        self._open.set()
+        self._holds = max(self._holds - 1, 0)
+        if not self._holds:
+            self._open.set()
 
     def cut(self) -> None:
         for scope in list(self._scopes):
@@ -466,6 +488,9 @@ class Logs:
         return found
 
 
+PROBE_SECONDS = 2.0
+"""How long a flood waits for the server to answer its probe watch with 410 Gone."""
+
 STALLS_REPORTED = 10
 """Late or unconverged changes whose timelines the report carries (the first ones)."""
 
@@ -479,6 +504,11 @@ def _objects_of(change: dict[str, Any]) -> set[str]:
     return {f"ConfigMap/{NS}/m-{change['i']:03d}"}
 
 
+def _reaches(fault: dict[str, Any], replica: int) -> bool:
+    """Whether ``fault`` reaches replica ``replica``: a replica's fault only its own."""
+    return fault["kind"] not in REPLICA_KINDS or fault.get("replica") in (None, replica)
+
+
 def _revision(text: Any) -> int:
     return int(str(text)[1:]) if isinstance(text, str) and text[:1] == "r" and text[1:].isdigit() else 0
 
@@ -486,6 +516,19 @@ def _revision(text: Any) -> int:
 def _artifact(i: int, n: int) -> list[dict[str, Any]]:
     return [{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": f"applied-{i:03d}"},
              "data": {"revision": f"r{n}"}}]
+
+
+class Phases:
+    """The seconds each step of a fault took, in order (a step seen twice adds up)."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+        self._last = time.time()
+
+    def mark(self, name: str) -> None:
+        now = time.time()
+        self.seconds[name] = round(self.seconds.get(name, 0.0) + now - self._last, 2)
+        self._last = now
 
 
 class Campaign:
@@ -505,6 +548,13 @@ class Campaign:
         self.poll_failures = 0
         self.writes_failed = 0
         self.stop_changes = False
+        self.active: list[dict[str, Any]] = []
+        """The faults under way (their records so far)."""
+        self.last_end = 0.0
+        """When the latest fault to end ended."""
+        self.busy: set[int] = set()
+        """The replicas a fault of a replica holds (``--overlap``)."""
+        self.stuck_windows = 0
 
     # --- setup ---
 
@@ -678,36 +728,46 @@ class Campaign:
 
     async def settle(self, since: float, within: float | None = None) -> float:
         """Wait until every change accepted before ``since`` converged, at most ``within`` s
-        (default ``--bound`` s) after ``since``; the seconds it took."""
-        with trio.move_on_after((within or self.args.bound) + 2 * self.args.poll_interval):
+        (default ``--bound`` s) and two polls after ``since``; the seconds since ``since``."""
+        left = since + (within or self.args.bound) + 2 * self.args.poll_interval - time.time()
+        with trio.move_on_after(max(left, 0.0)):
             while self.pending(since):
                 await trio.sleep(0.2)
         return time.time() - since
 
     # --- faults ---
 
-    async def restart_apiserver(self, sig: int) -> None:
+    async def restart_apiserver(self, sig: int, phases: Phases) -> None:
         api = self.plane.apiserver
         api.signal(signal.SIGCONT)
         api.signal(sig)
         if not await api.wait_exit(60):
             api.signal(signal.SIGKILL)
             await api.wait_exit(10)
+        phases.mark("apiserver-exit")
         await trio.sleep(self.rng.uniform(0, 2))
+        phases.mark("pause")
         api.start()
         await self.plane.wait_ready()
+        phases.mark("apiserver-ready")
 
-    async def fault(self, kind: str) -> dict[str, Any]:
+    async def fault(self, kind: str, chosen: Replica | None = None) -> dict[str, Any]:
+        """Inject one fault of ``kind`` (on ``chosen``, or on a replica drawn here, if it is a
+        replica's) and undo it; what it did.
+
+        If cancelled, the fault is left where it was."""
         rng, args = self.rng, self.args
-        detail: dict[str, Any] = {}
+        phases = Phases()
+        detail: dict[str, Any] = {"phases": phases.seconds}
         if kind == "apiserver-kill":
-            await self.restart_apiserver(signal.SIGKILL)
+            await self.restart_apiserver(signal.SIGKILL, phases)
         elif kind == "apiserver-stop":
             low, high = (float(x) for x in args.stop_seconds.split(","))
             detail["seconds"] = seconds = round(rng.uniform(low, high), 1)
             self.plane.apiserver.signal(signal.SIGSTOP)
             await trio.sleep(seconds)
             self.plane.apiserver.signal(signal.SIGCONT)
+            phases.mark("stopped")
         elif kind == "etcd-restart":
             etcd = self.plane.etcd
             sig = rng.choice([signal.SIGKILL, signal.SIGTERM])
@@ -716,49 +776,61 @@ class Campaign:
             if not await etcd.wait_exit(30):
                 etcd.signal(signal.SIGKILL)
                 await etcd.wait_exit(10)
+            phases.mark("etcd-exit")
             await trio.sleep(rng.uniform(0, 2))
+            phases.mark("pause")
             etcd.start()
             await self.plane.wait_etcd()
+            phases.mark("etcd-ready")
             await self.plane.wait_ready()
+            phases.mark("apiserver-ready")
         elif kind == "etcd-compact":
             for r in self.replicas:
                 r.proxy.hold()
             try:
                 await trio.sleep(rng.uniform(1, 3))
+                phases.mark("held")
                 detail["revision"] = await self.plane.compact()
-                await self.restart_apiserver(signal.SIGKILL)
+                phases.mark("compact")
+                await self.restart_apiserver(signal.SIGKILL, phases)
             finally:
                 for r in self.replicas:
                     r.proxy.release()
         elif kind == "flood":
-            replica = rng.choice(self.replicas)
+            replica = chosen if chosen is not None else rng.choice(self.replicas)
             detail["replica"] = replica.index
             before = await self.resource_version()
             replica.proxy.hold()
             held = trio.current_time()
+            phases.mark("resource-version")
             try:
                 writes = await self.flood(args.flood_writes)
+                phases.mark("first-burst")
                 evicted = False
                 if args.flood_window:
                     await trio.sleep_until(held + args.flood_window)
+                    phases.mark("window")
                     for _ in range(args.flood_bursts):
                         writes += await self.flood(args.flood_writes)
+                        phases.mark("burst")
                         if evicted := await self.expired(before):
                             break
+                        phases.mark("probe")
                 detail.update(writes=writes, evicted=evicted)
             finally:
                 replica.proxy.cut()
                 replica.proxy.release()
         elif kind == "partition":
             low, high = (float(x) for x in args.partition_seconds.split(","))
-            replica = rng.choice(self.replicas)
+            replica = chosen if chosen is not None else rng.choice(self.replicas)
             detail["replica"] = replica.index
             detail["seconds"] = seconds = round(rng.uniform(low, high), 1)
             replica.proxy.hold()
             await trio.sleep(seconds)
             replica.proxy.release()
+            phases.mark("held")
         elif kind == "replica-term":
-            replica = rng.choice(self.replicas)
+            replica = chosen if chosen is not None else rng.choice(self.replicas)
             assert replica.proc is not None
             with trio.move_on_after(10):
                 while True:
@@ -766,12 +838,15 @@ class Campaign:
                     if self.logs.running(replica.proc.pid):
                         break
                     await trio.sleep(0.05)
+            phases.mark("wait-run")
             detail["running"] = self.logs.running(replica.proc.pid)
             exit_ = await replica.terminate()
+            phases.mark("exit")
             detail.update(replica=replica.index, exit_seconds=exit_["seconds"], code=exit_["code"])
             self.check_exit(exit_)
             await trio.sleep(rng.uniform(0, 2))
             replica.start()
+            phases.mark("pause")
         return detail
 
     def check_exit(self, exit_: dict[str, Any]) -> None:
@@ -781,15 +856,18 @@ class Campaign:
                                    f"after {exit_['seconds']} s (bound {bound} s; killed: {exit_['killed']})")
 
     async def resource_version(self) -> str:
-        """The server's current resourceVersion (a one-item list of the flood's ConfigMaps)."""
-        with trio.fail_after(30):
+        """The server's current resourceVersion (a one-item list of the flood's ConfigMaps),
+        waiting out a kube-apiserver stopped by a fault beside this one (``--overlap``)."""
+        high = float(self.args.stop_seconds.split(",")[1])
+        with trio.fail_after(high + 30):
             listed = await self.client.list(self.configmaps, namespace=FLOOD_NS, limit=1)
         return str(listed.resource_version)
 
     async def expired(self, resource_version: str) -> bool:
         """Whether the server answers a ConfigMap watch from ``resource_version`` with 410 Gone
-        (the watch cache no longer holds what came after it)."""
-        with trio.move_on_after(5):
+        (the watch cache no longer holds what came after it; the cache answers that at once,
+        and no answer within ``PROBE_SECONDS`` s counts as held)."""
+        with trio.move_on_after(PROBE_SECONDS):
             try:
                 async with self.client.watch(self.configmaps, namespace=FLOOD_NS, label_selector="campaign-probe=none",
                                              resource_version=resource_version) as events:
@@ -824,22 +902,30 @@ class Campaign:
                     await send.send(k)
         return done
 
-    def check_stuck(self, fault: dict[str, Any], exited: dict[int, float]) -> None:
+    def check_stuck(self, fault: dict[str, Any], exited: dict[int, float]) -> int:
         """Every replica that lived from the fault's end until ``--bound`` s after it, or until
-        the next fault began if that came first, started a run in that time (its watches and
-        ring came back); a window shorter than ``--stuck-window`` s is not judged."""
+        the next fault that reaches it began if that came first, started a run in that time
+        (its watches and ring came back). A fault reaches every replica but a flood, partition
+        or SIGTERM of another one. A replica that another fault still reached when this one
+        ended is judged after that one instead, and a window shorter than ``--stuck-window`` s
+        is not judged. Returns how many replica lives were judged."""
         end = fault["end"]
-        following = [f["start"] for f in self.faults if f["start"] >= fault["start"] and f is not fault]
-        until = min([end + self.args.bound, *following])
-        if until - end < self.args.stuck_window:
-            return
+        judged = 0
         for replica in self.replicas:
+            reaching = [f for f in self.faults if f is not fault and _reaches(f, replica.index)]
+            if any(f["start"] < end < f["end"] for f in reaching):
+                continue
+            until = min([end + self.args.bound, *(f["start"] for f in reaching if f["start"] >= end)])
+            if until - end < self.args.stuck_window:
+                continue
             for pid, born in replica.lives:
                 if born > end or exited.get(pid, float("inf")) < until:
                     continue
+                judged += 1
                 if not any(end <= ts <= until for ts in self.logs.starts.get(pid, ())):
                     self.violations.append(f"stuck: replica {replica.index} pid {pid} started no run in the "
                                            f"{until - end:.1f} s after {fault['kind']} #{fault['n']} ended at {end:.3f}")
+        return judged
 
     def check_alive(self) -> None:
         """A replica that exited without being told to is a violation; it is started again (as a
@@ -873,28 +959,15 @@ class Campaign:
                 kinds = Counter[str]()
                 campaign_start = time.time()
                 chosen = [k for k in args.kinds.split(",") if k]
-                for cycle in range(args.cycles):
-                    for kind in self.rng.sample(chosen, len(chosen)):
-                        await trio.sleep(self.rng.uniform(*(float(x) for x in args.gap.split(","))))
-                        kinds[kind] += 1
-                        start = time.time()
-                        try:
-                            detail = await self.fault(kind)
-                        except Exception as exc:
-                            detail = {"error": f"{type(exc).__name__}: {exc}"}
-                            self.violations.append(f"fault {kind} #{kinds[kind]} could not be injected: {exc}")
-                        end = time.time()
-                        settle = await self.settle(end)
-                        self.logs.refresh()
-                        record = {"cycle": cycle + 1, "kind": kind, "n": kinds[kind], "start": round(start, 3),
-                                  "end": round(end, 3), "fault_seconds": round(end - start, 1),
-                                  "settled_seconds": round(settle, 1), **detail}
-                        self.faults.append(record)
-                        print(json.dumps(record), flush=True)
-                        if args.until and time.time() > args.until:
-                            break
-                    if args.until and time.time() > args.until:
+                for cycle in range(0 if args.overlap else args.cycles):
+                    if self.past_until():
                         break
+                    for kind in self.rng.sample(chosen, len(chosen)):
+                        await self.inject(cycle, kind, kinds)
+                        if self.past_until():
+                            break
+                if args.overlap:
+                    await self.overlapping(chosen, kinds)
                 self.stop_changes = True
                 await trio.sleep(args.change_interval + 1)
                 final = time.time()
@@ -904,11 +977,106 @@ class Campaign:
                     self.check_exit(await replica.terminate())
                 self.logs.refresh()
                 exited = {e["pid"]: e["at"] for r in self.replicas for e in r.exits}
-                for fault in self.faults:
-                    self.check_stuck(fault, exited)
+                self.stuck_windows = sum(self.check_stuck(fault, exited) for fault in self.faults)
                 events = (await client.list_all(self.events)).items
                 nursery.cancel_scope.cancel()
         return self.report(kinds, campaign_start, final, events)
+
+    def past_until(self) -> bool:
+        return bool(self.args.until) and time.time() > self.args.until
+
+    async def inject(self, cycle: int, kind: str, kinds: Counter[str]) -> None:
+        """One fault: a pause drawn from ``--gap``, :meth:`gate`, the fault (if it is a replica's,
+        on a replica drawn here: with ``--overlap`` one that no other fault holds), then the wait
+        for the changes accepted before it ended; its record is added to ``faults`` when it ends
+        and printed once they converged.
+
+        If cancelled, the fault is left where it was (a network held, a process stopped)."""
+        gap_start = time.time()
+        await trio.sleep(self.rng.uniform(*(float(x) for x in self.args.gap.split(","))))
+        gap = time.time() - gap_start
+        await self.gate()
+        replica = None
+        if self.args.overlap and kind in REPLICA_KINDS:
+            replica = self.rng.choice([r for r in self.replicas if r.index not in self.busy])
+            self.busy.add(replica.index)
+        kinds[kind] += 1
+        record: dict[str, Any] = {"cycle": cycle + 1, "kind": kind, "n": kinds[kind], "start": round(time.time(), 3)}
+        self.active.append(record)
+        try:
+            detail = await self.fault(kind, replica)
+        except Exception as exc:
+            detail = {"error": f"{type(exc).__name__}: {exc}"}
+            self.violations.append(f"fault {kind} #{kinds[kind]} could not be injected: {exc}")
+        finally:
+            self.active.remove(record)
+            if replica is not None:
+                self.busy.discard(replica.index)
+        end = time.time()
+        self.last_end = max(self.last_end, end)
+        record.update(end=round(end, 3), fault_seconds=round(end - record["start"], 1), gap_seconds=round(gap, 1),
+                      **detail)
+        if self.args.overlap:
+            record["during"] = [f"{f['kind']} #{f['n']}" for f in sorted([*self.faults, *self.active], key=lambda f: f["start"])
+                                if f["start"] < end and f.get("end", end) > record["start"]]
+        self.faults.append(record)
+        record["settled_seconds"] = round(await self.settle(end), 1)
+        self.logs.refresh()
+        print(json.dumps(record), flush=True)
+
+    async def gate(self) -> None:
+        """Wait until every change accepted before the latest end of a fault converged, or
+        ``--bound`` s (and two polls) passed since that end; again if another fault ended
+        meanwhile. A fault that begins moves the deadline of every change still unconverged
+        (see :meth:`deadline`): begun only past this gate, it cannot excuse a change that is
+        already late. Serial faults pass it at once (each waited for its own changes).
+
+        If cancelled, nothing is left behind."""
+        while True:
+            since = self.last_end
+            await self.settle(since)
+            if self.last_end == since:
+                return
+
+    async def overlapping(self, chosen: list[str], kinds: Counter[str]) -> None:
+        """``--cycles`` cycles of ``--overlap`` in lanes side by side: the faults of the server
+        and ``replica-term`` one after the other (in an order drawn for each cycle), and a lane
+        each for ``flood`` and ``partition``. A lane begins a cycle once every other lane began
+        the one before (no kind runs more than a cycle ahead); every fault passes
+        :meth:`gate` first, and a fault of a replica takes one no other fault of a replica holds
+        (a flood's, a partition's hold and a SIGTERM never meet on one replica).
+
+        If cancelled, the faults under way are left where they were."""
+        lanes = [[k for k in chosen if k not in CONCURRENT_KINDS], *([k] for k in chosen if k in CONCURRENT_KINDS)]
+        lanes = [lane for lane in lanes if lane]
+        begun = [0] * len(lanes)
+        progress = trio.Event()
+
+        def moved(i: int, cycles: int) -> None:
+            nonlocal progress
+            begun[i] = cycles
+            progress.set()
+            progress = trio.Event()
+
+        async def lane(i: int, lane_kinds: list[str]) -> None:
+            try:
+                for cycle in range(self.args.cycles):
+                    while any(b < cycle for j, b in enumerate(begun) if j != i) and not self.past_until():
+                        with trio.move_on_after(1):
+                            await progress.wait()
+                    if self.past_until():
+                        return
+                    moved(i, cycle + 1)
+                    for kind in self.rng.sample(lane_kinds, len(lane_kinds)):
+                        if self.past_until():
+                            return
+                        await self.inject(cycle, kind, kinds)
+            finally:
+                moved(i, self.args.cycles)
+
+        async with trio.open_nursery() as nursery:
+            for i, lane_kinds in enumerate(lanes):
+                nursery.start_soon(lane, i, lane_kinds)
 
     def deadline(self, change: dict[str, Any]) -> tuple[float, float, str]:
         """When ``change`` must have converged: ``--bound`` s after the later of the change and
@@ -986,6 +1154,7 @@ class Campaign:
             "faults": dict(kinds), "campaign_seconds": round(end - start, 1),
             "faults_per_hour": {k: round(v / hours, 1) for k, v in kinds.items()},
             "changes": len(self.changes), "changes_unconverged": unconverged, "writes_failed": self.writes_failed,
+            "overlap": args.overlap, "stuck_windows_judged": self.stuck_windows,
             "bound_seconds": args.bound, "exit_bound_seconds": args.grace_period + 10,
             "slowest_convergence_after_fault": {k: round(v, 1) for k, v in sorted(slowest.items())},
             "runs": sum(len(v) for v in self.logs.intervals.values()),
@@ -1057,6 +1226,9 @@ def parser() -> argparse.ArgumentParser:
                    help="at most this many bursts after the window, until the cache dropped the held replica's place")
     p.add_argument("--stuck-window", type=float, default=15.0,
                    help="the shortest quiet time after a fault in which every replica must start a run (default 15 s)")
+    p.add_argument("--overlap", action="store_true",
+                   help="run flood and partition beside the server's faults and replica-term, each fault of a "
+                        "replica on a replica of its own (default: one fault at a time)")
     p.add_argument("--kinds", default=",".join(KINDS), help="the fault kinds to inject (default: all)")
     p.add_argument("--bound", type=float, default=60.0, help="convergence bound after a fault ends (default 60 s)")
     p.add_argument("--lease", default="8,6,1", help="lease duration, renew deadline, retry period (default 8,6,1)")

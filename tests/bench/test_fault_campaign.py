@@ -1,5 +1,6 @@
-"""The pieces of ``bench/fault_campaign.py`` that judge a campaign and break a replica's network:
-the overlap check over the replicas' run records, the run log plugin's records, and the proxy."""
+"""The pieces of ``bench/fault_campaign.py`` that judge a campaign, break a replica's network and
+schedule faults: each check over the replicas' run records, the server's objects and exits, the
+run log plugin's records, the proxy, and ``--overlap``'s lanes and gate."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ import json
 import logging
 from collections import Counter
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 import trio
@@ -98,6 +101,17 @@ async def test_the_proxy_holds_releases_and_cuts_a_replicas_connections() -> Non
         with trio.fail_after(5):
             assert await conn.receive_some(10) == b"two"
             assert await late.receive_some(10) == b"three"
+
+        proxy.hold()  # two faults hold the network; the first to end gives it back to neither
+        proxy.hold()
+        await conn.send_all(b"four")
+        proxy.release()
+        with trio.move_on_after(0.5) as still:
+            await conn.receive_some(10)
+        assert still.cancelled_caught
+        proxy.release()
+        with trio.fail_after(5):
+            assert await conn.receive_some(10) == b"four"
 
         proxy.cut()
         with trio.fail_after(5):
@@ -206,3 +220,145 @@ def test_a_late_change_is_reported_with_what_the_logs_say_about_its_objects_and_
     ]
     assert never["objects"] == ["ConfigMap/campaign/m-003"]
     assert never["timeline"] == ["replica-1-1.log 190.000 gained 1.0% of the key space; now own 50.0%"]
+
+
+def _campaign(tmp_path: Path, *argv: str, replicas: int = 3) -> fault_campaign.Campaign:
+    args = fault_campaign.parser().parse_args(list(argv))
+    campaign = fault_campaign.Campaign(args, None, tmp_path)  # type: ignore[arg-type]
+    for index in range(replicas):
+        slot = fault_campaign.Replica(index, None, tmp_path, tmp_path, args)  # type: ignore[arg-type]
+        slot.lives.append((11 + index, 0.0))
+        campaign.replicas.append(slot)
+    return campaign
+
+
+def test_a_replica_is_judged_after_the_last_fault_that_reached_it_and_not_cut_short_by_another_replicas(
+    tmp_path: Path,
+) -> None:
+    campaign = _campaign(tmp_path, "--bound", "20", "--stuck-window", "8")
+    kill = {"kind": "apiserver-kill", "n": 1, "start": 90.0, "end": 100.0}
+    partition = {"kind": "partition", "n": 1, "start": 95.0, "end": 110.0, "replica": 1}
+    flood = {"kind": "flood", "n": 1, "start": 104.0, "end": 150.0, "replica": 2}
+    campaign.faults = [kill, partition, flood]
+    _run(campaign.logs, 12, "r-1", "Bundle/a", 125.0, 125.1)  # replica 1, after its partition
+    # replica 0: 100..120, its window not cut by the others' partition and flood; replica 1 is
+    # still partitioned at 100 (judged after 110); replica 2's window ends at its flood (4 s: too short)
+    assert campaign.check_stuck(kill, {}) == 1
+    assert campaign.violations == ["stuck: replica 0 pid 11 started no run in the 20.0 s after apiserver-kill #1 "
+                                   "ended at 100.000"]
+    campaign.violations.clear()
+    assert campaign.check_stuck(partition, {}) == 2  # replicas 0 and 1 (2 is flooded at 110)
+    assert campaign.violations == ["stuck: replica 0 pid 11 started no run in the 20.0 s after partition #1 "
+                                   "ended at 110.000"]
+    campaign.violations.clear()
+    _run(campaign.logs, 11, "r-2", "Bundle/b", 115.0, 115.1)
+    assert campaign.check_stuck(kill, {}) == 1 and campaign.check_stuck(partition, {}) == 2
+    assert campaign.violations == []
+
+
+async def test_the_gate_holds_a_fault_until_the_changes_before_the_last_fault_ended_converged(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(fault_campaign, "time", SimpleNamespace(time=trio.current_time))
+    campaign = _campaign(tmp_path, "--bound", "10", "--poll-interval", "1")
+    t0 = trio.current_time()
+    late = {"what": "bundle", "i": 1, "n": 2, "at": t0 - 1, "done": None}
+    fresh = {"what": "bundle", "i": 2, "n": 2, "at": t0 + 1, "done": None}  # after the fault: not waited for
+    campaign.changes = [late, fresh]
+    campaign.last_end = t0
+
+    async def converge(after: float) -> None:
+        await trio.sleep(after)
+        late["done"] = trio.current_time()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(converge, 3.0)
+        await campaign.gate()
+    assert 3.0 <= trio.current_time() - t0 < 3.5
+
+    late["done"] = None  # never converges: the gate opens once its bound passed
+    campaign.last_end = t1 = trio.current_time()
+    await campaign.gate()
+    assert 12.0 <= trio.current_time() - t1 < 12.5
+
+    late["done"], late["at"] = None, trio.current_time() - 0.5  # another fault ends while the gate waits
+    campaign.last_end = t2 = trio.current_time()
+
+    async def another_fault_ends() -> None:
+        await trio.sleep(5.0)
+        campaign.last_end = trio.current_time()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(another_fault_ends)
+        await campaign.gate()
+    assert 17.0 <= trio.current_time() - t2 < 17.5
+
+
+async def test_overlap_runs_flood_and_partition_beside_the_serial_faults_each_on_a_replica_of_its_own(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(fault_campaign, "time", SimpleNamespace(time=trio.current_time))
+    campaign = _campaign(tmp_path, "--overlap", "--gap", "1,3", "--seed", "5", "--cycles", "4")
+    durations = {"flood": 100.0, "partition": 20.0}
+
+    async def fault(kind: str, chosen: fault_campaign.Replica | None = None) -> dict[str, Any]:
+        await trio.sleep(durations.get(kind, 5.0))
+        return {} if chosen is None else {"replica": chosen.index}
+
+    monkeypatch.setattr(campaign, "fault", fault)
+    kinds: Counter[str] = Counter()
+    await campaign.overlapping(list(fault_campaign.KINDS), kinds)
+    faults = campaign.faults
+    assert kinds == Counter({k: 4 for k in fault_campaign.KINDS})
+
+    def apart(f: dict[str, Any], g: dict[str, Any]) -> bool:
+        return bool(f["end"] <= g["start"] or g["end"] <= f["start"])
+
+    serial = [f for f in faults if f["kind"] not in fault_campaign.CONCURRENT_KINDS]
+    assert all(apart(f, g) for f in serial for g in serial if f is not g)  # one at a time
+    held = [f for f in faults if f["kind"] in fault_campaign.REPLICA_KINDS]
+    assert all(apart(f, g) for f in held for g in held if f is not g and f["replica"] == g["replica"])
+    assert all("replica" not in f for f in faults if f["kind"] not in fault_campaign.REPLICA_KINDS)
+    flood = next(f for f in faults if f["kind"] == "flood")
+    assert len(flood["during"]) > 2  # the serial faults ran while it held its replica
+    lanes = [{k for k in fault_campaign.KINDS if k not in fault_campaign.CONCURRENT_KINDS}, {"flood"}, {"partition"}]
+    for f in faults:  # no lane more than a cycle ahead of another
+        for lane in lanes:
+            assert f["cycle"] == 1 or any(g["kind"] in lane and g["cycle"] == f["cycle"] - 1 and g["start"] <= f["start"]
+                                          for g in faults)
+    partitions = sorted(f["start"] for f in faults if f["kind"] == "partition")
+    floods = sorted(f["start"] for f in faults if f["kind"] == "flood")
+    assert partitions[3] > floods[2]
+
+
+def test_a_status_seen_older_than_before_is_a_regression(tmp_path: Path) -> None:
+    campaign = _campaign(tmp_path)
+    campaign._monotonic("Bundle b-001 lastAppliedRevision", 3, 1.0)
+    campaign._monotonic("Bundle b-001 lastAppliedRevision", 3, 2.0)
+    campaign._monotonic("Bundle b-001 lastAppliedRevision", 4, 3.0)
+    assert campaign.violations == []
+    campaign._monotonic("Bundle b-001 lastAppliedRevision", 2, 4.0)
+    assert campaign.violations == ["regress: Bundle b-001 lastAppliedRevision went from 4 back to 2 at 4.000"]
+
+
+def test_a_slow_killed_or_failed_exit_is_a_violation(tmp_path: Path) -> None:
+    campaign = _campaign(tmp_path, "--grace-period", "5")
+    ok = {"replica": 0, "pid": 11, "seconds": 14.9, "code": 0, "killed": False}
+    campaign.check_exit(ok)
+    assert campaign.violations == []
+    for bad in ({"seconds": 15.1}, {"code": 1}, {"killed": True, "code": -9}):
+        campaign.check_exit({**ok, **bad})
+    assert [v.split(" exited")[0] for v in campaign.violations] == ["exit: replica 0 pid 11"] * 3
+
+
+def test_a_warning_event_that_reports_a_shutdown_as_a_failure_is_a_violation(tmp_path: Path) -> None:
+    campaign = _campaign(tmp_path)
+    obj = {"kind": "Bundle", "namespace": "campaign", "name": "b-001"}
+    events = [
+        {"type": "Warning", "reason": "ReconcileFailed", "message": "etcdserver: request timed out", "involvedObject": obj},
+        {"type": "Normal", "reason": "Released", "message": "handed over on shutdown", "involvedObject": obj},
+        {"type": "Warning", "reason": "ReconcileFailed", "message": "run cancelled: handover", "involvedObject": obj},
+    ]
+    report = campaign.report(Counter(), 0.0, 10.0, events)
+    assert report["violations"] == ["events: Warning ReconcileFailed on Bundle campaign/b-001: run cancelled: handover"]
+    assert report["warning_events"] == {"ReconcileFailed": 2}
