@@ -51,7 +51,7 @@ from ._progress import TerminalProgress, counted
 from ._tracing import configure_tracing
 
 if TYPE_CHECKING:
-    from ..kube import Plugin, PluginHost, WebhookServing
+    from ..kube import Client, Plugin, PluginHost, WebhookServing
     from ..observability import Observability
 
 __all__ = ["main", "first_cause", "describe"]
@@ -121,6 +121,10 @@ def _parser() -> argparse.ArgumentParser:
                      help=f"how long running reconciles get to finish after SIGTERM before they are cancelled "
                           f"(default {DEFAULT_GRACE_PERIOD:g}; with the {DEFAULT_EVENT_FLUSH_TIMEOUT:g} s event flush "
                           f"and shielded status writes this fits a pod's default 30 s terminationGracePeriodSeconds)")
+    run.add_argument("--startup-timeout", type=float, default=DEFAULT_STARTUP_TIMEOUT, metavar="SECONDS",
+                     help=f"how long start-up waits for the API server to answer (no connection, 5xx or 429 "
+                          f"are retried with backoff meanwhile) before it gives up with exit code 1 "
+                          f"(default {DEFAULT_STARTUP_TIMEOUT:g})")
     run.add_argument("--event-webhook", metavar="URL", help="also POST every event to this URL")
     run.add_argument("--no-cluster-events", action="store_true", help="do not record events in the cluster")
     le = p.add_argument_group("leader election")
@@ -206,6 +210,8 @@ def _check(args: argparse.Namespace) -> None:
         raise _UsageError(
             f"--scale-out-handover-grace must be a number of seconds >= 0, got {args.scale_out_handover_grace:g}"
         )
+    if not (math.isfinite(args.startup_timeout) and args.startup_timeout >= 0):
+        raise _UsageError(f"--startup-timeout must be a number of seconds >= 0, got {args.startup_timeout:g}")
     if not (math.isfinite(args.grace_period) and args.grace_period >= 0):
         raise _UsageError(f"--grace-period must be a number of seconds >= 0, got {args.grace_period:g}")
     lease, renew, retry = (args.leader_elect_lease_duration, args.leader_elect_renew_deadline,
@@ -372,6 +378,43 @@ def describe(exc: BaseException) -> str:
 # -- running -------------------------------------------------------------------------------------
 
 
+DEFAULT_STARTUP_TIMEOUT = 120.0
+"""Seconds start-up waits for the API server (controller-runtime's default cache sync timeout)."""
+
+
+async def wait_for_server(client: Client, *, within: float) -> None:
+    """Return once the API server answers ``GET /version``.
+
+    What may pass (no connection, a 5xx, a 429) is retried, by the client's own retries and
+    then with backoff here, each failed round logged as one warning; past ``within`` seconds,
+    or at once for anything else (a certificate that fails verification, 401, 403), raises
+    :class:`_StartupError` or the client's error, naming the cause.
+
+    Cancellation: a checkpoint; nothing to undo.
+    """
+    from ..kube import ServerError, TLSVerificationError, TooManyRequestsError, TransportError
+
+    deadline = trio.current_time() + within
+    delay = 0.5
+    cause = "no answer yet"
+    while True:
+        with trio.move_on_at(deadline):
+            try:
+                await client.server_version()
+                return
+            except TLSVerificationError:
+                raise
+            except (TransportError, ServerError, TooManyRequestsError) as exc:
+                cause = describe(exc)
+                wait = min(delay, deadline - trio.current_time())
+                if wait > 0:
+                    logger.warning("the API server does not answer yet (%s); retrying in %.1fs", cause, wait)
+                    await trio.sleep(wait)
+                    delay = min(delay * 2, 8.0)
+                    continue
+        raise _StartupError(f"no answer from the API server within --startup-timeout {within:g}s: {cause}")
+
+
 @attrs.define(eq=False)
 class _Running:
     """What a signal acts on once the manager exists."""
@@ -462,6 +505,8 @@ async def _start_and_run(args: argparse.Namespace, box: list[_Running], progress
             config = Config.incluster()
         identity = f"{socket.gethostname()}_{os.getpid()}"
         client = await stack.enter_async_context(Client(config, user_agent=f"engine-runner/{identity}"))
+        if not args.embedded:
+            await wait_for_server(client, within=args.startup_timeout)
 
         leader = None
         if args.leader_elect:

@@ -11,12 +11,15 @@ import subprocess
 import sys
 from pathlib import Path
 
+import attrs
 import pytest
 import trio
+import trio.testing
 import yaml
 
 from engine.apiserver import ApiServer
-from engine.kube import Client, Config, NotFoundError
+from engine.cli._run import _StartupError, wait_for_server
+from engine.kube import Client, Config, NotFoundError, RetryPolicy, UnauthorizedError
 
 from .._e2e import ROOT
 
@@ -72,6 +75,7 @@ def _kubeconfig(tmp_path: Path, *, server: str = "http://127.0.0.1:1", user: dic
 
 @pytest.mark.parametrize(("flags", "message"), [
     (("--grace-period", "-5"), "error: --grace-period must be a number of seconds >= 0, got -5"),
+    (("--startup-timeout", "nan"), "error: --startup-timeout must be a number of seconds >= 0, got nan"),
     (("--leader-elect", "--leader-elect-lease-duration", "5"),
      "error: --leader-elect-lease-duration (5) must be greater than --leader-elect-renew-deadline (10)"),
     (("--leader-elect-renew-deadline", "2"),
@@ -300,3 +304,56 @@ def test_on_a_terminal_each_change_of_the_replicas_share_is_one_line() -> None:
         f"scale-out ring engine-x: 0 member(s); this replica ({ring.member}) owns 0.0% of the keys in 0 range(s)",
         f"scale-out ring engine-x: 0 member(s); this replica ({ring.member}) owns 25.0% of the keys in 1 range(s)",
     ]
+
+
+# -- an API server that is not up yet ------------------------------------------------------------
+
+
+def _client(api: ApiServer) -> Client:
+    return Client(Config.from_dict(api.kubeconfig), transport=api.memory_transport(), user_agent="runner/1.0",
+                  retry=RetryPolicy(max_attempts=1))
+
+
+async def test_start_up_waits_for_an_api_server_that_answers_late(
+    autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture,
+) -> None:
+    async with ApiServer(listen=False) as api, _client(api) as client:
+        down = api.faults.fail(503, count=4, client="runner/")
+        started = trio.current_time()
+        await wait_for_server(client, within=120)
+        assert down.hits == 4
+        assert 0 < trio.current_time() - started < 120
+    warnings = [r.getMessage() for r in caplog.records if r.name == "engine.runner" and r.levelname == "WARNING"]
+    assert len(warnings) == 4
+    assert warnings[0].startswith("the API server does not answer yet (503 ServiceUnavailable")
+
+
+async def test_start_up_gives_up_after_the_startup_timeout(autojump_clock: trio.testing.MockClock) -> None:
+    async with ApiServer(listen=False) as api, _client(api) as client:
+        api.faults.fail(503, count=None, client="runner/")
+        started = trio.current_time()
+        with pytest.raises(_StartupError) as caught:
+            await wait_for_server(client, within=30)
+        assert trio.current_time() - started == pytest.approx(30, abs=0.01)
+    assert str(caught.value).startswith("no answer from the API server within --startup-timeout 30s: 503 ServiceUnavailable")
+
+
+async def test_start_up_does_not_wait_out_a_refused_credential(autojump_clock: trio.testing.MockClock) -> None:
+    async with ApiServer(listen=False) as api:
+        bad = Config.from_dict(api.kubeconfig)
+        async with Client(attrs.evolve(bad, token="not-the-token"), transport=api.memory_transport(),
+                          user_agent="runner/1.0") as client:
+            started = trio.current_time()
+            with pytest.raises(UnauthorizedError):
+                await wait_for_server(client, within=120)
+            assert trio.current_time() - started < 1
+
+
+def test_a_server_that_never_answers_ends_the_start_after_the_startup_timeout(tmp_path: Path) -> None:
+    out = _run("--kubeconfig", str(_kubeconfig(tmp_path)), "--plugin", "bundles", "--startup-timeout", "4")
+    assert out.returncode == 1, out.stderr
+    records = [json.loads(line) for line in out.stderr.splitlines()]
+    retries = [r for r in records if r["level"] == "warn" and r["msg"].startswith("the API server does not answer yet")]
+    assert len(retries) >= 1
+    assert _fatal(out.stderr) == ("error: no answer from the API server within --startup-timeout 4s: "
+                                  "cannot reach the API server at http://127.0.0.1:1: connection refused")
