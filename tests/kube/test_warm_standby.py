@@ -40,6 +40,8 @@ class Replica:
     controller: Controller
     log: RunLog
     scope: trio.CancelScope
+    seen: list[tuple[float, str, Any]]
+    """Each run's start: its time, its object, and the object's ``data`` in the cache then."""
 
     def crash(self) -> None:
         """As kill -9: nothing is drained or released."""
@@ -61,7 +63,10 @@ async def replica(api: ApiServer, nursery: trio.Nursery, name: str, *, warm: boo
         log = RunLog()
         manager.add_observer(log)
 
+        seen: list[tuple[float, str, Any]] = []
+
         async def reconcile(ctx: RunContext) -> None:
+            seen.append((trio.current_time(), ctx.ref.name, (informer.store.get("default", ctx.ref.name) or {}).get("data")))
             await c.patch(resource, ctx.ref.name, {"metadata": {"annotations": {"seen-by": name}}},
                           namespace="default")
             ctx.events.normal("Seen", f"seen by {name}")
@@ -77,7 +82,7 @@ async def replica(api: ApiServer, nursery: trio.Nursery, name: str, *, warm: boo
                 await manager.run()
 
         nursery.start_soon(run)
-        yield Replica(name, manager, elector, cluster, informer, controller, log, scope)
+        yield Replica(name, manager, elector, cluster, informer, controller, log, scope, seen)
         scope.cancel()
 
 
@@ -194,6 +199,34 @@ async def test_a_warm_standby_that_loses_its_watch_relists_and_still_runs_nothin
         await wait_for(lambda: len(b.log.records) >= OBJECTS)
         assert {ref.name for _, ref, _, _ in b.log.started} >= {"late"}
         assert "cm-0" not in {ref.name for _, ref, _, _ in b.log.started}
+
+
+async def test_a_warm_standby_cut_off_from_the_server_lists_again_before_it_leads(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """A standby whose requests fail (its lease attempts among them) and whose running watches
+    hang, as behind a partition, misses a change of every object. Once the server is back and it
+    takes over, none of its runs may see the objects as they were before: it lists every cache
+    again before its controllers start. Its watches still hang (they would deliver the old
+    events later)."""
+    async with two_replicas(warm=True) as (api, log, a, b):
+        await wait_for(lambda: b.cluster.synced and b.informer.statistics().watches >= 1)
+        cut = api.faults.fail(503, count=None, client="b/")
+        api.faults.delay_watch(3600, client="b/")
+        await wait_for(lambda: b.elector._keeper.failed >= 2)
+        configmaps = await a.cluster.resource("v1", "ConfigMap")
+        async with client(api, "driver") as driver:
+            for i in range(OBJECTS):
+                await driver.patch(configmaps, f"cm-{i}", {"data": {"v": "2"}}, namespace="default")
+        api.faults.remove(cut)
+        await trio.sleep(2 * RETRY)
+        assert (b.informer.store.get("default", "cm-3") or {}).get("data") == {"v": "1"}, "the standby's watch hangs"
+        a.crash()
+        await b.manager.wait_started()
+        await wait_for(lambda: len({name for _, name, _ in b.seen}) >= OBJECTS)
+        stale = sorted(name for _, name, data in b.seen if data != {"v": "2"})
+        assert stale == [], "a run of the new leader saw its object as it was before the partition"
+        assert lists(log, "b", since=b.elector.statistics().leading_since or 0.0), "the new leader listed again"
 
 
 async def test_a_warm_leader_that_loses_the_lease_stops_its_runs_and_its_informers(

@@ -208,6 +208,13 @@ class LeaderElector:
         self._seen = trio.Event()
         self._watch_scope: trio.CancelScope | None = None
         self._watch_said = False
+        self._failed_seen = 0
+        self.cache_refresh: list[Callable[[], None]] = []
+        """Called, synchronously, when this replica becomes leader after an attempt to reach
+        the server failed since it started: its warm caches may hold what stalled watches
+        left behind (a standby cut off from the server). :class:`Cluster` adds its
+        :meth:`~Cluster.refresh` for a manager with this elector, and starts no controller
+        before those lists are done."""
 
     def __repr__(self) -> str:
         return (
@@ -438,6 +445,13 @@ class LeaderElector:
             "acquired lease %s/%s as %s (transitions %s)",
             self.namespace, self.name, self.identity, self.statistics().transitions,
         )
+        failed, self._failed_seen = self._keeper.failed - self._failed_seen, self._keeper.failed
+        if failed and self.cache_refresh:
+            logger.info(
+                "listing every cache again before leading: %d attempt(s) to reach the server failed meanwhile", failed
+            )
+            for refresh in self.cache_refresh:
+                refresh()
         self._acquired.set()
 
     def _lose(self, reason: str) -> None:

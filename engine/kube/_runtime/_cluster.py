@@ -13,7 +13,7 @@ from __future__ import annotations
 import enum
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import attrs
 import trio
@@ -122,12 +122,22 @@ def ref_for(resource: Resource, obj: Mapping[str, Any]) -> ObjectRef:
     return ObjectRef.from_object(obj, kind=resource.kind, group=resource.group)
 
 
+@runtime_checkable
+class _RefreshesCaches(Protocol):
+    """A leader election that asks for fresh caches when it leads after it could not reach the
+    server (``engine.kube.LeaderElector``)."""
+
+    cache_refresh: list[Callable[[], None]]
+
+
 class Cluster:
     """Informers on one cluster, shared by a manager's controllers.
 
     :meth:`informer` creates (once per resource, namespace and selector) an informer that runs
     as a source of ``manager``; the manager starts controllers only after every informer
-    synced. ``label_selector`` (a shard) applies to the informers of primary objects.
+    synced, and with a :class:`LeaderElector` whose attempts to reach the server failed while
+    it stood by, only after every informer listed again once it leads (a warm standby cut off
+    from the server may hold what its stalled watches left behind). ``label_selector` (a shard) applies to the informers of primary objects.
     ``options`` (:class:`WatchOptions`) are handed to every :class:`Informer`; ``transform``
     is the default transform of :meth:`informer` (:func:`strip_managed_fields` unless given).
 
@@ -160,7 +170,10 @@ class Cluster:
         self._rules: list[PolicyRule] = []
         self._keys: dict[ObjectRef, tuple[str, int]] = {}
         self._refreshing: dict[Informer, int] = {}
-        manager.add_start_gate(self.wait_synced)
+        manager.add_start_gate(self._wait_startable)
+        leader = manager.leader_election
+        if isinstance(leader, _RefreshesCaches):
+            leader.cache_refresh.append(self.refresh)
 
     @property
     def rules(self) -> list[PolicyRule]:
@@ -308,6 +321,11 @@ class Cluster:
             if self._refreshing.get(informer) == ticket:
                 del self._refreshing[informer]
         await trio.lowlevel.checkpoint()
+
+    async def _wait_startable(self) -> None:
+        await self.wait_synced()
+        if self.refreshing:
+            await self.wait_refreshed()
 
     @property
     def informers(self) -> list[Informer]:
