@@ -1,11 +1,12 @@
-"""Fault injection: failures, latency, stale and dropped watches, forced 410s, watch caches
-that etcd tells no progress.
+"""Fault injection: failures, latency, stale and dropped watches, forced 410s.
 
 Every fault has a scope: ``resource`` (the plural, such as ``"configmaps"``), ``group`` (``""``
 for the core group), ``client`` and ``verbs``. A field left ``None`` matches anything. Clients
 are identified by their ``User-Agent`` header: ``client="informer-a"`` matches every request
 whose User-Agent starts with ``informer-a``, so one test can starve exactly one informer by
 giving it its own User-Agent. Requests to ``/_faults`` itself are never faulted.
+``withhold_progress`` makes the watch caches lag as when etcd sends them no progress
+notifications.
 """
 
 from __future__ import annotations

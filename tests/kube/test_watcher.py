@@ -1,4 +1,5 @@
-"""Tests of engine.kube.Watcher used alone, against the embedded ApiServer under virtual time."""
+"""Tests of engine.kube.Watcher used alone, against the embedded ApiServer under virtual time
+(and one, marked kube_real, on a real kube-apiserver)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,6 @@ import trio.testing
 
 from engine import LifecycleError
 from engine.apiserver import ApiServer
-from engine.testing import KubeTarget
 from engine.kube import (
     Added,
     Bookmark,
@@ -30,6 +30,7 @@ from engine.kube import (
     WatcherEvent,
     WatchOptions,
 )
+from engine.testing import KubeTarget
 
 KUBECONFIG = {
     "clusters": [{"name": "c", "cluster": {"server": "http://k8s.test"}}],
