@@ -19,12 +19,12 @@ from ._authn import ANONYMOUS, Authenticator, UserInfo
 from ._conversion import Conversions
 from ._discovery import discovery_response
 from ._errors import RequestRejected
-from ._faults import Fault, Faults
+from ._faults import Fault, Faults, RequestInfo
 from ._handlers import handle_resource
 from ._impersonation import Impersonation, wanted_user
 from ._responses import json_response, status_response
 from ._routing import Target, flag, request_info, resolve
-from ._storage import ObjectStorage
+from ._storage import ObjectStorage, too_large_resource_version
 from ._watch import Watches, WatchObserver
 from ._webhooks import WebhookClient
 
@@ -149,6 +149,7 @@ class Router:
                                 observers=self.watch_observers)
         self._watches.conversions = self.conversions
         self.faults.connect_watches(self._watches.drop)
+        self.faults.connect_counter(lambda: self.store.resource_version)
 
     async def handle(
         self, request: Request, *, certificate: UserInfo | None = None, unauthenticated: UserInfo = ANONYMOUS
@@ -217,6 +218,8 @@ class Router:
             return discovery_response(
                 self.store.types(), request, path, server_address=self.server_address, sharding=self.sharding
             )
+        if info.verb in ("get", "list"):
+            await self._read_from_watch_cache(target, info, request.query.get("resourceVersion"))
         if info.verb in ("get", "list") or (info.verb == "watch" and flag(request.query, "sendInitialEvents")):
             await self.store.wait_for_resource_version(request.query.get("resourceVersion"))
         if info.verb == "watch":
@@ -225,6 +228,26 @@ class Router:
             self.store, request, target, info, caller=user, tokens=self.tokens, sharding=self.sharding,
             admission=self.admission, conversions=self.conversions,
         )
+
+    async def _read_from_watch_cache(self, target: Target, info: RequestInfo, resource_version: str | None) -> None:
+        """Under a ``withhold_progress`` fault, a read at a ``resourceVersion`` waits for the
+        type's watch cache to reach it, and is refused 504 ``ResourceVersionTooLarge`` when it
+        does not within 3 s (see :meth:`Faults.withhold_progress`)."""
+        try:
+            wanted = int(resource_version or 0)
+        except ValueError:
+            return
+        if wanted <= 0:
+            return
+        fault = self.faults.take("withhold_progress", info)
+        if fault is None:
+            return
+        key = target.rt.storage_key
+        if min(self.store.resource_version, fault.resource_version) >= wanted:
+            return
+        if not await self.store.wait_for_write(key, wanted):
+            current = min(self.store.resource_version, max(fault.resource_version, self.store.last_write(key)))
+            raise too_large_resource_version(wanted, current)
 
     @staticmethod
     def _attributes(request: Request, target: Target | None, verb: str) -> Attributes:

@@ -5,6 +5,8 @@ for the core group), ``client`` and ``verbs``. A field left ``None`` matches any
 are identified by their ``User-Agent`` header: ``client="informer-a"`` matches every request
 whose User-Agent starts with ``informer-a``, so one test can starve exactly one informer by
 giving it its own User-Agent. Requests to ``/_faults`` itself are never faulted.
+``withhold_progress`` makes the watch caches lag as when etcd sends them no progress
+notifications.
 """
 
 from __future__ import annotations
@@ -70,7 +72,7 @@ class Fault:
     the requests or events it affected."""
 
     kind: str
-    """``fail``, ``latency``, ``delay_watch`` or ``expire_watch``."""
+    """``fail``, ``latency``, ``delay_watch``, ``expire_watch`` or ``withhold_progress``."""
     scope: FaultScope
     """Which requests it applies to."""
     remaining: int | None = None
@@ -83,6 +85,9 @@ class Fault:
     """For ``latency`` and ``delay_watch``: the delay."""
     hits: int = 0
     """Requests or events affected so far."""
+    resource_version: int = 0
+    """For ``withhold_progress``: the server's resourceVersion when it was added (the watch
+    caches had heard of everything up to it)."""
     id: int = attrs.field(factory=lambda: next(_ids))
     """Identifier used by the ``/_faults`` endpoint."""
 
@@ -100,6 +105,7 @@ class Fault:
             "retryAfter": self.retry_after,
             "seconds": self.seconds,
             "hits": self.hits,
+            "resourceVersion": self.resource_version,
         }
 
 
@@ -114,10 +120,16 @@ class Faults:
 
     _active: list[Fault] = attrs.field(factory=list, init=False, repr=False)
     _drop: Callable[[FaultScope, bool], int] | None = attrs.field(default=None, init=False, repr=False)
+    _counter: Callable[[], int] | None = attrs.field(default=None, init=False, repr=False)
 
     def connect_watches(self, drop: Callable[[FaultScope, bool], int]) -> None:
         """Called by the server that owns this registry: how :meth:`drop_watches` ends watches."""
         self._drop = drop
+
+    def connect_counter(self, counter: Callable[[], int]) -> None:
+        """Called by the server that owns this registry: its latest resourceVersion, for
+        :meth:`withhold_progress`."""
+        self._counter = counter
 
     def _add(self, fault: Fault) -> Fault:
         if fault.remaining is not None and fault.remaining < 1:
@@ -206,6 +218,30 @@ class Faults:
         resourceVersion."""
         return self._add(Fault("expire_watch", FaultScope(resource, group, client, {"watch"}), count))
 
+    def withhold_progress(
+        self,
+        *,
+        resource: str | None = None,
+        group: str | None = None,
+        client: str | None = None,
+    ) -> Fault:
+        """Serve the matching types' reads at a ``resourceVersion`` as kube-apiserver's watch
+        cache does when etcd sends it no progress notifications (etcd 3.4, as envtest runs it,
+        without ``--experimental-watch-progress-notify-interval``): from now on the cache of a
+        type hears only of that type's own writes, so it stays at the newer of this moment's
+        resourceVersion and the type's last write. A ``get`` or ``list`` with a
+        ``resourceVersion`` newer than that (``Exact`` or not older than) waits up to 3 s
+        (trio time) for a write of the type to reach it, then answers 504 ``Timeout`` with
+        cause ``ResourceVersionTooLarge``, ``current`` naming the cache's resourceVersion, as
+        kube-apiserver 1.32 on etcd 3.4 answers for a type nothing wrote to since others were
+        written. Reads without a ``resourceVersion`` (from etcd) and ``resourceVersion=0``
+        are unaffected. Remove it to let the caches catch up."""
+        counter = self._counter() if self._counter is not None else 0
+        return self._add(
+            Fault("withhold_progress", FaultScope(resource, group, client, {"get", "list"}), None,
+                  resource_version=counter)
+        )
+
     def drop_watches(
         self,
         *,
@@ -283,6 +319,8 @@ class Faults:
             return self.expire_next_watch(count=int(body.get("count", 1)), **scope)
         if kind == "drop_watches":
             return self.drop_watches(abrupt=bool(body.get("abrupt", False)), **scope)
+        if kind == "withhold_progress":
+            return self.withhold_progress(**scope)
         raise ValueError(
-            "type must be one of fail, throttle, latency, delay_watch, expire_watch, drop_watches"
+            "type must be one of fail, throttle, latency, delay_watch, expire_watch, drop_watches, withhold_progress"
         )

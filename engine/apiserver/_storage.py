@@ -48,7 +48,9 @@ from ._selectors import FieldSelector, LabelSelector
 from ._status import already_exists, conflict, invalid, invalid_causes, namespace_terminating, not_found
 from ._strategies import strategy_for
 
-__all__ = ["ObjectStorage", "StorageSnapshot", "Change", "Subscription", "DEFAULT_NAMESPACES"]
+__all__ = [
+    "ObjectStorage", "StorageSnapshot", "Change", "Subscription", "DEFAULT_NAMESPACES", "too_large_resource_version",
+]
 
 logger = logging.getLogger("engine.apiserver.storage")
 
@@ -60,6 +62,20 @@ WATCH_WINDOW_SECONDS = 75.0
 """Seconds for which every event of a type stays watchable (the watch cache's freshness)."""
 FUTURE_RV_WAIT = 3.0
 """Seconds a read from a resourceVersion not handed out yet waits for it before its 504."""
+
+
+def too_large_resource_version(wanted: int, current: int) -> RequestRejected:
+    """The real server's answer to a read from ``wanted`` when what serves it (its watch cache)
+    has got only to ``current``: 504 ``Timeout`` with cause ``ResourceVersionTooLarge``."""
+    return RequestRejected(
+        504,
+        "Timeout",
+        f"Timeout: Too large resource version: {wanted}, current: {current}",
+        details={
+            "causes": [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}],
+            "retryAfterSeconds": 1,
+        },
+    )
 
 
 @attrs.frozen
@@ -142,6 +158,7 @@ class ObjectStorage:
     _listeners: list[Callable[[Change], None]] = attrs.field(factory=list, init=False, repr=False)
     _restore_listeners: list[Callable[[], None]] = attrs.field(factory=list, init=False, repr=False)
     _rv_waiters: list[tuple[int, trio.Event]] = attrs.field(factory=list, init=False, repr=False)
+    _write_waiters: list[tuple[tuple[str, str], int, trio.Event]] = attrs.field(factory=list, init=False, repr=False)
     _restores: int = attrs.field(default=0, init=False, repr=False)
 
     def timestamp(self) -> str:
@@ -196,15 +213,7 @@ class ObjectStorage:
         except ValueError:
             return
         if wanted > self._rv:
-            raise RequestRejected(
-                504,
-                "Timeout",
-                f"Timeout: Too large resource version: {wanted}, current: {self._rv}",
-                details={
-                    "causes": [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}],
-                    "retryAfterSeconds": 1,
-                },
-            )
+            raise too_large_resource_version(wanted, self._rv)
 
     async def wait_for_resource_version(self, resource_version: str | None, timeout: float = FUTURE_RV_WAIT) -> None:
         """Wait (``timeout`` seconds of trio time at most) until the ``resourceVersion`` a read
@@ -226,6 +235,28 @@ class ObjectStorage:
         finally:
             if waiter in self._rv_waiters:
                 self._rv_waiters.remove(waiter)
+
+    def last_write(self, key: tuple[str, str]) -> int:
+        """The resourceVersion of the latest change to the type stored under ``key`` since the
+        server started or was last restored (0: none). Not a checkpoint."""
+        window = self._windows.get(key)
+        return window[-1][0] if window else 0
+
+    async def wait_for_write(self, key: tuple[str, str], resource_version: int, timeout: float = FUTURE_RV_WAIT) -> bool:
+        """Wait (``timeout`` seconds of trio time at most) for a change to the type stored
+        under ``key`` at ``resource_version`` or newer; whether one came (at once when
+        :meth:`last_write` is there already). If cancelled, nothing is left waiting."""
+        if self.last_write(key) >= resource_version:
+            return True
+        waiter = (key, resource_version, trio.Event())
+        self._write_waiters.append(waiter)
+        try:
+            with trio.move_on_after(timeout):
+                await waiter[2].wait()
+        finally:
+            if waiter in self._write_waiters:
+                self._write_waiters.remove(waiter)
+        return waiter[2].is_set()
 
     def storage_type(self, key: tuple[str, str]) -> ResourceType | None:
         """The served type whose objects are stored under ``key`` (``(group, plural)``), or
@@ -321,6 +352,10 @@ class ObjectStorage:
         for listener in self._listeners:
             listener(change)
         self._wake_rv_waiters()
+        if self._write_waiters:
+            for waiter in [w for w in self._write_waiters if w[0] == rt.storage_key and w[1] <= self._rv]:
+                self._write_waiters.remove(waiter)
+                waiter[2].set()
         return obj
 
     def _wake_rv_waiters(self) -> None:

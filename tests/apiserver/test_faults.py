@@ -108,6 +108,57 @@ async def test_delay_watch_makes_a_stale_cache(autojump_clock: trio.testing.Mock
             assert seen["slow"][0] - start >= 10
 
 
+async def test_withhold_progress_serves_reads_at_a_resource_version_as_a_watch_cache_etcd_tells_nothing(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """As kube-apiserver 1.32 on etcd 3.4 answers: the cache of a type nothing wrote to since
+    others were written stays behind the server's resourceVersion."""
+    async with ApiServer(listen=False) as api:
+        async with httpx.AsyncClient(transport=api.memory_transport(), base_url=api.url, timeout=60) as client:
+            created = (await client.post(CM, json=cm("a"))).json()["metadata"]["resourceVersion"]
+            fault = api.faults.withhold_progress(resource="configmaps")
+            since = api.store.resource_version
+            await client.post("/api/v1/namespaces", json={"metadata": {"name": "elsewhere"}})
+            await client.post(LEASES, json={"metadata": {"name": "l"}, "spec": {}})
+            now = api.store.resource_version
+            assert now == since + 2 and int(created) == since
+
+            start = trio.current_time()
+            r = await client.get(CM, params={"resourceVersion": str(now), "resourceVersionMatch": "NotOlderThan", "limit": "1"})
+            assert trio.current_time() - start == 3
+            assert r.status_code == 504 and r.json() == {
+                "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "reason": "Timeout",
+                "message": f"Timeout: Too large resource version: {now}, current: {since}", "code": 504,
+                "details": {"causes": [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}],
+                            "retryAfterSeconds": 1},
+            }
+            assert (await client.get(f"{CM}/a", params={"resourceVersion": str(now)})).status_code == 504
+            quorum = await client.get(CM, params={"limit": "1"})
+            assert quorum.status_code == 200 and quorum.json()["metadata"]["resourceVersion"] == str(now)
+            assert (await client.get(CM, params={"resourceVersion": "0"})).status_code == 200
+            assert (await client.get(CM, params={"resourceVersion": str(since)})).status_code == 200
+            assert (await client.get(LEASES, params={"resourceVersion": str(now)})).status_code == 200
+            assert fault.hits == 3
+
+            start = trio.current_time()
+            async with trio.open_nursery() as nursery:
+                answers: list[httpx.Response] = []
+
+                async def read() -> None:
+                    answers.append(await client.get(CM, params={"resourceVersion": str(now + 1)}))
+
+                nursery.start_soon(read)
+                await trio.sleep(1)
+                await client.post(CM, json=cm("b"))
+            assert trio.current_time() - start == 1, "answered on the type's write, not after 3 s"
+            assert answers[0].status_code == 200 and [i["metadata"]["name"] for i in answers[0].json()["items"]] == ["a", "b"]
+
+            await client.post("/api/v1/namespaces", json={"metadata": {"name": "later"}})
+            assert (await client.get(CM, params={"resourceVersion": str(now + 2)})).status_code == 504
+            api.faults.remove(fault)
+            assert (await client.get(CM, params={"resourceVersion": str(now + 2)})).status_code == 200
+
+
 async def test_admin_endpoint(api: ApiServer, client: httpx.AsyncClient) -> None:
     r = await client.post("/_faults", json={"type": "fail", "status": 500, "count": 1, "resource": "configmaps"})
     assert r.status_code == 201
@@ -124,6 +175,9 @@ async def test_admin_endpoint(api: ApiServer, client: httpx.AsyncClient) -> None
     bad = await client.post("/_faults", json={"type": "explode"})
     assert bad.status_code == 400 and bad.json()["reason"] == "BadRequest"
     assert (await client.post("/_faults", json={"type": "drop_watches"})).json() == {"dropped": 0}
+    r = await client.post("/_faults", json={"type": "withhold_progress", "resource": "configmaps"})
+    assert r.status_code == 201 and r.json()["type"] == "withhold_progress"
+    assert r.json()["resourceVersion"] == api.store.resource_version
 
 
 def test_fault_arguments_are_checked() -> None:

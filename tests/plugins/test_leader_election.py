@@ -70,9 +70,7 @@ async def test_standby_takes_over_after_graceful_shutdown_and_after_a_crash_neve
 
 def own_lists(informer: Informer) -> int:
     """The lists an informer made of its own accord: not counting the relists a server forced
-    (410 Gone, or a history check answered "too large resource version", which a kube-apiserver
-    1.32 on etcd 3.4 gives for a resource idle while others change: its watch cache is not told
-    of newer revisions)."""
+    (410 Gone, or its history found to have gone back)."""
     stats = informer.statistics()
     return stats.lists - stats.gone - stats.resets
 
