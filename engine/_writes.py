@@ -58,8 +58,11 @@ class OwnWrites:
     __slots__ = ("_written", "_by_key", "_writing", "_held", "_deadlines", "_wake", "_settling", "_retrigger")
 
     def __init__(self, retrigger: Callable[[Trigger], object]) -> None:
-        self._written: dict[tuple[ObjectRef, str], float] = {}
-        """(key, revision) -> when written; insertion order is the order written."""
+        self._written: collections.OrderedDict[tuple[ObjectRef, str], float] = collections.OrderedDict()
+        """(key, revision) -> when written; insertion order is the order written. Ordered for
+        the horizon's look at the oldest entry: a plain ``dict`` would find it by scanning past
+        the slots of every entry removed since its table was last rebuilt, thousands when a
+        minute of writes whose echoes no predicate passed on is remembered."""
         self._by_key: dict[ObjectRef, set[str]] = {}
         """The revisions remembered, per key."""
         self._writing: dict[ObjectRef, int] = {}

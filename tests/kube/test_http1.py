@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from engine.kube._client._http1 import ProtocolError, ResponseHead, parse_head, request_head
+from engine.kube._client._http1 import ProtocolError, ResponseHead, header_lines, parse_head, request_head
 
 
 def read_all(raw: bytes, method: bytes = b"GET", *, step: int | None = None, eof: bool = False) -> tuple[ResponseHead, bytes, bytearray]:
@@ -33,6 +33,23 @@ def read_all(raw: bytes, method: bytes = b"GET", *, step: int | None = None, eof
 def test_a_request_head_is_one_message() -> None:
     head = request_head(b"PATCH", b"/apis/x/v1/w/a/status?fieldManager=me", [(b"Host", b"k:6443"), (b"Content-Length", b"2")])
     assert head == b"PATCH /apis/x/v1/w/a/status?fieldManager=me HTTP/1.1\r\nHost: k:6443\r\nContent-Length: 2\r\n\r\n"
+
+
+def test_header_lines_written_once_go_before_the_requests_own() -> None:
+    lines = header_lines([(b"Host", b"k:6443"), (b"User-Agent", b"me")])
+    assert lines == b"Host: k:6443\r\nUser-Agent: me\r\n"
+    head = request_head(b"PATCH", b"/a", [(b"Content-Length", b"2")], lines)
+    assert head == b"PATCH /a HTTP/1.1\r\nHost: k:6443\r\nUser-Agent: me\r\nContent-Length: 2\r\n\r\n"
+    assert header_lines([]) == b""
+
+
+@pytest.mark.parametrize(
+    "header",
+    [(b"X", b"a\r\nInjected: 1"), (b"Bad Name", b"v"), (b"Host", b"a\rb"), (b"User-Agent", b"a\nb"), (b"Host:", b"v")],
+)
+def test_header_lines_that_would_break_the_message_are_refused(header: tuple[bytes, bytes]) -> None:
+    with pytest.raises(ProtocolError, match="^the request header .* must have a valid name and value$"):
+        header_lines([(b"Host", b"h"), header])
 
 
 @pytest.mark.parametrize(

@@ -38,6 +38,8 @@ class Server:
         self.connections = 0
         self.closed = 0
         self.requests: list[tuple[int, str, bytes]] = []
+        self.heads: list[list[tuple[bytes, bytes]]] = []
+        """Each request's headers as received (names lower-cased by h11)."""
         self.release = trio.Event()
         self.records_sent = trio.Event()
         self.ssl: ssl.SSLContext | None = None
@@ -90,6 +92,7 @@ class Server:
                 body += part.data
             path = event.target.decode()
             self.requests.append((conn_id, path, body))
+            self.heads.append(list(event.headers))
             headers = [("x-conn", str(conn_id))]
             if path == "/json":
                 payload = b'{"ok":true}'
@@ -257,6 +260,22 @@ async def test_a_whole_answer_is_loaded_and_an_encoded_one_decoded() -> None:
                 assert encoded.read() == encoded.content == b'{"ok":true}'
                 assert encoded.headers["content-encoding"] == "gzip"
         assert (await client.get("/gzip")).json() == {"ok": True}
+
+
+async def test_fixed_headers_are_written_once_per_tuple_and_checked_until_they_pass() -> None:
+    async with serving() as (server, client, transport):
+        timeouts = {"read": 5.0}
+        broken = ((b"Host", b"x"), (b"X-Fixed", b"a\r\nInjected: 1"))
+        for _ in range(2):
+            with pytest.raises(httpx.RemoteProtocolError, match="^the request header b'X-Fixed' must have a valid name and value$"):
+                await transport.request(b"GET", b"/json", [], b"", timeouts, stream=False, fixed_headers=broken)
+        first = ((b"Host", b"x"), (b"X-Fixed", b"1"))
+        second = ((b"Host", b"x"), (b"X-Fixed", b"2"))
+        for fixed in (first, first, second, first):
+            await transport.request(b"GET", b"/json", [(b"X-Own", b"o")], b"", timeouts, stream=False, fixed_headers=fixed)
+        assert [head[:3] for head in server.heads] == [
+            [(b"host", b"x"), (b"x-fixed", value), (b"x-own", b"o")] for value in (b"1", b"1", b"2", b"1")
+        ]
 
 
 async def test_a_stream_takes_the_records_already_waiting_in_one_read(tls: bool) -> None:

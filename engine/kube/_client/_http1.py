@@ -18,8 +18,11 @@ by length or chunks (not both), and was read to its end with nothing after it.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 
-__all__ = ["MAX_HEAD", "MAX_INTERIM", "Body", "ProtocolError", "ResponseHead", "parse_head", "request_head"]
+__all__ = [
+    "MAX_HEAD", "MAX_INTERIM", "Body", "ProtocolError", "ResponseHead", "header_lines", "parse_head", "request_head",
+]
 
 MAX_HEAD = 64 * 1024
 """The most bytes a response's status line and headers may take."""
@@ -59,21 +62,37 @@ _KNOWN_RESPONSE_NAMES = frozenset(
 """Response header names the API server sends, known to be tokens."""
 
 
-def request_head(method: bytes, target: bytes, headers: list[tuple[bytes, bytes]]) -> bytes:
-    """The request line and headers, ending with the blank line.
+def header_lines(headers: Iterable[tuple[bytes, bytes]]) -> bytes:
+    """``headers`` as lines of a request head, each ``name: value`` and CRLF, for
+    :func:`request_head`'s ``lines``.
+
+    Raises :class:`ProtocolError` for a header name or value that would break the message.
+    """
+    parts: list[bytes] = []
+    _add_lines(parts, headers)
+    return b"".join(parts)
+
+
+def request_head(method: bytes, target: bytes, headers: Iterable[tuple[bytes, bytes]], lines: bytes = b"") -> bytes:
+    """The request line and headers, ending with the blank line. ``lines`` (from
+    :func:`header_lines`, already checked) go first, then ``headers``.
 
     Raises :class:`ProtocolError` for a method, target, header name or value that would break
     the message (spaces or control characters where HTTP does not allow them).
     """
     if (method not in _KNOWN_NAMES and not _TOKEN(method)) or not _TARGET(target):
         raise ProtocolError(f"the request line must be valid: {method!r} {target!r}")
-    parts = [method, b" ", target, b" HTTP/1.1\r\n"]
+    parts = [method, b" ", target, b" HTTP/1.1\r\n", lines]
+    _add_lines(parts, headers)
+    parts.append(b"\r\n")
+    return b"".join(parts)
+
+
+def _add_lines(parts: list[bytes], headers: Iterable[tuple[bytes, bytes]]) -> None:
     for name, value in headers:
         if (name not in _KNOWN_NAMES and not _TOKEN(name)) or not _FIELD_VALUE(value):
             raise ProtocolError(f"the request header {name!r} must have a valid name and value")
         parts += (name, b": ", value, b"\r\n")
-    parts.append(b"\r\n")
-    return b"".join(parts)
 
 
 class ResponseHead:

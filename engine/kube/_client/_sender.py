@@ -189,8 +189,8 @@ class DirectSender:
     """The engine's transport to the server's origin."""
     base_path: str
     """The path of the server's URL, without a trailing ``/``."""
-    headers: list[tuple[bytes, bytes]]
-    """``Host`` and the client's headers, encoded."""
+    headers: tuple[tuple[bytes, bytes], ...]
+    """``Host`` and the client's headers, encoded: the transport's ``fixed_headers``."""
     authorization: Callable[[], str] | None
     """The ``Authorization`` header's value for the next request, if the credentials send one."""
     fallback: TransportSender
@@ -207,22 +207,20 @@ class DirectSender:
         if not _PLAIN_PATH(path) or (query and not _PLAIN_QUERY(query)):
             return await self.fallback.send(method, path, options)
         target = (f"{self.base_path}{path}?{query}" if query else f"{self.base_path}{path}").encode("ascii")
-        headers = self.headers
+        # After the fixed headers (Host and the client's): the request's own.
+        headers: list[tuple[bytes, bytes]] = []
         content = options.content
-        authorization = self.authorization
-        if authorization is not None or content is not None or method in ("POST", "PUT", "PATCH"):
-            headers = headers.copy()
-            if content is not None:
-                kind = self._content_types.get(options.content_type)
-                if kind is None:
-                    kind = self._content_types[options.content_type] = options.content_type.encode("latin-1")
-                headers.append((b"Content-Type", kind))
-            if content is not None or method in ("POST", "PUT", "PATCH"):
-                headers.append((b"Content-Length", b"%d" % len(content or b"")))
-            if authorization is not None:
-                headers.append((b"Authorization", authorization().encode("latin-1")))
+        if content is not None:
+            kind = self._content_types.get(options.content_type)
+            if kind is None:
+                kind = self._content_types[options.content_type] = options.content_type.encode("latin-1")
+            headers.append((b"Content-Type", kind))
+        if content is not None or method in ("POST", "PUT", "PATCH"):
+            headers.append((b"Content-Length", b"%d" % len(content or b"")))
+        if (authorization := self.authorization) is not None:
+            headers.append((b"Authorization", authorization().encode("latin-1")))
         if (traced := trace_headers()) is not None:
-            headers = [*headers, *((name.encode("latin-1"), value.encode("latin-1")) for name, value in traced)]
+            headers += ((name.encode("latin-1"), value.encode("latin-1")) for name, value in traced)
         stream = options.stream
         return await self.transport.request(
             method.encode("ascii"),
@@ -232,6 +230,7 @@ class DirectSender:
             self.stream_timeouts if stream else self.timeouts,
             stream=stream,
             load=options.load,
+            fixed_headers=self.headers,
         )
 
     async def aclose(self) -> None:
@@ -292,9 +291,9 @@ def open_sender(
     else:
         return sender
     host = httpx.Request("GET", base).headers["Host"]
-    raw_headers = [(b"Host", host.encode("ascii"))] + [
+    raw_headers = ((b"Host", host.encode("ascii")), *(
         (name.encode("latin-1"), value.encode("latin-1")) for name, value in defaults.headers
-    ]
+    ))
     return DirectSender(
         transport,
         base.raw_path.decode("ascii").rstrip("/"),

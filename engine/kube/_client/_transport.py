@@ -29,7 +29,7 @@ import httpx
 import trio
 
 from ._errors import AnswerTimeout
-from ._http1 import Body, ProtocolError, parse_head, request_head
+from ._http1 import Body, ProtocolError, header_lines, parse_head, request_head
 
 __all__ = ["Transport"]
 
@@ -333,6 +333,8 @@ class Transport(httpx.AsyncBaseTransport):
         self._open = 0
         self._waiting = trio.lowlevel.ParkingLot()
         self._closed = False
+        self._fixed: tuple[tuple[bytes, bytes], ...] = ()
+        self._fixed_lines = b""
 
     # -- the pool ------------------------------------------------------------------------------
 
@@ -540,6 +542,7 @@ class Transport(httpx.AsyncBaseTransport):
         *,
         stream: bool = True,
         load: bool = True,
+        fixed_headers: tuple[tuple[bytes, bytes], ...] = (),
     ) -> httpx.Response:
         """Send one request given as its parts and return its response, as
         :meth:`handle_async_request` does, without an ``httpx.Request``; with ``stream=False``
@@ -548,16 +551,24 @@ class Transport(httpx.AsyncBaseTransport):
         an encoded one is decoded by httpx, and with ``load=False`` handed over as a stream
         not loaded yet: the caller calls ``read()`` before ``content`` if it wants the body.
 
-        ``target`` is the request target (path and query, already escaped); ``headers`` are
-        sent as they are (the caller includes ``Host`` and, with a body, ``Content-Length``);
-        ``timeouts`` holds httpx's ``connect``, ``read``, ``write`` and ``pool`` keys. Raises
-        httpx's transport exceptions, as :meth:`handle_async_request` does.
+        ``target`` is the request target (path and query, already escaped); ``fixed_headers``,
+        then ``headers`` are sent as they are (the caller includes ``Host`` and, with a body,
+        ``Content-Length``). ``fixed_headers`` are those every request of the caller carries,
+        the same tuple each time: their lines are checked and written once and reused while
+        the tuple given is that one. ``timeouts`` holds httpx's ``connect``, ``read``,
+        ``write`` and ``pool`` keys. Raises httpx's transport exceptions, as
+        :meth:`handle_async_request` does.
 
         Cancellation: a checkpoint; a cancelled exchange closes its connection.
         """
         conn = await self._acquire(timeouts)
         try:
-            head = request_head(method, target, headers)
+            if fixed_headers is self._fixed:
+                lines = self._fixed_lines
+            else:
+                lines = header_lines(fixed_headers)
+                self._fixed, self._fixed_lines = fixed_headers, lines
+            head = request_head(method, target, headers, lines)
             await self._send(conn, head + body if body else head, timeouts.get("write"))
             return await self._response(conn, method, timeouts, stream, load)
         except BaseException as exc:

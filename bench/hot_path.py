@@ -1,0 +1,140 @@
+"""Benchmark: two per-object steps of a controller's hot path, this tree against another, interleaved.
+
+Run by hand (not a test)::
+
+    git archive COMMIT engine | tar -x -C /tmp/before
+    python bench/hot_path.py --before-root /tmp/before [--repeat 5] [--remembered 5000]
+
+Each measurement runs in a child process of its own (one tree imported per process), the two
+trees alternating, ``--repeat`` times; the table gives the medians and their ratio. CPU time
+(``time.process_time``), so that other processes on a shared machine slow each figure less.
+
+* ``own write ended``: ``OwnWrites.ended`` for one status write while ``--remembered``
+  revisions of other keys are remembered (the writes of the last minute whose echoes no
+  predicate passed on, as in the benchmark operator: a key runs once per change, and the
+  echo of its status write is dropped by ``generation_changed`` before it reaches the
+  controller), with ``started`` and ``began`` around it as a run does.
+* ``request head``: ``DirectSender.send`` of a status merge patch through the engine's
+  transport up to the request head (the transport's ``request`` stops there), with a client's
+  usual headers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from typing import Any
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def measure_own_writes(remembered: int, writes: int) -> float:
+    import trio
+    import trio.testing
+
+    from engine._refs import ObjectRef
+    from engine._writes import OwnWrites
+
+    keys = [ObjectRef("Widget", f"w-{i:06d}", "bench", "bench.example.com") for i in range(remembered + writes)]
+    revisions = [str(100000 + i) for i in range(len(keys))]
+    rate = remembered / 60.0
+    spent = 0.0
+
+    async def main(clock: trio.testing.MockClock) -> None:
+        nonlocal spent
+        record = OwnWrites(lambda trigger: None)
+        for i, key in enumerate(keys):
+            record.started(key)
+            record.began(key)
+            if i < remembered:
+                record.ended(key, revisions[i])
+            else:
+                started = time.process_time()
+                record.ended(key, revisions[i])
+                spent += time.process_time() - started
+            clock.jump(1 / rate)
+
+    clock = trio.testing.MockClock()
+    trio.run(main, clock, clock=clock)
+    return spent / writes * 1e6
+
+
+def measure_request_head(requests: int) -> float:
+    import httpx
+
+    from engine.kube._client import _http1, _transport
+    from engine.kube._client._http1 import request_head
+    from engine.kube._client._request import RequestOptions
+    from engine.kube._client._sender import open_sender
+
+    async def head_only(self: Any, method: bytes, target: bytes, headers: Any, body: bytes, timeouts: Any, **kw: Any) -> bytes:
+        fixed = kw.get("fixed_headers")
+        if fixed is None:
+            return request_head(method, target, headers)
+        if fixed is not self._fixed:
+            self._fixed, self._fixed_lines = fixed, _http1.header_lines(fixed)
+        return request_head(method, target, headers, self._fixed_lines)
+
+    _transport.Transport.request = head_only  # type: ignore[method-assign]
+    headers = httpx.Headers({"User-Agent": "bench-engine-operator", "Accept": "application/json, */*"})
+    sender = open_sender({"base_url": "https://127.0.0.1:6443"}, headers, 30.0)
+    options = RequestOptions.of(
+        safe=False, body={"status": {"observedN": 1}}, content_type="application/merge-patch+json", load=False
+    )
+    path = "/apis/bench.example.com/v1/namespaces/bench/widgets/w-000001/status"
+    started = time.process_time()
+    for _ in range(requests):
+        coroutine = sender.send("PATCH", path, options)
+        try:
+            coroutine.send(None)
+        except StopIteration:
+            pass
+    return (time.process_time() - started) / requests * 1e6
+
+
+def child(args: argparse.Namespace) -> None:
+    sys.path.insert(0, args.root)
+    figures = {
+        "own write ended": measure_own_writes(args.remembered, 20000),
+        "request head": measure_request_head(20000),
+    }
+    print(json.dumps(figures))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--before-root", required=False, help="the other tree (a folder holding its engine/)")
+    parser.add_argument("--repeat", type=int, default=5, help="child processes per tree, alternating (5)")
+    parser.add_argument("--remembered", type=int, default=5000, help="revisions remembered (5000: a minute at 83 writes/s)")
+    parser.add_argument("--root", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.root:
+        child(args)
+        return
+    trees = {"this tree": ROOT}
+    if args.before_root:
+        trees["before"] = args.before_root
+    results: dict[str, list[dict[str, float]]] = {name: [] for name in trees}
+    for _ in range(args.repeat):
+        for name, root in trees.items():
+            out = subprocess.run(
+                [sys.executable, __file__, "--root", root, "--remembered", str(args.remembered)],
+                check=True, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": root},
+            ).stdout
+            results[name].append(json.loads(out))
+    print(f"medians of {args.repeat}, microseconds of CPU per operation; load {os.getloadavg()[0]:.1f}")
+    names = list(trees)
+    print(f"{'step':<20}" + "".join(f"{name:>12}" for name in names) + ("  this/before" if len(names) == 2 else ""))
+    for step in results[names[0]][0]:
+        medians = [statistics.median(run[step] for run in results[name]) for name in names]
+        ratio = f"  {medians[0] / medians[1]:10.2f}x" if len(names) == 2 else ""
+        print(f"{step:<20}" + "".join(f"{m:12.2f}" for m in medians) + ratio)
+
+
+if __name__ == "__main__":
+    main()
