@@ -57,8 +57,8 @@ class FaultKind(enum.Enum):
     """Scale-out mode only: a replica dies abruptly (no drain, no handover, its member Lease
     left to expire) and its slot starts again a little later, as a new member."""
     PARTITION = "partition"
-    """Scale-out mode only: a replica is cut from the API server (every request of it fails)
-    for a while, long enough, often, for its member Lease to expire while it still runs;
+    """Scale-out mode only: a replica is cut from the API server (every request of it fails,
+    and its running watches hang, delivering nothing they held back within the run) for a while, long enough, often, for its member Lease to expire while it still runs;
     then it is reconnected."""
 
 

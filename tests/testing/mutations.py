@@ -88,6 +88,10 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation("ring-gains-over-others-claims", "scale-out claims", "engine.kube._coordination._ring", "HashRing._blocking",
              "blocked = blocked | record.held", "pass",
              faults=(FaultKind.SCALE_UP, FaultKind.SCALE_DOWN, FaultKind.LATENCY), scale_out=True),
+    # Found by the fault campaign on real kube-apiserver: a member back from a partition ran
+    # from caches its hung watches had left behind.
+    Mutation("ring-rejoins-on-stale-caches", "scale-out rejoin", "engine.kube._coordination._ring", "HashRing._tick",
+             "self.cache_refresh()", "pass", plugin="mirror", faults=(FaultKind.PARTITION,), scale_out=True),
     Mutation("validating-webhooks-skipped-on-update", "admission", "engine.apiserver._admission", "Admission.validate",
              "if request.rt.storage_key in (MUTATING, VALIDATING) or not self.configured(VALIDATING):",
              'if request.rt.storage_key in (MUTATING, VALIDATING) or not self.configured(VALIDATING) '

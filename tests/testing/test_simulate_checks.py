@@ -276,6 +276,15 @@ def test_a_range_lost_late_and_never_taken_over_is_caught_after_everything_conve
     assert caught_at("ring-never-takes-over-dead-leases", 3).ok
 
 
+def test_a_ring_member_back_from_a_partition_on_stale_caches_is_caught() -> None:
+    """A partition hangs the cut-off replica's running watches: a member that rejoins without
+    listing its caches again waits on them, and misses what they held back."""
+    result = caught_at("ring-rejoins-on-stale-caches", 0)
+    assert result.violation == (
+        "replica-2.1 mirror: deletion request of ConfigMap/sim/src1 at 31.966s passed the predicates of its watch "
+        "handler but led to no trigger of ConfigMap/sim/src1 from that handler within 60s (a lost notification)")
+
+
 # Admission: nothing a validating webhook must refuse is stored while the webhooks are registered.
 
 SKIPPED_0 = ("Bundle sim/b1 was stored though b1 depends on itself, with no validating webhook call allowing it while "

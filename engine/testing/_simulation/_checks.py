@@ -161,7 +161,7 @@ class Checks:
         if not self.unowned or self.target is None:
             return
         now = trio.current_time()
-        partitions = set(map(id, self.roster.cut_off.values()))
+        partitions = set(map(id, [*self.roster.cut_off.values(), *self.roster.hung.values()]))
         disturbed = any(id(f) not in partitions for f in self.target.faults.active) or self.rewinds_pending
         for rep in self.roster.ring_members():
             self.covered(rep)

@@ -27,6 +27,9 @@ REWIND_RESYNC_BOUND = 600.0
 """Seconds the writes stay held after a history rewind for the replicas to list again: long
 enough for a watcher backing off through the faults drawn before it (a throttle of 20-odd
 429s answered one per backoff) to reach the server and notice."""
+PARTITION_WATCH_DELAY = 3600.0
+"""Seconds a partitioned replica's watch events are held back: its running watches hang, as
+on connections whose packets are dropped, until the partition heals."""
 _WRITES = frozenset({"create", "update", "patch", "delete", "deletecollection"})
 
 
@@ -244,8 +247,10 @@ class FaultDriver:
             if rep.identity in self.oracle.roster.cut_off:
                 return f"skipped: {rep.identity} is cut off already"
             cut = self.target.faults.fail(503, count=None, client=f"{rep.identity}/")
+            hung = self.target.faults.delay_watch(PARTITION_WATCH_DELAY, client=f"{rep.identity}/")
             self.oracle.roster.cut_off[rep.identity] = cut
-            self.nursery.start_soon(self._healed, rep, cut, fault.seconds)
+            self.oracle.roster.hung[rep.identity] = hung
+            self.nursery.start_soon(self._healed, rep, cut, hung, fault.seconds)
             what = "was cut off"
         now = trio.current_time()
         if owned:
@@ -257,13 +262,15 @@ class FaultDriver:
         await rep.done.wait()
         self.oracle.checks.forget_runs(rep.identity)
 
-    async def _healed(self, rep: Replica, cut: Fault, seconds: float) -> None:
+    async def _healed(self, rep: Replica, cut: Fault, hung: Fault, seconds: float) -> None:
         assert self.target is not None
         with trio.move_on_after(seconds):
             while cut in self.target.faults.active:
                 await trio.sleep(TICK / 10)
         self.target.faults.remove(cut)
+        self.target.faults.remove(hung)
         self.oracle.roster.cut_off.pop(rep.identity, None)
+        self.oracle.roster.hung.pop(rep.identity, None)
         rep.started_at = trio.current_time()
         self.oracle.trace.add("sim", "fault", f"partition of {rep.identity} healed")
 

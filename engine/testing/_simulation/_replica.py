@@ -160,6 +160,9 @@ class Roster:
     current: dict[int, Replica] = attrs.field(factory=dict)
     cut_off: dict[str, Fault] = attrs.field(factory=dict)
     """Scale-out mode: the replicas partitioned from the API server now, with their fault."""
+    hung: dict[str, Fault] = attrs.field(factory=dict)
+    """Scale-out mode: the same replicas' watch delays (their running watches hang, and deliver
+    what they held back once the partition heals)."""
     crashed: set[str] = attrs.field(factory=set)
     """Scale-out mode: the replicas a ``crash`` ended (their tasks may still be unwinding)."""
     notifier: Notifier = attrs.field(factory=Notifier)
