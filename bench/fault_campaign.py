@@ -985,11 +985,13 @@ class Campaign:
     def past_until(self) -> bool:
         return bool(self.args.until) and time.time() > self.args.until
 
-    async def inject(self, cycle: int, kind: str, kinds: Counter[str]) -> None:
+    async def inject(
+        self, cycle: int, kind: str, kinds: Counter[str], begun: Callable[[], None] | None = None
+    ) -> None:
         """One fault: a pause drawn from ``--gap``, :meth:`gate`, the fault (if it is a replica's,
         on a replica drawn here: with ``--overlap`` one that no other fault holds), then the wait
         for the changes accepted before it ended; its record is added to ``faults`` when it ends
-        and printed once they converged.
+        and printed once they converged. ``begun()`` is called as it begins.
 
         If cancelled, the fault is left where it was (a network held, a process stopped)."""
         gap_start = time.time()
@@ -1003,6 +1005,8 @@ class Campaign:
         kinds[kind] += 1
         record: dict[str, Any] = {"cycle": cycle + 1, "kind": kind, "n": kinds[kind], "start": round(time.time(), 3)}
         self.active.append(record)
+        if begun is not None:
+            begun()
         try:
             detail = await self.fault(kind, replica)
         except Exception as exc:
@@ -1042,7 +1046,7 @@ class Campaign:
         """``--cycles`` cycles of ``--overlap`` in lanes side by side: the faults of the server
         and ``replica-term`` one after the other (in an order drawn for each cycle), and a lane
         each for ``flood`` and ``partition``. A lane begins a cycle once every other lane began
-        the one before (no kind runs more than a cycle ahead); every fault passes
+        the one before (its first fault of it began: no kind runs more than a cycle ahead); every fault passes
         :meth:`gate` first, and a fault of a replica takes one no other fault of a replica holds
         (a flood's, a partition's hold and a SIGTERM never meet on one replica).
 
@@ -1066,11 +1070,10 @@ class Campaign:
                             await progress.wait()
                     if self.past_until():
                         return
-                    moved(i, cycle + 1)
-                    for kind in self.rng.sample(lane_kinds, len(lane_kinds)):
+                    for n, kind in enumerate(self.rng.sample(lane_kinds, len(lane_kinds))):
                         if self.past_until():
                             return
-                        await self.inject(cycle, kind, kinds)
+                        await self.inject(cycle, kind, kinds, functools.partial(moved, i, cycle + 1) if n == 0 else None)
             finally:
                 moved(i, self.args.cycles)
 
