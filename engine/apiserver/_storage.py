@@ -657,6 +657,8 @@ class ObjectStorage:
         if not isinstance(body, dict):
             raise RequestRejected(400, "BadRequest", "the request body must be a JSON object")
         obj = copy.deepcopy(body)
+        if obj.get("metadata") is not None and not isinstance(obj["metadata"], dict):
+            raise RequestRejected(400, "BadRequest", "metadata must be a JSON object")
         _check_metadata_strings(rt, obj.get("metadata"))
         if obj.get("kind") not in (None, "", rt.kind) and rt.schema is not None:
             kind = str(obj["kind"])

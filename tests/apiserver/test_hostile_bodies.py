@@ -9,6 +9,8 @@ import pytest
 import trio
 
 from .conftest import CM, cm
+from .fuzzing import seed_objects
+from .hostile import CR_PATH
 
 DEEP_CR = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
 
@@ -127,3 +129,18 @@ async def test_a_metadata_name_that_is_not_a_string_is_the_decoders_400(
     assert (answer.status_code, answer.json()["message"]) == (
         400, f'ConfigMap in version "v1" cannot be handled as a ConfigMap: json: cannot unmarshal {problem} of type string'
     ), answer.text
+
+
+
+@pytest.mark.parametrize("kind", ["Widget", {"replicas": None}, "Gadget"])
+async def test_a_custom_object_whose_metadata_is_not_an_object_is_a_400_whatever_its_kind(
+    client: httpx.AsyncClient, kind: object,
+) -> None:
+    # Found by the volume run with seed 4: a kind other than the resource's, with metadata a
+    # number, was a 500 (the kind's error read the name out of the metadata).
+    await seed_objects(client)
+    body = {"apiVersion": "fuzz.example.com/v1", "kind": kind, "metadata": -9223372036854775809,
+            "spec": {"replicas": 1, "size": "s"}}
+    answer = await client.post(CR_PATH, content=json.dumps(body).encode(), headers={"content-type": "application/json"})
+    assert answer.status_code == 400, answer.text
+    assert answer.json()["message"] == "metadata must be a JSON object"
