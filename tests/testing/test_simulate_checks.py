@@ -161,10 +161,10 @@ def test_a_copy_written_from_a_stale_cache_breaks_a_plugin_invariant() -> None:
 
 
 def test_an_unshielded_copy_write_overtaken_by_the_next_runs_is_caught_going_back() -> None:
-    result = caught_at("copy-write-unshielded", 32)
+    result = caught_at("copy-write-unshielded", 38)
     assert result.violation == (
-        "plugin invariant no_copy_goes_back_to_older_data: copy team-ns1/src1 written with value 39989 by "
-        "replica-1.1 at 43.282 (sent at 42.886), after value 42247 sent later (at 42.889) was written at 42.889")
+        "plugin invariant no_copy_goes_back_to_older_data: copy team-ns0/src2 written with value 6353 by "
+        "replica-1.1 at 7.230 (sent at 6.354), after value 6783 sent later (at 6.784) was written at 6.982")
     assert "reorder" in " ".join(result.faults)
 
 

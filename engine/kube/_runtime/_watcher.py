@@ -619,7 +619,9 @@ class Watcher:
     async def _check_history(self, resource_version: str) -> None:
         """Raise :class:`_HistoryWentBack` if the server's current ``resourceVersion`` (a
         one-item list without one: etcd's revision, or a watch cache brought up to it) is
-        older than ``resource_version``. Asked once, without the client's retries: each retry
+        older than ``resource_version``. The list carries no label or shard selector: read
+        from etcd, a selective one-item list may scan the whole collection for a match (a
+        field selector stays, as a Role limited to one object's name allows only that list). Asked once, without the client's retries: each retry
         would give new writes time to bring the server's counter back up to
         ``resource_version``, after which the rewind can no longer be told. A server that
         cannot answer yet (``5xx``, ``429``) raises that error, so the watch is closed unread
@@ -630,10 +632,8 @@ class Watcher:
             page = await self._client.list(
                 self.resource,
                 namespace=self.namespace,
-                label_selector=self.options.label_selector,
                 field_selector=self.options.field_selector,
                 limit=1,
-                shard_selector=self._shard_selector(),
                 retry=_ESTABLISH_ONCE,
             )
         except ApiError as exc:
