@@ -137,7 +137,8 @@ class Cluster:
     as a source of ``manager``; the manager starts controllers only after every informer
     synced, and with a :class:`LeaderElector` whose attempts to reach the server failed while
     it stood by, only after every informer listed again once it leads (a warm standby cut off
-    from the server may hold what its stalled watches left behind). ``label_selector` (a shard) applies to the informers of primary objects.
+    from the server may hold what its stalled watches left behind). ``label_selector`` (a
+    shard) applies to the informers of primary objects.
     ``options`` (:class:`WatchOptions`) are handed to every :class:`Informer`; ``transform``
     is the default transform of :meth:`informer` (:func:`strip_managed_fields` unless given).
 
