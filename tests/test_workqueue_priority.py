@@ -81,11 +81,11 @@ async def test_a_key_raised_while_its_getter_resumes_loses_no_other_key() -> Non
         q.add("a", LOW)
         got: list[tuple[str, Priority]] = []
 
-        async def worker() -> None:
+        async def worker(q: WorkQueue[str], got: list[tuple[str, Priority]]) -> None:
             got.append((await q.get(), q.handed_out_priority))
 
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(worker)
+            nursery.start_soon(worker, q, got)
             await trio.lowlevel.checkpoint()
             q.add("a", NORMAL)
         assert got == [("a", NORMAL)]
