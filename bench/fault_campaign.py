@@ -40,6 +40,11 @@ A cycle injects one fault of each kind, in an order and at moments drawn from ``
 * ``replica-term``: a replica gets SIGTERM while one of its runs is in progress, and is started
   again.
 
+A server's fault (the first four) ends once a write goes through the server again (phase
+``write-served``): after etcd stopped with SIGTERM, kube-apiserver 1.36 answers ``/readyz``
+with 200 while it serves no write for 4 to 23 s more (seed 44; at most 1 s after a SIGKILL),
+and the checks below count from the fault's end.
+
 By default one fault at a time: each begins ``--gap`` s after the changes accepted before the
 previous one ended converged (or ``--bound`` s passed). With ``--overlap``, ``flood`` and
 ``partition`` run in lanes of their own beside the others (which stay one at a time: the
@@ -118,6 +123,7 @@ FLOOD_NS = "flood"
 FLOOD_OBJECTS = 40
 KINDS = ("apiserver-kill", "apiserver-stop", "etcd-restart", "etcd-compact", "flood", "partition", "replica-term")
 REPLICA_KINDS = ("flood", "partition", "replica-term")
+SERVER_FAULTS = ("apiserver-kill", "apiserver-stop", "etcd-restart", "etcd-compact")
 """The faults of one replica (each record names it); the others reach every replica."""
 CONCURRENT_KINDS = ("flood", "partition")
 """What ``--overlap`` runs beside the server's faults and ``replica-term``."""
@@ -547,6 +553,7 @@ class Campaign:
         self.seen: dict[str, int] = {}
         self.poll_failures = 0
         self.writes_failed = 0
+        self.probes = 0
         self.stop_changes = False
         self.active: list[dict[str, Any]] = []
         """The faults under way (their records so far)."""
@@ -759,44 +766,12 @@ class Campaign:
         rng, args = self.rng, self.args
         phases = Phases()
         detail: dict[str, Any] = {"phases": phases.seconds}
-        if kind == "apiserver-kill":
-            await self.restart_apiserver(signal.SIGKILL, phases)
-        elif kind == "apiserver-stop":
-            low, high = (float(x) for x in args.stop_seconds.split(","))
-            detail["seconds"] = seconds = round(rng.uniform(low, high), 1)
-            self.plane.apiserver.signal(signal.SIGSTOP)
-            await trio.sleep(seconds)
-            self.plane.apiserver.signal(signal.SIGCONT)
-            phases.mark("stopped")
-        elif kind == "etcd-restart":
-            etcd = self.plane.etcd
-            sig = rng.choice([signal.SIGKILL, signal.SIGTERM])
-            detail["signal"] = signal.Signals(sig).name
-            etcd.signal(sig)
-            if not await etcd.wait_exit(30):
-                etcd.signal(signal.SIGKILL)
-                await etcd.wait_exit(10)
-            phases.mark("etcd-exit")
-            await trio.sleep(rng.uniform(0, 2))
-            phases.mark("pause")
-            etcd.start()
-            await self.plane.wait_etcd()
-            phases.mark("etcd-ready")
-            await self.plane.wait_ready()
-            phases.mark("apiserver-ready")
-        elif kind == "etcd-compact":
-            for r in self.replicas:
-                r.proxy.hold()
-            try:
-                await trio.sleep(rng.uniform(1, 3))
-                phases.mark("held")
-                detail["revision"] = await self.plane.compact()
-                phases.mark("compact")
-                await self.restart_apiserver(signal.SIGKILL, phases)
-            finally:
-                for r in self.replicas:
-                    r.proxy.release()
-        elif kind == "flood":
+        if kind in SERVER_FAULTS:
+            await self._server_fault(kind, phases, detail)
+            await self.wait_writable()
+            phases.mark("write-served")
+            return detail
+        if kind == "flood":
             replica = chosen if chosen is not None else rng.choice(self.replicas)
             detail["replica"] = replica.index
             before = await self.resource_version()
@@ -848,6 +823,62 @@ class Campaign:
             replica.start()
             phases.mark("pause")
         return detail
+
+    async def _server_fault(self, kind: str, phases: Phases, detail: dict[str, Any]) -> None:
+        rng, args = self.rng, self.args
+        if kind == "apiserver-kill":
+            await self.restart_apiserver(signal.SIGKILL, phases)
+        elif kind == "apiserver-stop":
+            low, high = (float(x) for x in args.stop_seconds.split(","))
+            detail["seconds"] = seconds = round(rng.uniform(low, high), 1)
+            self.plane.apiserver.signal(signal.SIGSTOP)
+            await trio.sleep(seconds)
+            self.plane.apiserver.signal(signal.SIGCONT)
+            phases.mark("stopped")
+        elif kind == "etcd-restart":
+            etcd = self.plane.etcd
+            sig = rng.choice([signal.SIGKILL, signal.SIGTERM])
+            detail["signal"] = signal.Signals(sig).name
+            etcd.signal(sig)
+            if not await etcd.wait_exit(30):
+                etcd.signal(signal.SIGKILL)
+                await etcd.wait_exit(10)
+            phases.mark("etcd-exit")
+            await trio.sleep(rng.uniform(0, 2))
+            phases.mark("pause")
+            etcd.start()
+            await self.plane.wait_etcd()
+            phases.mark("etcd-ready")
+            await self.plane.wait_ready()
+            phases.mark("apiserver-ready")
+        elif kind == "etcd-compact":
+            for r in self.replicas:
+                r.proxy.hold()
+            try:
+                await trio.sleep(rng.uniform(1, 3))
+                phases.mark("held")
+                detail["revision"] = await self.plane.compact()
+                phases.mark("compact")
+                await self.restart_apiserver(signal.SIGKILL, phases)
+            finally:
+                for r in self.replicas:
+                    r.proxy.release()
+
+    async def wait_writable(self, within: float = 180.0) -> None:
+        """Return once a write goes through the API server (a merge patch of a flood ConfigMap,
+        each attempt given 3 s): the end of a server fault. ``/readyz`` answers 200 seconds
+        before kube-apiserver serves writes again after an etcd restart."""
+        with trio.fail_after(within):
+            while True:
+                self.probes += 1
+                with trio.move_on_after(3):
+                    try:
+                        await self.client.patch(self.configmaps, "f-000", {"data": {"probe": str(self.probes)}},
+                                                namespace=FLOOD_NS, decode=False)
+                        return
+                    except Exception:
+                        pass
+                await trio.sleep(0.2)
 
     def check_exit(self, exit_: dict[str, Any]) -> None:
         bound = self.args.grace_period + 10

@@ -122,8 +122,9 @@ def _parser() -> argparse.ArgumentParser:
                           f"(default {DEFAULT_GRACE_PERIOD:g}; with the {DEFAULT_EVENT_FLUSH_TIMEOUT:g} s event flush "
                           f"and shielded status writes this fits a pod's default 30 s terminationGracePeriodSeconds)")
     run.add_argument("--startup-timeout", type=float, default=DEFAULT_STARTUP_TIMEOUT, metavar="SECONDS",
-                     help=f"how long start-up waits for the API server to answer (no connection, 5xx or 429 "
-                          f"are retried with backoff meanwhile) before it gives up with exit code 1 "
+                     help=f"how long start-up (the first answer, the access check, the CRDs, the webhook "
+                          f"registration) waits out an API server that does not answer, answers 5xx or 429, "
+                          f"retrying with backoff, before it gives up with exit code 1 "
                           f"(default {DEFAULT_STARTUP_TIMEOUT:g})")
     run.add_argument("--event-webhook", metavar="URL", help="also POST every event to this URL")
     run.add_argument("--no-cluster-events", action="store_true", help="do not record events in the cluster")
@@ -505,7 +506,9 @@ async def _start_and_run(args: argparse.Namespace, box: list[_Running], progress
             config = Config.incluster()
         identity = f"{socket.gethostname()}_{os.getpid()}"
         client = await stack.enter_async_context(Client(config, user_agent=f"engine-runner/{identity}"))
+        startup_deadline = None
         if not args.embedded:
+            startup_deadline = trio.current_time() + args.startup_timeout
             await wait_for_server(client, within=args.startup_timeout)
 
         leader = None
@@ -575,7 +578,7 @@ async def _start_and_run(args: argparse.Namespace, box: list[_Running], progress
             manager.add_service(starting)
             try:
                 report = await _host(args, client, plugins, manager, plugin_config, obs, kubeconfig, run_plugins,
-                                     webhooks, ring)
+                                     webhooks, ring, startup_deadline)
             finally:
                 running.report_scope.cancel()
                 if printer is not None:
@@ -601,6 +604,7 @@ async def _host(
     run_plugins: Any,
     webhooks: WebhookServing | None,
     ring: Any = None,
+    startup_deadline: float | None = None,
 ) -> ShutdownReport:
     reports: list[ShutdownReport] = []
     async with trio.open_nursery() as nursery:
@@ -610,6 +614,7 @@ async def _host(
                 shard=args.shard, label_selector=args.watch_label_selector, install=not args.skip_crd_install,
                 strict=args.strict_plugins, apply_examples=args.embedded and not args.no_examples,
                 observability=obs, check_access=not args.embedded, scale_out=ring, webhooks=webhooks,
+                startup_timeout=None if startup_deadline is None else max(0.0, startup_deadline - trio.current_time()),
                 task_status=task_status,
             ))
 

@@ -22,8 +22,10 @@ from engine.kube import (
     PluginContext,
     PluginError,
     PluginHost,
+    ServerError,
     TransportError,
     check_plugin_config,
+    install_crds,
     load_plugin,
     load_plugins,
     run_plugins,
@@ -282,6 +284,91 @@ async def test_an_unreachable_server_is_not_blamed_on_a_plugin() -> None:
     async with Client(config) as client:
         with pytest.raises(TransportError):
             await run_plugins(client, ["bundles"], manager=Manager(handle_signals=False), strict=False)
+
+
+def _hung_then_failing(api: ApiServer) -> None:
+    """What a kube-apiserver under SIGSTOP, then starting again, does to set-up: the first
+    access review gets no answer, then two answer 503, and discovery answers 503 a dozen times
+    (more than the client's own retries of a read)."""
+    api.faults.add_latency(45, count=1, resource="selfsubjectaccessreviews")
+    api.faults.fail(503, count=2, resource="selfsubjectaccessreviews")
+    api.faults.fail(503, count=12, verbs={"discovery"})
+
+
+async def test_set_up_waits_out_an_api_server_that_hangs_and_fails_within_the_startup_timeout(
+    autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture,
+) -> None:
+    seen: list[str] = []
+    async with ApiServer(listen=False) as api, Client(
+        Config.from_dict(api.kubeconfig), transport=api.memory_transport(), timeout=30,
+    ) as client:
+        _hung_then_failing(api)
+        manager = Manager(handle_signals=False, grace_period=1)
+        async with trio.open_nursery() as nursery:
+            started = trio.current_time()
+            host: PluginHost = await nursery.start(partial(
+                run_plugins, client, [_widgets_plugin(seen, [])], manager=manager, check_access=True,
+                apply_examples=True, startup_timeout=120,
+            ))
+            assert 30 < trio.current_time() - started < 120
+            assert [p.name for p in host.plugins] == ["widgets"]
+            assert api.faults.active == []
+            while "example" not in seen:
+                await trio.sleep(0.1)
+            manager.stop("test over")
+    warnings = [r.getMessage() for r in caplog.records if r.name == "engine.kube.plugins" and r.levelname == "WARNING"]
+    assert any(w.startswith("start-up: the access check failed (TransportError: ") for w in warnings), warnings
+    assert any(w.startswith("start-up: the access check failed (ServerError: 503") for w in warnings), warnings
+    assert any(w.startswith("start-up: installing plugin widgets's CRDs failed (ServerError: 503") for w in warnings)
+
+
+async def test_the_crd_wait_counts_an_api_server_that_fails_as_not_serving_them_yet(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    async with ApiServer(listen=False) as api, Client(
+        Config.from_dict(api.kubeconfig), transport=api.memory_transport(), timeout=30,
+    ) as client:
+        await client.resource("apiextensions.k8s.io/v1", "CustomResourceDefinition")
+        down = api.faults.fail(503, count=None, verbs={"discovery"})
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(partial(install_crds, client, [WIDGET_CRD], timeout=60))
+            await trio.sleep(20)
+            assert down.hits > 5
+            api.faults.remove(down)
+        assert (await client.resource("test.engine.dev/v1", "Widget")).plural == "widgets"
+        api.faults.fail(503, count=None, verbs={"discovery"})
+        other = {**WIDGET_CRD, "metadata": {"name": "gadgets.other.engine.dev"}, "spec": {
+            **WIDGET_CRD["spec"], "group": "other.engine.dev",
+            "names": {"kind": "Gadget", "plural": "gadgets", "singular": "gadget", "listKind": "GadgetList"}}}
+        with pytest.raises(ServerError, match=r"^503 "):
+            await install_crds(client, [other], timeout=10)
+
+
+async def test_without_a_startup_timeout_set_up_ends_at_the_first_outage(autojump_clock: trio.testing.MockClock) -> None:
+    async with ApiServer(listen=False) as api, Client(
+        Config.from_dict(api.kubeconfig), transport=api.memory_transport(), timeout=30,
+    ) as client:
+        _hung_then_failing(api)
+        manager = Manager(handle_signals=False)
+        with pytest.raises(TransportError, match="selfsubjectaccessreviews"):
+            await run_plugins(client, [_widgets_plugin([], [])], manager=manager, check_access=True)
+        assert not manager.started
+
+
+async def test_set_up_gives_up_on_an_outage_longer_than_the_startup_timeout(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    async with ApiServer(listen=False) as api, Client(
+        Config.from_dict(api.kubeconfig), transport=api.memory_transport(), timeout=30,
+    ) as client:
+        api.faults.fail(503, count=None, resource="selfsubjectaccessreviews")
+        manager = Manager(handle_signals=False)
+        started = trio.current_time()
+        with pytest.raises(ServerError, match=r"^503 "):
+            await run_plugins(client, [_widgets_plugin([], [])], manager=manager, check_access=True,
+                              startup_timeout=40)
+        assert 40 <= trio.current_time() - started < 41
+        assert not manager.started
 
 
 async def test_run_plugins_scale_out_waits_for_a_foreign_claim_and_is_ready_while_owning_nothing() -> None:

@@ -13,20 +13,31 @@ import importlib
 import importlib.metadata
 import inspect
 import logging
+import random
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import attrs
 import trio
 
+from ..._backoff import jittered_backoff
 from ..._errors import EngineError
 from ..._manager import Manager, ShutdownReport
 from ..._text import summarize
 from .._access._rbac import PolicyRule, crd_rules, merge_rules, rules_for
 from .._access._review import MissingPermissionsError, check_permissions, whoami
 from .._client._client import Client
-from .._client._errors import ConfigError, NotFoundError, ResourceNotFoundError, TransportError, UnauthorizedError
+from .._client._errors import (
+    ConfigError,
+    NotFoundError,
+    ResourceNotFoundError,
+    ServerError,
+    TLSVerificationError,
+    TooManyRequestsError,
+    TransportError,
+    UnauthorizedError,
+)
 from .._client._resource import Resource
 from .._coordination._leader import LeaderElector
 from .._coordination._ring import HashRing
@@ -64,6 +75,11 @@ _CRD_RESOURCE_ARGS = ("apiextensions.k8s.io/v1", "CustomResourceDefinition")
 
 _CLUSTER_PROBLEMS = (TransportError, ConfigError, UnauthorizedError)
 """Errors of the cluster connection, not of a plugin: raised as they are, never as PluginError."""
+
+_PASSING = (TransportError, ServerError, TooManyRequestsError)
+"""What a start-up step waits out: no connection or no answer, a 5xx, a 429."""
+
+T = TypeVar("T")
 
 
 class PluginError(EngineError):
@@ -312,7 +328,10 @@ async def install_crds(
     client: Client, crds: Sequence[Mapping[str, Any]], *, install: bool = True, timeout: float = 30.0
 ) -> None:
     """Install (server-side apply) or, with ``install=False``, check the CRDs, then wait until
-    the API server serves each of them. Raises :class:`PluginError` on a missing CRD or timeout.
+    the API server serves each of them, for up to ``timeout`` seconds. While waiting, an answer
+    that may pass (no connection or no answer, a 5xx, a 429) counts as not served yet. Raises
+    :class:`PluginError` on a missing CRD or when the API server answered but does not serve
+    them in time, and the last such failure when it did not answer at all.
 
     Cancellation: if cancelled, CRDs already applied stay applied.
     """
@@ -326,6 +345,7 @@ async def install_crds(
                 await client.get(crd_resource, name)
             except NotFoundError:
                 raise PluginError(f"CRD {name} is not installed (run with CRD installation enabled)") from None
+    failure: Exception | None = None
     with trio.move_on_after(timeout) as scope:
         for crd in crds:
             spec = crd["spec"]
@@ -335,9 +355,45 @@ async def install_crds(
                     await client.resource(f"{spec['group']}/{version}", spec["names"]["kind"])
                     break
                 except ResourceNotFoundError:
+                    failure = None
                     await trio.sleep(0.05)
+                except TLSVerificationError:
+                    raise
+                except _PASSING as exc:
+                    failure = exc
+                    await trio.sleep(0.5)
     if scope.cancelled_caught:
-        raise PluginError(f"CRDs not served by the API server within {timeout}s")
+        if failure is not None:
+            raise failure
+        raise PluginError(f"CRDs not served by the API server within {timeout:g}s")
+
+
+async def _patiently(step: Callable[[], Awaitable[T]], *, deadline: float | None, what: str) -> T:
+    """``step()``'s result, where a start-up step waits out an outage of the API server.
+
+    Until ``deadline`` (trio's clock; ``None``: not at all), a failure that may pass (no
+    connection or no answer, a 5xx, a 429; never a certificate that fails verification) is
+    logged as one warning and ``step`` is awaited again after a jittered backoff; past it, the
+    last failure is raised. ``step`` must be safe to repeat (a read, a server-side apply, an
+    access review).
+
+    Cancellation: a checkpoint; cancelled while waiting, the step is not repeated.
+    """
+    rng = random.Random()
+    retry = 0
+    while True:
+        try:
+            return await step()
+        except TLSVerificationError:
+            raise
+        except _PASSING as exc:
+            left = -1.0 if deadline is None else deadline - trio.current_time()
+            wait = min(jittered_backoff(retry, base=0.5, cap=8.0, rng=rng), left)
+            if wait <= 0:
+                raise
+            logger.warning("start-up: %s failed (%s); retrying in %.1fs", what, summarize(exc), wait)
+            await trio.sleep(wait)
+            retry += 1
 
 
 async def _require_access(
@@ -461,6 +517,7 @@ async def run_plugins(
     check_access: bool = False,
     scale_out: HashRing | None = None,
     webhooks: WebhookServing | None = None,
+    startup_timeout: float | None = None,
     task_status: trio.TaskStatus[PluginHost] = trio.TASK_STATUS_IGNORED,
 ) -> ShutdownReport:
     """Host ``plugins`` on one manager and cluster, run the manager, return its shutdown report.
@@ -512,6 +569,14 @@ async def run_plugins(
     (:func:`register_webhooks`), and with ``observability`` controller-runtime's webhook
     metrics are collected (:class:`WebhookCollector`).
 
+    With ``startup_timeout``, set-up waits out an outage of the API server for up to that many
+    seconds from the call: the access checks, the CRDs' installation or check and the wait for
+    them to be served, the webhook registration and the examples are repeated with backoff
+    while the server does not answer, answers 5xx or 429, each failed attempt logged as one
+    warning; past it, the last failure is raised. Without it (the default) such a failure
+    ends set-up at once, except for the client's own retries of reads
+    (:class:`RetryPolicy`) and the CRD wait's 30 seconds. Plugins' ``setup`` is not repeated.
+
     Cancellation: during set-up, CRDs already applied stay applied and the manager never
     runs; once the manager runs, cancelling cancels its runs at once, without the grace
     period (as :meth:`Manager.run`), and ``Cancelled`` propagates. For a graceful stop call
@@ -519,6 +584,7 @@ async def run_plugins(
     """
     manager = manager if manager is not None else Manager()
     config = config or {}
+    deadline = None if startup_timeout is None else trio.current_time() + startup_timeout
     loaded: list[Plugin] = []
     errors: list[PluginError] = []
     for item in plugins:
@@ -542,11 +608,14 @@ async def run_plugins(
     checked: tuple[PolicyRule, ...] = ()
     if check_access:
         checked = merge_rules(rule for plugin in loaded for rule in crd_rules(plugin.crds, install=install))
-        await _require_access(client, checked, loaded, namespace)
+        await _patiently(partial(_require_access, client, checked, loaded, namespace),
+                         deadline=deadline, what="the access check")
     for plugin in loaded:
         recorded = len(cluster.rules)
         try:
-            await install_crds(client, plugin.crds, install=install)
+            crd_wait = 30.0 if deadline is None else max(30.0, deadline - trio.current_time())
+            await _patiently(partial(install_crds, client, plugin.crds, install=install, timeout=crd_wait),
+                             deadline=deadline, what=f"installing plugin {plugin.name}'s CRDs")
             await plugin.setup(PluginContext(
                 name=plugin.name, manager=manager, cluster=cluster, client=client,
                 config=plugin_settings(plugin, config), namespace=namespace, shard=shard,
@@ -575,7 +644,8 @@ async def run_plugins(
     host.rules = merge_rules([*needed, *_manager_rules(manager), *(scale_out.rules if scale_out else ()),
                               *(provision.rules(declared) if provision else ())])
     if check_access:
-        await _require_access(client, [r for r in host.rules if r not in checked], host.plugins, namespace)
+        await _patiently(partial(_require_access, client, [r for r in host.rules if r not in checked], host.plugins,
+                                 namespace), deadline=deadline, what="the access check")
     async with trio.open_nursery() as services:
         if webhooks is not None and declared:
             certificates = webhooks.certificates
@@ -590,21 +660,26 @@ async def run_plugins(
             await services.start(server.serve)
             if webhooks.register:
                 name = "engine-" + "-".join(sorted(p.name for p in host.plugins))
-                host.webhooks_registered = await register_webhooks(
-                    client, declared, name=name,
+                host.webhooks_registered = await _patiently(partial(
+                    register_webhooks, client, declared, name=name,
                     client_config=url_client_config(server.url, server.certificates.ca_bundle), namespace=namespace,
-                )
+                ), deadline=deadline, what="registering the webhooks")
             if observability is not None:
                 observability.metrics.registry.register(WebhookCollector(server))
         if apply_examples:
             for plugin in host.plugins:
                 for manifest in plugin.examples:
-                    resource = await client.resource(manifest["apiVersion"], manifest["kind"])
-                    await client.apply(resource, dict(manifest), field_manager="engine-examples", force=True)
+                    await _patiently(partial(_apply_example, client, manifest), deadline=deadline,
+                                     what="applying the examples")
                     host.examples_applied += 1
         report = await _run_manager(host, observability, task_status, scale_out)
         services.cancel_scope.cancel(reason="the manager stopped")
     return report
+
+
+async def _apply_example(client: Client, manifest: Mapping[str, Any]) -> None:
+    resource = await client.resource(manifest["apiVersion"], manifest["kind"])
+    await client.apply(resource, dict(manifest), field_manager="engine-examples", force=True)
 
 
 def _informers_ready(manager: Manager, cluster: Cluster) -> bool:
