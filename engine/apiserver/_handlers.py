@@ -48,6 +48,23 @@ def decode_body(request: Request) -> Any:
     return decode_checked(request)[0]
 
 
+_OBJECT_MEDIA_TYPES = ("application/json", "application/yaml", "application/vnd.kubernetes.protobuf")
+
+
+def check_object_media_type(request: Request) -> None:
+    """Raise 415 for a create's or update's body in any media type but JSON, YAML or protobuf
+    (a patch type too), as kube-apiserver does; a request without ``Content-Type`` is JSON."""
+    raw = request.headers.get("content-type")
+    if raw is None or raw.split(";")[0].strip().lower() in _OBJECT_MEDIA_TYPES:
+        return
+    raise RequestRejected(
+        415,
+        "UnsupportedMediaType",
+        "the body of the request was in an unknown format - accepted media types include: "
+        + ", ".join(_OBJECT_MEDIA_TYPES),
+    )
+
+
 def decode_checked(request: Request) -> tuple[Any, list[str]]:
     """:func:`decode_body` and the paths of the fields a JSON body gives twice."""
     if not request.body:
@@ -522,6 +539,7 @@ async def _handle(
         if name is not None:
             raise RequestRejected(405, "MethodNotAllowed", "POST is not allowed on a named object")
         _check_write_options(request, "CreateOptions")
+        check_object_media_type(request)
         body, duplicates = decode_checked(request)
         check = _field_check(rt, request, body, duplicates)
         obj = await writes.create(rt, ns, body, dry_run=dry_run, fields=check)
@@ -529,6 +547,7 @@ async def _handle(
     if info.verb == "update":
         assert name is not None
         _check_write_options(request, "UpdateOptions")
+        check_object_media_type(request)
         body, duplicates = decode_checked(request)
         check = _field_check(rt, request, body, duplicates)
         sent_meta = body.get("metadata") if isinstance(body, dict) else None
@@ -655,6 +674,7 @@ async def _scale(
     if info.verb == "get":
         return json_response(200, current)
     if info.verb == "update":
+        check_object_media_type(request)
         new = decode_body(request)
     elif info.verb == "patch":
         content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()

@@ -43,6 +43,24 @@ async def test_json_patch_failures_and_unsupported_patch_types_carry_empty_detai
     }
 
 
+async def test_a_create_or_update_body_in_a_patch_or_unknown_media_type_is_415(client: httpx.AsyncClient) -> None:
+    body = json.dumps(cm("m"))
+    for media in ("application/merge-patch+json", "application/json-patch+json", "application/apply-patch+yaml",
+                  "application/strategic-merge-patch+json", "text/plain", "application/x-yaml", "*/*"):
+        for method, url in (("POST", CM), ("PUT", f"{CM}/m")):
+            r = await client.request(method, url, content=body, headers={"content-type": media})
+            assert (r.status_code, r.json()["message"]) == (415, (
+                "the body of the request was in an unknown format - accepted media types include: "
+                "application/json, application/yaml, application/vnd.kubernetes.protobuf"
+            )), (method, media)
+            assert _status(r) == {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                                  "reason": "UnsupportedMediaType", "code": 415}
+    for media in ("application/json; charset=utf-8", "application/yaml"):
+        assert (await client.post(CM, content=json.dumps(cm(f"ok-{media[12:16]}")),
+                                  headers={"content-type": media})).status_code == 201
+    assert (await client.put(f"{CM}/ok-json", content=json.dumps(cm("ok-json")))).status_code == 200
+
+
 async def test_a_custom_object_larger_than_etcd_stores_answers_400(client: httpx.AsyncClient) -> None:
     assert (await client.post(CRDS, json=crd())).status_code == 201
     body = {"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "huge"}, "spec": {"color": "x" * 1_600_000}}
