@@ -454,13 +454,17 @@ def _status_only(event: InformerEvent) -> bool:
     """Whether ``event`` modified nothing but the object's ``status`` (what the echo of a status
     write is), its ``resourceVersion`` going forward."""
     old, new = event.old, event.obj
-    if event.type is not WatchEventType.MODIFIED or old is None or _went_back(old, new):
+    if event.type is not WatchEventType.MODIFIED or old is None:
         return False
+    # The comparisons first: a change of anything else (a spec change) ends it before the
+    # resourceVersions are read as numbers.
     for key in old.keys() | new.keys():
         if key != "status" and key != "metadata" and old.get(key) != new.get(key):
             return False
     before, after = old.get("metadata") or {}, new.get("metadata") or {}
-    return all(before.get(key) == after.get(key) for key in (before.keys() | after.keys()) - _NOT_CHANGES)
+    if not all(before.get(key) == after.get(key) for key in (before.keys() | after.keys()) - _NOT_CHANGES):
+        return False
+    return not _went_back(old, new)
 
 
 def _priority(event: InformerEvent) -> Priority:

@@ -385,6 +385,12 @@ class Informer:
         transform = self.transform
         if transform is None:
             return obj
+        if transform is strip_managed_fields:
+            meta = obj.get("metadata")
+            if type(meta) is dict and "name" in meta:
+                # Keeps the name and namespace, and cannot raise: nothing to check.
+                meta.pop("managedFields", None)
+                return obj
         key = object_key(obj)
         try:
             result = transform(obj)
