@@ -393,9 +393,15 @@ class Store:
         old = names.get(name)
         if old is None:
             self._count += 1
+            for index, values in new_values.items():
+                self._file_values(index, key, values)
         else:
-            for index in self._index_funcs:
-                self._unfile(index, key)
+            for index, values in new_values.items():
+                filed = self._filed[index].get(key, ())
+                # An index whose values did not change keeps the key where it is filed.
+                if ((filed,) if isinstance(filed, str) else filed) != values:
+                    self._unfile(index, key)
+                    self._file_values(index, key, values)
             # The table keeps the name it was first given; the new object is made to share
             # that string rather than hold an equal one of its own.
             kept = old["metadata"]["name"]
@@ -403,8 +409,6 @@ class Store:
             if meta["name"] is not kept and kept == name:
                 meta["name"] = kept
         names[name] = obj
-        for index, values in new_values.items():
-            self._file_values(index, key, values)
         return old
 
     def _remove(self, key: ObjectKey) -> dict[str, Any] | None:
