@@ -1,4 +1,4 @@
-"""Benchmark: two per-object steps of a controller's hot path, this tree against another, interleaved.
+"""Benchmark: per-object steps of a controller's hot path, this tree against another, interleaved.
 
 Run by hand (not a test)::
 
@@ -17,6 +17,16 @@ trees alternating, ``--repeat`` times; the table gives the medians and their rat
 * ``request head``: ``DirectSender.send`` of a status merge patch through the engine's
   transport up to the request head (the transport's ``request`` stops there), with a client's
   usual headers.
+* ``watch events``: one change of the benchmark operator (``operators/engine_op.py``) on the
+  watch path, per object: its two ``MODIFIED`` events (the spec change, then the echo of the
+  status write), decoded from one watch body already received, through the watcher, an
+  informer that strips ``managedFields`` (its cache, compact copies and owner index) and
+  ``Cluster.watches`` with ``generation_changed`` to ``Controller.trigger`` (the first queues the
+  key, the echo is dropped by the predicate).
+* ``status patch``: the same operator's write, per object: ``ctx.shield(10)`` around
+  ``Client.patch_status(..., decode=False)`` in a run (its own-write note included), through the
+  client, ``DirectSender`` and the transport, the answer's head parsed and its body decoded;
+  the network left out (a connection whose answer is already in its buffer).
 """
 
 from __future__ import annotations
