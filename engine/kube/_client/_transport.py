@@ -111,7 +111,7 @@ class _WholeResponse(httpx.Response):
         self._raw_headers: list[tuple[bytes, bytes]] | None = headers
         self._whole = content
 
-    @property  # type: ignore[override]
+    @property
     def headers(self) -> httpx.Headers:
         raw = self._raw_headers
         if raw is not None:
