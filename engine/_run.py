@@ -138,8 +138,7 @@ class _Shield:
 
     def __enter__(self) -> trio.CancelScope:
         run = self._run
-        # The deadline counts from entering (trio reads its clock then; one read, not two).
-        scope = self._scope = trio.CancelScope(shield=True, relative_deadline=self._seconds)
+        scope = self._scope = trio.CancelScope(shield=True, deadline=trio.current_time() + self._seconds)
         scope.__enter__()
         if run.forced:
             scope.cancel(reason=run.cancel_reason)
