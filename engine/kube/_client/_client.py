@@ -21,7 +21,7 @@ import httpx
 import trio
 
 from ..._tracing import request_span
-from ..._writes import own_write
+from ..._writes import OwnWrite, own_write
 from . import _json
 from ._config import Config
 from ._errors import (
@@ -30,6 +30,7 @@ from ._errors import (
     NotFoundError,
     ResourceNotFoundError,
     ResponseError,
+    TransportError,
     error_from_status,
     transport_error,
 )
@@ -188,6 +189,13 @@ def _kind_of(item: dict[str, Any], list_kind: Any) -> str:
     return str(item.get("kind", ""))
 
 
+class _Unasked(enum.Enum):
+    UNASKED = "unasked"
+
+
+_UNASKED = _Unasked.UNASKED
+
+
 class _State(enum.Enum):
     UNOPENED = "unopened"
     OPENED = "opened"
@@ -340,12 +348,22 @@ class Client:
                 self.forbidden.record(err)
             raise err
 
-        sending = call_with_retries(
-            attempt, policy=self.retry if options.retry is None else options.retry, rng=self._rng, safe=options.safe,
-            what=what,
-        )
         span = request_span(method, path)
-        return await (sending if span is None else span.around(sending))
+        if span is not None:
+            return await span.around(call_with_retries(
+                attempt, policy=self.retry if options.retry is None else options.retry, rng=self._rng,
+                safe=options.safe, what=what,
+            ))
+        # Untraced: the first attempt is awaited here, one coroutine fewer on the way of every
+        # answer; only a failed one goes on to the retries.
+        try:
+            return await attempt()
+        except (ApiError, TransportError) as err:
+            failed = err
+        return await call_with_retries(
+            attempt, policy=self.retry if options.retry is None else options.retry, rng=self._rng, safe=options.safe,
+            what=what, failed=failed,
+        )
 
     def _transport_error(self, exc: httpx.TransportError, what: str) -> Exception:
         return transport_error(
@@ -356,11 +374,15 @@ class Client:
             server_name=getattr(self._config, "tls_server_name", None),
         )
 
-    async def _request_json(self, method: str, path: str, options: RequestOptions = _READ) -> dict[str, Any]:
+    async def _request_json(
+        self, method: str, path: str, options: RequestOptions = _READ, note: OwnWrite | None | _Unasked = _UNASKED
+    ) -> dict[str, Any]:
         """Send a request and decode the object answered. A write (not ``safe``) in a run is
         noted with the ``resourceVersion`` it returned (:func:`engine._writes.own_write`), so
-        the watch echo of the run's own write is not news to its controller."""
-        note = None if options.safe else own_write()
+        the watch echo of the run's own write is not news to its controller. ``note``: that
+        note, when the caller asked for it already."""
+        if note is _UNASKED:
+            note = None if options.safe else own_write()
         if note is None:
             return _decode_object(await self._send(method, path, options), f"{method} {path}")
         with note:
@@ -707,14 +729,15 @@ class Client:
             raise ValueError("force applies only to PatchType.APPLY")
         elif field_manager is not None:
             params = {"fieldManager": field_manager}
-        if not decode and own_write() is None:
+        note = own_write()
+        if not decode and note is None:
             # The answer is read (so the connection is reused) but decoded only when it is an
             # error; in a run it is decoded, for the resourceVersion the run wrote.
             options = RequestOptions.of(safe=False, params=params, body=patch, content_type=patch_type.value, load=False)
             await self._send("PATCH", path, options)
             return None
         options = RequestOptions.of(safe=False, params=params, body=patch, content_type=patch_type.value)
-        obj = await self._request_json("PATCH", path, options)
+        obj = await self._request_json("PATCH", path, options, note)
         return obj if decode else None
 
     @overload

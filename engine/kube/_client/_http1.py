@@ -52,14 +52,18 @@ _KNOWN_NAMES = frozenset(
 """Methods and header names known to be tokens, checked without the pattern."""
 
 
-_KNOWN_RESPONSE_NAMES = frozenset(
-    {
+_OTHER, _CONTENT_LENGTH, _TRANSFER_ENCODING, _CONNECTION = range(4)
+_ROLES = {b"content-length": _CONTENT_LENGTH, b"transfer-encoding": _TRANSFER_ENCODING, b"connection": _CONNECTION}
+"""What the parser reads from a response header, by its name in lower case."""
+_KNOWN_RESPONSE_NAMES = {
+    name: _ROLES.get(name.lower(), _OTHER)
+    for name in (
         b"Audit-Id", b"Cache-Control", b"Connection", b"Content-Encoding", b"Content-Length",
         b"Content-Type", b"Date", b"Transfer-Encoding", b"Warning",
         b"X-Kubernetes-Pf-Flowschema-Uid", b"X-Kubernetes-Pf-Prioritylevel-Uid",
-    }
-)
-"""Response header names the API server sends, known to be tokens."""
+    )
+}
+"""Response header names the API server sends, known to be tokens, and their roles."""
 
 
 def header_lines(headers: Iterable[tuple[bytes, bytes]]) -> bytes:
@@ -169,18 +173,22 @@ def _fields(lines: list[bytes]) -> tuple[list[tuple[bytes, bytes]], list[bytes],
     close = False
     for line in lines[1:]:
         name, colon, value = line.partition(b":")
-        if not colon or (name not in _KNOWN_RESPONSE_NAMES and not _TOKEN(name)):
-            if line[:1] in (b" ", b"\t"):
-                return None
-            raise ProtocolError(f"a response header line must be 'name: value', not {line[:80]!r}")
+        role = _KNOWN_RESPONSE_NAMES.get(name) if colon else None
+        if role is None:
+            if not colon or not _TOKEN(name):
+                if line[:1] in (b" ", b"\t"):
+                    return None
+                raise ProtocolError(f"a response header line must be 'name: value', not {line[:80]!r}")
+            role = _ROLES.get(name.lower(), _OTHER)
         value = value.strip(b" \t")
         headers.append((name, value))
-        lower = name.lower()
-        if lower == b"content-length":
+        if role == _OTHER:
+            continue
+        if role == _CONTENT_LENGTH:
             lengths += value.split(b",")
-        elif lower == b"transfer-encoding":
+        elif role == _TRANSFER_ENCODING:
             codings.append(value)
-        elif lower == b"connection" and not close:
+        elif not close:
             close = b"close" in [option.strip(b" \t") for option in value.lower().split(b",")]
     return headers, lengths, codings, close
 

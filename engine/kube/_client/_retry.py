@@ -95,19 +95,24 @@ async def call_with_retries(
     rng: random.Random,
     safe: bool,
     what: str,
+    failed: ApiError | TransportError | None = None,
 ) -> T:
     """Await ``attempt()`` until it succeeds or raises an error that must reach the caller.
 
     ``attempt`` raises :class:`ApiError` or :class:`TransportError` on failure; those
     ``policy`` allows are retried after its backoff (or a ``429``'s ``Retry-After``, when no
     longer than ``policy.max_retry_after``), anything else propagates at once. ``what`` names
-    the request in log lines.
+    the request in log lines. ``failed``: the first attempt was made already, by the caller,
+    and raised this error (it is handled as if ``attempt()`` had raised it here).
 
     Cancellation: a checkpoint; cancelled while waiting to retry, nothing more is attempted.
     """
     retry = 0
     while True:
         try:
+            if failed is not None:
+                err, failed = failed, None
+                raise err
             return await attempt()
         except (ApiError, TransportError) as err:
             if retry + 1 >= policy.max_attempts or not policy.retryable(err, safe=safe):

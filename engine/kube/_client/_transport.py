@@ -100,13 +100,29 @@ def _readable(conn: _Connection) -> bool:
 class _WholeResponse(httpx.Response):
     """A response whose whole body came with it and needs no decoding (no ``Content-Encoding``):
     its ``content`` is those bytes as they are, loaded without httpx's byte iterators (which
-    cost more than the rest of a small answer's parsing). Otherwise an ``httpx.Response``."""
+    cost more than the rest of a small answer's parsing), and its ``headers`` are made into
+    ``httpx.Headers`` when first read (a successful answer's rarely are). Otherwise an
+    ``httpx.Response``."""
 
     def __init__(
         self, status: int, headers: list[tuple[bytes, bytes]], content: bytes, extensions: dict[str, Any]
     ) -> None:
-        super().__init__(status, headers=headers, stream=httpx.ByteStream(content), extensions=extensions)
+        super().__init__(status, stream=httpx.ByteStream(content), extensions=extensions)
+        self._raw_headers: list[tuple[bytes, bytes]] | None = headers
         self._whole = content
+
+    @property
+    def headers(self) -> httpx.Headers:
+        raw = self._raw_headers
+        if raw is not None:
+            self._headers = httpx.Headers(raw)
+            self._raw_headers = None
+        return self._headers
+
+    @headers.setter
+    def headers(self, value: httpx.Headers) -> None:
+        self._headers = value
+        self._raw_headers = None
 
     @property
     def content(self) -> bytes:

@@ -130,10 +130,16 @@ class WatchStream:
 
         Cancellation: a checkpoint; a cancelled read leaves the stream unusable (close it).
         """
+        lines = self._lines
         while True:
-            line = await self._next_line()
-            if line is None:
-                raise StopAsyncIteration
+            if lines:
+                # A line already split off an earlier chunk: no read, and no coroutine for one.
+                line = lines.popleft()
+            else:
+                read = await self._next_line()
+                if read is None:
+                    raise StopAsyncIteration
+                line = read
             event = self._decode(line)
             if event is not None:
                 return event
@@ -235,4 +241,4 @@ class WatchStream:
         if not isinstance(rv, str) or not rv:
             self._skip("object without metadata.resourceVersion", line)
             return None
-        return WatchEvent(type=event_type, object=obj)
+        return WatchEvent(event_type, obj)

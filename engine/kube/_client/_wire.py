@@ -38,7 +38,8 @@ def parse_microtime(value: Any) -> dt.datetime | None:
 def resource_version_of(obj: Mapping[str, Any]) -> str | None:
     """``metadata.resourceVersion`` of ``obj`` when it is a non-empty string, else ``None``."""
     meta = obj.get("metadata")
-    rv = meta.get("resourceVersion") if isinstance(meta, Mapping) else None
+    # A decoded object's metadata is a dict: the exact type check spares the ABC's.
+    rv = meta.get("resourceVersion") if type(meta) is dict or isinstance(meta, Mapping) else None
     return rv if isinstance(rv, str) and rv else None
 
 

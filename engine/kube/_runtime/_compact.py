@@ -144,12 +144,21 @@ def compact(obj: dict[str, Any], shapes: KeyShapes = _shapes) -> dict[str, Any]:
     values are the decoded ones. ``shapes`` defaults to one set shared by every informer."""
     if not obj:
         return {}
-    out = shapes.empty(obj)
-    # A key-sharing dictionary keeps its class table's keys (interned when the class was made):
-    # only a plain dictionary, or an interpreter that does not keep them, needs them interned.
-    intern_keys = out is None or not _TABLE_KEEPS_KEYS
-    if out is None:
+    # shapes.empty(obj), inlined: it runs for every dictionary of every cached object.
+    keys = tuple(obj)
+    cls = shapes._classes.get(keys)
+    if cls is None:
+        cls = shapes._sighted(keys)
+    out: dict[str, Any]
+    if cls is None:
         out = {}
+        intern_keys = True
+    else:
+        out = object.__new__(cls).__dict__
+        # A key-sharing dictionary keeps its class table's keys (interned when the class was
+        # made): only a plain dictionary, or an interpreter that does not keep them, needs
+        # them interned.
+        intern_keys = not _TABLE_KEEPS_KEYS
     for key, value in obj.items():
         kind = type(value)
         if kind is str:

@@ -368,8 +368,11 @@ class Informer:
         try:
             handler(event)
         except Exception as exc:
-            name = getattr(handler, "__qualname__", type(handler).__qualname__)
-            self.store.report_object_error(f"informer handler {name} on {event.type.value}", handler, event.obj, exc)
+            self._handler_failed(handler, event, exc)
+
+    def _handler_failed(self, handler: Handler, event: InformerEvent, exc: Exception) -> None:
+        name = getattr(handler, "__qualname__", type(handler).__qualname__)
+        self.store.report_object_error(f"informer handler {name} on {event.type.value}", handler, event.obj, exc)
 
     # --- the writer ---
 
@@ -385,6 +388,12 @@ class Informer:
         transform = self.transform
         if transform is None:
             return obj
+        if transform is strip_managed_fields:
+            meta = obj.get("metadata")
+            if type(meta) is dict and "name" in meta:
+                # Keeps the name and namespace, and cannot raise: nothing to check.
+                meta.pop("managedFields", None)
+                return obj
         key = object_key(obj)
         try:
             result = transform(obj)
@@ -426,7 +435,11 @@ class Informer:
             if self._held:
                 continue
             for handler in tuple(self._handlers):
-                self._call(handler, change)
+                # self._call(handler, change), inlined: this is every event's path.
+                try:
+                    handler(change)
+                except Exception as exc:
+                    self._handler_failed(handler, change, exc)
         if isinstance(event, Restarted):
             self._set_synced(True)
             self._failures = 0

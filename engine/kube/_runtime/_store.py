@@ -274,11 +274,14 @@ class Store:
         changes nothing. An index function that raises leaves that object out of that index
         and does not stop the event (see the class documentation).
         """
-        if isinstance(event, Added | Modified):
-            current = self._get(object_key(event.obj))
-            if current is not None and resource_version_of(current) == resource_version_of(event.obj):
+        if isinstance(event, (Added, Modified)):  # noqa: UP038 - a tuple is checked faster than a union
+            obj = event.obj
+            key = object_key(obj)
+            names = self._namespaces.get(key[0])
+            current = None if names is None else names.get(key[1])
+            if current is not None and resource_version_of(current) == resource_version_of(obj):
                 return []
-            return self._changes(event.obj, self._put(event.obj), False)
+            return self._changes(obj, self._insert(obj, self._index_values(obj), key), False)
         if isinstance(event, Deleted):
             old = self._remove(object_key(event.obj))
             return [InformerEvent(WatchEventType.DELETED, event.obj, old)]
@@ -376,17 +379,29 @@ class Store:
     def _put(self, obj: dict[str, Any]) -> dict[str, Any] | None:
         return self._insert(obj, self._index_values(obj))
 
-    def _insert(self, obj: dict[str, Any], new_values: dict[str, tuple[str, ...]]) -> dict[str, Any] | None:
-        key = namespace, name = object_key(obj)
+    def _insert(
+        self, obj: dict[str, Any], new_values: dict[str, tuple[str, ...]], key: ObjectKey | None = None
+    ) -> dict[str, Any] | None:
+        """Cache ``obj`` (under ``key``, its :func:`object_key` when given) with its index
+        values; returns the object it replaced, if any."""
+        if key is None:
+            key = object_key(obj)
+        namespace, name = key
         names = self._namespaces.get(namespace)
         if names is None:
             names = self._namespaces[namespace] = {}
         old = names.get(name)
         if old is None:
             self._count += 1
+            for index, values in new_values.items():
+                self._file_values(index, key, values)
         else:
-            for index in self._index_funcs:
-                self._unfile(index, key)
+            for index, values in new_values.items():
+                filed = self._filed[index].get(key, ())
+                # An index whose values did not change keeps the key where it is filed.
+                if ((filed,) if isinstance(filed, str) else filed) != values:
+                    self._unfile(index, key)
+                    self._file_values(index, key, values)
             # The table keeps the name it was first given; the new object is made to share
             # that string rather than hold an equal one of its own.
             kept = old["metadata"]["name"]
@@ -394,8 +409,6 @@ class Store:
             if meta["name"] is not kept and kept == name:
                 meta["name"] = kept
         names[name] = obj
-        for index, values in new_values.items():
-            self._file_values(index, key, values)
         return old
 
     def _remove(self, key: ObjectKey) -> dict[str, Any] | None:

@@ -691,10 +691,17 @@ class Watcher:
 
     async def _consume(self, stream: WatchStream, on_event: Callable[[WatcherEvent], object]) -> bool:
         delivered = False
+        # The revision last seen, as a number: read again only when it changed.
+        held: str | None = None
+        held_number: int | None = None
         async for event in stream:
             delivered = True
             rv = event.resource_version
-            if _older(rv, self._resource_version):
+            number = resource_version_number(rv)
+            if self._resource_version is not held:
+                held = self._resource_version
+                held_number = resource_version_number(held)
+            if number is not None and held_number is not None and number < held_number:
                 what = "bookmark" if event.type is WatchEventType.BOOKMARK else f"{event.type.value} event"
                 raise _HistoryWentBack(
                     f"a watch {what} has resourceVersion {rv}, older than {self._resource_version} seen before"
@@ -707,7 +714,8 @@ class Watcher:
             else:
                 self._out_of_range += 1
             if rv:
-                self._resource_version = rv
+                self._resource_version = held = rv
+                held_number = number
         return delivered
 
     async def run(self, on_event: Callable[[WatcherEvent], object]) -> None:
