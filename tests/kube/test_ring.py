@@ -22,7 +22,7 @@ import trio.testing
 from engine import Controller, OwnershipGate, Run, RunObserver
 from engine._keyspace import KeyRanges
 from engine.apiserver import ApiServer
-from engine.kube import Client, Cluster, Config, HashRing, RetryPolicy, RingConflictError, ring_ranges
+from engine.kube import Client, Cluster, Config, ConflictError, HashRing, RetryPolicy, RingConflictError, ring_ranges
 from engine.kube.lowlevel import LEASE_RESOURCE
 from engine.plugins.mirror import plugin as mirror
 from engine.plugins.mirror._controller import ENABLED_LABEL, SELECTOR_ANNOTATION, SOURCE_LABEL
@@ -554,9 +554,15 @@ async def test_a_member_fenced_by_an_edited_lease_lists_every_cache_again_before
                 at_regain.append({id(i): i.statistics().lists for i in informers})
 
         ra.on_change.append(regained)
-        raw = await a.client.get(LEASE_RESOURCE, ra.member, namespace=kube_target.namespace)
-        raw["spec"]["holderIdentity"] = "someone-else"
-        await a.client.update(LEASE_RESOURCE, raw)
+        while True:
+            # The member renews its Lease every retry period: an update can meet one (409).
+            raw = await a.client.get(LEASE_RESOURCE, ra.member, namespace=kube_target.namespace)
+            raw["spec"]["holderIdentity"] = "someone-else"
+            try:
+                await a.client.update(LEASE_RESOURCE, raw)
+                break
+            except ConflictError:
+                continue
         with trio.fail_after(30):
             while not at_regain:
                 await trio.sleep(0.1)
