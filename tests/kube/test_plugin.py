@@ -286,6 +286,11 @@ async def test_an_unreachable_server_is_not_blamed_on_a_plugin() -> None:
             await run_plugins(client, ["bundles"], manager=Manager(handle_signals=False), strict=False)
 
 
+def _memory_client(api: ApiServer) -> Client:
+    """A client joined to ``api`` in memory (for MockClock), each request given 30 s."""
+    return Client(Config.from_dict(api.kubeconfig), transport=api.memory_transport(), timeout=30)
+
+
 def _hung_then_failing(api: ApiServer) -> None:
     """What a kube-apiserver under SIGSTOP, then starting again, does to set-up: the first
     access review gets no answer, then two answer 503, and discovery answers 503 a dozen times
@@ -299,9 +304,7 @@ async def test_set_up_waits_out_an_api_server_that_hangs_and_fails_within_the_st
     autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture,
 ) -> None:
     seen: list[str] = []
-    async with ApiServer(listen=False) as api, Client(
-        Config.from_dict(api.kubeconfig), transport=api.memory_transport(), timeout=30,
-    ) as client:
+    async with ApiServer(listen=False) as api, _memory_client(api) as client:
         _hung_then_failing(api)
         manager = Manager(handle_signals=False, grace_period=1)
         async with trio.open_nursery() as nursery:
@@ -325,9 +328,7 @@ async def test_set_up_waits_out_an_api_server_that_hangs_and_fails_within_the_st
 async def test_the_crd_wait_counts_an_api_server_that_fails_as_not_serving_them_yet(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
-    async with ApiServer(listen=False) as api, Client(
-        Config.from_dict(api.kubeconfig), transport=api.memory_transport(), timeout=30,
-    ) as client:
+    async with ApiServer(listen=False) as api, _memory_client(api) as client:
         await client.resource("apiextensions.k8s.io/v1", "CustomResourceDefinition")
         down = api.faults.fail(503, count=None, verbs={"discovery"})
         async with trio.open_nursery() as nursery:
@@ -345,9 +346,7 @@ async def test_the_crd_wait_counts_an_api_server_that_fails_as_not_serving_them_
 
 
 async def test_without_a_startup_timeout_set_up_ends_at_the_first_outage(autojump_clock: trio.testing.MockClock) -> None:
-    async with ApiServer(listen=False) as api, Client(
-        Config.from_dict(api.kubeconfig), transport=api.memory_transport(), timeout=30,
-    ) as client:
+    async with ApiServer(listen=False) as api, _memory_client(api) as client:
         _hung_then_failing(api)
         manager = Manager(handle_signals=False)
         with pytest.raises(TransportError, match="selfsubjectaccessreviews"):
@@ -358,9 +357,7 @@ async def test_without_a_startup_timeout_set_up_ends_at_the_first_outage(autojum
 async def test_set_up_gives_up_on_an_outage_longer_than_the_startup_timeout(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
-    async with ApiServer(listen=False) as api, Client(
-        Config.from_dict(api.kubeconfig), transport=api.memory_transport(), timeout=30,
-    ) as client:
+    async with ApiServer(listen=False) as api, _memory_client(api) as client:
         api.faults.fail(503, count=None, resource="selfsubjectaccessreviews")
         manager = Manager(handle_signals=False)
         started = trio.current_time()
