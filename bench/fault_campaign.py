@@ -71,7 +71,13 @@ own lines):
 * **stuck**: after each fault every replica logs a run within ``--bound`` s, or before the next
   fault that reaches it began (every fault but a flood, partition or SIGTERM of another replica;
   a window under ``--stuck-window`` s is not judged; a replica still under another fault is
-  judged after that one): its watches and ring came back, a hung server or network was noticed.
+  judged after that one; a process that joined its ring after the fault ended is judged from its
+  join plus ``--handover-grace``): its watches and ring came back, a hung server or network was
+  noticed.
+
+A flood or partition holds a replica that joined its ring (it waits for the join): a hold of a
+process that is still starting is a start-up outage, which the engine ends after
+``--startup-timeout`` by design.
 
 Prints one JSON line per fault (with the seconds of each of its steps, ``phases``, and with
 ``--overlap`` the faults under way beside it, ``during``) and a report: cycles, faults of each
@@ -351,7 +357,7 @@ class Replica:
         self.generation += 1
         self.terminating = False
         lease, renew, retry = self.args.lease.split(",")
-        log = self.workdir / f"replica-{self.index}-{self.generation}.log"
+        log = self.workdir / self.log_name(self.generation)
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
         with open(log, "ab") as err:
             self.proc = subprocess.Popen(
@@ -365,6 +371,10 @@ class Replica:
                 cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err,
             )
         self.lives.append((self.proc.pid, time.time()))
+
+    def log_name(self, generation: int) -> str:
+        """The log file of the process started ``generation``-th in this slot (from 1)."""
+        return f"replica-{self.index}-{generation}.log"
 
     async def terminate(self) -> dict[str, Any]:
         """SIGTERM; wait for the exit (SIGKILL after twice the bound); what happened."""
@@ -399,7 +409,8 @@ class Logs:
         self.open_runs: dict[tuple[int, str], tuple[str, str, float]] = {}
         self.intervals: dict[tuple[str, str], list[tuple[float, float, int]]] = defaultdict(list)
         self.starts: dict[int, list[float]] = defaultdict(list)
-        self.joined_files: set[str] = set()
+        self.joined_at: dict[str, float] = {}
+        """When the replica writing each log file first joined its ring."""
         self.last_error: dict[str, str] = {}
         """The last error line of each log file."""
         self.noted: list[dict[str, Any]] = []
@@ -428,7 +439,7 @@ class Logs:
         if r.get("level") in ("error", "critical"):
             self.last_error[r.get("_file", "")] = str(msg)
         if str(msg).startswith(("joined ring", "rejoined ring")):
-            self.joined_files.add(r.get("_file", ""))
+            self.joined_at.setdefault(r.get("_file", ""), float(r["ts"]))
         if msg == "run started":
             self.open_runs[(r["pid"], r["reconcileID"])] = (r["controller"], r["object"], r["ts"])
             self.starts[r["pid"]].append(r["ts"])
@@ -472,7 +483,7 @@ class Logs:
 
     def joined(self, file: str) -> bool:
         """Whether the replica writing ``file`` joined its ring."""
-        return file in self.joined_files
+        return file in self.joined_at
 
     def running(self, pid: int) -> int:
         return sum(1 for (p, _) in self.open_runs if p == pid)
@@ -591,7 +602,7 @@ class Campaign:
         for replica in self.replicas[1:]:
             replica.start()
         with trio.fail_after(300):
-            while not all(self.logs.joined(f"replica-{r.index}-{r.generation}.log") for r in self.replicas):
+            while not all(self.logs.joined(r.log_name(r.generation)) for r in self.replicas):
                 await trio.sleep(0.5)
                 self.logs.refresh()
         self.sources = await client.resource("bundles.engine.dev/v1alpha1", "Source")
@@ -774,6 +785,7 @@ class Campaign:
         if kind == "flood":
             replica = chosen if chosen is not None else rng.choice(self.replicas)
             detail["replica"] = replica.index
+            detail["waited_join"] = await self.wait_joined(replica)
             before = await self.resource_version()
             replica.proxy.hold()
             held = trio.current_time()
@@ -799,6 +811,7 @@ class Campaign:
             low, high = (float(x) for x in args.partition_seconds.split(","))
             replica = chosen if chosen is not None else rng.choice(self.replicas)
             detail["replica"] = replica.index
+            detail["waited_join"] = await self.wait_joined(replica)
             detail["seconds"] = seconds = round(rng.uniform(low, high), 1)
             replica.proxy.hold()
             await trio.sleep(seconds)
@@ -863,6 +876,20 @@ class Campaign:
             finally:
                 for r in self.replicas:
                     r.proxy.release()
+
+    async def wait_joined(self, replica: Replica) -> float:
+        """Wait (at most ``--bound`` s) until ``replica``'s process joined its ring; the seconds
+        waited. A hold of a replica's network is a fault of a running replica: one that begins
+        while the process still starts is a start-up outage, which ends the start after
+        ``--startup-timeout`` by design (as a pod's container would then be restarted)."""
+        began = trio.current_time()
+        with trio.move_on_after(self.args.bound):
+            while True:
+                self.logs.refresh()
+                if self.logs.joined(replica.log_name(replica.generation)):
+                    break
+                await trio.sleep(0.2)
+        return round(trio.current_time() - began, 1)
 
     async def wait_writable(self, within: float = 180.0) -> None:
         """Return once a write goes through the API server (a merge patch of a flood ConfigMap,
@@ -939,7 +966,10 @@ class Campaign:
         (its watches and ring came back). A fault reaches every replica but a flood, partition
         or SIGTERM of another one. A replica that another fault still reached when this one
         ended is judged after that one instead, and a window shorter than ``--stuck-window`` s
-        is not judged. Returns how many replica lives were judged."""
+        is not judged. A process that joined its ring after the fault ended is judged from its
+        join plus ``--handover-grace`` (until then the others still own its keys); one that had
+        not joined by the window's end is stuck if it was started ``--bound`` s before that end.
+        Returns how many replica lives were judged."""
         end = fault["end"]
         judged = 0
         for replica in self.replicas:
@@ -949,13 +979,25 @@ class Campaign:
             until = min([end + self.args.bound, *(f["start"] for f in reaching if f["start"] >= end)])
             if until - end < self.args.stuck_window:
                 continue
-            for pid, born in replica.lives:
+            for generation, (pid, born) in enumerate(replica.lives, start=1):
                 if born > end or exited.get(pid, float("inf")) < until:
                     continue
+                joined = self.logs.joined_at.get(replica.log_name(generation), float("inf"))
+                if joined > until:
+                    if until - born >= self.args.bound:
+                        judged += 1
+                        self.violations.append(f"stuck: replica {replica.index} pid {pid} started at {born:.3f} "
+                                               f"had not joined its ring by {until:.3f}")
+                    continue
+                since = max(end, joined + self.args.handover_grace)
+                if until - since < self.args.stuck_window:
+                    continue
                 judged += 1
-                if not any(end <= ts <= until for ts in self.logs.starts.get(pid, ())):
+                if not any(since <= ts <= until for ts in self.logs.starts.get(pid, ())):
+                    late = f" (it joined its ring at {joined:.3f})" if joined > end else ""
                     self.violations.append(f"stuck: replica {replica.index} pid {pid} started no run in the "
-                                           f"{until - end:.1f} s after {fault['kind']} #{fault['n']} ended at {end:.3f}")
+                                           f"{until - since:.1f} s after {fault['kind']} #{fault['n']} ended at "
+                                           f"{end:.3f}{late}")
         return judged
 
     def check_alive(self) -> None:
@@ -966,7 +1008,7 @@ class Campaign:
             if proc is None or replica.terminating or proc.poll() is None:
                 continue
             self.logs.refresh()
-            last = self.logs.last_error.get(f"replica-{replica.index}-{replica.generation}.log", "")
+            last = self.logs.last_error.get(replica.log_name(replica.generation), "")
             self.violations.append(f"exit: replica {replica.index} pid {proc.pid} exited on its own with "
                                    f"{proc.returncode} at {time.time():.3f}: {last}")
             replica.exits.append({"replica": replica.index, "pid": proc.pid, "seconds": 0.0, "code": proc.returncode,

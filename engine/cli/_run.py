@@ -606,6 +606,8 @@ async def _host(
     ring: Any = None,
     startup_deadline: float | None = None,
 ) -> ShutdownReport:
+    from ..kube import ServerError, TooManyRequestsError, TransportError
+
     reports: list[ShutdownReport] = []
     async with trio.open_nursery() as nursery:
         async def host_plugins(*, task_status: trio.TaskStatus[PluginHost] = trio.TASK_STATUS_IGNORED) -> None:
@@ -618,7 +620,13 @@ async def _host(
                 task_status=task_status,
             ))
 
-        host: PluginHost = await nursery.start(host_plugins)
+        try:
+            host: PluginHost = await nursery.start(host_plugins)
+        except (TransportError, ServerError, TooManyRequestsError) as exc:
+            if startup_deadline is None or trio.current_time() < startup_deadline:
+                raise
+            raise _StartupError(f"no answer from the API server within --startup-timeout {args.startup_timeout:g}s: "
+                                f"{describe(exc)}") from exc
         for err in host.errors:
             print(f"skipped: {err}", flush=True)
         if host.examples_applied:

@@ -29,6 +29,10 @@ def _run(logs: fault_campaign.Logs, pid: int, rid: str, obj: str, start: float, 
                     "ts": end, "outcome": "success"})
 
 
+def _joined(campaign: fault_campaign.Campaign, slot: fault_campaign.Replica, generation: int, ts: float) -> None:
+    campaign.logs._take({"_file": slot.log_name(generation), "msg": "joined ring campaign", "ts": ts, "level": "info"})
+
+
 def test_runs_of_one_object_on_two_replicas_at_once_are_found(tmp_path: Path) -> None:
     logs = fault_campaign.Logs(tmp_path)
     _run(logs, 1, "bundles-1", "Bundle/a", 10.0, 12.0)
@@ -129,6 +133,7 @@ def test_a_replica_that_runs_nothing_after_a_fault_is_stuck(tmp_path: Path) -> N
     for index, pid in enumerate((11, 12, 13)):
         slot = fault_campaign.Replica(index, None, tmp_path, tmp_path, args)  # type: ignore[arg-type]
         slot.lives.append((pid, 0.0))
+        _joined(campaign, slot, 1, 1.0)
         slots.append(slot)
     slots[2].lives.append((14, 105.0))  # started after the fault: not judged for it
     campaign.replicas = slots
@@ -164,6 +169,7 @@ def test_the_quiet_time_after_a_fault_ends_where_the_next_fault_begins(tmp_path:
     campaign = fault_campaign.Campaign(args, None, tmp_path)  # type: ignore[arg-type]
     slot = fault_campaign.Replica(0, None, tmp_path, tmp_path, args)  # type: ignore[arg-type]
     slot.lives.append((11, 0.0))
+    _joined(campaign, slot, 1, 1.0)
     campaign.replicas = [slot]
     _run(campaign.logs, 11, "r-1", "Bundle/a", 50.0, 50.1)
     first = {"kind": "flood", "n": 1, "start": 0.0, "end": 10.0}
@@ -228,6 +234,7 @@ def _campaign(tmp_path: Path, *argv: str, replicas: int = 3) -> fault_campaign.C
     for index in range(replicas):
         slot = fault_campaign.Replica(index, None, tmp_path, tmp_path, args)  # type: ignore[arg-type]
         slot.lives.append((11 + index, 0.0))
+        _joined(campaign, slot, 1, 1.0)
         campaign.replicas.append(slot)
     return campaign
 
@@ -254,6 +261,66 @@ def test_a_replica_is_judged_after_the_last_fault_that_reached_it_and_not_cut_sh
     _run(campaign.logs, 11, "r-2", "Bundle/b", 115.0, 115.1)
     assert campaign.check_stuck(kill, {}) == 1 and campaign.check_stuck(partition, {}) == 2
     assert campaign.violations == []
+
+
+def test_a_process_that_joins_its_ring_after_a_fault_is_judged_from_its_join_plus_the_handover_grace(
+    tmp_path: Path,
+) -> None:
+    campaign = _campaign(tmp_path, "--bound", "60", "--stuck-window", "15", "--handover-grace", "3", replicas=1)
+    slot = campaign.replicas[0]
+    kill = {"kind": "apiserver-kill", "n": 1, "start": 90.0, "end": 100.0}
+    nxt = {"kind": "etcd-compact", "n": 1, "start": 120.0, "end": 130.0}
+    campaign.faults = [kill, nxt]
+    slot.lives.append((21, 99.0))  # started just before the kill ended
+    _joined(campaign, slot, 2, 112.0)
+    _run(campaign.logs, 21, "r-1", "Bundle/a", 119.0, 119.1)
+    # judged from 115 to 120: too short; a running process's window would have been 100..120
+    assert campaign.check_stuck(kill, {11: 99.0}) == 0
+    assert campaign.violations == []
+    nxt["start"] = 140.0  # 115..140: 25 s, judged, and the run at 119 is in it
+    assert campaign.check_stuck(kill, {11: 99.0}) == 1
+    assert campaign.violations == []
+    campaign.logs.starts[21].clear()
+    campaign.check_stuck(kill, {11: 99.0})
+    assert campaign.violations == ["stuck: replica 0 pid 21 started no run in the 25.0 s after apiserver-kill #1 "
+                                   "ended at 100.000 (it joined its ring at 112.000)"]
+
+
+def test_a_process_that_never_joins_its_ring_is_stuck_once_it_had_the_bound_to(tmp_path: Path) -> None:
+    campaign = _campaign(tmp_path, "--bound", "60", "--stuck-window", "15", replicas=1)
+    slot = campaign.replicas[0]
+    kill = {"kind": "apiserver-kill", "n": 1, "start": 90.0, "end": 100.0}
+    campaign.faults = [kill]
+    slot.lives.append((21, 99.0))
+    assert campaign.check_stuck(kill, {11: 99.0}) == 1  # 99..160: 61 s and no join
+    assert campaign.violations == ["stuck: replica 0 pid 21 started at 99.000 had not joined its ring by 160.000"]
+    campaign.violations.clear()
+    campaign.faults.append({"kind": "etcd-compact", "n": 1, "start": 150.0, "end": 155.0})
+    assert campaign.check_stuck(kill, {11: 99.0}) == 0  # 99..150: not yet the bound
+    assert campaign.violations == []
+
+
+async def test_a_partition_holds_a_replica_only_once_it_joined_its_ring(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    campaign = _campaign(tmp_path, "--partition-seconds", "5,5", replicas=1)
+    slot = campaign.replicas[0]
+    slot.generation = 2
+    held: list[float] = []
+    slot.proxy = SimpleNamespace(hold=lambda: held.append(trio.current_time()), release=lambda: None)  # type: ignore[assignment]
+    log = tmp_path / slot.log_name(2)
+    log.write_text("")
+
+    async def join() -> None:
+        await trio.sleep(30)
+        log.write_text(json.dumps({"msg": "joined ring campaign", "ts": 1.0, "level": "info"}) + "\n")
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(join)
+        begun = trio.current_time()
+        detail = await campaign.fault("partition", slot)
+    assert held and held[0] - begun >= 30
+    assert detail["waited_join"] >= 30 and detail["seconds"] == 5.0
 
 
 async def test_the_gate_holds_a_fault_until_the_changes_before_the_last_fault_ended_converged(

@@ -357,3 +357,20 @@ def test_a_server_that_never_answers_ends_the_start_after_the_startup_timeout(tm
     assert len(retries) >= 1
     assert _fatal(out.stderr) == ("error: no answer from the API server within --startup-timeout 4s: "
                                   "cannot reach the API server at http://127.0.0.1:1: connection refused")
+
+
+async def test_a_later_start_up_step_that_outlasts_the_startup_timeout_names_the_timeout(tmp_path: Path) -> None:
+    async with ApiServer() as api:
+        kubeconfig = tmp_path / "kubeconfig"
+        api.write_kubeconfig(kubeconfig)
+        api.faults.fail(503, count=None, resource="selfsubjectaccessreviews", client="engine-runner/")
+        out = await _arun("--kubeconfig", str(kubeconfig), "--plugin", "bundles", "--no-cluster-events",
+                          "--startup-timeout", "3")
+    assert out.returncode == 1
+    stderr = out.stderr.decode()
+    retries = [r for r in map(json.loads, stderr.splitlines())
+               if r["level"] == "warn" and r["msg"].startswith("start-up: the access check failed")]
+    assert retries
+    assert _fatal(stderr).startswith("error: no answer from the API server within --startup-timeout 3s: "
+                                     "503 ServiceUnavailable"), stderr
+    assert "Traceback" not in stderr
