@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
+
+from .._e2e import ROOT
 
 
 def test_unknown_command_is_a_usage_error() -> None:
@@ -30,6 +34,18 @@ def test_version() -> None:
 
     out = subprocess.run([sys.executable, "-m", "engine", "--version"], capture_output=True, text=True, timeout=60)
     assert (out.returncode, out.stdout, out.stderr) == (0, f"python -m engine {engine.__version__}\n", "")
+
+
+def test_the_process_exits_without_collecting_what_it_leaves_behind(tmp_path: Path) -> None:
+    (tmp_path / "sitecustomize.py").write_text(
+        "import atexit, gc, sys\n"
+        "atexit.register(lambda: sys.stderr.write(f'frozen at exit: {gc.get_freeze_count() > 0}\\n'))\n"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)])}
+    out = subprocess.run([sys.executable, "-m", "engine", "--version"], capture_output=True, text=True, timeout=60,
+                         env=env, cwd=ROOT)
+    assert out.returncode == 0
+    assert out.stderr == "frozen at exit: True\n"
 
 
 def _parsers() -> dict[str, argparse.ArgumentParser]:
