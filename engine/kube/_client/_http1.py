@@ -52,8 +52,11 @@ _KNOWN_NAMES = frozenset(
 """Methods and header names known to be tokens, checked without the pattern."""
 
 
-_OTHER, _CONTENT_LENGTH, _TRANSFER_ENCODING, _CONNECTION = range(4)
-_ROLES = {b"content-length": _CONTENT_LENGTH, b"transfer-encoding": _TRANSFER_ENCODING, b"connection": _CONNECTION}
+_OTHER, _CONTENT_LENGTH, _TRANSFER_ENCODING, _CONNECTION, _CONTENT_ENCODING = range(5)
+_ROLES = {
+    b"content-length": _CONTENT_LENGTH, b"transfer-encoding": _TRANSFER_ENCODING, b"connection": _CONNECTION,
+    b"content-encoding": _CONTENT_ENCODING,
+}
 """What the parser reads from a response header, by its name in lower case."""
 _KNOWN_RESPONSE_NAMES = {
     name: _ROLES.get(name.lower(), _OTHER)
@@ -102,10 +105,11 @@ def _add_lines(parts: list[bytes], headers: Iterable[tuple[bytes, bytes]]) -> No
 class ResponseHead:
     """A response's status line and headers, and how its body is framed."""
 
-    __slots__ = ("status", "reason", "headers", "keep_alive", "body")
+    __slots__ = ("status", "reason", "headers", "keep_alive", "body", "encoded")
 
     def __init__(
-        self, status: int, reason: bytes, headers: list[tuple[bytes, bytes]], keep_alive: bool, body: Body
+        self, status: int, reason: bytes, headers: list[tuple[bytes, bytes]], keep_alive: bool, body: Body,
+        encoded: bool = False,
     ) -> None:
         self.status = status
         self.reason = reason
@@ -114,6 +118,8 @@ class ResponseHead:
         self.keep_alive = keep_alive
         """Whether the connection may carry another request after this response's body."""
         self.body = body
+        self.encoded = encoded
+        """Whether a ``Content-Encoding`` header was sent (the body must then be decoded)."""
 
 
 def parse_head(buffer: bytearray, method: bytes) -> ResponseHead | None:
@@ -150,7 +156,7 @@ def parse_head(buffer: bytearray, method: bytes) -> ResponseHead | None:
         if fields is None:
             fields = _fields(_unfold(lines))
             assert fields is not None
-        headers, lengths, codings, close = fields
+        headers, lengths, codings, close, encoded = fields
         http11 = status_line[1] != b"0"
         body = _framing(method, status, lengths, codings, http11)
         if status < 200:
@@ -160,17 +166,18 @@ def parse_head(buffer: bytearray, method: bytes) -> ResponseHead | None:
             continue
         del buffer[:start]
         keep_alive = http11 and not close and not (codings and lengths)
-        return ResponseHead(status, status_line[3] or b"", headers, keep_alive, body)
+        return ResponseHead(status, status_line[3] or b"", headers, keep_alive, body, encoded)
 
 
-def _fields(lines: list[bytes]) -> tuple[list[tuple[bytes, bytes]], list[bytes], list[bytes], bool] | None:
+def _fields(lines: list[bytes]) -> tuple[list[tuple[bytes, bytes]], list[bytes], list[bytes], bool, bool] | None:
     """The header fields of ``lines`` (a status line, then header lines), the ``Content-Length``
-    values (split at commas), the ``Transfer-Encoding`` values and whether ``Connection`` has the
-    ``close`` option; ``None`` if a line is folded (starts with a space or tab)."""
+    values (split at commas), the ``Transfer-Encoding`` values, whether ``Connection`` has the
+    ``close`` option and whether a ``Content-Encoding`` was sent; ``None`` if a line is folded
+    (starts with a space or tab)."""
     headers: list[tuple[bytes, bytes]] = []
     lengths: list[bytes] = []
     codings: list[bytes] = []
-    close = False
+    close = encoded = False
     for line in lines[1:]:
         name, colon, value = line.partition(b":")
         role = _KNOWN_RESPONSE_NAMES.get(name) if colon else None
@@ -188,9 +195,11 @@ def _fields(lines: list[bytes]) -> tuple[list[tuple[bytes, bytes]], list[bytes],
             lengths += value.split(b",")
         elif role == _TRANSFER_ENCODING:
             codings.append(value)
+        elif role == _CONTENT_ENCODING:
+            encoded = True
         elif not close:
             close = b"close" in [option.strip(b" \t") for option in value.lower().split(b",")]
-    return headers, lengths, codings, close
+    return headers, lengths, codings, close, encoded
 
 
 def _unfold(lines: list[bytes]) -> list[bytes]:
@@ -333,8 +342,18 @@ class Body:
             size = _CHUNK_SIZE(line)
             if size is None:
                 raise ProtocolError(f"a chunk must start with its size in hex, not {line[:40]!r}")
-            self._left = int(size[1], 16)
-            self._state = _DATA if self._left else _TRAILERS
+            left = int(size[1], 16)
+            if not left:
+                self._state = _TRAILERS
+            elif len(buffer) >= left + 2:
+                # The whole chunk and its CRLF are here (a watch event, as a rule): taken at once.
+                if buffer[left:left + 2] != b"\r\n":
+                    raise ProtocolError("a response chunk must end with CRLF")
+                parts.append(bytes(buffer[:left]))
+                del buffer[:left + 2]
+            else:
+                self._left = left
+                self._state = _DATA
         if parts:
             return parts[0] if len(parts) == 1 else b"".join(parts)
         if self.done:
