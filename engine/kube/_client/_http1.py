@@ -33,6 +33,16 @@ _TOKEN = re.compile(rb"[-!#$%&'*+.^_`|~0-9A-Za-z]+").fullmatch
 _FIELD_VALUE = re.compile(rb"[^\x00\r\n]*").fullmatch
 _TARGET = re.compile(rb"[^\x00\r\n ]+").fullmatch
 _STATUS_LINE = re.compile(rb"HTTP/1\.([0-9]) ([0-9]{3})(?: ([^\r\n]*))?").fullmatch
+_FIELD = rb"([-!#$%&'*+.^_`|~0-9A-Za-z]++):[ \t]*+((?:[^\r\n \t]++|[ \t]++(?=[^\r\n \t]))*+)[ \t]*+"
+"""A header line after its CRLF: its name and its value without the spaces and tabs around
+it (possessive: linear in the line's length, whatever a server sends)."""
+_FIELD_LINES = re.compile(rb"(?:\r\n" + _FIELD + rb")*").fullmatch
+_FIELD_LINE = re.compile(rb"\r\n" + _FIELD + rb"(?=\r\n|\Z)").findall
+_FRAMING_LINE = re.compile(
+    rb"\r\n(content-length|transfer-encoding|connection|content-encoding):[ \t]*+"
+    rb"((?:[^\r\n \t]++|[ \t]++(?=[^\r\n \t]))*+)[ \t]*+(?=\r\n|\Z)",
+    re.IGNORECASE,
+).findall
 _CHUNK_SIZE = re.compile(rb"0*([0-9A-Fa-f]{1,16})[ \t]*(?:;[^\r\n]*)?").fullmatch
 _MAX_LINE = 4096
 """The most bytes a chunk size line or a trailer line may take."""
@@ -152,10 +162,12 @@ def parse_head(buffer: bytearray, method: bytes) -> ResponseHead | None:
             raise ProtocolError(f"a response's status must be from 100 to 999, not {status_line[2].decode()}")
         if status == 101:
             raise ProtocolError("a response must not switch protocols (101) when the request asked for no upgrade")
-        fields = _fields(lines)
+        fields = _plain_fields(raw[len(lines[0]):])
         if fields is None:
-            fields = _fields(_unfold(lines))
-            assert fields is not None
+            fields = _fields(lines)
+            if fields is None:
+                fields = _fields(_unfold(lines))
+                assert fields is not None
         headers, lengths, codings, close, encoded = fields
         http11 = status_line[1] != b"0"
         body = _framing(method, status, lengths, codings, http11)
@@ -169,15 +181,26 @@ def parse_head(buffer: bytearray, method: bytes) -> ResponseHead | None:
         return ResponseHead(status, status_line[3] or b"", headers, keep_alive, body, encoded)
 
 
-def _fields(lines: list[bytes]) -> tuple[list[tuple[bytes, bytes]], list[bytes], list[bytes], bool, bool] | None:
-    """The header fields of ``lines`` (a status line, then header lines), the ``Content-Length``
-    values (split at commas), the ``Transfer-Encoding`` values, whether ``Connection`` has the
-    ``close`` option and whether a ``Content-Encoding`` was sent; ``None`` if a line is folded
-    (starts with a space or tab)."""
+_Fields = tuple[list[tuple[bytes, bytes]], list[bytes], list[bytes], bool, bool]
+"""The header fields of a head (names in their case, values stripped), in order, the
+``Content-Length`` values (split at commas), the ``Transfer-Encoding`` values, whether
+``Connection`` has the ``close`` option and whether a ``Content-Encoding`` was sent."""
+
+
+def _plain_fields(block: bytes) -> _Fields | None:
+    """The fields of the header lines ``block`` (each line after a CRLF) when every one is
+    ``name: value`` with a token name, found by patterns (in C, not line by line); else
+    ``None`` (a folded or malformed line: :func:`_fields` tells which)."""
+    if not _FIELD_LINES(block):
+        return None
+    return (_FIELD_LINE(block), *_framing_values(_FRAMING_LINE(block)))
+
+
+def _fields(lines: list[bytes]) -> _Fields | None:
+    """The fields of ``lines`` (a status line, then header lines), read line by line; ``None``
+    if a line is folded (starts with a space or tab)."""
     headers: list[tuple[bytes, bytes]] = []
-    lengths: list[bytes] = []
-    codings: list[bytes] = []
-    close = encoded = False
+    framing: list[tuple[bytes, bytes]] = []
     for line in lines[1:]:
         name, colon, value = line.partition(b":")
         role = _KNOWN_RESPONSE_NAMES.get(name) if colon else None
@@ -189,8 +212,20 @@ def _fields(lines: list[bytes]) -> tuple[list[tuple[bytes, bytes]], list[bytes],
             role = _ROLES.get(name.lower(), _OTHER)
         value = value.strip(b" \t")
         headers.append((name, value))
-        if role == _OTHER:
-            continue
+        if role != _OTHER:
+            framing.append((name, value))
+    return (headers, *_framing_values(framing))
+
+
+def _framing_values(fields: list[tuple[bytes, bytes]]) -> tuple[list[bytes], list[bytes], bool, bool]:
+    """The ``Content-Length`` values (split at commas), the ``Transfer-Encoding`` values, whether
+    ``Connection`` has the ``close`` option and whether a ``Content-Encoding`` was sent, from
+    the header ``fields`` that name one of these."""
+    lengths: list[bytes] = []
+    codings: list[bytes] = []
+    close = encoded = False
+    for name, value in fields:
+        role = _ROLES[name.lower()]
         if role == _CONTENT_LENGTH:
             lengths += value.split(b",")
         elif role == _TRANSFER_ENCODING:
@@ -199,7 +234,7 @@ def _fields(lines: list[bytes]) -> tuple[list[tuple[bytes, bytes]], list[bytes],
             encoded = True
         elif not close:
             close = b"close" in [option.strip(b" \t") for option in value.lower().split(b",")]
-    return headers, lengths, codings, close, encoded
+    return lengths, codings, close, encoded
 
 
 def _unfold(lines: list[bytes]) -> list[bytes]:
