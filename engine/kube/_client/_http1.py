@@ -257,10 +257,10 @@ def _framing(method: bytes, status: int, lengths: list[bytes], codings: list[byt
     the body. Both present: the transfer coding frames it (RFC 9112 section 6.3)."""
     length = -1
     if lengths:
-        distinct = {v.strip(b" \t") for v in lengths}
-        if len(distinct) != 1:
+        value = lengths[0].strip(b" \t")
+        # One value, as a rule: the others (a list of equal ones is allowed) are compared only if sent.
+        if len(lengths) > 1 and {v.strip(b" \t") for v in lengths} != {value}:
             raise ProtocolError("a response must not give several Content-Length values")
-        (value,) = distinct
         if not value.isdigit() or len(value) > 18:
             raise ProtocolError(f"a response's Content-Length must be a number, not {value[:40]!r}")
         length = int(value)
