@@ -9,6 +9,14 @@ Each measurement runs in a child process of its own (one tree imported per proce
 trees alternating, ``--repeat`` times; the table gives the medians and their ratio. CPU time
 (``time.process_time``), so that other processes on a shared machine slow each figure less.
 
+With ``--count`` the same sections are counted instead of timed: Python bytecodes executed per
+operation, with ``sys.settrace`` (trio and every library included, the stand-ins for the network
+and the API server left out), once per tree, with trio's scheduler and string hashes seeded so
+that a count repeats exactly whatever the machine's load. ``--top N`` prints each step's
+bytecodes and calls by module and its N costliest functions (on stderr)::
+
+    python bench/hot_path.py --before-root /tmp/before --count [--top 40]
+
 * ``own write ended``: ``OwnWrites.ended`` for one status write while ``--remembered``
   revisions of other keys are remembered (the writes of the last minute whose echoes no
   predicate passed on, as in the benchmark operator: a key runs once per change, and the
@@ -27,6 +35,16 @@ trees alternating, ``--repeat`` times; the table gives the medians and their rat
   ``Client.patch_status(..., decode=False)`` in a run (its own-write note included), through the
   client, ``DirectSender`` and the transport, the answer's head parsed and its body decoded;
   the network left out (a connection whose answer is already in its buffer).
+* ``whole path``: the benchmark operator end to end, per object: ``engine_op.py``'s operator
+  (a ``Manager``, a ``Cluster`` informer with its watch-list, ``Cluster.watches`` with
+  ``generation_changed``, a controller of 16 workers whose reconciler patches the status in
+  ``ctx.shield``) on the engine's own client and transport, against a stand-in API server on
+  socket pairs (``_FakeServer``: it answers each request as it is sent). Once the initial state
+  (``--objects`` widgets) is cached and its runs are done, the widgets' specs change
+  ``--batch`` at a time; each change is its watch event read off the socket (chunked), the
+  trigger, the queue, the worker and its run, the status patch (request, answer, own-write
+  note) and the patch's watch echo, until every task waits. Timed, the stand-in's own work is
+  in the figure; counted, it is not.
 """
 
 from __future__ import annotations
