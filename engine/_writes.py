@@ -153,7 +153,8 @@ class OwnWrites:
             self._writing[key] = left
             return
         del self._writing[key]
-        self._settle(key)
+        if key in self._held:
+            self._settle(key)
 
     def _settle(self, key: ObjectRef) -> None:
         self._settling = key

@@ -430,7 +430,7 @@ def test_the_engine_parses_responses_as_h11_does(example: Example) -> None:
 # --- the oracle catches planted bugs ---
 
 MUTANTS = {
-    "a chunk size read one too long": ("self._left = int(size[1], 16)", "self._left = int(size[1], 16) + 1"),
+    "a chunk size read one too long": ("left = int(size[1], 16)", "left = int(size[1], 16) + 1"),
     "Content-Length ignored (read until the close)": ("        return Body(length)", "        return Body(None)"),
     "a folded line joined without its space": (
         'unfolded[-1] = unfolded[-1].rstrip(b" \\t") + b" " + line.lstrip(b" \\t")',

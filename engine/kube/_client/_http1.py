@@ -33,6 +33,16 @@ _TOKEN = re.compile(rb"[-!#$%&'*+.^_`|~0-9A-Za-z]+").fullmatch
 _FIELD_VALUE = re.compile(rb"[^\x00\r\n]*").fullmatch
 _TARGET = re.compile(rb"[^\x00\r\n ]+").fullmatch
 _STATUS_LINE = re.compile(rb"HTTP/1\.([0-9]) ([0-9]{3})(?: ([^\r\n]*))?").fullmatch
+_FIELD = rb"([-!#$%&'*+.^_`|~0-9A-Za-z]++):[ \t]*+((?:[^\r\n \t]++|[ \t]++(?=[^\r\n \t]))*+)[ \t]*+"
+"""A header line after its CRLF: its name and its value without the spaces and tabs around
+it (possessive: linear in the line's length, whatever a server sends)."""
+_FIELD_LINES = re.compile(rb"(?:\r\n" + _FIELD + rb")*").fullmatch
+_FIELD_LINE = re.compile(rb"\r\n" + _FIELD + rb"(?=\r\n|\Z)").findall
+_FRAMING_LINE = re.compile(
+    rb"\r\n(content-length|transfer-encoding|connection|content-encoding):[ \t]*+"
+    rb"((?:[^\r\n \t]++|[ \t]++(?=[^\r\n \t]))*+)[ \t]*+(?=\r\n|\Z)",
+    re.IGNORECASE,
+).findall
 _CHUNK_SIZE = re.compile(rb"0*([0-9A-Fa-f]{1,16})[ \t]*(?:;[^\r\n]*)?").fullmatch
 _MAX_LINE = 4096
 """The most bytes a chunk size line or a trailer line may take."""
@@ -52,8 +62,11 @@ _KNOWN_NAMES = frozenset(
 """Methods and header names known to be tokens, checked without the pattern."""
 
 
-_OTHER, _CONTENT_LENGTH, _TRANSFER_ENCODING, _CONNECTION = range(4)
-_ROLES = {b"content-length": _CONTENT_LENGTH, b"transfer-encoding": _TRANSFER_ENCODING, b"connection": _CONNECTION}
+_OTHER, _CONTENT_LENGTH, _TRANSFER_ENCODING, _CONNECTION, _CONTENT_ENCODING = range(5)
+_ROLES = {
+    b"content-length": _CONTENT_LENGTH, b"transfer-encoding": _TRANSFER_ENCODING, b"connection": _CONNECTION,
+    b"content-encoding": _CONTENT_ENCODING,
+}
 """What the parser reads from a response header, by its name in lower case."""
 _KNOWN_RESPONSE_NAMES = {
     name: _ROLES.get(name.lower(), _OTHER)
@@ -102,10 +115,11 @@ def _add_lines(parts: list[bytes], headers: Iterable[tuple[bytes, bytes]]) -> No
 class ResponseHead:
     """A response's status line and headers, and how its body is framed."""
 
-    __slots__ = ("status", "reason", "headers", "keep_alive", "body")
+    __slots__ = ("status", "reason", "headers", "keep_alive", "body", "encoded")
 
     def __init__(
-        self, status: int, reason: bytes, headers: list[tuple[bytes, bytes]], keep_alive: bool, body: Body
+        self, status: int, reason: bytes, headers: list[tuple[bytes, bytes]], keep_alive: bool, body: Body,
+        encoded: bool = False,
     ) -> None:
         self.status = status
         self.reason = reason
@@ -114,6 +128,8 @@ class ResponseHead:
         self.keep_alive = keep_alive
         """Whether the connection may carry another request after this response's body."""
         self.body = body
+        self.encoded = encoded
+        """Whether a ``Content-Encoding`` header was sent (the body must then be decoded)."""
 
 
 def parse_head(buffer: bytearray, method: bytes) -> ResponseHead | None:
@@ -146,11 +162,13 @@ def parse_head(buffer: bytearray, method: bytes) -> ResponseHead | None:
             raise ProtocolError(f"a response's status must be from 100 to 999, not {status_line[2].decode()}")
         if status == 101:
             raise ProtocolError("a response must not switch protocols (101) when the request asked for no upgrade")
-        fields = _fields(lines)
+        fields = _plain_fields(raw[len(lines[0]):])
         if fields is None:
-            fields = _fields(_unfold(lines))
-            assert fields is not None
-        headers, lengths, codings, close = fields
+            fields = _fields(lines)
+            if fields is None:
+                fields = _fields(_unfold(lines))
+                assert fields is not None
+        headers, lengths, codings, close, encoded = fields
         http11 = status_line[1] != b"0"
         body = _framing(method, status, lengths, codings, http11)
         if status < 200:
@@ -160,17 +178,29 @@ def parse_head(buffer: bytearray, method: bytes) -> ResponseHead | None:
             continue
         del buffer[:start]
         keep_alive = http11 and not close and not (codings and lengths)
-        return ResponseHead(status, status_line[3] or b"", headers, keep_alive, body)
+        return ResponseHead(status, status_line[3] or b"", headers, keep_alive, body, encoded)
 
 
-def _fields(lines: list[bytes]) -> tuple[list[tuple[bytes, bytes]], list[bytes], list[bytes], bool] | None:
-    """The header fields of ``lines`` (a status line, then header lines), the ``Content-Length``
-    values (split at commas), the ``Transfer-Encoding`` values and whether ``Connection`` has the
-    ``close`` option; ``None`` if a line is folded (starts with a space or tab)."""
+_Fields = tuple[list[tuple[bytes, bytes]], list[bytes], list[bytes], bool, bool]
+"""The header fields of a head (names in their case, values stripped), in order, the
+``Content-Length`` values (split at commas), the ``Transfer-Encoding`` values, whether
+``Connection`` has the ``close`` option and whether a ``Content-Encoding`` was sent."""
+
+
+def _plain_fields(block: bytes) -> _Fields | None:
+    """The fields of the header lines ``block`` (each line after a CRLF) when every one is
+    ``name: value`` with a token name, found by patterns (in C, not line by line); else
+    ``None`` (a folded or malformed line: :func:`_fields` tells which)."""
+    if not _FIELD_LINES(block):
+        return None
+    return (_FIELD_LINE(block), *_framing_values(_FRAMING_LINE(block)))
+
+
+def _fields(lines: list[bytes]) -> _Fields | None:
+    """The fields of ``lines`` (a status line, then header lines), read line by line; ``None``
+    if a line is folded (starts with a space or tab)."""
     headers: list[tuple[bytes, bytes]] = []
-    lengths: list[bytes] = []
-    codings: list[bytes] = []
-    close = False
+    framing: list[tuple[bytes, bytes]] = []
     for line in lines[1:]:
         name, colon, value = line.partition(b":")
         role = _KNOWN_RESPONSE_NAMES.get(name) if colon else None
@@ -182,15 +212,29 @@ def _fields(lines: list[bytes]) -> tuple[list[tuple[bytes, bytes]], list[bytes],
             role = _ROLES.get(name.lower(), _OTHER)
         value = value.strip(b" \t")
         headers.append((name, value))
-        if role == _OTHER:
-            continue
+        if role != _OTHER:
+            framing.append((name, value))
+    return (headers, *_framing_values(framing))
+
+
+def _framing_values(fields: list[tuple[bytes, bytes]]) -> tuple[list[bytes], list[bytes], bool, bool]:
+    """The ``Content-Length`` values (split at commas), the ``Transfer-Encoding`` values, whether
+    ``Connection`` has the ``close`` option and whether a ``Content-Encoding`` was sent, from
+    the header ``fields`` that name one of these."""
+    lengths: list[bytes] = []
+    codings: list[bytes] = []
+    close = encoded = False
+    for name, value in fields:
+        role = _ROLES[name.lower()]
         if role == _CONTENT_LENGTH:
             lengths += value.split(b",")
         elif role == _TRANSFER_ENCODING:
             codings.append(value)
+        elif role == _CONTENT_ENCODING:
+            encoded = True
         elif not close:
             close = b"close" in [option.strip(b" \t") for option in value.lower().split(b",")]
-    return headers, lengths, codings, close
+    return lengths, codings, close, encoded
 
 
 def _unfold(lines: list[bytes]) -> list[bytes]:
@@ -213,10 +257,10 @@ def _framing(method: bytes, status: int, lengths: list[bytes], codings: list[byt
     the body. Both present: the transfer coding frames it (RFC 9112 section 6.3)."""
     length = -1
     if lengths:
-        distinct = {v.strip(b" \t") for v in lengths}
-        if len(distinct) != 1:
+        value = lengths[0].strip(b" \t")
+        # One value, as a rule: the others (a list of equal ones is allowed) are compared only if sent.
+        if len(lengths) > 1 and {v.strip(b" \t") for v in lengths} != {value}:
             raise ProtocolError("a response must not give several Content-Length values")
-        (value,) = distinct
         if not value.isdigit() or len(value) > 18:
             raise ProtocolError(f"a response's Content-Length must be a number, not {value[:40]!r}")
         length = int(value)
@@ -333,8 +377,18 @@ class Body:
             size = _CHUNK_SIZE(line)
             if size is None:
                 raise ProtocolError(f"a chunk must start with its size in hex, not {line[:40]!r}")
-            self._left = int(size[1], 16)
-            self._state = _DATA if self._left else _TRAILERS
+            left = int(size[1], 16)
+            if not left:
+                self._state = _TRAILERS
+            elif len(buffer) >= left + 2:
+                # The whole chunk and its CRLF are here (a watch event, as a rule): taken at once.
+                if buffer[left:left + 2] != b"\r\n":
+                    raise ProtocolError("a response chunk must end with CRLF")
+                parts.append(bytes(buffer[:left]))
+                del buffer[:left + 2]
+            else:
+                self._left = left
+                self._state = _DATA
         if parts:
             return parts[0] if len(parts) == 1 else b"".join(parts)
         if self.done:

@@ -137,14 +137,6 @@ class _WholeResponse(httpx.Response):
         return self._whole
 
 
-def _encoded(headers: list[tuple[bytes, bytes]]) -> bool:
-    """Whether ``headers`` name a ``Content-Encoding`` (the body must then be decoded)."""
-    for name, _ in headers:
-        if len(name) == 16 and name.lower() == b"content-encoding":
-            return True
-    return False
-
-
 def _timeouts(request: httpx.Request) -> dict[str, float | None]:
     timeouts: dict[str, float | None] | None = request.extensions.get("timeout")
     return timeouts if timeouts is not None else {}
@@ -602,7 +594,8 @@ class Transport(httpx.AsyncBaseTransport):
     ) -> httpx.Response:
         read_timeout = timeouts.get("read")
         answer_by = math.inf if read_timeout is None else trio.current_time() + read_timeout
-        while (response := parse_head(conn.buffer, method)) is None:
+        # An empty buffer (the answer not received yet, as a rule) is not parsed.
+        while not conn.buffer or (response := parse_head(conn.buffer, method)) is None:
             if conn.eof:
                 raise ProtocolError("the server closed the connection without answering")
             await self._receive(conn, read_timeout, answer_by)
@@ -625,7 +618,7 @@ class Transport(httpx.AsyncBaseTransport):
                 content = chunks[0] if len(chunks) == 1 else b"".join(chunks)
                 # As a stream: httpx adds no Content-Length the server did not send (with
                 # ``content=`` it would, even to a chunked answer).
-                if not _encoded(response.headers):
+                if not response.encoded:
                     whole: httpx.Response = _WholeResponse(response.status, response.headers, content, extensions)
                 else:
                     whole = httpx.Response(

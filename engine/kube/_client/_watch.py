@@ -205,7 +205,7 @@ class WatchStream:
         )
 
     def _decode(self, line: bytes) -> WatchEvent | None:
-        if not line.strip():
+        if not line or line.isspace():  # as ``not line.strip()``, without copying the line
             return None
         try:
             data = _json.loads(line)
