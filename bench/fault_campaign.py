@@ -609,6 +609,9 @@ class Campaign:
         self.bundles = await client.resource("bundles.engine.dev/v1alpha1", "Bundle")
         self.configmaps = await client.resource("v1", "ConfigMap")
         self.events = await client.resource("v1", "Event")
+        self.leases = await client.resource("coordination.k8s.io/v1", "Lease")
+        await client.create(self.leases, {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                                          "metadata": {"name": "probe", "namespace": FLOOD_NS}, "spec": {}})
         for i in range(self.args.pairs):
             await client.create(self.sources, {
                 "apiVersion": "bundles.engine.dev/v1alpha1", "kind": "Source",
@@ -892,16 +895,19 @@ class Campaign:
         return round(trio.current_time() - began, 1)
 
     async def wait_writable(self, within: float = 180.0) -> None:
-        """Return once a write goes through the API server (a merge patch of a flood ConfigMap,
-        each attempt given 3 s): the end of a server fault. ``/readyz`` answers 200 seconds
-        before kube-apiserver serves writes again after an etcd restart."""
+        """Return once writes of a ConfigMap and of a Lease go through the API server (merge
+        patches of a flood ConfigMap and of a probe Lease, each attempt given 3 s): the end of a
+        server fault. ``/readyz`` answers 200 seconds before kube-apiserver serves writes again
+        after an etcd restart, and each resource's storage reconnects to etcd on its own: Lease
+        writes (the ring's renewals) came back 10 s after ConfigMap writes once."""
         with trio.fail_after(within):
             while True:
                 self.probes += 1
                 with trio.move_on_after(3):
                     try:
-                        await self.client.patch(self.configmaps, "f-000", {"data": {"probe": str(self.probes)}},
-                                                namespace=FLOOD_NS, decode=False)
+                        for resource, name in ((self.configmaps, "f-000"), (self.leases, "probe")):
+                            await self.client.patch(resource, name, {"metadata": {"annotations": {
+                                "campaign/probe": str(self.probes)}}}, namespace=FLOOD_NS, decode=False)
                         return
                     except Exception:
                         pass

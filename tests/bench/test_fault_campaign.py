@@ -323,6 +323,24 @@ async def test_a_partition_holds_a_replica_only_once_it_joined_its_ring(
     assert detail["waited_join"] >= 30 and detail["seconds"] == 5.0
 
 
+async def test_a_server_fault_ends_once_a_configmap_and_a_lease_write_both_go_through(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    campaign = _campaign(tmp_path, replicas=0)
+    campaign.configmaps, campaign.leases = "configmaps", "leases"  # type: ignore[assignment]
+    written: list[tuple[str, float]] = []
+
+    async def patch(resource: str, name: str, body: object, **_: object) -> None:
+        if resource == "leases" and trio.current_time() < 10:
+            raise RuntimeError("Timeout: request did not complete within requested timeout")
+        written.append((resource, trio.current_time()))
+
+    campaign.client = SimpleNamespace(patch=patch)  # type: ignore[assignment]
+    await campaign.wait_writable()
+    assert trio.current_time() >= 10
+    assert written[-2:] == [("configmaps", pytest.approx(trio.current_time())), ("leases", trio.current_time())]
+
+
 async def test_the_gate_holds_a_fault_until_the_changes_before_the_last_fault_ended_converged(
     tmp_path: Path, autojump_clock: trio.testing.MockClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
